@@ -1,0 +1,428 @@
+//! The claim actor: one per (tenant, key digest), the only thing that decides what a request
+//! carrying that key gets. Its state is the fold of the claim's event log; every request for
+//! the key passes through its mailbox, so concurrent duplicates are serialised without a lock.
+//!
+//! A first request claims the key (the decision fixed and on disk), then the callbacks run in
+//! a task of their own while the actor keeps answering duplicates (409 while in flight, 422 for
+//! another payload). The task reports back; the actor records the `dispatched` recovery point,
+//! then `completed` with the response, and only then answers the first request. An actor idle
+//! for a while stops; the next request rebuilds it from the log.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idem_schemas::timefmt::now_ms;
+use idem_schemas::{ActionOutcome, Claim, ClaimEvent, Decision, StoredResponse};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use crate::dispatch::Dispatcher;
+use crate::store::{ClaimId, Store, StoreError};
+
+/// The time windows of claims.
+#[derive(Debug, Clone)]
+pub struct ClaimSettings {
+    /// How long a key and its result live after the claim.
+    pub key_ttl: Duration,
+    /// After this, an `in_flight` claim whose holder is gone may be taken over.
+    pub in_flight_timeout: Duration,
+    /// An actor with nothing to do for this long stops.
+    pub idle_timeout: Duration,
+    /// This process's epoch: claims made by another epoch have no live holder.
+    pub holder: u64,
+}
+
+/// What claim actors share.
+pub struct ClaimContext {
+    /// The event log.
+    pub store: Arc<Store>,
+    /// Makes the callback attempts.
+    pub dispatcher: Arc<Dispatcher>,
+    /// Time windows.
+    pub settings: ClaimSettings,
+}
+
+/// One request for a key.
+pub struct Submission {
+    /// Keyed digest of the request's canonical body.
+    pub fingerprint: [u8; 32],
+    /// The decision to fix if this request wins the claim.
+    pub candidate: Decision,
+    /// Set when the actor starts handling the submission, so a caller whose call ends without a
+    /// reply knows whether it may safely send it again (never handled) or not.
+    accepted: AtomicBool,
+}
+
+impl Submission {
+    /// A submission of `candidate` for a body with `fingerprint`.
+    pub fn new(fingerprint: [u8; 32], candidate: Decision) -> Self {
+        Submission {
+            fingerprint,
+            candidate,
+            accepted: AtomicBool::new(false),
+        }
+    }
+
+    /// True once an actor has started handling this submission.
+    pub fn was_accepted(&self) -> bool {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+/// The actor's answer to a submission.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// This request made the decision: the response it must send (already durable).
+    First(StoredResponse),
+    /// The key completed earlier: the stored response, to send with `Idempotent-Replayed`.
+    Replayed(StoredResponse),
+    /// Another request holds the key right now.
+    InFlight,
+    /// The key was used with another payload.
+    Mismatch,
+    /// The store failed; nothing was answered for the key.
+    Failed(String),
+}
+
+/// Messages of a claim actor.
+pub enum ClaimMsg {
+    /// A request for the key.
+    Submit(Arc<Submission>, RpcReplyPort<Reply>),
+    /// The callback task of generation `generation` finished.
+    Dispatched {
+        /// The claim generation the task ran for.
+        generation: u64,
+        /// Each action's outcome.
+        outcomes: Vec<ActionOutcome>,
+    },
+    /// Time to check whether the actor has been idle long enough to stop.
+    IdleCheck,
+}
+
+/// Where a claim stands: the fold of its log.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Phase {
+    /// Never claimed (or swept).
+    Free,
+    /// Claimed; the actions may be running.
+    InFlight(Claim),
+    /// The actions ran; their outcomes are recorded.
+    Dispatched(Claim, Vec<ActionOutcome>),
+    /// The response is recorded.
+    Completed(Claim, StoredResponse),
+}
+
+/// A log whose events do not follow `in_flight → dispatched → completed`.
+#[derive(Debug, thiserror::Error)]
+#[error("claim log out of order: {event} after {phase}")]
+pub struct InvalidTransition {
+    phase: &'static str,
+    event: &'static str,
+}
+
+impl Phase {
+    /// The one transition function of the claim state machine.
+    pub fn apply(self, event: ClaimEvent) -> Result<Phase, InvalidTransition> {
+        match (self, event) {
+            (Phase::Free, ClaimEvent::Claimed(claim)) => Ok(Phase::InFlight(claim)),
+            // A new generation after expiry starts the machine again.
+            (
+                Phase::Completed(..) | Phase::InFlight(_) | Phase::Dispatched(..),
+                ClaimEvent::Claimed(claim),
+            ) => Ok(Phase::InFlight(claim)),
+            (Phase::InFlight(claim), ClaimEvent::Dispatched(outcomes)) => {
+                Ok(Phase::Dispatched(claim, outcomes))
+            }
+            (Phase::Dispatched(claim, _), ClaimEvent::Completed(response)) => {
+                Ok(Phase::Completed(claim, response))
+            }
+            (phase, event) => Err(InvalidTransition {
+                phase: phase.name(),
+                event: match event {
+                    ClaimEvent::Claimed(_) => "claimed",
+                    ClaimEvent::Dispatched(_) => "dispatched",
+                    ClaimEvent::Completed(_) => "completed",
+                },
+            }),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Phase::Free => "free",
+            Phase::InFlight(_) => "in_flight",
+            Phase::Dispatched(..) => "dispatched",
+            Phase::Completed(..) => "completed",
+        }
+    }
+
+    fn claim(&self) -> Option<&Claim> {
+        match self {
+            Phase::Free => None,
+            Phase::InFlight(c) | Phase::Dispatched(c, _) | Phase::Completed(c, _) => Some(c),
+        }
+    }
+}
+
+/// What a submission leads to, given the phase.
+enum Step {
+    /// Answer at once.
+    Answer(Reply),
+    /// Claim the key (free, or its claim expired).
+    Claim,
+    /// Run the stored decision's actions again: the claim's holder is gone.
+    TakeOver,
+    /// Finish from the recorded outcomes.
+    Finish,
+}
+
+/// The claim actor.
+pub struct ClaimActor;
+
+/// The actor's state.
+pub struct ClaimState {
+    id: ClaimId,
+    ctx: Arc<ClaimContext>,
+    generation: u64,
+    next_seq: u32,
+    phase: Phase,
+    /// The request whose actions are running; `Some` exactly while a callback task runs.
+    waiter: Option<RpcReplyPort<Reply>>,
+    last_active: Instant,
+}
+
+impl ClaimState {
+    fn step(&self, sub: &Submission, now: u64) -> Step {
+        let Some(claim) = self.phase.claim() else {
+            return Step::Claim;
+        };
+        if now >= claim.expires_at_ms {
+            return Step::Claim;
+        }
+        if claim.fingerprint != sub.fingerprint {
+            return Step::Answer(Reply::Mismatch);
+        }
+        match &self.phase {
+            Phase::Completed(_, response) => Step::Answer(Reply::Replayed(response.clone())),
+            Phase::Dispatched(..) => Step::Finish,
+            Phase::InFlight(claim) => {
+                let settings = &self.ctx.settings;
+                let holder_gone = claim.holder != settings.holder
+                    || now.saturating_sub(claim.claimed_at_ms)
+                        >= settings.in_flight_timeout.as_millis() as u64;
+                if self.waiter.is_none() && holder_gone {
+                    Step::TakeOver
+                } else {
+                    Step::Answer(Reply::InFlight)
+                }
+            }
+            Phase::Free => Step::Claim,
+        }
+    }
+
+    /// Appends `event` to the log, durably, then folds it into the phase.
+    async fn record(&mut self, event: ClaimEvent) -> Result<(), StoreError> {
+        self.ctx
+            .store
+            .append_claim(&self.id, self.generation, self.next_seq, &event)
+            .await?;
+        self.next_seq += 1;
+        let phase = std::mem::replace(&mut self.phase, Phase::Free);
+        self.phase = phase
+            .apply(event)
+            .map_err(|e| StoreError::Commit(format!("invalid transition after append: {e}")))?;
+        Ok(())
+    }
+
+    /// Records the response built from `outcomes` and returns it.
+    async fn complete(&mut self, outcomes: &[ActionOutcome]) -> Result<StoredResponse, StoreError> {
+        let Some(claim) = self.phase.claim() else {
+            return Err(StoreError::Commit("complete without a claim".into()));
+        };
+        let body = serde_json::to_vec(&claim.decision.response(outcomes))
+            .map_err(|e| StoreError::Commit(format!("cannot serialise the response: {e}")))?;
+        let response = StoredResponse { status: 201, body };
+        self.record(ClaimEvent::Completed(response.clone())).await?;
+        Ok(response)
+    }
+}
+
+impl ClaimActor {
+    fn start_dispatch(
+        myself: &ActorRef<ClaimMsg>,
+        state: &mut ClaimState,
+        reply: RpcReplyPort<Reply>,
+    ) {
+        let Some(claim) = state.phase.claim() else {
+            let _ = reply.send(Reply::Failed("dispatch without a claim".into()));
+            return;
+        };
+        let decision = claim.decision.clone();
+        let dispatcher = state.ctx.dispatcher.clone();
+        let generation = state.generation;
+        let me = myself.clone();
+        state.waiter = Some(reply);
+        tokio::spawn(async move {
+            let outcomes = dispatcher.dispatch(&decision).await;
+            // If the actor is gone (it failed), the claim stays in flight on disk and is taken
+            // over after `in_flight_timeout`.
+            let _ = me.cast(ClaimMsg::Dispatched {
+                generation,
+                outcomes,
+            });
+        });
+    }
+
+    async fn submit(
+        myself: &ActorRef<ClaimMsg>,
+        state: &mut ClaimState,
+        sub: Arc<Submission>,
+        reply: RpcReplyPort<Reply>,
+    ) -> Result<(), StoreError> {
+        sub.accepted.store(true, Ordering::SeqCst);
+        let now = now_ms();
+        match state.step(&sub, now) {
+            Step::Answer(answer) => {
+                let _ = reply.send(answer);
+            }
+            Step::Claim => {
+                // A generation is the claim time, strictly increasing per key.
+                state.generation = now.max(state.generation + 1);
+                state.next_seq = 0;
+                let claim = Claim {
+                    fingerprint: sub.fingerprint,
+                    holder: state.ctx.settings.holder,
+                    claimed_at_ms: state.generation,
+                    expires_at_ms: state.generation + state.ctx.settings.key_ttl.as_millis() as u64,
+                    decision: sub.candidate.clone(),
+                };
+                // The claim, with its decision and every callback body, is durable before any
+                // action runs: a crash from here on resumes this decision, never a new one.
+                if let Err(e) = state.record(ClaimEvent::Claimed(claim)).await {
+                    let _ = reply.send(Reply::Failed(e.to_string()));
+                    return Err(e);
+                }
+                Self::start_dispatch(myself, state, reply);
+            }
+            Step::TakeOver => {
+                tracing::info!(tenant = %state.id.tenant, "taking over a claim whose holder is gone");
+                Self::start_dispatch(myself, state, reply);
+            }
+            Step::Finish => {
+                let outcomes = match &state.phase {
+                    Phase::Dispatched(_, outcomes) => outcomes.clone(),
+                    _ => Vec::new(),
+                };
+                match state.complete(&outcomes).await {
+                    Ok(response) => {
+                        let _ = reply.send(Reply::First(response));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Reply::Failed(e.to_string()));
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn dispatched(
+        state: &mut ClaimState,
+        generation: u64,
+        outcomes: Vec<ActionOutcome>,
+    ) -> Result<(), StoreError> {
+        if generation != state.generation || !matches!(state.phase, Phase::InFlight(_)) {
+            return Ok(());
+        }
+        let Some(waiter) = state.waiter.take() else {
+            return Ok(());
+        };
+        // The recovery point: once the outcomes are durable, a retry finishes from them and
+        // never runs the actions again.
+        let result = match state.record(ClaimEvent::Dispatched(outcomes.clone())).await {
+            Ok(()) => state.complete(&outcomes).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            // `completed` is durable before the response leaves: a replay can never differ.
+            Ok(response) => {
+                let _ = waiter.send(Reply::First(response));
+                Ok(())
+            }
+            Err(e) => {
+                let _ = waiter.send(Reply::Failed(e.to_string()));
+                Err(e)
+            }
+        }
+    }
+}
+
+/// What a claim actor starts from.
+pub struct ClaimArgs {
+    /// The key it owns.
+    pub id: ClaimId,
+    /// What it shares with the others.
+    pub ctx: Arc<ClaimContext>,
+}
+
+impl Actor for ClaimActor {
+    type Msg = ClaimMsg;
+    type State = ClaimState;
+    type Arguments = ClaimArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ClaimMsg>,
+        args: ClaimArgs,
+    ) -> Result<ClaimState, ActorProcessingErr> {
+        let log = args.ctx.store.load_claim(&args.id)?;
+        let (generation, events) = log.map_or((0, Vec::new()), |l| (l.generation, l.events));
+        let next_seq = events.len() as u32;
+        let mut phase = Phase::Free;
+        for event in events {
+            phase = phase.apply(event)?;
+        }
+        let check_every = (args.ctx.settings.idle_timeout / 2).max(Duration::from_millis(10));
+        myself.send_interval(check_every, || ClaimMsg::IdleCheck);
+        Ok(ClaimState {
+            id: args.id,
+            ctx: args.ctx,
+            generation,
+            next_seq,
+            phase,
+            waiter: None,
+            last_active: Instant::now(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<ClaimMsg>,
+        message: ClaimMsg,
+        state: &mut ClaimState,
+    ) -> Result<(), ActorProcessingErr> {
+        let outcome = match message {
+            ClaimMsg::IdleCheck => {
+                let idle = state.last_active.elapsed() >= state.ctx.settings.idle_timeout;
+                if idle && state.waiter.is_none() {
+                    myself.stop(Some("idle".into()));
+                }
+                return Ok(());
+            }
+            ClaimMsg::Submit(sub, reply) => Self::submit(&myself, state, sub, reply).await,
+            ClaimMsg::Dispatched {
+                generation,
+                outcomes,
+            } => Self::dispatched(state, generation, outcomes).await,
+        };
+        state.last_active = Instant::now();
+        if let Err(e) = outcome {
+            // What is in memory may now differ from the log: stop, and let the next request
+            // rebuild the actor from disk.
+            tracing::error!(tenant = %state.id.tenant, error = %e, "claim actor stops after a store failure");
+            myself.stop(Some(e.to_string()));
+        }
+        Ok(())
+    }
+}

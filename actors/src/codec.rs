@@ -1,0 +1,119 @@
+//! The one place stored records are encoded and decoded. A record is a format-version byte
+//! followed by the bincode 2 (serde) encoding of the event. Decoding checks the version and
+//! bounds allocation, so a corrupt or foreign record is an error, never a panic or a wrong state.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// The version byte written in front of every record.
+pub const FORMAT_VERSION: u8 = 1;
+
+/// No stored record is larger than this; a length prefix claiming more is corruption.
+const MAX_RECORD: usize = 4 * 1024 * 1024;
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_RECORD>()
+}
+
+/// Why a record could not be encoded or decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    /// The record is empty.
+    #[error("empty record")]
+    Empty,
+    /// The record was written by an unknown format version.
+    #[error("unknown record format version {0}")]
+    Version(u8),
+    /// The bytes after the version do not decode.
+    #[error("corrupt record: {0}")]
+    Decode(#[from] bincode::error::DecodeError),
+    /// Bytes follow the decoded record.
+    #[error("corrupt record: {0} trailing bytes")]
+    Trailing(usize),
+    /// The value could not be encoded.
+    #[error("cannot encode record: {0}")]
+    Encode(#[from] bincode::error::EncodeError),
+}
+
+/// Encodes `value` as a versioned record.
+pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
+    let mut out = vec![FORMAT_VERSION];
+    out.extend(bincode::serde::encode_to_vec(value, config())?);
+    Ok(out)
+}
+
+/// Decodes a versioned record written by [`encode`].
+pub fn decode<T: DeserializeOwned>(record: &[u8]) -> Result<T, CodecError> {
+    let (&version, payload) = record.split_first().ok_or(CodecError::Empty)?;
+    if version != FORMAT_VERSION {
+        return Err(CodecError::Version(version));
+    }
+    let (value, read) = bincode::serde::decode_from_slice(payload, config())?;
+    if read != payload.len() {
+        return Err(CodecError::Trailing(payload.len() - read));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idem_schemas::{ClaimEvent, StoredResponse};
+
+    fn sample() -> ClaimEvent {
+        ClaimEvent::Completed(StoredResponse {
+            status: 201,
+            body: b"{\"decision_id\":\"dec_1\"}".to_vec(),
+        })
+    }
+
+    #[test]
+    fn round_trips() {
+        let bytes = encode(&sample()).expect("encode");
+        assert_eq!(bytes[0], FORMAT_VERSION);
+        let back: ClaimEvent = decode(&bytes).expect("decode");
+        assert_eq!(back, sample());
+    }
+
+    #[test]
+    fn refuses_corruption_without_panicking() {
+        let bytes = encode(&sample()).expect("encode");
+        assert!(matches!(decode::<ClaimEvent>(&[]), Err(CodecError::Empty)));
+        let mut other = bytes.clone();
+        other[0] = 9;
+        assert!(matches!(
+            decode::<ClaimEvent>(&other),
+            Err(CodecError::Version(9))
+        ));
+        assert!(decode::<ClaimEvent>(&bytes[..bytes.len() - 3]).is_err());
+        let mut trailing = bytes.clone();
+        trailing.push(0);
+        assert!(matches!(
+            decode::<ClaimEvent>(&trailing),
+            Err(CodecError::Trailing(1))
+        ));
+        // Every truncation and every single-byte flip decodes to an error or to some value, never
+        // a panic; a huge length prefix is refused by the limit instead of allocated.
+        for cut in 0..bytes.len() {
+            let _ = decode::<ClaimEvent>(&bytes[..cut]);
+        }
+        for i in 1..bytes.len() {
+            let mut flipped = bytes.clone();
+            flipped[i] ^= 0xff;
+            let _ = decode::<ClaimEvent>(&flipped);
+        }
+        let huge = [
+            FORMAT_VERSION,
+            2,
+            0xfd,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0x7f,
+        ];
+        assert!(decode::<ClaimEvent>(&huge).is_err());
+    }
+}

@@ -1,0 +1,105 @@
+//! Group commit: the one way a write becomes durable. Writers insert into sled (memory), then ask
+//! this flusher thread to commit and wait. The thread takes every request queued so far as one
+//! batch, makes it durable once, and wakes the whole batch, so a burst of N writers costs one
+//! flush, not N. Durable means sled's `flush()` (which in 0.34.7 ends in `sync_file_range`, not a
+//! real sync), then `fdatasync` of sled's log file and of any new blob file. One thread, because
+//! sled 0.34.7's `flush_async` deadlocks when called from many tasks (sled issue 1308).
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use tokio::sync::oneshot;
+
+type Waiter = oneshot::Sender<Result<(), String>>;
+
+/// Handle to the flusher thread; dropping it ends the thread (and with it the thread's handle
+/// on the database, so the store can be reopened at once).
+pub struct GroupCommit {
+    requests: Option<mpsc::Sender<Waiter>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for GroupCommit {
+    fn drop(&mut self) {
+        self.requests.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl GroupCommit {
+    /// Starts the flusher for `db`, whose files live in `dir`.
+    pub fn start(db: sled::Db, dir: &Path) -> std::io::Result<Self> {
+        let log = File::open(dir.join("db"))?;
+        let blobs = dir.join("blobs");
+        let (requests, queue) = mpsc::channel::<Waiter>();
+        let thread = std::thread::Builder::new()
+            .name("idem-group-commit".into())
+            .spawn(move || run(db, log, blobs, queue))?;
+        Ok(GroupCommit {
+            requests: Some(requests),
+            thread: Some(thread),
+        })
+    }
+
+    /// Returns once every write made before this call is durable.
+    pub async fn commit(&self) -> Result<(), String> {
+        let (tx, rx) = oneshot::channel();
+        self.requests
+            .as_ref()
+            .ok_or_else(|| "the group-commit thread has stopped".to_string())?
+            .send(tx)
+            .map_err(|_| "the group-commit thread has stopped".to_string())?;
+        rx.await
+            .map_err(|_| "the group-commit thread has stopped".to_string())?
+    }
+}
+
+fn run(db: sled::Db, log: File, blobs: PathBuf, queue: mpsc::Receiver<Waiter>) {
+    let mut synced_blobs = HashSet::new();
+    // Each batch covers every write that happened before its first request was sent, and every
+    // request that queued up while the previous batch was syncing.
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        batch.extend(queue.try_iter());
+        let outcome = sync(&db, &log, &blobs, &mut synced_blobs).map_err(|e| e.to_string());
+        if let Err(e) = &outcome {
+            tracing::error!(error = %e, "group commit failed");
+        }
+        for waiter in batch {
+            let _ = waiter.send(outcome.clone());
+        }
+    }
+}
+
+fn sync(
+    db: &sled::Db,
+    log: &File,
+    blobs: &Path,
+    synced: &mut HashSet<PathBuf>,
+) -> std::io::Result<()> {
+    db.flush().map_err(std::io::Error::other)?;
+    log.sync_data()?;
+    // Values too large for a log segment go to blob files, which sled writes without syncing.
+    let Ok(entries) = std::fs::read_dir(blobs) else {
+        return Ok(());
+    };
+    let mut present = HashSet::new();
+    let mut new_blob = false;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !synced.contains(&path) {
+            File::open(&path)?.sync_data()?;
+            new_blob = true;
+        }
+        present.insert(path);
+    }
+    if new_blob {
+        File::open(blobs)?.sync_all()?;
+    }
+    *synced = present;
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! Making callback attempts. A decision's callbacks are attempted concurrently, each signed with
+//! the tenant's current callback secrets (Standard Webhooks headers) and bounded by a deadline.
+//! The body is the stored envelope, byte for byte; the `webhook-id` is the delivery's id; only
+//! `webhook-timestamp` and the signature belong to the attempt. Redirects are never followed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idem_schemas::signature::{sign_all, Secret};
+use idem_schemas::timefmt::now_ms;
+use idem_schemas::{ActionOutcome, ActionStatus, AttemptRecord, Decision, PlannedDelivery};
+
+/// Where the dispatcher finds a tenant's callback secrets (read at every attempt, so a config
+/// reload that rotates them takes effect at once).
+pub trait Keyring: Send + Sync + 'static {
+    /// The secrets to sign `tenant`'s callbacks with; every one signs.
+    fn callback_secrets(&self, tenant: &str) -> Vec<Secret>;
+}
+
+/// Sends callback attempts.
+pub struct Dispatcher {
+    client: reqwest::Client,
+    keyring: Arc<dyn Keyring>,
+    inline_timeout: Duration,
+}
+
+/// Could not build the HTTP client.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the callback HTTP client: {0}")]
+pub struct ClientError(#[from] reqwest::Error);
+
+/// What an answer means for a delivery.
+pub fn classify(code: u16) -> ActionStatus {
+    match code {
+        200..=299 => ActionStatus::Delivered,
+        429 | 500..=599 => ActionStatus::Queued,
+        _ => ActionStatus::Failed,
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher whose inline attempts have `inline_timeout` as deadline.
+    pub fn new(keyring: Arc<dyn Keyring>, inline_timeout: Duration) -> Result<Self, ClientError> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Dispatcher {
+            client,
+            keyring,
+            inline_timeout,
+        })
+    }
+
+    /// The inline attempt of every callback of `decision`, concurrently, in playbook order.
+    pub async fn dispatch(&self, decision: &Decision) -> Vec<ActionOutcome> {
+        let attempts = decision.deliveries.iter().map(|delivery| async move {
+            let (status, attempt) = self
+                .attempt(&decision.tenant, delivery, self.inline_timeout)
+                .await;
+            ActionOutcome {
+                delivery_id: delivery.id.clone(),
+                status,
+                attempt,
+            }
+        });
+        futures::future::join_all(attempts).await
+    }
+
+    /// One signed attempt of `delivery`, bounded by `deadline`.
+    pub async fn attempt(
+        &self,
+        tenant: &str,
+        delivery: &PlannedDelivery,
+        deadline: Duration,
+    ) -> (ActionStatus, AttemptRecord) {
+        let at_ms = now_ms();
+        let timestamp = (at_ms / 1000) as i64;
+        let secrets = self.keyring.callback_secrets(tenant);
+        let mut request = self
+            .client
+            .post(&delivery.url)
+            .timeout(deadline)
+            .header("content-type", "application/json")
+            .header("webhook-id", &delivery.id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .body(delivery.body.clone());
+        if !secrets.is_empty() {
+            let signature = sign_all(&secrets, &delivery.id, timestamp, &delivery.body);
+            request = request.header("webhook-signature", signature);
+        }
+        let started = Instant::now();
+        let answer = request.send().await;
+        let latency_ms = started.elapsed().as_millis() as u64;
+        match answer {
+            Ok(response) => {
+                let code = response.status().as_u16();
+                let status = classify(code);
+                tracing::debug!(delivery = %delivery.id, code, latency_ms, "callback answered");
+                (
+                    status,
+                    AttemptRecord {
+                        at_ms,
+                        code: Some(code),
+                        error: None,
+                        latency_ms,
+                    },
+                )
+            }
+            Err(e) => {
+                let error = if e.is_timeout() {
+                    format!("no answer within {} ms", deadline.as_millis())
+                } else {
+                    e.without_url().to_string()
+                };
+                tracing::debug!(delivery = %delivery.id, %error, latency_ms, "callback failed");
+                (
+                    ActionStatus::Queued,
+                    AttemptRecord {
+                        at_ms,
+                        code: None,
+                        error: Some(error),
+                        latency_ms,
+                    },
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_answers() {
+        assert_eq!(classify(200), ActionStatus::Delivered);
+        assert_eq!(classify(204), ActionStatus::Delivered);
+        assert_eq!(classify(429), ActionStatus::Queued);
+        assert_eq!(classify(500), ActionStatus::Queued);
+        assert_eq!(classify(503), ActionStatus::Queued);
+        assert_eq!(classify(400), ActionStatus::Failed);
+        assert_eq!(classify(404), ActionStatus::Failed);
+        assert_eq!(classify(302), ActionStatus::Failed);
+    }
+}

@@ -1,0 +1,266 @@
+//! The event log on disk: sled trees behind a narrow interface, so another store (PostgreSQL, on
+//! the roadmap) can stand in. A claim's records live under `tenant ‖ key digest ‖ generation ‖
+//! seq`; the generation is the claim's `claimed_at_ms`, so a key claimed again after expiry starts
+//! a new log that the sweeper of the old one can never touch. An expiry index (`expires_at ‖
+//! claim ‖ generation`) lets the sweeper find what to prune without scanning every key.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use idem_schemas::ClaimEvent;
+
+use crate::codec::{self, CodecError};
+use crate::commit::GroupCommit;
+
+/// Identifies a claim: a tenant and the keyed digest of an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClaimId {
+    /// The tenant's name.
+    pub tenant: String,
+    /// HMAC-SHA-256 of the key under the server's `key_secret`.
+    pub digest: [u8; 32],
+}
+
+impl ClaimId {
+    fn prefix(&self) -> Vec<u8> {
+        let tenant = self.tenant.as_bytes();
+        let mut key = Vec::with_capacity(1 + tenant.len() + 32 + 12);
+        // Tenant names are at most 64 bytes (config validation), so the length fits one byte.
+        key.push(tenant.len() as u8);
+        key.extend_from_slice(tenant);
+        key.extend_from_slice(&self.digest);
+        key
+    }
+
+    fn record_key(&self, generation: u64, seq: u32) -> Vec<u8> {
+        let mut key = self.prefix();
+        key.extend_from_slice(&generation.to_be_bytes());
+        key.extend_from_slice(&seq.to_be_bytes());
+        key
+    }
+}
+
+/// The latest generation of a claim's log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimLog {
+    /// The generation (`claimed_at_ms` of its `Claimed` event).
+    pub generation: u64,
+    /// Its events, in order.
+    pub events: Vec<ClaimEvent>,
+}
+
+/// Why the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// sled refused an operation.
+    #[error("store: {0}")]
+    Sled(#[from] sled::Error),
+    /// A file operation failed.
+    #[error("store: {0}")]
+    Io(#[from] std::io::Error),
+    /// A record did not decode.
+    #[error("store: {0}")]
+    Codec(#[from] CodecError),
+    /// A group commit failed; the write may not be durable.
+    #[error("store: commit failed: {0}")]
+    Commit(String),
+    /// A stored key has an impossible shape.
+    #[error("store: malformed key in {0}")]
+    MalformedKey(&'static str),
+}
+
+/// The embedded store.
+pub struct Store {
+    db: sled::Db,
+    claims: sled::Tree,
+    expiry: sled::Tree,
+    commits: GroupCommit,
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<Arc<Self>, StoreError> {
+        std::fs::create_dir_all(dir)?;
+        let db = sled::Config::new().path(dir).open()?;
+        let claims = db.open_tree("claims")?;
+        let expiry = db.open_tree("claim_expiry")?;
+        let commits = GroupCommit::start(db.clone(), dir)?;
+        Ok(Arc::new(Store {
+            db,
+            claims,
+            expiry,
+            commits,
+        }))
+    }
+
+    /// Loads the latest generation of a claim's log, if it has one.
+    pub fn load_claim(&self, id: &ClaimId) -> Result<Option<ClaimLog>, StoreError> {
+        let prefix = id.prefix();
+        let Some(last) = self.claims.scan_prefix(&prefix).next_back() else {
+            return Ok(None);
+        };
+        let (last_key, _) = last?;
+        let generation = generation_of(&last_key[prefix.len()..])?;
+        let mut gen_prefix = prefix;
+        gen_prefix.extend_from_slice(&generation.to_be_bytes());
+        let mut events = Vec::new();
+        for record in self.claims.scan_prefix(&gen_prefix) {
+            let (_, value) = record?;
+            events.push(codec::decode(&value)?);
+        }
+        Ok(Some(ClaimLog { generation, events }))
+    }
+
+    /// Appends event number `seq` to generation `generation` of a claim's log and returns once it
+    /// is durable. A `Claimed` event also enters the expiry index at `expires_at_ms`.
+    pub async fn append_claim(
+        &self,
+        id: &ClaimId,
+        generation: u64,
+        seq: u32,
+        event: &ClaimEvent,
+    ) -> Result<(), StoreError> {
+        let record = codec::encode(event)?;
+        if let ClaimEvent::Claimed(claim) = event {
+            let mut index = claim.expires_at_ms.to_be_bytes().to_vec();
+            index.extend_from_slice(&id.prefix());
+            index.extend_from_slice(&generation.to_be_bytes());
+            self.expiry.insert(index, &[])?;
+        }
+        self.claims.insert(id.record_key(generation, seq), record)?;
+        self.commit().await
+    }
+
+    /// Makes every write so far durable (group commit).
+    pub async fn commit(&self) -> Result<(), StoreError> {
+        self.commits.commit().await.map_err(StoreError::Commit)
+    }
+
+    /// Deletes up to `limit` claim generations that expired before `now_ms`; returns how many.
+    /// Only the expired generation is removed, so a claim made again since is untouched.
+    /// Deletions need no commit of their own: a sweep lost in a crash is simply done again.
+    pub fn sweep_expired(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        let mut swept = 0;
+        for entry in self
+            .expiry
+            .range(..now_ms.to_be_bytes().to_vec())
+            .take(limit)
+        {
+            let (index_key, _) = entry?;
+            // expires_at (8) ‖ claim prefix ‖ generation (8)
+            let generation_prefix = index_key
+                .get(8..)
+                .filter(|rest| rest.len() > 8)
+                .ok_or(StoreError::MalformedKey("claim_expiry"))?;
+            let mut batch = sled::Batch::default();
+            for record in self.claims.scan_prefix(generation_prefix).keys() {
+                batch.remove(record?);
+            }
+            self.claims.apply_batch(batch)?;
+            self.expiry.remove(&index_key)?;
+            swept += 1;
+        }
+        Ok(swept)
+    }
+
+    /// How many claim records are stored (for tests and metrics).
+    pub fn claim_record_count(&self) -> usize {
+        self.claims.len()
+    }
+
+    /// Bytes the store occupies on disk, as sled reports it.
+    pub fn size_on_disk(&self) -> Result<u64, StoreError> {
+        Ok(self.db.size_on_disk()?)
+    }
+}
+
+fn generation_of(suffix: &[u8]) -> Result<u64, StoreError> {
+    suffix
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_be_bytes)
+        .ok_or(StoreError::MalformedKey("claims"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idem_schemas::{Claim, Decision, StoredResponse, Verdict};
+
+    fn claimed(at: u64, ttl: u64) -> ClaimEvent {
+        ClaimEvent::Claimed(Claim {
+            fingerprint: [7; 32],
+            holder: 1,
+            claimed_at_ms: at,
+            expires_at_ms: at + ttl,
+            decision: Decision {
+                id: format!("dec_{at}"),
+                tenant: "acme".into(),
+                signal_type: "sim_swap".into(),
+                verdict: Verdict::Deny,
+                subject_hash: "ab".into(),
+                created_at_ms: at,
+                deliveries: vec![],
+            },
+        })
+    }
+
+    fn done() -> ClaimEvent {
+        ClaimEvent::Completed(StoredResponse {
+            status: 201,
+            body: b"{}".to_vec(),
+        })
+    }
+
+    #[tokio::test]
+    async fn appends_reload_and_generations_are_separate() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let id = ClaimId {
+            tenant: "acme".into(),
+            digest: [1; 32],
+        };
+        let other = ClaimId {
+            tenant: "acme2".into(),
+            digest: [1; 32],
+        };
+        {
+            let store = Store::open(dir.path()).expect("open");
+            assert_eq!(store.load_claim(&id).expect("load"), None);
+            store
+                .append_claim(&id, 100, 0, &claimed(100, 50))
+                .await
+                .expect("append");
+            store
+                .append_claim(&id, 100, 1, &done())
+                .await
+                .expect("append");
+            store
+                .append_claim(&id, 200, 0, &claimed(200, 50))
+                .await
+                .expect("append");
+            store
+                .append_claim(&other, 300, 0, &claimed(300, 50))
+                .await
+                .expect("append");
+        }
+        let store = Store::open(dir.path()).expect("reopen");
+        let log = store.load_claim(&id).expect("load").expect("present");
+        assert_eq!(log.generation, 200);
+        assert_eq!(log.events, vec![claimed(200, 50)]);
+
+        // At 160 only generation 100 has expired: the sweep removes it and nothing else.
+        assert_eq!(store.sweep_expired(160, 100).expect("sweep"), 1);
+        assert_eq!(store.claim_record_count(), 2);
+        assert_eq!(
+            store
+                .load_claim(&id)
+                .expect("load")
+                .expect("present")
+                .generation,
+            200
+        );
+        assert_eq!(store.sweep_expired(1_000, 100).expect("sweep"), 2);
+        assert_eq!(store.claim_record_count(), 0);
+        assert_eq!(store.load_claim(&other).expect("load"), None);
+    }
+}

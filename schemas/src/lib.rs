@@ -1,0 +1,18 @@
+//! The shapes idem speaks and stores. `wire` holds the public JSON documents (the signal a tenant
+//! posts, the decision we answer, the callback envelope we send, problem details), `stored` the
+//! events of the claim log, `signature` the Standard Webhooks scheme both directions use, and
+//! `json_schema` turns the wire types into the JSON Schema files kept under `schemas/json/`.
+
+pub mod json_schema;
+pub mod signature;
+pub mod stored;
+pub mod timefmt;
+pub mod wire;
+
+pub use stored::{
+    ActionOutcome, AttemptRecord, Claim, ClaimEvent, Decision, PlannedDelivery, StoredResponse,
+};
+pub use wire::{
+    ActionResult, ActionStatus, CallbackData, CallbackEnvelope, DecisionResponse, Problem,
+    SignalRequest, Verdict,
+};

@@ -1,0 +1,126 @@
+//! What the claim log keeps on disk. A claim's log is a sequence of `ClaimEvent`s: `Claimed`
+//! (with the decision fixed: its id and every callback body), then `Dispatched` (the recovery
+//! point: each action's outcome), then `Completed` (the response, replayed byte for byte).
+//! These types are encoded by the actors' codec (bincode), so they avoid serde features bincode
+//! cannot carry (untagged enums, skipped fields, `serde_json::Value`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::wire::{ActionResult, ActionStatus, DecisionResponse, Verdict};
+
+/// A decision as fixed when its claim is made: whatever runs after a crash sends these bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// `dec_…`, unique per claim.
+    pub id: String,
+    /// The tenant's name.
+    pub tenant: String,
+    /// The signal type that selected the playbook.
+    pub signal_type: String,
+    /// The playbook's verdict.
+    pub verdict: Verdict,
+    /// Keyed digest of the subject (hex).
+    pub subject_hash: String,
+    /// When the decision was made, unix milliseconds.
+    pub created_at_ms: u64,
+    /// One callback per playbook action, in order.
+    pub deliveries: Vec<PlannedDelivery>,
+}
+
+/// One callback of a decision: where it goes and the exact bytes it sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannedDelivery {
+    /// `msg_…`: the delivery id and its `webhook-id`, derived from the decision and action.
+    pub id: String,
+    /// The playbook action's name.
+    pub action: String,
+    /// The action's URL.
+    pub url: String,
+    /// The serialised `CallbackEnvelope`.
+    pub body: Vec<u8>,
+}
+
+/// The claim itself: who holds it, until when, for which payload, and its decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Claim {
+    /// Keyed digest of the canonical request body; a retry must match it.
+    pub fingerprint: [u8; 32],
+    /// The process epoch of the holder; a claim from an older epoch has no live holder.
+    pub holder: u64,
+    /// When the claim was made, unix milliseconds.
+    pub claimed_at_ms: u64,
+    /// When the key is free again, unix milliseconds.
+    pub expires_at_ms: u64,
+    /// The decision, fixed now.
+    pub decision: Decision,
+}
+
+/// One attempt at a callback and what came of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// When the attempt started, unix milliseconds.
+    pub at_ms: u64,
+    /// The receiver's status code, when it answered.
+    pub code: Option<u16>,
+    /// The network error or deadline, when it did not.
+    pub error: Option<String>,
+    /// How long the attempt took.
+    pub latency_ms: u64,
+}
+
+/// The outcome of one action's inline attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActionOutcome {
+    /// The delivery's id.
+    pub delivery_id: String,
+    /// Delivered, queued for retry, or failed.
+    pub status: ActionStatus,
+    /// The attempt.
+    pub attempt: AttemptRecord,
+}
+
+/// A response as it was sent, for replay byte for byte.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredResponse {
+    /// HTTP status.
+    pub status: u16,
+    /// The body's exact bytes.
+    pub body: Vec<u8>,
+}
+
+/// An event of a claim's log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ClaimEvent {
+    /// The key is claimed and the decision fixed (`in_flight`).
+    Claimed(Claim),
+    /// The actions ran; their outcomes are the recovery point (`dispatched`).
+    Dispatched(Vec<ActionOutcome>),
+    /// The response is persisted (`completed`).
+    Completed(StoredResponse),
+}
+
+impl Decision {
+    /// The response to a first processing of this decision, given its actions' outcomes.
+    pub fn response(&self, outcomes: &[ActionOutcome]) -> DecisionResponse {
+        let actions = self
+            .deliveries
+            .iter()
+            .map(|d| ActionResult {
+                name: d.action.clone(),
+                delivery_id: d.id.clone(),
+                status: outcomes
+                    .iter()
+                    .find(|o| o.delivery_id == d.id)
+                    .map_or(ActionStatus::Queued, |o| o.status),
+            })
+            .collect();
+        DecisionResponse {
+            decision_id: self.id.clone(),
+            signal_type: self.signal_type.clone(),
+            decision: self.verdict,
+            subject_hash: self.subject_hash.clone(),
+            actions,
+            created_at: crate::timefmt::rfc3339_millis(self.created_at_ms),
+        }
+    }
+}

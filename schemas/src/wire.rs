@@ -1,0 +1,147 @@
+//! The public JSON documents: what a tenant posts to `POST /v1/signals`, the decision it gets
+//! back, the callback envelope its systems receive, and the RFC 9457 problem details of every
+//! error. Each derives `ToSchema`, from which the files in `schemas/json/` are generated.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A signal as a tenant posts it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SignalRequest {
+    /// Selects the tenant's playbook, e.g. `sim_swap`.
+    #[serde(rename = "type")]
+    #[schema(min_length = 1, max_length = 128)]
+    pub signal_type: String,
+    /// The identifier the signal is about (phone number, account id). Never stored or sent in
+    /// clear: it becomes `subject_hash`.
+    #[schema(min_length = 1)]
+    pub subject: String,
+    /// When the sender observed the signal (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub occurred_at: Option<String>,
+    /// Any JSON object; echoed in every callback of the decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// The verdict a playbook reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Let it through.
+    Allow,
+    /// Refuse it.
+    Deny,
+    /// Ask for more proof.
+    StepUp,
+    /// Send it to a person.
+    Review,
+}
+
+impl Verdict {
+    /// The name used in JSON and in callback types (`decision.<name>`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Deny => "deny",
+            Verdict::StepUp => "step_up",
+            Verdict::Review => "review",
+        }
+    }
+}
+
+/// How the first attempt of one action's callback went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionStatus {
+    /// The receiver answered 2xx.
+    Delivered,
+    /// A retryable failure (5xx, 429, network error, deadline): left to the retry queue.
+    Queued,
+    /// A terminal answer (4xx other than 429, 3xx): not retried.
+    Failed,
+}
+
+/// One action of a decision, as reported in the response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ActionResult {
+    /// The action's name in the playbook.
+    pub name: String,
+    /// The delivery's id, also its `webhook-id`.
+    pub delivery_id: String,
+    /// The outcome of the inline attempt.
+    pub status: ActionStatus,
+}
+
+/// The `201` body of a first processing, replayed byte for byte on a retry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionResponse {
+    /// The decision's id, fixed when the claim was made.
+    pub decision_id: String,
+    /// The signal type.
+    #[serde(rename = "type")]
+    pub signal_type: String,
+    /// The verdict.
+    pub decision: Verdict,
+    /// Keyed digest of the subject (hex).
+    pub subject_hash: String,
+    /// One entry per playbook action, in playbook order.
+    pub actions: Vec<ActionResult>,
+    /// When the decision was made (RFC 3339, milliseconds).
+    #[schema(format = DateTime)]
+    pub created_at: String,
+}
+
+/// What one callback carries about its decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CallbackData {
+    /// The tenant's name.
+    pub tenant: String,
+    /// The decision's id.
+    pub decision_id: String,
+    /// The verdict.
+    pub decision: Verdict,
+    /// The playbook action this callback performs.
+    pub action: String,
+    /// The signal type.
+    pub signal_type: String,
+    /// Keyed digest of the subject (hex).
+    pub subject_hash: String,
+    /// The signal's metadata, `{}` when it had none.
+    #[schema(value_type = Object)]
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The body of every callback, built once and sent byte-identical on every attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CallbackEnvelope {
+    /// `decision.<verdict>`.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// When the envelope was built (RFC 3339, milliseconds); never changes.
+    #[schema(format = DateTime)]
+    pub timestamp: String,
+    /// The decision.
+    pub data: CallbackData,
+}
+
+/// An error, as RFC 9457 problem details (`application/problem+json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Problem {
+    /// A URI naming the kind of problem; each kind has its own.
+    #[serde(rename = "type")]
+    pub problem_type: String,
+    /// A short summary of the kind.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// What went wrong with this request and how to fix it.
+    pub detail: String,
+}

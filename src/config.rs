@@ -1,0 +1,505 @@
+//! The configuration file (TOML), read and validated into typed settings before anything runs.
+//! Every key but `idempotency.key_secret` and the tenants has a default; unknown keys are refused
+//! with the line they are on. An error names the key and the reason in one line.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use idem_schemas::signature::Secret;
+use idem_schemas::Verdict;
+use serde::Deserialize;
+
+/// The most actions one playbook may have (each is a callback per decision).
+pub const MAX_ACTIONS: usize = 16;
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address to listen on; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Where the embedded store lives.
+    pub data_dir: PathBuf,
+    /// Claim windows and the key digest secret.
+    pub idempotency: Idempotency,
+    /// Callback delivery.
+    pub delivery: Delivery,
+    /// Inbound signature checks.
+    pub signatures: Signatures,
+    /// Tenants by name.
+    pub tenants: HashMap<String, Tenant>,
+}
+
+/// `[idempotency]`.
+#[derive(Debug, Clone)]
+pub struct Idempotency {
+    /// How long a key and its stored result live.
+    pub key_ttl: Duration,
+    /// A claim whose holder died is retakeable after this.
+    pub in_flight_timeout: Duration,
+    /// Secret of the keyed digests (keys, subjects, body fingerprints).
+    pub key_secret: Vec<u8>,
+    /// A claim actor with nothing to do for this long stops (its log stays on disk).
+    pub idle_actor_timeout: Duration,
+    /// How often expired claims are pruned from disk.
+    pub sweep_interval: Duration,
+}
+
+/// `[delivery]`.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// Deadline of the attempt made inside the ingest request.
+    pub inline_timeout: Duration,
+    /// Period of the retry worker.
+    pub retry_interval: Duration,
+    /// Attempts after the inline one.
+    pub max_retries: u32,
+}
+
+/// `[signatures]`.
+#[derive(Debug, Clone)]
+pub struct Signatures {
+    /// Accepted clock skew of `webhook-timestamp`, both ways.
+    pub tolerance: Duration,
+}
+
+/// A tenant.
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    /// Its name (the key under `[tenants]`).
+    pub name: String,
+    /// Its Bearer token.
+    pub api_key: String,
+    /// Inbound signing secrets; empty means authenticated by API key alone.
+    pub signing_secrets: Vec<Secret>,
+    /// Outbound signing secrets; every one signs each callback.
+    pub callback_secrets: Vec<Secret>,
+    /// Playbooks by signal type.
+    pub playbooks: HashMap<String, Playbook>,
+}
+
+/// A playbook: what a signal type becomes.
+#[derive(Debug, Clone)]
+pub struct Playbook {
+    /// The verdict.
+    pub decision: Verdict,
+    /// The callbacks, in order.
+    pub actions: Vec<Action>,
+}
+
+/// One callback of a playbook.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Action {
+    /// Its name, unique in the playbook.
+    pub name: String,
+    /// Where it is POSTed.
+    pub url: String,
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("config {path}: cannot read: {reason}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("config {path}: {reason}")]
+    Syntax {
+        /// The file.
+        path: String,
+        /// The parser's words, on one line.
+        reason: String,
+    },
+    /// A value is refused.
+    #[error("config: {key}: {reason}")]
+    Invalid {
+        /// The dotted key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        reason: reason.into(),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: Option<String>,
+    data_dir: Option<PathBuf>,
+    #[serde(default)]
+    idempotency: RawIdempotency,
+    #[serde(default)]
+    delivery: RawDelivery,
+    #[serde(default)]
+    signatures: RawSignatures,
+    #[serde(default)]
+    tenants: BTreeMap<String, RawTenant>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawIdempotency {
+    key_ttl: Option<String>,
+    in_flight_timeout: Option<String>,
+    key_secret: Option<String>,
+    idle_actor_timeout: Option<String>,
+    sweep_interval: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawDelivery {
+    inline_timeout: Option<String>,
+    retry_interval: Option<String>,
+    max_retries: Option<i64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSignatures {
+    tolerance: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    api_key: Option<String>,
+    signing_secret: Option<OneOrMany>,
+    callback_secret: Option<OneOrMany>,
+    #[serde(default)]
+    playbooks: BTreeMap<String, RawPlaybook>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlaybook {
+    decision: Option<String>,
+    #[serde(default)]
+    actions: Vec<Action>,
+}
+
+fn duration(key: &str, raw: Option<&str>, default: &str) -> Result<Duration, ConfigError> {
+    let text = raw.unwrap_or(default);
+    let d = humantime::parse_duration(text)
+        .map_err(|e| invalid(key, format!("{text:?} is not a duration like \"5s\" ({e})")))?;
+    if d.is_zero() {
+        return Err(invalid(key, "must be longer than zero"));
+    }
+    Ok(d)
+}
+
+fn secrets(key: &str, raw: Option<OneOrMany>) -> Result<Vec<Secret>, ConfigError> {
+    let list = match raw {
+        None => return Ok(Vec::new()),
+        Some(OneOrMany::One(s)) => vec![s],
+        Some(OneOrMany::Many(v)) => v,
+    };
+    if list.is_empty() {
+        return Err(invalid(key, "an empty list; omit the key instead"));
+    }
+    list.iter()
+        .map(|s| Secret::parse(s).map_err(|e| invalid(key, format!("a secret {e}"))))
+        .collect()
+}
+
+impl Config {
+    /// Reads and validates the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        Self::parse(&text).map_err(|e| match e {
+            ConfigError::Syntax { reason, .. } => ConfigError::Syntax {
+                path: path.display().to_string(),
+                reason,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and validates TOML text.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: String::new(),
+            reason: one_line(text, &e),
+        })?;
+        Self::validate(raw)
+    }
+
+    fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+        let listen_text = raw.listen.as_deref().unwrap_or("127.0.0.1:8080");
+        let listen = listen_text.parse().map_err(|_| {
+            invalid(
+                "listen",
+                format!("{listen_text:?} is not an address like \"127.0.0.1:8080\""),
+            )
+        })?;
+        let data_dir = raw.data_dir.unwrap_or_else(|| PathBuf::from("data"));
+        if data_dir.as_os_str().is_empty() {
+            return Err(invalid("data_dir", "must not be empty"));
+        }
+
+        let i = raw.idempotency;
+        let key_secret =
+            match i.key_secret {
+                Some(s) if !s.is_empty() => s.into_bytes(),
+                _ => return Err(invalid(
+                    "idempotency.key_secret",
+                    "is required: a long random string that keys the digests of idempotency keys",
+                )),
+            };
+        let key_ttl = duration("idempotency.key_ttl", i.key_ttl.as_deref(), "24h")?;
+        let idempotency = Idempotency {
+            key_ttl,
+            in_flight_timeout: duration(
+                "idempotency.in_flight_timeout",
+                i.in_flight_timeout.as_deref(),
+                "30s",
+            )?,
+            key_secret,
+            idle_actor_timeout: duration(
+                "idempotency.idle_actor_timeout",
+                i.idle_actor_timeout.as_deref(),
+                "30s",
+            )?,
+            sweep_interval: match i.sweep_interval.as_deref() {
+                Some(text) => duration("idempotency.sweep_interval", Some(text), "")?,
+                None => (key_ttl / 10).clamp(Duration::from_millis(200), Duration::from_secs(60)),
+            },
+        };
+
+        let d = raw.delivery;
+        let max_retries = d.max_retries.unwrap_or(3);
+        let delivery = Delivery {
+            inline_timeout: duration("delivery.inline_timeout", d.inline_timeout.as_deref(), "5s")?,
+            retry_interval: duration("delivery.retry_interval", d.retry_interval.as_deref(), "5m")?,
+            max_retries: u32::try_from(max_retries)
+                .ok()
+                .filter(|n| *n <= 100)
+                .ok_or_else(|| invalid("delivery.max_retries", "must be between 0 and 100"))?,
+        };
+        let signatures = Signatures {
+            tolerance: duration(
+                "signatures.tolerance",
+                raw.signatures.tolerance.as_deref(),
+                "5m",
+            )?,
+        };
+
+        if raw.tenants.is_empty() {
+            return Err(invalid("tenants", "at least one tenant is required"));
+        }
+        let mut tenants = HashMap::new();
+        let mut api_keys = HashMap::new();
+        for (name, t) in raw.tenants {
+            let key = format!("tenants.{name}");
+            if name.is_empty()
+                || name.len() > 64
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            {
+                return Err(invalid(&key, "a tenant name is 1 to 64 of [A-Za-z0-9_-]"));
+            }
+            let api_key = t
+                .api_key
+                .filter(|k| !k.is_empty())
+                .ok_or_else(|| invalid(format!("{key}.api_key"), "is required"))?;
+            if let Some(other) = api_keys.insert(api_key.clone(), name.clone()) {
+                return Err(invalid(
+                    format!("{key}.api_key"),
+                    format!("is the same as tenants.{other}.api_key"),
+                ));
+            }
+            let signing_secrets = secrets(&format!("{key}.signing_secret"), t.signing_secret)?;
+            let callback_secrets = secrets(&format!("{key}.callback_secret"), t.callback_secret)?;
+            let mut playbooks = HashMap::new();
+            for (signal_type, p) in t.playbooks {
+                let pkey = format!("{key}.playbooks.{signal_type}");
+                let decision = match p.decision.as_deref() {
+                    Some("allow") => Verdict::Allow,
+                    Some("deny") => Verdict::Deny,
+                    Some("step_up") => Verdict::StepUp,
+                    Some("review") => Verdict::Review,
+                    Some(other) => {
+                        return Err(invalid(
+                            format!("{pkey}.decision"),
+                            format!("{other:?} is not one of allow, deny, step_up, review"),
+                        ))
+                    }
+                    None => return Err(invalid(format!("{pkey}.decision"), "is required")),
+                };
+                if p.actions.len() > MAX_ACTIONS {
+                    return Err(invalid(
+                        format!("{pkey}.actions"),
+                        format!("at most {MAX_ACTIONS} actions"),
+                    ));
+                }
+                for (n, action) in p.actions.iter().enumerate() {
+                    let akey = format!("{pkey}.actions[{n}]");
+                    if action.name.is_empty() {
+                        return Err(invalid(format!("{akey}.name"), "must not be empty"));
+                    }
+                    if p.actions[..n].iter().any(|a| a.name == action.name) {
+                        return Err(invalid(
+                            format!("{akey}.name"),
+                            format!("{:?} is used twice in this playbook", action.name),
+                        ));
+                    }
+                    match reqwest::Url::parse(&action.url) {
+                        Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
+                        _ => {
+                            return Err(invalid(
+                                format!("{akey}.url"),
+                                format!("{:?} is not an http(s) URL", action.url),
+                            ))
+                        }
+                    }
+                }
+                if !p.actions.is_empty() && callback_secrets.is_empty() {
+                    return Err(invalid(
+                        format!("{key}.callback_secret"),
+                        "is required when a playbook has actions (callbacks are signed)",
+                    ));
+                }
+                playbooks.insert(
+                    signal_type,
+                    Playbook {
+                        decision,
+                        actions: p.actions,
+                    },
+                );
+            }
+            tenants.insert(
+                name.clone(),
+                Tenant {
+                    name,
+                    api_key,
+                    signing_secrets,
+                    callback_secrets,
+                    playbooks,
+                },
+            );
+        }
+        Ok(Config {
+            listen,
+            data_dir,
+            idempotency,
+            delivery,
+            signatures,
+            tenants,
+        })
+    }
+}
+
+/// The parser's message with its line number, on one line.
+fn one_line(text: &str, e: &toml::de::Error) -> String {
+    let line = e
+        .span()
+        .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+    let message = e.message().replace('\n', " ");
+    match line {
+        Some(l) => format!("line {l}: {message}"),
+        None => message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[idempotency]
+key_secret = "0123456789abcdef0123456789abcdef"
+
+[tenants.acme]
+api_key = "sk_test"
+callback_secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+[tenants.acme.playbooks.sim_swap]
+decision = "deny"
+actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
+"#;
+
+    fn err(text: &str) -> String {
+        Config::parse(text)
+            .expect_err("must be refused")
+            .to_string()
+    }
+
+    #[test]
+    fn defaults_fill_every_optional_key() {
+        let c = Config::parse(MINIMAL).expect("valid");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.data_dir, PathBuf::from("data"));
+        assert_eq!(c.idempotency.key_ttl, Duration::from_secs(86_400));
+        assert_eq!(c.idempotency.in_flight_timeout, Duration::from_secs(30));
+        assert_eq!(c.delivery.inline_timeout, Duration::from_secs(5));
+        assert_eq!(c.delivery.retry_interval, Duration::from_secs(300));
+        assert_eq!(c.delivery.max_retries, 3);
+        assert_eq!(c.signatures.tolerance, Duration::from_secs(300));
+        let acme = &c.tenants["acme"];
+        assert!(acme.signing_secrets.is_empty());
+        assert_eq!(acme.playbooks["sim_swap"].decision, Verdict::Deny);
+    }
+
+    #[test]
+    fn refusals_name_the_key() {
+        assert!(err("").contains("idempotency.key_secret"));
+        let unknown = format!("{MINIMAL}\n[delivery]\nretries = 3\n");
+        let e = err(&unknown);
+        assert!(
+            e.contains("unknown field `retries`") && e.contains("line "),
+            "{e}"
+        );
+        let e = err(&MINIMAL.replace("\"deny\"", "\"maybe\""));
+        assert!(
+            e.contains("tenants.acme.playbooks.sim_swap.decision"),
+            "{e}"
+        );
+        let e = err(&MINIMAL.replace("http://127.0.0.1:9000/lock", "ftp://x"));
+        assert!(e.contains("actions[0].url"), "{e}");
+        let e = err(&format!("listen = \"nowhere\"\n{MINIMAL}"));
+        assert!(e.starts_with("config: listen:"), "{e}");
+        let e = err(&MINIMAL.replace("[idempotency]", "[idempotency]\nkey_ttl = \"soon\""));
+        assert!(e.contains("idempotency.key_ttl"), "{e}");
+        let e = err(&MINIMAL.replace(
+            "callback_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"",
+            "",
+        ));
+        assert!(e.contains("tenants.acme.callback_secret"), "{e}");
+        assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn secrets_may_be_lists() {
+        let text = MINIMAL.replace(
+            "callback_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"",
+            "callback_secret = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\", \"whsec_b3RoZXI=\"]\nsigning_secret = \"whsec_b3RoZXI=\"",
+        );
+        let c = Config::parse(&text).expect("valid");
+        assert_eq!(c.tenants["acme"].callback_secrets.len(), 2);
+        assert_eq!(c.tenants["acme"].signing_secrets.len(), 1);
+    }
+}

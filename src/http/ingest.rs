@@ -1,0 +1,222 @@
+//! `POST /v1/signals`. Checks run in the contract's order, each refusal before the claim
+//! leaving nothing stored: (1) key syntax, content type, size, JSON shape; (2) API key, then
+//! signature and timestamp; (3) a playbook for the type; (4) the claim. A keyed request is
+//! answered by its claim actor (first processing, replay, 409 or 422); a keyless one is
+//! processed every time through the same playbook and dispatch code.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use idem_actors::{ClaimId, RegistryError, Reply, Submission};
+use idem_schemas::timefmt::{is_rfc3339, now_ms};
+use idem_schemas::{SignalRequest, StoredResponse};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::http::auth::verify_signature;
+use crate::http::problem::{ApiError, Kind};
+use crate::http::App;
+use crate::key;
+use crate::playbook::{self, Signal};
+
+/// The largest body accepted.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// The handler.
+pub async fn ingest(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    match handle(&app, &headers, body).await {
+        Ok(response) => response,
+        Err(problem) => problem.into_response(),
+    }
+}
+
+async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    // 1. Syntax: nothing about the sender is known yet, nothing is stored.
+    let key = key::parse(headers)
+        .map_err(|e| ApiError::new(Kind::InvalidIdempotencyKey, e.to_string()))?;
+    require_json(headers)?;
+    let bytes = read_body(headers, body).await?;
+    let (value, signal) = parse_signal(&bytes)?;
+
+    // 2. Authentication: an unauthenticated request never occupies a key.
+    let config = &app.config;
+    let tenant = app.api_keys.authenticate(config, headers)?;
+    let now = now_ms();
+    let signed_id = verify_signature(
+        tenant,
+        headers,
+        &bytes,
+        (now / 1000) as i64,
+        config.signatures.tolerance.as_secs(),
+    )?;
+    if let (Some(id), Some(key)) = (signed_id, key.as_deref()) {
+        if id != key {
+            return Err(ApiError::new(
+                Kind::WebhookIdMismatch,
+                "on a signed request, webhook-id must equal Idempotency-Key so the signature covers the key",
+            ));
+        }
+    }
+
+    // 3. The playbook.
+    let playbook = tenant.playbooks.get(&signal.signal_type).ok_or_else(|| {
+        ApiError::new(
+            Kind::UnknownSignalType,
+            format!(
+                "tenant {} has no playbook for signal type {:?}",
+                tenant.name, signal.signal_type
+            ),
+        )
+    })?;
+
+    // 4. The decision this request would make, then the claim (if keyed).
+    let subject_hash = app.digester.subject(&tenant.name, &signal.subject);
+    let decision = playbook::decide(
+        playbook,
+        Signal {
+            tenant: &tenant.name,
+            signal_type: &signal.signal_type,
+            subject_hash,
+            metadata: signal.metadata.unwrap_or_default(),
+        },
+        now,
+    )
+    .map_err(|e| ApiError::new(Kind::Internal, format!("cannot build the callbacks: {e}")))?;
+    let span = tracing::info_span!("signal", tenant = %tenant.name, decision = %decision.id, keyed = key.is_some());
+    let _entered = span.enter();
+
+    let Some(key) = key else {
+        let outcomes = app.dispatcher.dispatch(&decision).await;
+        let body = serde_json::to_vec(&decision.response(&outcomes))
+            .map_err(|e| ApiError::new(Kind::Internal, e.to_string()))?;
+        tracing::info!("keyless signal decided");
+        return Ok(stored(&StoredResponse { status: 201, body }, false));
+    };
+    let id = ClaimId {
+        tenant: tenant.name.clone(),
+        digest: app.digester.key(&tenant.name, &key),
+    };
+    let fingerprint = app.digester.fingerprint(&tenant.name, &value);
+    drop(_entered);
+    let reply = app
+        .claims
+        .submit(&id, Submission::new(fingerprint, decision))
+        .await;
+    match reply {
+        Ok(Reply::First(response)) => Ok(stored(&response, false)),
+        Ok(Reply::Replayed(response)) => Ok(stored(&response, true)),
+        Ok(Reply::InFlight) => Err(ApiError::new(
+            Kind::KeyInFlight,
+            "a request with this Idempotency-Key is still being processed; retry after a moment",
+        )),
+        Ok(Reply::Mismatch) => Err(ApiError::new(
+            Kind::KeyReused,
+            "this Idempotency-Key was used with a different payload; use a new key for a new signal",
+        )),
+        Ok(Reply::Failed(e)) => {
+            tracing::error!(error = %e, "claim failed");
+            Err(ApiError::new(Kind::Internal, "the claim could not be stored; retry with the same key"))
+        }
+        Err(RegistryError::Unavailable) => Err(ApiError::new(
+            Kind::Unavailable,
+            "the key's actor is restarting; retry with the same key",
+        )),
+        Err(e) => {
+            tracing::error!(error = %e, "claim actor failed");
+            Err(ApiError::new(Kind::Internal, "processing failed; retry with the same key"))
+        }
+    }
+}
+
+/// A response from stored status and bytes.
+fn stored(response: &StoredResponse, replayed: bool) -> Response {
+    let status = StatusCode::from_u16(response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let content_type = if status.is_success() {
+        "application/json"
+    } else {
+        "application/problem+json"
+    };
+    let mut r = (status, response.body.clone()).into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if replayed {
+        r.headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    r
+}
+
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let ok = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            Kind::UnsupportedMediaType,
+            "send the signal as JSON with Content-Type: application/json",
+        ))
+    }
+}
+
+async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            Kind::PayloadTooLarge,
+            format!("the body is larger than {MAX_BODY} bytes; trim metadata"),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, MAX_BODY).await.map_err(|e| {
+        let length_limit = std::error::Error::source(&e)
+            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if length_limit {
+            too_large()
+        } else {
+            ApiError::new(
+                Kind::MalformedJson,
+                format!("the body could not be read: {e}"),
+            )
+        }
+    })
+}
+
+fn parse_signal(bytes: &[u8]) -> Result<(Value, SignalRequest), ApiError> {
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::new(Kind::MalformedJson, format!("the body is not JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::new(
+            Kind::InvalidSignal,
+            "the body must be a JSON object like {\"type\": \"sim_swap\", \"subject\": \"...\"}",
+        ));
+    }
+    let signal = SignalRequest::deserialize(&value)
+        .map_err(|e| ApiError::new(Kind::InvalidSignal, format!("the signal is not valid: {e}")))?;
+    let invalid = |detail: &str| Err(ApiError::new(Kind::InvalidSignal, detail));
+    if signal.signal_type.is_empty() || signal.signal_type.len() > 128 {
+        return invalid("type must be 1 to 128 characters");
+    }
+    if signal.subject.is_empty() {
+        return invalid("subject must not be empty");
+    }
+    if signal
+        .occurred_at
+        .as_deref()
+        .is_some_and(|t| !is_rfc3339(t))
+    {
+        return invalid("occurred_at must be an RFC 3339 date-time like 2026-11-29T17:54:32Z");
+    }
+    Ok((value, signal))
+}

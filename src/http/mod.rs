@@ -1,0 +1,50 @@
+//! The HTTP front: a thin axum router. It checks what can be checked without state (syntax,
+//! authentication, signature, playbook), then hands keyed requests to their claim actor and
+//! writes back what the actor answers. It decides nothing about a key itself.
+
+pub mod auth;
+pub mod ingest;
+pub mod problem;
+
+use std::sync::Arc;
+
+use axum::routing::{get, post};
+use axum::Router;
+use idem_actors::{ClaimRegistry, Dispatcher};
+
+use crate::config::Config;
+use crate::digest::Digester;
+use problem::{ApiError, Kind};
+
+/// What every handler shares.
+pub struct App {
+    /// The configuration.
+    pub config: Arc<Config>,
+    /// Tenants by API key.
+    pub api_keys: auth::ApiKeys,
+    /// Keyed digests.
+    pub digester: Digester,
+    /// The way to claim actors.
+    pub claims: ClaimRegistry,
+    /// Callback attempts (for keyless signals; keyed ones go through their claim actor).
+    pub dispatcher: Arc<Dispatcher>,
+}
+
+/// The router of the whole service.
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v1/signals", post(ingest::ingest))
+        .route("/healthz", get(healthz))
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                Kind::MethodNotAllowed,
+                "this path does not take that method",
+            )
+        })
+        .fallback(|| async { ApiError::new(Kind::NotFound, "no such path; see /openapi.json") })
+        .with_state(app)
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}

@@ -1,0 +1,213 @@
+//! Every error idem answers, as RFC 9457 problem details (`application/problem+json`). Each kind
+//! has its own `type` URI, status and title, listed once here; the `detail` says what to fix.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use idem_schemas::Problem;
+
+/// The kinds of problem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The `Idempotency-Key` header is malformed or repeated.
+    InvalidIdempotencyKey,
+    /// The content type is not JSON.
+    UnsupportedMediaType,
+    /// The body is over the limit.
+    PayloadTooLarge,
+    /// The body is not JSON.
+    MalformedJson,
+    /// The JSON is not a valid signal.
+    InvalidSignal,
+    /// No valid Bearer token.
+    Unauthorized,
+    /// The tenant signs its requests, and this one carries no signature.
+    SignatureRequired,
+    /// No signature matched.
+    InvalidSignature,
+    /// `webhook-timestamp` is outside the tolerance.
+    StaleTimestamp,
+    /// `webhook-id` differs from `Idempotency-Key` on a signed request.
+    WebhookIdMismatch,
+    /// The tenant has no playbook for the signal type.
+    UnknownSignalType,
+    /// The key's first request is still being processed.
+    KeyInFlight,
+    /// The key was used with another payload.
+    KeyReused,
+    /// No such route.
+    NotFound,
+    /// The route exists, not with this method.
+    MethodNotAllowed,
+    /// The service is overloaded or shutting down.
+    Unavailable,
+    /// Something failed inside idem.
+    Internal,
+}
+
+impl Kind {
+    /// Every kind (for documentation and tests).
+    pub const ALL: [Kind; 17] = [
+        Kind::InvalidIdempotencyKey,
+        Kind::UnsupportedMediaType,
+        Kind::PayloadTooLarge,
+        Kind::MalformedJson,
+        Kind::InvalidSignal,
+        Kind::Unauthorized,
+        Kind::SignatureRequired,
+        Kind::InvalidSignature,
+        Kind::StaleTimestamp,
+        Kind::WebhookIdMismatch,
+        Kind::UnknownSignalType,
+        Kind::KeyInFlight,
+        Kind::KeyReused,
+        Kind::NotFound,
+        Kind::MethodNotAllowed,
+        Kind::Unavailable,
+        Kind::Internal,
+    ];
+
+    /// Status, slug (the end of the `type` URI) and title.
+    pub fn describe(self) -> (StatusCode, &'static str, &'static str) {
+        use StatusCode as S;
+        match self {
+            Kind::InvalidIdempotencyKey => (
+                S::BAD_REQUEST,
+                "invalid-idempotency-key",
+                "Invalid Idempotency-Key",
+            ),
+            Kind::UnsupportedMediaType => (
+                S::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "Body must be JSON",
+            ),
+            Kind::PayloadTooLarge => (S::PAYLOAD_TOO_LARGE, "payload-too-large", "Body too large"),
+            Kind::MalformedJson => (S::BAD_REQUEST, "malformed-json", "Body is not valid JSON"),
+            Kind::InvalidSignal => (
+                S::BAD_REQUEST,
+                "invalid-signal",
+                "Body is not a valid signal",
+            ),
+            Kind::Unauthorized => (
+                S::UNAUTHORIZED,
+                "unauthorized",
+                "Missing or invalid API key",
+            ),
+            Kind::SignatureRequired => (
+                S::UNAUTHORIZED,
+                "signature-required",
+                "Request must be signed",
+            ),
+            Kind::InvalidSignature => (
+                S::UNAUTHORIZED,
+                "invalid-signature",
+                "Signature does not match",
+            ),
+            Kind::StaleTimestamp => (
+                S::UNAUTHORIZED,
+                "stale-timestamp",
+                "Signature timestamp out of tolerance",
+            ),
+            Kind::WebhookIdMismatch => (
+                S::BAD_REQUEST,
+                "webhook-id-mismatch",
+                "webhook-id must equal Idempotency-Key",
+            ),
+            Kind::UnknownSignalType => (
+                S::BAD_REQUEST,
+                "unknown-signal-type",
+                "No playbook for this signal type",
+            ),
+            Kind::KeyInFlight => (
+                S::CONFLICT,
+                "key-in-flight",
+                "Request with this key is in progress",
+            ),
+            Kind::KeyReused => (
+                S::UNPROCESSABLE_ENTITY,
+                "key-reused",
+                "Key reused with another payload",
+            ),
+            Kind::NotFound => (S::NOT_FOUND, "not-found", "No such resource"),
+            Kind::MethodNotAllowed => (
+                S::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "Method not allowed",
+            ),
+            Kind::Unavailable => (S::SERVICE_UNAVAILABLE, "unavailable", "Service unavailable"),
+            Kind::Internal => (S::INTERNAL_SERVER_ERROR, "internal", "Internal error"),
+        }
+    }
+
+    /// The `type` URI.
+    pub fn uri(self) -> String {
+        format!("urn:idem:problem:{}", self.describe().1)
+    }
+}
+
+/// An error response.
+#[derive(Debug)]
+pub struct ApiError {
+    kind: Kind,
+    detail: String,
+}
+
+impl ApiError {
+    /// A problem of `kind` with `detail`.
+    pub fn new(kind: Kind, detail: impl Into<String>) -> Self {
+        ApiError {
+            kind,
+            detail: detail.into(),
+        }
+    }
+
+    /// The problem document.
+    pub fn problem(&self) -> Problem {
+        let (status, _, title) = self.kind.describe();
+        Problem {
+            problem_type: self.kind.uri(),
+            title: title.to_string(),
+            status: status.as_u16(),
+            detail: self.detail.clone(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let problem = self.problem();
+        let status = self.kind.describe().0;
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        let mut response = (status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        match self.kind {
+            Kind::KeyInFlight => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+            }
+            Kind::Unavailable => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            Kind::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_its_own_type() {
+        let mut uris: Vec<String> = Kind::ALL.iter().map(|k| k.uri()).collect();
+        uris.sort();
+        uris.dedup();
+        assert_eq!(uris.len(), Kind::ALL.len());
+    }
+}

@@ -1,0 +1,151 @@
+//! The `idem` binary: `serve`, `sign` and `check-config`. Errors end here, with one line on
+//! stderr and exit status 2 for a bad configuration.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use idem::config::Config;
+use idem_schemas::signature::Secret;
+
+#[derive(Parser)]
+#[command(
+    name = "idem",
+    version,
+    about = "Exactly-once trust decisions for identity webhooks"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service.
+    Serve {
+        /// The configuration file.
+        #[arg(long, default_value = "idem.toml")]
+        config: PathBuf,
+    },
+    /// Print a Standard Webhooks `webhook-signature` value for the body on standard input.
+    Sign {
+        /// The signing secret (`whsec_…`).
+        #[arg(long)]
+        secret: String,
+        /// The `webhook-id` (use the Idempotency-Key when sending one).
+        #[arg(long)]
+        id: String,
+        /// The `webhook-timestamp` in unix seconds (default: now).
+        #[arg(long)]
+        timestamp: Option<i64>,
+    },
+    /// Validate a configuration without serving (exit 0, or 2 with the reason).
+    CheckConfig {
+        /// The configuration file.
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config } => {
+            let config = match Config::load(&config) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
+            init_tracing();
+            match serve(config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e:#}");
+                    eprintln!("idem: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Sign {
+            secret,
+            id,
+            timestamp,
+        } => match sign(&secret, &id, timestamp) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("idem sign: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        Command::CheckConfig { config } => match Config::load(&config) {
+            Ok(_) => {
+                println!("{}: ok", config.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(filter)
+        .init();
+}
+
+fn serve(config: Config) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the runtime")?;
+    runtime.block_on(async {
+        idem::serve::run(
+            config,
+            |addr| {
+                let mut out = std::io::stdout();
+                let _ = writeln!(out, "idem listening on http://{addr}");
+                let _ = out.flush();
+            },
+            shutdown_signal(),
+        )
+        .await
+    })?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM"),
+        _ = int.recv() => tracing::info!("SIGINT"),
+    }
+}
+
+fn sign(secret: &str, id: &str, timestamp: Option<i64>) -> anyhow::Result<()> {
+    let secret = Secret::parse(secret).map_err(|e| anyhow::anyhow!("--secret {e}"))?;
+    let mut body = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut body)
+        .context("cannot read the body from standard input")?;
+    let timestamp = match timestamp {
+        Some(t) => t,
+        None => (idem_schemas::timefmt::now_ms() / 1000) as i64,
+    };
+    println!("{}", secret.sign(id, timestamp, &body));
+    Ok(())
+}

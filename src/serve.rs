@@ -1,0 +1,115 @@
+//! `idem serve`: opens the store, starts the claim supervisor and the expiry sweeper, serves
+//! HTTP until a shutdown signal, then stops taking requests, lets those in flight finish, stops
+//! the actors and makes the store durable one last time.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use idem_actors::claim::ClaimContext;
+use idem_actors::{ClaimRegistry, ClaimSettings, Dispatcher, Keyring, Store};
+use idem_schemas::signature::Secret;
+
+use crate::config::Config;
+use crate::digest::Digester;
+use crate::http::{self, auth::ApiKeys, App};
+
+/// Why the service could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The store could not be opened or flushed.
+    #[error(transparent)]
+    Store(#[from] idem_actors::StoreError),
+    /// The listener could not be bound or failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The configured address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The HTTP server failed.
+    #[error("http server: {0}")]
+    Http(std::io::Error),
+    /// The actors could not start.
+    #[error(transparent)]
+    Actors(#[from] idem_actors::RegistryError),
+    /// The callback client could not be built.
+    #[error(transparent)]
+    Client(#[from] idem_actors::dispatch::ClientError),
+}
+
+/// Callback secrets straight from the configuration.
+struct ConfigKeyring(Arc<Config>);
+
+impl Keyring for ConfigKeyring {
+    fn callback_secrets(&self, tenant: &str) -> Vec<Secret> {
+        self.0
+            .tenants
+            .get(tenant)
+            .map(|t| t.callback_secrets.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// A number no other process of this store had: claims made under another epoch have no live
+/// holder and may be taken over at once.
+fn process_epoch() -> u64 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ (u64::from(std::process::id()) << 40)
+}
+
+/// Runs the service until `shutdown` completes. `on_listen` is told the bound address.
+pub async fn run(
+    config: Config,
+    on_listen: impl FnOnce(std::net::SocketAddr),
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let config = Arc::new(config);
+    let store = Store::open(&config.data_dir)?;
+    let keyring = Arc::new(ConfigKeyring(config.clone()));
+    let dispatcher = Arc::new(Dispatcher::new(keyring, config.delivery.inline_timeout)?);
+    let epoch = process_epoch();
+    let ctx = Arc::new(ClaimContext {
+        store: store.clone(),
+        dispatcher: dispatcher.clone(),
+        settings: ClaimSettings {
+            key_ttl: config.idempotency.key_ttl,
+            in_flight_timeout: config.idempotency.in_flight_timeout,
+            idle_timeout: config.idempotency.idle_actor_timeout,
+            holder: epoch,
+        },
+    });
+    let claims = ClaimRegistry::start(format!("idem-{epoch:x}"), ctx).await?;
+    let sweeper = idem_actors::sweeper::spawn(store.clone(), config.idempotency.sweep_interval);
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServeError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(ServeError::Http)?;
+    let app = Arc::new(App {
+        api_keys: ApiKeys::new(&config),
+        digester: Digester::new(&config.idempotency.key_secret),
+        config: config.clone(),
+        claims,
+        dispatcher,
+    });
+    on_listen(addr);
+    tracing::info!(%addr, data_dir = %config.data_dir.display(), "serving");
+    let served = axum::serve(listener, http::router(app.clone()))
+        .with_graceful_shutdown(shutdown)
+        .await;
+
+    tracing::info!("shutting down: requests finished, stopping actors");
+    app.claims.shutdown().await;
+    sweeper.abort();
+    store.commit().await?;
+    tracing::info!("store flushed; bye");
+    served.map_err(ServeError::Http)
+}
