@@ -1,0 +1,137 @@
+//! The binary's other subcommands and its refusal of bad configuration.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use common::*;
+
+fn idem(args: &[&str], stdin: &[u8]) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin)
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn sign_prints_the_standard_webhooks_signature() {
+    // The example of the Standard Webhooks specification.
+    let (code, out, _) = idem(
+        &[
+            "sign",
+            "--secret",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "--id",
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            "--timestamp",
+            "1614265330",
+        ],
+        br#"{"test": 2432232314}"#,
+    );
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.trim(),
+        "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+    );
+    let (code, _, err) = idem(&["sign", "--secret", "whsec_!!", "--id", "x"], b"{}");
+    assert_eq!(code, 2);
+    assert!(err.contains("--secret"));
+}
+
+#[tokio::test]
+async fn a_request_signed_by_idem_sign_is_accepted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let idem_proc = Idem::start(
+        dir.path(),
+        &config(&dir.path().join("data"), &receiver, "", ""),
+    );
+    let body = sim_swap("+447700900123");
+    let key = unique("cli");
+    let ts = (idem_schemas::timefmt::now_ms() / 1000).to_string();
+    let (code, sig, _) = idem(
+        &[
+            "sign",
+            "--secret",
+            SIGNING_SECRET,
+            "--id",
+            &key,
+            "--timestamp",
+            &ts,
+        ],
+        body.as_bytes(),
+    );
+    assert_eq!(code, 0);
+    let r = Client::new(&idem_proc.base)
+        .signal(
+            Req::new(&body)
+                .key(&key)
+                .header("authorization", "Bearer sk_acme")
+                .header("webhook-id", &key)
+                .header("webhook-timestamp", &ts)
+                .header("webhook-signature", sig.trim()),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+}
+
+#[test]
+fn check_config_accepts_the_example_and_refuses_bad_keys_in_one_line() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/idem.toml");
+    let (code, out, _) = idem(&["check-config", "--config", example], b"");
+    assert_eq!(code, 0, "examples/idem.toml must be valid");
+    assert!(out.contains("ok"));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = std::fs::read_to_string(example).expect("read example");
+    for (broken, names) in [
+        (
+            text.replace("max_retries    = 3", "max_retries    = -1"),
+            "delivery.max_retries",
+        ),
+        (
+            text.replace("decision = \"deny\"", "decision = \"perhaps\""),
+            "tenants.acme.playbooks.sim_swap.decision",
+        ),
+        (
+            text.replace("[signatures]", "[signatures]\nleeway = \"1m\""),
+            "unknown field `leeway`",
+        ),
+        (
+            text.replace(
+                "key_secret        = \"change-me-to-a-long-random-string-0123456789abcdef\"",
+                "",
+            ),
+            "idempotency.key_secret",
+        ),
+    ] {
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, broken).expect("write");
+        let path = path.to_str().expect("utf8 path");
+        for args in [
+            vec!["check-config", "--config", path],
+            vec!["serve", "--config", path],
+        ] {
+            let (code, _, err) = idem(&args, b"");
+            assert_eq!(code, 2, "{args:?}: {err}");
+            assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+            assert!(err.contains(names), "{err} should name {names}");
+        }
+    }
+}

@@ -1,0 +1,476 @@
+//! What the integration tests share: a real `idem serve` process on a temp data directory, a
+//! real receiver server on loopback that records every callback, and request signing.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::IntoResponse;
+use idem_schemas::signature::Secret;
+
+pub const SIGNING_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+pub const CALLBACK_SECRET: &str = "whsec_Y2FsbGJhY2stc2VjcmV0LWZvci10ZXN0cw==";
+pub const KEY_SECRET: &str = "test-key-secret-0123456789abcdef";
+
+/// One callback as the receiver saw it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub path: String,
+    pub headers: HashMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers.get(name).map(String::as_str).unwrap_or("")
+    }
+
+    /// True when the callback's signature verifies under `secret`.
+    pub fn signed_with(&self, secret: &str) -> bool {
+        let secret = Secret::parse(secret).expect("secret");
+        let now = idem_schemas::timefmt::now_ms() as i64 / 1000;
+        idem_schemas::signature::verify(
+            &[secret],
+            self.header("webhook-id"),
+            self.header("webhook-timestamp"),
+            self.header("webhook-signature"),
+            &self.body,
+            now,
+            300,
+        )
+        .is_ok()
+    }
+}
+
+/// How the receiver answers a path: a status, after an optional delay.
+#[derive(Clone, Copy)]
+pub struct Answer {
+    pub status: u16,
+    pub delay: Duration,
+}
+
+#[derive(Default)]
+struct ReceiverState {
+    seen: Mutex<Vec<Received>>,
+    answers: Mutex<HashMap<String, Answer>>,
+}
+
+/// A real HTTP server standing in for the tenant's systems.
+pub struct Receiver {
+    pub addr: SocketAddr,
+    state: Arc<ReceiverState>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Receiver {
+    /// Starts a receiver that answers 200 at once unless told otherwise.
+    pub async fn start() -> Receiver {
+        let state = Arc::new(ReceiverState::default());
+        let app = axum::Router::new()
+            .fallback(receive)
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind receiver");
+        let addr = listener.local_addr().expect("receiver addr");
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Receiver {
+            addr,
+            state,
+            server,
+        }
+    }
+
+    /// The URL of `path` on this receiver.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Answer `path` with `status` after `delay`.
+    pub fn answer(&self, path: &str, status: u16, delay: Duration) {
+        self.state
+            .answers
+            .lock()
+            .expect("lock")
+            .insert(path.to_string(), Answer { status, delay });
+    }
+
+    /// Every callback received so far.
+    pub fn seen(&self) -> Vec<Received> {
+        self.state.seen.lock().expect("lock").clone()
+    }
+
+    /// Waits until at least `n` callbacks arrived (or panics after 10 s).
+    pub async fn wait_for(&self, n: usize) -> Vec<Received> {
+        for _ in 0..1000 {
+            let seen = self.seen();
+            if seen.len() >= n {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("expected {n} callbacks, got {}", self.seen().len());
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn receive(
+    State(state): State<Arc<ReceiverState>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> impl IntoResponse {
+    let path = uri.path().to_string();
+    let headers = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+        .collect();
+    state.seen.lock().expect("lock").push(Received {
+        path: path.clone(),
+        headers,
+        body: body.to_vec(),
+    });
+    let answer = state.answers.lock().expect("lock").get(&path).copied();
+    let answer = answer.unwrap_or(Answer {
+        status: 200,
+        delay: Duration::ZERO,
+    });
+    tokio::time::sleep(answer.delay).await;
+    StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK)
+}
+
+/// A config for tests: tenant `acme` (signed requests), tenant `beta` (API key only), both with
+/// a `sim_swap` playbook whose actions call `receiver`. `extra` is added to `[idempotency]`.
+pub fn config(
+    data_dir: &Path,
+    receiver: &Receiver,
+    idempotency_extra: &str,
+    delivery: &str,
+) -> String {
+    format!(
+        r#"
+listen = "127.0.0.1:0"
+data_dir = "{data}"
+
+[idempotency]
+key_secret = "{KEY_SECRET}"
+{idempotency_extra}
+
+[delivery]
+{delivery}
+
+[tenants.acme]
+api_key = "sk_acme"
+signing_secret = "{SIGNING_SECRET}"
+callback_secret = "{CALLBACK_SECRET}"
+
+[tenants.acme.playbooks.sim_swap]
+decision = "deny"
+actions = [
+  {{ name = "lock_account", url = "{lock}" }},
+  {{ name = "open_case", url = "{case}" }},
+]
+
+[tenants.acme.playbooks.port_out]
+decision = "review"
+actions = []
+
+[tenants.beta]
+api_key = "sk_beta"
+callback_secret = "{CALLBACK_SECRET}"
+
+[tenants.beta.playbooks.sim_swap]
+decision = "step_up"
+actions = [ {{ name = "notify", url = "{notify}" }} ]
+
+[tenants.beta.playbooks.outcomes]
+decision = "review"
+actions = [
+  {{ name = "ok", url = "{ok}" }},
+  {{ name = "busy", url = "{busy}" }},
+  {{ name = "refused", url = "{refused}" }},
+  {{ name = "moved", url = "{moved}" }},
+  {{ name = "slow", url = "{slow}" }},
+  {{ name = "limited", url = "{limited}" }},
+]
+"#,
+        data = data_dir.display(),
+        lock = receiver.url("/lock"),
+        case = receiver.url("/case"),
+        notify = receiver.url("/notify"),
+        ok = receiver.url("/ok"),
+        busy = receiver.url("/busy"),
+        refused = receiver.url("/refused"),
+        moved = receiver.url("/moved"),
+        slow = receiver.url("/slow"),
+        limited = receiver.url("/limited"),
+    )
+}
+
+/// A running `idem serve`.
+pub struct Idem {
+    pub base: String,
+    pub config_path: PathBuf,
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Idem {
+    /// Starts `idem serve` with the config text, written next to the data directory.
+    pub fn start(dir: &Path, config: &str) -> Idem {
+        let config_path = dir.join("idem.toml");
+        std::fs::write(&config_path, config).expect("write config");
+        Self::start_with(config_path, &[])
+    }
+
+    /// Starts `idem serve --config path` again (same data directory).
+    pub fn start_with(config_path: PathBuf, env: &[(&str, &str)]) -> Idem {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&config_path)
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn idem");
+        let stderr_log = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().expect("stderr");
+        let log = stderr_log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                log.lock().expect("lock").push_str(&(line + "\n"));
+            }
+        });
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let first = lines.next().and_then(Result::ok).unwrap_or_else(|| {
+            panic!(
+                "idem printed no address; stderr: {}",
+                stderr_log.lock().expect("lock")
+            )
+        });
+        let base = first
+            .strip_prefix("idem listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+            .to_string();
+        std::thread::spawn(move || for _ in lines.by_ref() {});
+        Idem {
+            base,
+            config_path,
+            child,
+            stderr: stderr_log,
+        }
+    }
+
+    /// What the process logged so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().expect("lock").clone()
+    }
+
+    /// SIGKILL: no flush, no cleanup.
+    pub fn kill(mut self) -> PathBuf {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.config_path.clone()
+    }
+
+    /// SIGTERM, then waits for the exit status.
+    pub fn terminate(mut self) -> (std::process::ExitStatus, PathBuf) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let status = self.child.wait().expect("wait");
+        (status, self.config_path.clone())
+    }
+}
+
+impl Drop for Idem {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A response as the tests look at it.
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: HashMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+    pub fn replayed(&self) -> bool {
+        self.header("idempotent-replayed") == Some("true")
+    }
+    /// The problem `type` of an error response (asserting it is problem+json).
+    pub fn problem_type(&self) -> String {
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json"),
+            "status {} body {}",
+            self.status,
+            String::from_utf8_lossy(&self.body)
+        );
+        let p = self.json();
+        assert_eq!(p["status"], self.status);
+        assert!(p["detail"].as_str().is_some_and(|d| !d.is_empty()));
+        p["type"].as_str().expect("type").to_string()
+    }
+}
+
+/// Builds and sends requests to one idem.
+#[derive(Clone)]
+pub struct Client {
+    pub base: String,
+    http: reqwest::Client,
+}
+
+/// A request under construction.
+pub struct Req {
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Req {
+    /// A JSON body with no headers.
+    pub fn new(body: &str) -> Req {
+        Req {
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: body.as_bytes().to_vec(),
+        }
+    }
+    pub fn header(mut self, name: &str, value: &str) -> Req {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+    pub fn without(mut self, name: &str) -> Req {
+        self.headers.retain(|(n, _)| n != name);
+        self
+    }
+    /// `beta`'s Bearer key (no signature needed).
+    pub fn beta(self) -> Req {
+        self.header("authorization", "Bearer sk_beta")
+    }
+    /// `acme`'s Bearer key and a valid signature with `id` as webhook-id.
+    pub fn acme_signed(self, id: &str) -> Req {
+        let ts = idem_schemas::timefmt::now_ms() as i64 / 1000;
+        self.acme_signed_at(id, ts)
+    }
+    pub fn acme_signed_at(self, id: &str, ts: i64) -> Req {
+        let sig = Secret::parse(SIGNING_SECRET)
+            .expect("secret")
+            .sign(id, ts, &self.body);
+        self.header("authorization", "Bearer sk_acme")
+            .header("webhook-id", id)
+            .header("webhook-timestamp", &ts.to_string())
+            .header("webhook-signature", &sig)
+    }
+    pub fn key(self, key: &str) -> Req {
+        self.header("idempotency-key", key)
+    }
+}
+
+impl Client {
+    pub fn new(base: &str) -> Client {
+        Client {
+            base: base.to_string(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub async fn send(&self, method: &str, path: &str, req: Req) -> Resp {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut r = self.http.request(method, format!("{}{}", self.base, path));
+        for (k, v) in req.headers {
+            r = r.header(k, v);
+        }
+        let response = r.body(req.body).send().await.expect("request");
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+            .collect();
+        let body = response.bytes().await.expect("body").to_vec();
+        Resp {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub async fn signal(&self, req: Req) -> Resp {
+        self.send("POST", "/v1/signals", req).await
+    }
+}
+
+/// A signal body.
+pub fn sim_swap(subject: &str) -> String {
+    format!(
+        r#"{{"type":"sim_swap","subject":"{subject}","occurred_at":"2026-11-29T17:54:32Z","metadata":{{"risk":97,"source":"carrier"}}}}"#
+    )
+}
+
+/// A unique string for keys.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid_like())
+}
+
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        idem_schemas::timefmt::now_ms(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// Every file under `dir`, read whole.
+pub fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read(&p).expect("read")));
+            }
+        }
+    }
+    out
+}
+
+/// True when `needle` occurs in `haystack`.
+pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
