@@ -1,10 +1,11 @@
 //! idem: exactly-once trust decisions for identity webhooks. This crate is the binary's side:
-//! configuration, the HTTP front, playbooks, keyed digests, and `serve`, which wires them to the
-//! claim actors and the store of `idem-actors`.
+//! configuration, the HTTP front, playbooks, keyed digests, `serve`, which wires them to the
+//! actors and the store of `idem-actors`, and `receive`, the reference receiver.
 
 pub mod config;
 pub mod digest;
 pub mod http;
 pub mod key;
 pub mod playbook;
+pub mod receive;
 pub mod serve;

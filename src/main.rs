@@ -41,6 +41,24 @@ enum Command {
         #[arg(long)]
         timestamp: Option<i64>,
     },
+    /// Run the reference receiver: verify, deduplicate on webhook-id, print each callback.
+    Receive {
+        /// Address to listen on.
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// The callback secret (`whsec_…`); repeat for rotation.
+        #[arg(long, required = true)]
+        secret: Vec<String>,
+        /// The file where seen webhook-ids are remembered.
+        #[arg(long, default_value = "idem-receive.seen")]
+        state: PathBuf,
+        /// How long a webhook-id is remembered (longer than the sender's retry horizon).
+        #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
+        remember: std::time::Duration,
+        /// Accepted clock skew of webhook-timestamp.
+        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+        tolerance: std::time::Duration,
+    },
     /// Validate a configuration without serving (exit 0, or 2 with the reason).
     CheckConfig {
         /// The configuration file.
@@ -81,6 +99,33 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Receive {
+            listen,
+            secret,
+            state,
+            remember,
+            tolerance,
+        } => {
+            let secrets: Result<Vec<Secret>, _> = secret.iter().map(|s| Secret::parse(s)).collect();
+            let Ok(secrets) = secrets else {
+                eprintln!("idem receive: --secret must be whsec_<base64>");
+                return ExitCode::from(2);
+            };
+            let options = idem::receive::Options {
+                listen,
+                secrets,
+                state,
+                remember,
+                tolerance,
+            };
+            match receive(options) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("idem receive: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::CheckConfig { config } => match Config::load(&config) {
             Ok(_) => {
                 println!("{}: ok", config.display());
@@ -118,6 +163,20 @@ fn serve(config: Config) -> anyhow::Result<()> {
         )
         .await
     })?;
+    Ok(())
+}
+
+fn receive(options: idem::receive::Options) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the runtime")?;
+    runtime.block_on(idem::receive::run(
+        options,
+        |addr| {
+            let mut out = std::io::stdout();
+            let _ = writeln!(out, "idem receive listening on http://{addr}");
+            let _ = out.flush();
+        },
+        shutdown_signal(),
+    ))?;
     Ok(())
 }
 

@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use idem_actors::claim::ClaimContext;
-use idem_actors::{ClaimRegistry, ClaimSettings, Dispatcher, Keyring, Store};
+use idem_actors::{
+    ClaimRegistry, ClaimSettings, Deliveries, DeliveryContext, DeliverySettings, Dispatcher,
+    Keyring, Store,
+};
 use idem_schemas::signature::Secret;
 
 use crate::config::Config;
@@ -73,9 +76,22 @@ pub async fn run(
     let keyring = Arc::new(ConfigKeyring(config.clone()));
     let dispatcher = Arc::new(Dispatcher::new(keyring, config.delivery.inline_timeout)?);
     let epoch = process_epoch();
+    let instance = format!("idem-{epoch:x}");
+    let delivery_ctx = Arc::new(DeliveryContext {
+        store: store.clone(),
+        dispatcher: dispatcher.clone(),
+        settings: DeliverySettings {
+            max_retries: config.delivery.max_retries,
+            retry_interval: config.delivery.retry_interval,
+            attempt_timeout: config.delivery.inline_timeout,
+            idle_timeout: config.idempotency.idle_actor_timeout,
+        },
+    });
+    let deliveries = Arc::new(Deliveries::start(&instance, delivery_ctx.clone()).await?);
     let ctx = Arc::new(ClaimContext {
         store: store.clone(),
         dispatcher: dispatcher.clone(),
+        deliveries: delivery_ctx,
         settings: ClaimSettings {
             key_ttl: config.idempotency.key_ttl,
             in_flight_timeout: config.idempotency.in_flight_timeout,
@@ -83,8 +99,12 @@ pub async fn run(
             holder: epoch,
         },
     });
-    let claims = ClaimRegistry::start(format!("idem-{epoch:x}"), ctx).await?;
+    let claims = ClaimRegistry::start(&instance, ctx).await?;
     let sweeper = idem_actors::sweeper::spawn(store.clone(), config.idempotency.sweep_interval);
+    let retry_worker = idem_actors::retry_worker::spawn(
+        deliveries.clone(),
+        idem_actors::retry_worker::tick_for(config.delivery.retry_interval),
+    );
 
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -98,6 +118,7 @@ pub async fn run(
         digester: Digester::new(&config.idempotency.key_secret),
         config: config.clone(),
         claims,
+        deliveries,
         dispatcher,
     });
     on_listen(addr);
@@ -107,7 +128,9 @@ pub async fn run(
         .await;
 
     tracing::info!("shutting down: requests finished, stopping actors");
+    retry_worker.abort();
     app.claims.shutdown().await;
+    app.deliveries.shutdown().await;
     sweeper.abort();
     store.commit().await?;
     tracing::info!("store flushed; bye");

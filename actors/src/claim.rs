@@ -16,6 +16,7 @@ use idem_schemas::timefmt::now_ms;
 use idem_schemas::{ActionOutcome, Claim, ClaimEvent, Decision, StoredResponse};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
+use crate::delivery::DeliveryContext;
 use crate::dispatch::Dispatcher;
 use crate::store::{ClaimId, Store, StoreError};
 
@@ -38,6 +39,8 @@ pub struct ClaimContext {
     pub store: Arc<Store>,
     /// Makes the callback attempts.
     pub dispatcher: Arc<Dispatcher>,
+    /// Where the callbacks' delivery logs are created.
+    pub deliveries: Arc<DeliveryContext>,
     /// Time windows.
     pub settings: ClaimSettings,
 }
@@ -309,11 +312,19 @@ impl ClaimActor {
                 Self::start_dispatch(myself, state, reply);
             }
             Step::Finish => {
-                let outcomes = match &state.phase {
-                    Phase::Dispatched(_, outcomes) => outcomes.clone(),
-                    _ => Vec::new(),
+                let (decision, outcomes) = match &state.phase {
+                    Phase::Dispatched(claim, outcomes) => {
+                        (claim.decision.clone(), outcomes.clone())
+                    }
+                    _ => return Ok(()),
                 };
-                match state.complete(&outcomes).await {
+                // The delivery logs were written before the recovery point; make sure anyway
+                // (existing ones are left alone), then complete from the recorded outcomes.
+                let finished = match state.ctx.deliveries.stage_new(&decision, &outcomes) {
+                    Ok(()) => state.complete(&outcomes).await,
+                    Err(e) => Err(e),
+                };
+                match finished {
                     Ok(response) => {
                         let _ = reply.send(Reply::First(response));
                     }
@@ -339,11 +350,18 @@ impl ClaimActor {
             return Ok(());
         };
         // The recovery point: once the outcomes are durable, a retry finishes from them and
-        // never runs the actions again.
-        let result = match state.record(ClaimEvent::Dispatched(outcomes.clone())).await {
-            Ok(()) => state.complete(&outcomes).await,
-            Err(e) => Err(e),
-        };
+        // never runs the actions again. The delivery logs (queued ones enter the retry queue)
+        // are written first, so they are durable no later than the recovery point.
+        let result = async {
+            if let Some(claim) = state.phase.claim() {
+                state.ctx.deliveries.stage_new(&claim.decision, &outcomes)?;
+            }
+            state
+                .record(ClaimEvent::Dispatched(outcomes.clone()))
+                .await?;
+            state.complete(&outcomes).await
+        }
+        .await;
         match result {
             // `completed` is durable before the response leaves: a replay can never differ.
             Ok(response) => {

@@ -96,6 +96,14 @@ impl Dispatcher {
             Ok(response) => {
                 let code = response.status().as_u16();
                 let status = classify(code);
+                let retry_after_ms = match code {
+                    429 | 503 => response
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(parse_retry_after),
+                    _ => None,
+                };
                 tracing::debug!(delivery = %delivery.id, code, latency_ms, "callback answered");
                 (
                     status,
@@ -104,6 +112,7 @@ impl Dispatcher {
                         code: Some(code),
                         error: None,
                         latency_ms,
+                        retry_after_ms,
                     },
                 )
             }
@@ -121,6 +130,7 @@ impl Dispatcher {
                         code: None,
                         error: Some(error),
                         latency_ms,
+                        retry_after_ms: None,
                     },
                 )
             }
@@ -128,9 +138,33 @@ impl Dispatcher {
     }
 }
 
+/// `Retry-After` as milliseconds from now: delay-seconds or an HTTP date.
+pub fn parse_retry_after(value: &str) -> Option<u64> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(secs.saturating_mul(1000));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    let wait = at
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    Some(wait.as_millis() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_retry_after() {
+        assert_eq!(parse_retry_after("3"), Some(3000));
+        assert_eq!(parse_retry_after(" 0 "), Some(0));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), Some(0));
+        let later = std::time::SystemTime::now() + Duration::from_secs(120);
+        let ms = parse_retry_after(&httpdate::fmt_http_date(later)).expect("date");
+        assert!((110_000..=120_000).contains(&ms), "{ms}");
+        assert_eq!(parse_retry_after("soon"), None);
+    }
 
     #[test]
     fn classifies_answers() {

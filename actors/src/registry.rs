@@ -1,11 +1,13 @@
-//! Finding the claim actor of a key. Actors are named in ractor's registry after their key
-//! (`<instance>/claim/<tenant>/<digest>`), started on demand under one supervisor, and stop when
-//! idle. Two requests that race to start the same actor are settled by the registry itself: the
-//! loser's spawn is refused as already registered and it sends to the winner instead.
+//! Finding actors by name. Claim and delivery actors are named in ractor's registry after what
+//! they own (`<instance>/claim/<tenant>/<digest>`, `<instance>/delivery/<id>`), started on demand
+//! under a supervisor, and stop when idle. Two requests racing to start the same actor are
+//! settled by the registry itself: the loser's spawn is refused as already registered, and it
+//! sends to the winner instead. `ClaimRegistry` is the claim side of this.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, SpawnErr, SupervisionEvent};
 
 use crate::claim::{ClaimActor, ClaimArgs, ClaimContext, ClaimMsg, Reply, Submission};
 use crate::store::ClaimId;
@@ -14,25 +16,27 @@ use crate::store::ClaimId;
 /// fresh lookup or spawn; the race only happens while an idle actor is stopping).
 const MAX_ROUNDS: usize = 64;
 
-/// Why a submission got no answer from a claim actor.
+/// Why a message got no answer from its actor.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     /// The actor could not be started (its log could not be read).
-    #[error("cannot start the claim actor: {0}")]
+    #[error("cannot start the actor: {0}")]
     Spawn(String),
     /// The actor failed while handling the request; its state is on disk.
-    #[error("the claim actor failed while handling the request")]
+    #[error("the actor failed while handling the request")]
     ActorFailed,
     /// The actor kept stopping under the request.
-    #[error("no claim actor could take the request")]
+    #[error("no actor could take the request")]
     Unavailable,
 }
 
-/// Supervises every claim actor. Overrides ractor's default, which would stop the supervisor
-/// when a child fails: a failed claim actor is simply started again by the next request.
-struct ClaimSupervisor;
+/// Supervises a family of actors. Overrides ractor's default, which would stop the supervisor
+/// when a child fails: a failed child is simply started again by the next message for it.
+pub struct Supervisor {
+    restarts: Arc<AtomicU64>,
+}
 
-impl Actor for ClaimSupervisor {
+impl Actor for Supervisor {
     type Msg = ();
     type State = ();
     type Arguments = ();
@@ -48,70 +52,116 @@ impl Actor for ClaimSupervisor {
         _: &mut (),
     ) -> Result<(), ActorProcessingErr> {
         if let SupervisionEvent::ActorFailed(who, error) = event {
-            tracing::warn!(actor = ?who.get_name(), %error, "claim actor failed; the next request restarts it");
+            self.restarts.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(actor = ?who.get_name(), %error, "actor failed; the next message for it restarts it");
         }
         Ok(())
     }
 }
 
+/// A supervisor and the names of the actors under it.
+pub struct Family {
+    prefix: String,
+    supervisor: ActorRef<()>,
+    failures: Arc<AtomicU64>,
+}
+
+impl Family {
+    /// Starts the supervisor of the actors named `<prefix>/…`.
+    pub async fn start(prefix: String) -> Result<Self, RegistryError> {
+        let failures = Arc::new(AtomicU64::new(0));
+        let supervisor = Supervisor {
+            restarts: failures.clone(),
+        };
+        let (supervisor, _) = Actor::spawn(Some(format!("{prefix}/supervisor")), supervisor, ())
+            .await
+            .map_err(|e| RegistryError::Spawn(e.to_string()))?;
+        Ok(Family {
+            prefix,
+            supervisor,
+            failures,
+        })
+    }
+
+    /// The full name of the actor owning `what`.
+    pub fn name(&self, what: &str) -> String {
+        format!("{}/{what}", self.prefix)
+    }
+
+    /// The running actor called `name`, or a new one started with `args()` under the
+    /// supervisor. `None` when the name is taken by an actor that is stopping (try again).
+    pub async fn find_or_spawn<A: Actor>(
+        &self,
+        name: &str,
+        actor: A,
+        args: A::Arguments,
+    ) -> Result<Option<ActorRef<A::Msg>>, RegistryError> {
+        if let Some(found) = ActorRef::<A::Msg>::where_is(name) {
+            return Ok(Some(found));
+        }
+        match Actor::spawn_linked(
+            Some(name.to_string()),
+            actor,
+            args,
+            self.supervisor.get_cell(),
+        )
+        .await
+        {
+            Ok((actor, _)) => Ok(Some(actor)),
+            Err(SpawnErr::ActorAlreadyRegistered(_)) => {
+                tokio::task::yield_now().await;
+                Ok(None)
+            }
+            Err(e) => Err(RegistryError::Spawn(e.to_string())),
+        }
+    }
+
+    /// How many actors of this family are alive.
+    pub fn live(&self) -> usize {
+        self.supervisor.get_children().len()
+    }
+
+    /// How many actors of this family have failed (and were restarted on demand).
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// Stops every actor of the family and the supervisor.
+    pub async fn shutdown(&self) {
+        self.supervisor.stop_children_and_wait(None, None).await;
+        self.supervisor.stop(None);
+    }
+}
+
 /// The way to a key's claim actor.
 pub struct ClaimRegistry {
-    instance: String,
-    supervisor: ActorRef<()>,
+    family: Family,
     ctx: Arc<ClaimContext>,
 }
 
 impl ClaimRegistry {
-    /// Starts the supervisor. `instance` makes actor names unique when several registries share
-    /// a process (ractor's registry is process-wide).
-    pub async fn start(instance: String, ctx: Arc<ClaimContext>) -> Result<Self, RegistryError> {
-        let (supervisor, _) = Actor::spawn(Some(format!("{instance}/claims")), ClaimSupervisor, ())
-            .await
-            .map_err(|e| RegistryError::Spawn(e.to_string()))?;
+    /// Starts the claim supervisor. `instance` makes actor names unique when several servers
+    /// share a process (ractor's registry is process-wide).
+    pub async fn start(instance: &str, ctx: Arc<ClaimContext>) -> Result<Self, RegistryError> {
         Ok(ClaimRegistry {
-            instance,
-            supervisor,
+            family: Family::start(format!("{instance}/claim")).await?,
             ctx,
         })
-    }
-
-    fn name(&self, id: &ClaimId) -> String {
-        format!(
-            "{}/claim/{}/{}",
-            self.instance,
-            id.tenant,
-            hex::encode(id.digest)
-        )
     }
 
     /// Hands `sub` to the key's actor, starting it if needed, and waits for its answer.
     pub async fn submit(&self, id: &ClaimId, sub: Submission) -> Result<Reply, RegistryError> {
         let sub = Arc::new(sub);
-        let name = self.name(id);
+        let name = self
+            .family
+            .name(&format!("{}/{}", id.tenant, hex::encode(id.digest)));
         for _ in 0..MAX_ROUNDS {
-            let actor = match ActorRef::<ClaimMsg>::where_is(name.clone()) {
-                Some(actor) => actor,
-                None => {
-                    let args = ClaimArgs {
-                        id: id.clone(),
-                        ctx: self.ctx.clone(),
-                    };
-                    match Actor::spawn_linked(
-                        Some(name.clone()),
-                        ClaimActor,
-                        args,
-                        self.supervisor.get_cell(),
-                    )
-                    .await
-                    {
-                        Ok((actor, _)) => actor,
-                        Err(SpawnErr::ActorAlreadyRegistered(_)) => {
-                            tokio::task::yield_now().await;
-                            continue;
-                        }
-                        Err(e) => return Err(RegistryError::Spawn(e.to_string())),
-                    }
-                }
+            let args = ClaimArgs {
+                id: id.clone(),
+                ctx: self.ctx.clone(),
+            };
+            let Some(actor) = self.family.find_or_spawn(&name, ClaimActor, args).await? else {
+                continue;
             };
             let outgoing = sub.clone();
             match actor
@@ -127,24 +177,13 @@ impl ClaimRegistry {
         Err(RegistryError::Unavailable)
     }
 
-    /// How many claim actors are alive.
-    pub fn live_actors(&self) -> usize {
-        self.supervisor.get_children().len()
-    }
-
-    /// The supervisor's cell (to link other actors under it, or watch it).
-    pub fn supervisor(&self) -> ActorCell {
-        self.supervisor.get_cell()
-    }
-
-    /// The shared context.
-    pub fn context(&self) -> &Arc<ClaimContext> {
-        &self.ctx
+    /// The claim actors' family (liveness, failures).
+    pub fn family(&self) -> &Family {
+        &self.family
     }
 
     /// Stops every claim actor and the supervisor.
     pub async fn shutdown(&self) {
-        self.supervisor.stop_children_and_wait(None, None).await;
-        self.supervisor.stop(None);
+        self.family.shutdown().await;
     }
 }

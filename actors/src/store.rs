@@ -3,11 +3,15 @@
 //! seq`; the generation is the claim's `claimed_at_ms`, so a key claimed again after expiry starts
 //! a new log that the sweeper of the old one can never touch. An expiry index (`expires_at ‖
 //! claim ‖ generation`) lets the sweeper find what to prune without scanning every key.
+//!
+//! A delivery's records live under `delivery id ‖ seq`. Two indexes follow each delivery: the
+//! due index (`due_at ‖ id`, only while queued) is the durable retry queue the worker reads from
+//! its oldest entry; the status index (`tenant ‖ status ‖ id`) serves the tenant's listing.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use idem_schemas::ClaimEvent;
+use idem_schemas::{ClaimEvent, DeliveryEvent, DeliveryStatus};
 
 use crate::codec::{self, CodecError};
 use crate::commit::GroupCommit;
@@ -74,7 +78,55 @@ pub struct Store {
     db: sled::Db,
     claims: sled::Tree,
     expiry: sled::Tree,
+    deliveries: sled::Tree,
+    due: sled::Tree,
+    by_status: sled::Tree,
     commits: GroupCommit,
+}
+
+/// Where a delivery sits in the indexes: its status, and while queued, when it is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// The status.
+    pub status: DeliveryStatus,
+    /// Due time (unix milliseconds) while queued.
+    pub due_ms: Option<u64>,
+}
+
+fn status_byte(s: DeliveryStatus) -> u8 {
+    match s {
+        DeliveryStatus::Queued => 0,
+        DeliveryStatus::Delivered => 1,
+        DeliveryStatus::Failed => 2,
+        DeliveryStatus::Dead => 3,
+    }
+}
+
+fn tenant_prefix(tenant: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(1 + tenant.len() + 40);
+    key.push(tenant.len() as u8);
+    key.extend_from_slice(tenant.as_bytes());
+    key
+}
+
+fn status_key(tenant: &str, status: DeliveryStatus, id: &str) -> Vec<u8> {
+    let mut key = tenant_prefix(tenant);
+    key.push(status_byte(status));
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+fn due_key(due_ms: u64, id: &str) -> Vec<u8> {
+    let mut key = due_ms.to_be_bytes().to_vec();
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+fn delivery_key(id: &str, seq: u32) -> Vec<u8> {
+    let mut key = id.as_bytes().to_vec();
+    key.push(0);
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
 }
 
 impl Store {
@@ -84,11 +136,17 @@ impl Store {
         let db = sled::Config::new().path(dir).open()?;
         let claims = db.open_tree("claims")?;
         let expiry = db.open_tree("claim_expiry")?;
+        let deliveries = db.open_tree("deliveries")?;
+        let due = db.open_tree("delivery_due")?;
+        let by_status = db.open_tree("delivery_status")?;
         let commits = GroupCommit::start(db.clone(), dir)?;
         Ok(Arc::new(Store {
             db,
             claims,
             expiry,
+            deliveries,
+            due,
+            by_status,
             commits,
         }))
     }
@@ -129,6 +187,152 @@ impl Store {
         }
         self.claims.insert(id.record_key(generation, seq), record)?;
         self.commit().await
+    }
+
+    /// Writes `events` as records `first_seq..` of a delivery's log and moves it in the indexes
+    /// from `from` (none for a new delivery) to `to`. Not durable until the next [`Store::commit`];
+    /// writes become durable in the order they were made, so a later durable write implies this
+    /// one is durable too.
+    pub fn stage_delivery(
+        &self,
+        tenant: &str,
+        id: &str,
+        first_seq: u32,
+        events: &[DeliveryEvent],
+        from: Option<Placement>,
+        to: Placement,
+    ) -> Result<(), StoreError> {
+        // The new index entries first: a crash part-way leaves a delivery findable twice (and
+        // the stale entry is ignored), never not at all.
+        self.by_status
+            .insert(status_key(tenant, to.status, id), &[])?;
+        if let Some(due) = to.due_ms {
+            self.due.insert(due_key(due, id), &[])?;
+        }
+        for (n, event) in events.iter().enumerate() {
+            let record = codec::encode(event)?;
+            self.deliveries
+                .insert(delivery_key(id, first_seq + n as u32), record)?;
+        }
+        if let Some(from) = from {
+            if from.status != to.status {
+                self.by_status.remove(status_key(tenant, from.status, id))?;
+            }
+            if let Some(due) = from.due_ms.filter(|d| Some(*d) != to.due_ms) {
+                self.due.remove(due_key(due, id))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Store::stage_delivery`], then returns once it is durable.
+    pub async fn append_delivery(
+        &self,
+        tenant: &str,
+        id: &str,
+        first_seq: u32,
+        events: &[DeliveryEvent],
+        from: Option<Placement>,
+        to: Placement,
+    ) -> Result<(), StoreError> {
+        self.stage_delivery(tenant, id, first_seq, events, from, to)?;
+        self.commit().await
+    }
+
+    /// A delivery's log, if it exists.
+    pub fn load_delivery(&self, id: &str) -> Result<Option<Vec<DeliveryEvent>>, StoreError> {
+        let mut prefix = id.as_bytes().to_vec();
+        prefix.push(0);
+        let mut events = Vec::new();
+        for record in self.deliveries.scan_prefix(&prefix) {
+            let (_, value) = record?;
+            events.push(codec::decode(&value)?);
+        }
+        Ok((!events.is_empty()).then_some(events))
+    }
+
+    /// Up to `limit` entries of the due index due at or before `now_ms`, oldest first.
+    pub fn due_deliveries(
+        &self,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, String)>, StoreError> {
+        let mut out = Vec::new();
+        for entry in self
+            .due
+            .range(..due_key(now_ms.saturating_add(1), ""))
+            .take(limit)
+        {
+            let (key, _) = entry?;
+            let (due, id) = key
+                .split_at_checked(8)
+                .ok_or(StoreError::MalformedKey("delivery_due"))?;
+            let due = u64::from_be_bytes(
+                due.try_into()
+                    .map_err(|_| StoreError::MalformedKey("delivery_due"))?,
+            );
+            let id = String::from_utf8(id.to_vec())
+                .map_err(|_| StoreError::MalformedKey("delivery_due"))?;
+            out.push((due, id));
+        }
+        Ok(out)
+    }
+
+    /// Removes a due-index entry that no longer matches its delivery.
+    pub fn drop_due(&self, due_ms: u64, id: &str) -> Result<(), StoreError> {
+        self.due.remove(due_key(due_ms, id))?;
+        Ok(())
+    }
+
+    /// How many deliveries are queued.
+    pub fn queued_count(&self) -> usize {
+        self.due.len()
+    }
+
+    /// Ids of `tenant`'s deliveries with `status` (every status when `None`), in (status, id)
+    /// order, starting after `after` (a cursor returned by a previous page), at most `limit`.
+    pub fn list_deliveries(
+        &self,
+        tenant: &str,
+        status: Option<DeliveryStatus>,
+        after: Option<(DeliveryStatus, &str)>,
+        limit: usize,
+    ) -> Result<Vec<(DeliveryStatus, String)>, StoreError> {
+        let statuses: Vec<DeliveryStatus> = match status {
+            Some(s) => vec![s],
+            None => DeliveryStatus::ALL.to_vec(),
+        };
+        let mut out = Vec::new();
+        for st in statuses {
+            if let Some((after_status, _)) = after {
+                if status_byte(st) < status_byte(after_status) {
+                    continue;
+                }
+            }
+            let mut prefix = tenant_prefix(tenant);
+            prefix.push(status_byte(st));
+            let start = match after {
+                Some((after_status, id)) if after_status == st => {
+                    let mut k = status_key(tenant, st, id);
+                    k.push(0);
+                    k
+                }
+                _ => prefix.clone(),
+            };
+            for entry in self.by_status.range(start..) {
+                let (key, _) = entry?;
+                if !key.starts_with(&prefix) || out.len() >= limit {
+                    break;
+                }
+                let id = String::from_utf8(key[prefix.len()..].to_vec())
+                    .map_err(|_| StoreError::MalformedKey("delivery_status"))?;
+                out.push((st, id));
+            }
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
     }
 
     /// Makes every write so far durable (group commit).

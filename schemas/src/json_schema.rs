@@ -5,7 +5,9 @@
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
-use crate::wire::{CallbackEnvelope, DecisionResponse, Problem, SignalRequest};
+use crate::wire::{
+    CallbackEnvelope, DecisionResponse, DeliveryPage, DeliveryView, Problem, SignalRequest,
+};
 
 /// Every published document: its file name under `schemas/json/` and its schema.
 pub fn documents() -> Vec<(&'static str, Value)> {
@@ -20,6 +22,8 @@ pub fn documents() -> Vec<(&'static str, Value)> {
             document::<CallbackEnvelope>(),
         ),
         ("problem.schema.json", document::<Problem>()),
+        ("delivery.schema.json", document::<DeliveryView>()),
+        ("delivery-page.schema.json", document::<DeliveryPage>()),
     ]
 }
 

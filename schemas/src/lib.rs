@@ -10,9 +10,10 @@ pub mod timefmt;
 pub mod wire;
 
 pub use stored::{
-    ActionOutcome, AttemptRecord, Claim, ClaimEvent, Decision, PlannedDelivery, StoredResponse,
+    ActionOutcome, AttemptRecord, Claim, ClaimEvent, Decision, DeliveryEvent, DeliveryRecord,
+    NextStep, PlannedDelivery, StoredResponse,
 };
 pub use wire::{
-    ActionResult, ActionStatus, CallbackData, CallbackEnvelope, DecisionResponse, Problem,
-    SignalRequest, Verdict,
+    ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecisionResponse,
+    DeliveryPage, DeliveryStatus, DeliveryView, Problem, SignalRequest, Verdict,
 };

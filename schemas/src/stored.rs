@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::{ActionResult, ActionStatus, DecisionResponse, Verdict};
+use crate::wire::{ActionResult, ActionStatus, DecisionResponse, DeliveryStatus, Verdict};
 
 /// A decision as fixed when its claim is made: whatever runs after a crash sends these bytes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -66,6 +66,8 @@ pub struct AttemptRecord {
     pub error: Option<String>,
     /// How long the attempt took.
     pub latency_ms: u64,
+    /// What a 429 or 503 asked for in `Retry-After`, in milliseconds.
+    pub retry_after_ms: Option<u64>,
 }
 
 /// The outcome of one action's inline attempt.
@@ -123,4 +125,75 @@ impl Decision {
             created_at: crate::timefmt::rfc3339_millis(self.created_at_ms),
         }
     }
+}
+
+/// What a delivery is, stored once when it is created: the envelope bytes every attempt sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeliveryRecord {
+    /// `msg_…`, also the `webhook-id`.
+    pub id: String,
+    /// The tenant whose callback this is.
+    pub tenant: String,
+    /// The decision it belongs to.
+    pub decision_id: String,
+    /// The playbook action.
+    pub action: String,
+    /// Where it is POSTed.
+    pub url: String,
+    /// The envelope, byte for byte.
+    pub body: Vec<u8>,
+    /// When the delivery was created, unix milliseconds.
+    pub created_at_ms: u64,
+}
+
+/// Where a delivery goes after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NextStep {
+    /// Try again at this time (unix milliseconds).
+    RetryAt(u64),
+    /// The receiver answered 2xx.
+    Delivered,
+    /// The receiver answered with a terminal status.
+    Failed,
+    /// Every attempt of the series failed with a retryable error.
+    Dead,
+}
+
+impl NextStep {
+    /// The status this step leaves the delivery in.
+    pub fn status(self) -> DeliveryStatus {
+        match self {
+            NextStep::RetryAt(_) => DeliveryStatus::Queued,
+            NextStep::Delivered => DeliveryStatus::Delivered,
+            NextStep::Failed => DeliveryStatus::Failed,
+            NextStep::Dead => DeliveryStatus::Dead,
+        }
+    }
+
+    /// When the next attempt is due, if one is.
+    pub fn due_ms(self) -> Option<u64> {
+        match self {
+            NextStep::RetryAt(at) => Some(at),
+            _ => None,
+        }
+    }
+}
+
+/// An event of a delivery's log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum DeliveryEvent {
+    /// The delivery exists; its bytes are fixed.
+    Created(DeliveryRecord),
+    /// An attempt was answered (or failed), and what follows.
+    Answered {
+        /// The attempt.
+        attempt: AttemptRecord,
+        /// What comes next.
+        next: NextStep,
+    },
+    /// An operator asked for a new series of attempts, due at once.
+    Redelivered {
+        /// When, unix milliseconds.
+        at_ms: u64,
+    },
 }

@@ -145,3 +145,90 @@ pub struct Problem {
     /// What went wrong with this request and how to fix it.
     pub detail: String,
 }
+
+/// Where a delivery stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryStatus {
+    /// Waiting for its next attempt.
+    Queued,
+    /// A 2xx was received.
+    Delivered,
+    /// A terminal status was received (4xx other than 429, 3xx).
+    Failed,
+    /// Every attempt failed with a retryable error.
+    Dead,
+}
+
+impl DeliveryStatus {
+    /// Every status, in index order.
+    pub const ALL: [DeliveryStatus; 4] = [
+        DeliveryStatus::Queued,
+        DeliveryStatus::Delivered,
+        DeliveryStatus::Failed,
+        DeliveryStatus::Dead,
+    ];
+
+    /// The name used in JSON and query strings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryStatus::Queued => "queued",
+            DeliveryStatus::Delivered => "delivered",
+            DeliveryStatus::Failed => "failed",
+            DeliveryStatus::Dead => "dead",
+        }
+    }
+
+    /// Parses a name from a query string.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+/// One attempt of a delivery, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AttemptView {
+    /// 1 for the inline attempt, then counting every retry (across redeliveries).
+    pub attempt: u32,
+    /// When it started.
+    #[schema(format = DateTime)]
+    pub at: String,
+    /// The receiver's status code, if it answered.
+    pub status_code: Option<u16>,
+    /// The network error or deadline, if it did not.
+    pub error: Option<String>,
+    /// How long it took.
+    pub latency_ms: u64,
+}
+
+/// A delivery: one callback of a decision, with its attempt log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DeliveryView {
+    /// The delivery id, also its `webhook-id`.
+    pub id: String,
+    /// The decision it belongs to.
+    pub decision_id: String,
+    /// The playbook action.
+    pub action: String,
+    /// Where it is POSTed.
+    pub url: String,
+    /// Where it stands.
+    pub status: DeliveryStatus,
+    /// When the next attempt is due, while queued.
+    #[schema(format = DateTime)]
+    pub next_attempt_at: Option<String>,
+    /// When it was created.
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    /// Every attempt, oldest first.
+    pub attempts: Vec<AttemptView>,
+}
+
+/// A page of deliveries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DeliveryPage {
+    /// The deliveries of this page.
+    pub data: Vec<DeliveryView>,
+    /// Pass as `after` to get the next page; absent on the last page.
+    pub next_after: Option<String>,
+}

@@ -90,6 +90,16 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Response, 
 
     let Some(key) = key else {
         let outcomes = app.dispatcher.dispatch(&decision).await;
+        // Queued callbacks are durable in the retry queue before the response says so.
+        let deliveries = app.deliveries.context();
+        deliveries
+            .stage_new(&decision, &outcomes)
+            .map_err(|e| ApiError::new(Kind::Internal, e.to_string()))?;
+        deliveries
+            .store
+            .commit()
+            .await
+            .map_err(|e| ApiError::new(Kind::Internal, e.to_string()))?;
         let body = serde_json::to_vec(&decision.response(&outcomes))
             .map_err(|e| ApiError::new(Kind::Internal, e.to_string()))?;
         tracing::info!("keyless signal decided");

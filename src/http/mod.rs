@@ -3,6 +3,7 @@
 //! writes back what the actor answers. It decides nothing about a key itself.
 
 pub mod auth;
+pub mod deliveries;
 pub mod ingest;
 pub mod problem;
 
@@ -10,7 +11,7 @@ use std::sync::Arc;
 
 use axum::routing::{get, post};
 use axum::Router;
-use idem_actors::{ClaimRegistry, Dispatcher};
+use idem_actors::{ClaimRegistry, Deliveries, Dispatcher};
 
 use crate::config::Config;
 use crate::digest::Digester;
@@ -26,6 +27,8 @@ pub struct App {
     pub digester: Digester,
     /// The way to claim actors.
     pub claims: ClaimRegistry,
+    /// The way to delivery actors.
+    pub deliveries: Arc<Deliveries>,
     /// Callback attempts (for keyless signals; keyed ones go through their claim actor).
     pub dispatcher: Arc<Dispatcher>,
 }
@@ -34,6 +37,9 @@ pub struct App {
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/v1/signals", post(ingest::ingest))
+        .route("/v1/deliveries", get(deliveries::list))
+        .route("/v1/deliveries/{id}", get(deliveries::show))
+        .route("/v1/deliveries/{id}/redeliver", post(deliveries::redeliver))
         .route("/healthz", get(healthz))
         .method_not_allowed_fallback(|| async {
             ApiError::new(

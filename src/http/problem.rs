@@ -34,8 +34,12 @@ pub enum Kind {
     KeyInFlight,
     /// The key was used with another payload.
     KeyReused,
-    /// No such route.
+    /// No such route, or no such resource for this tenant.
     NotFound,
+    /// A query parameter is invalid.
+    InvalidQuery,
+    /// Only failed or dead deliveries can be redelivered.
+    NotRedeliverable,
     /// The route exists, not with this method.
     MethodNotAllowed,
     /// The service is overloaded or shutting down.
@@ -46,7 +50,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind (for documentation and tests).
-    pub const ALL: [Kind; 17] = [
+    pub const ALL: [Kind; 19] = [
         Kind::InvalidIdempotencyKey,
         Kind::UnsupportedMediaType,
         Kind::PayloadTooLarge,
@@ -61,6 +65,8 @@ impl Kind {
         Kind::KeyInFlight,
         Kind::KeyReused,
         Kind::NotFound,
+        Kind::InvalidQuery,
+        Kind::NotRedeliverable,
         Kind::MethodNotAllowed,
         Kind::Unavailable,
         Kind::Internal,
@@ -128,6 +134,12 @@ impl Kind {
                 "Key reused with another payload",
             ),
             Kind::NotFound => (S::NOT_FOUND, "not-found", "No such resource"),
+            Kind::InvalidQuery => (S::BAD_REQUEST, "invalid-query", "Invalid query parameter"),
+            Kind::NotRedeliverable => (
+                S::CONFLICT,
+                "not-redeliverable",
+                "Delivery is not failed or dead",
+            ),
             Kind::MethodNotAllowed => (
                 S::METHOD_NOT_ALLOWED,
                 "method-not-allowed",

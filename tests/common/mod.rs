@@ -26,6 +26,7 @@ pub struct Received {
     pub path: String,
     pub headers: HashMap<String, String>,
     pub body: Vec<u8>,
+    pub at: std::time::Instant,
 }
 
 impl Received {
@@ -50,17 +51,38 @@ impl Received {
     }
 }
 
-/// How the receiver answers a path: a status, after an optional delay.
+/// How the receiver answers a path: a status, after an optional delay, with an optional
+/// `Retry-After`.
 #[derive(Clone, Copy)]
 pub struct Answer {
     pub status: u16,
     pub delay: Duration,
+    pub retry_after: Option<u64>,
+}
+
+/// `status` at once.
+pub fn status(status: u16) -> Answer {
+    Answer {
+        status,
+        delay: Duration::ZERO,
+        retry_after: None,
+    }
+}
+
+/// `200` after `delay`.
+pub fn hang(delay: Duration) -> Answer {
+    Answer {
+        status: 200,
+        delay,
+        retry_after: None,
+    }
 }
 
 #[derive(Default)]
 struct ReceiverState {
     seen: Mutex<Vec<Received>>,
-    answers: Mutex<HashMap<String, Answer>>,
+    /// Per path, the answers still to give; the last one repeats.
+    answers: Mutex<HashMap<String, Vec<Answer>>>,
 }
 
 /// A real HTTP server standing in for the tenant's systems.
@@ -96,13 +118,25 @@ impl Receiver {
         format!("http://{}{}", self.addr, path)
     }
 
-    /// Answer `path` with `status` after `delay`.
+    /// Answer `path` with `status` after `delay`, from now on.
     pub fn answer(&self, path: &str, status: u16, delay: Duration) {
+        self.script(
+            path,
+            &[Answer {
+                status,
+                delay,
+                retry_after: None,
+            }],
+        );
+    }
+
+    /// Answer `path` with `answers` in turn; the last one repeats.
+    pub fn script(&self, path: &str, answers: &[Answer]) {
         self.state
             .answers
             .lock()
             .expect("lock")
-            .insert(path.to_string(), Answer { status, delay });
+            .insert(path.to_string(), answers.to_vec());
     }
 
     /// Every callback received so far.
@@ -110,9 +144,14 @@ impl Receiver {
         self.state.seen.lock().expect("lock").clone()
     }
 
-    /// Waits until at least `n` callbacks arrived (or panics after 10 s).
+    /// The callbacks received on `path`.
+    pub fn seen_on(&self, path: &str) -> Vec<Received> {
+        self.seen().into_iter().filter(|r| r.path == path).collect()
+    }
+
+    /// Waits until at least `n` callbacks arrived (or panics after 20 s).
     pub async fn wait_for(&self, n: usize) -> Vec<Received> {
-        for _ in 0..1000 {
+        for _ in 0..2000 {
             let seen = self.seen();
             if seen.len() >= n {
                 return seen;
@@ -134,7 +173,7 @@ async fn receive(
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
-) -> impl IntoResponse {
+) -> axum::response::Response {
     let path = uri.path().to_string();
     let headers = headers
         .iter()
@@ -144,14 +183,30 @@ async fn receive(
         path: path.clone(),
         headers,
         body: body.to_vec(),
+        at: std::time::Instant::now(),
     });
-    let answer = state.answers.lock().expect("lock").get(&path).copied();
-    let answer = answer.unwrap_or(Answer {
-        status: 200,
-        delay: Duration::ZERO,
-    });
+    let answer = {
+        let mut answers = state.answers.lock().expect("lock");
+        match answers.get_mut(&path) {
+            Some(queue) if queue.len() > 1 => queue.remove(0),
+            Some(queue) => queue[0],
+            None => status(200),
+        }
+    };
     tokio::time::sleep(answer.delay).await;
-    StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK)
+    let code = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
+    let mut response = code.into_response();
+    if let Some(secs) = answer.retry_after {
+        response
+            .headers_mut()
+            .insert("retry-after", secs.to_string().parse().expect("header"));
+    }
+    if code.is_redirection() {
+        response
+            .headers_mut()
+            .insert("location", "/ok".parse().expect("header"));
+    }
+    response
 }
 
 /// A config for tests: tenant `acme` (signed requests), tenant `beta` (API key only), both with
