@@ -247,17 +247,16 @@ impl DeliveryActorState {
         to: Placement,
     ) -> Result<(), ActorProcessingErr> {
         let d = &self.delivery;
-        self.ctx
-            .store
-            .append_delivery(
-                &d.record.tenant,
-                &d.record.id,
-                d.next_seq,
-                std::slice::from_ref(&event),
-                Some(d.placement),
-                to,
-            )
-            .await?;
+        let store = &self.ctx.store;
+        store.stage_delivery(
+            &d.record.tenant,
+            &d.record.id,
+            d.next_seq,
+            std::slice::from_ref(&event),
+            Some(d.placement),
+            to,
+        )?;
+        store.commit().await?;
         self.delivery.apply(event)?;
         Ok(())
     }

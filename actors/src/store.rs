@@ -225,20 +225,6 @@ impl Store {
         Ok(())
     }
 
-    /// [`Store::stage_delivery`], then returns once it is durable.
-    pub async fn append_delivery(
-        &self,
-        tenant: &str,
-        id: &str,
-        first_seq: u32,
-        events: &[DeliveryEvent],
-        from: Option<Placement>,
-        to: Placement,
-    ) -> Result<(), StoreError> {
-        self.stage_delivery(tenant, id, first_seq, events, from, to)?;
-        self.commit().await
-    }
-
     /// A delivery's log, if it exists.
     pub fn load_delivery(&self, id: &str) -> Result<Option<Vec<DeliveryEvent>>, StoreError> {
         let mut prefix = id.as_bytes().to_vec();

@@ -3,7 +3,9 @@
 //! `{id}.{timestamp}.{raw body}`; a header may carry several, space-separated, so secrets can be
 //! rotated. Verification compares in constant time and checks the timestamp against a tolerance.
 
-use base64::engine::general_purpose::STANDARD;
+use base64::alphabet;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
+use base64::engine::DecodePaddingMode;
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -32,10 +34,15 @@ pub enum SecretError {
 }
 
 impl Secret {
-    /// Parses `whsec_<base64>` (the prefix is optional, as in the Standard Webhooks libraries).
+    /// Parses `whsec_<base64>`; the prefix and the padding are optional, as in the Standard
+    /// Webhooks libraries.
     pub fn parse(s: &str) -> Result<Self, SecretError> {
+        const LENIENT: GeneralPurpose = GeneralPurpose::new(
+            &alphabet::STANDARD,
+            GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+        );
         let b64 = s.strip_prefix("whsec_").unwrap_or(s);
-        let bytes = STANDARD.decode(b64).map_err(|_| SecretError::NotBase64)?;
+        let bytes = LENIENT.decode(b64).map_err(|_| SecretError::NotBase64)?;
         if bytes.is_empty() {
             return Err(SecretError::Empty);
         }
@@ -204,5 +211,9 @@ mod tests {
         assert_eq!(Secret::parse("whsec_!!!"), Err(SecretError::NotBase64));
         assert_eq!(Secret::parse("whsec_"), Err(SecretError::Empty));
         assert!(format!("{:?}", Secret::parse(SPEC_SECRET)).contains(".."));
+        assert_eq!(
+            Secret::parse("whsec_b3RoZXI"),
+            Secret::parse("whsec_b3RoZXI=")
+        );
     }
 }

@@ -1,0 +1,134 @@
+"""Conformance with the third-party `standardwebhooks` library: it signs the signals we accept
+and verifies every callback we send. Runs a real `idem serve` (the binary given as argv[1]) and
+a receiver built on the library. Prints `N passed, M failed` and exits non-zero on a failure."""
+
+import http.server
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from datetime import datetime, timezone
+
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+SIGNING = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+CALLBACK_OLD = "whsec_b2xkLWNhbGxiYWNrLXNlY3JldA"  # unpadded, as some tools write them
+CALLBACK_NEW = "whsec_bmV3LWNhbGxiYWNrLXNlY3JldC0yMDI2"
+results = {"passed": 0, "failed": 0}
+
+
+def check(name, ok, detail=""):
+    results["passed" if ok else "failed"] += 1
+    print(f"{'ok  ' if ok else 'FAIL'} {name} {detail}")
+
+
+callbacks = []
+
+
+class Receiver(http.server.BaseHTTPRequestHandler):
+    attempts = {}
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["content-length"]))
+        headers = {k: v for k, v in self.headers.items()}
+        verdicts = []
+        for secret in (CALLBACK_OLD, CALLBACK_NEW):
+            try:
+                Webhook(secret).verify(body, headers)
+                verdicts.append(True)
+            except WebhookVerificationError:
+                verdicts.append(False)
+        callbacks.append((self.path, headers, body, verdicts))
+        n = Receiver.attempts.get(self.path, 0) + 1
+        Receiver.attempts[self.path] = n
+        # /flaky fails its first attempt, so a retry is verified too.
+        status = 503 if self.path == "/flaky" and n == 1 else 200
+        self.send_response(status)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def post(base, path, body, headers):
+    req = urllib.request.Request(base + path, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def main():
+    binary = sys.argv[1]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    recv = f"http://127.0.0.1:{server.server_address[1]}"
+    with tempfile.TemporaryDirectory() as tmp:
+        config = os.path.join(tmp, "idem.toml")
+        with open(config, "w") as f:
+            f.write(f"""
+listen = "127.0.0.1:0"
+data_dir = "{tmp}/data"
+[idempotency]
+key_secret = "conformance-key-secret-0123456789"
+[delivery]
+retry_interval = "300ms"
+[tenants.acme]
+api_key = "sk_acme"
+signing_secret = "{SIGNING}"
+callback_secret = ["{CALLBACK_OLD}", "{CALLBACK_NEW}"]
+[tenants.acme.playbooks.sim_swap]
+decision = "deny"
+actions = [ {{ name = "lock_account", url = "{recv}/lock" }}, {{ name = "open_case", url = "{recv}/flaky" }} ]
+""")
+        idem = subprocess.Popen([binary, "serve", "--config", config], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        try:
+            base = idem.stdout.readline().strip().removeprefix("idem listening on ")
+            body = json.dumps({"type": "sim_swap", "subject": "+447700900123",
+                               "metadata": {"risk": 97}}).encode()
+            key = f"evt_{time.time_ns()}"
+            now = datetime.now(tz=timezone.utc)
+            signature = Webhook(SIGNING).sign(key, now, body.decode())
+            headers = {"Authorization": "Bearer sk_acme", "Content-Type": "application/json",
+                       "Idempotency-Key": key, "webhook-id": key,
+                       "webhook-timestamp": str(int(now.timestamp())),
+                       "webhook-signature": signature}
+            status, _, first = post(base, "/v1/signals", body, headers)
+            check("a request signed by the library is accepted", status == 201, str(status))
+            status, h, again = post(base, "/v1/signals", body, headers)
+            replayed = {k.lower(): v for k, v in h.items()}.get("idempotent-replayed")
+            check("the retry is replayed byte for byte", again == first and replayed == "true")
+            bad = dict(headers, **{"webhook-signature": Webhook(CALLBACK_NEW).sign(key, now, body.decode())})
+            status, _, _ = post(base, "/v1/signals", body, bad)
+            check("a signature under another secret is refused", status == 401, str(status))
+
+            deadline = time.time() + 10
+            while len(callbacks) < 3 and time.time() < deadline:
+                time.sleep(0.05)
+            check("each action called back, the flaky one retried", len(callbacks) == 3, str(len(callbacks)))
+            for path, h, cb_body, verdicts in callbacks:
+                check(f"callback {path} verifies under both rotated secrets", verdicts == [True, True])
+                envelope = json.loads(cb_body)
+                check(f"callback {path} carries the envelope", envelope["type"] == "decision.deny"
+                      and envelope["data"]["decision_id"] == json.loads(first)["decision_id"])
+            flaky = [c for c in callbacks if c[0] == "/flaky"]
+            check("the retry carries the same webhook-id and bytes",
+                  len(flaky) == 2 and flaky[0][1]["webhook-id"] == flaky[1][1]["webhook-id"]
+                  and flaky[0][2] == flaky[1][2])
+        finally:
+            idem.terminate()
+            idem.wait(timeout=10)
+    server.shutdown()
+    print(f"{results['passed']} passed, {results['failed']} failed")
+    sys.exit(1 if results["failed"] else 0)
+
+
+if __name__ == "__main__":
+    main()
