@@ -79,6 +79,7 @@ fn main() -> ExitCode {
                 }
             };
             init_tracing();
+            idem_actors::failpoint::setup_from_env();
             match serve(config) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

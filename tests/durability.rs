@@ -25,7 +25,7 @@ async fn a_completed_key_replays_the_same_bytes_after_restart_and_after_sigkill(
         .await;
     assert_eq!(first.status, 201);
 
-    let (status, config) = idem.terminate();
+    let (status, config) = idem.terminate().await;
     assert!(status.success(), "clean shutdown exits 0: {status:?}");
     let idem = Idem::start_with(config, &[]);
     let after_restart = Client::new(&idem.base)
@@ -122,7 +122,7 @@ async fn sigterm_finishes_requests_in_flight() {
     let c = client.clone();
     let pending = tokio::spawn(async move { c.signal(req).await });
     receiver.wait_for(1).await;
-    let (status, config) = idem.terminate();
+    let (status, config) = idem.terminate().await;
     let response = pending.await.expect("task");
     assert_eq!(response.status, 201);
     assert!(status.success());
@@ -152,7 +152,7 @@ async fn neither_key_nor_subject_is_stored_or_sent_in_clear() {
     let keyless = client.signal(Req::new(&sim_swap(subject)).beta()).await;
     assert_eq!(keyless.status, 201);
     let logs = idem.stderr();
-    let (status, _) = idem.terminate();
+    let (status, _) = idem.terminate().await;
     assert!(status.success());
 
     let files = files_under(&dir.path().join("data"));

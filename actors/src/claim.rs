@@ -18,6 +18,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::delivery::DeliveryContext;
 use crate::dispatch::Dispatcher;
+use crate::failpoint;
 use crate::store::{ClaimId, Store, StoreError};
 
 /// The time windows of claims.
@@ -245,6 +246,7 @@ impl ClaimState {
         let body = serde_json::to_vec(&claim.decision.response(outcomes))
             .map_err(|e| StoreError::Commit(format!("cannot serialise the response: {e}")))?;
         let response = StoredResponse { status: 201, body };
+        failpoint::hit("complete.before_persist");
         self.record(ClaimEvent::Completed(response.clone())).await?;
         Ok(response)
     }
@@ -305,6 +307,7 @@ impl ClaimActor {
                     let _ = reply.send(Reply::Failed(e.to_string()));
                     return Err(e);
                 }
+                failpoint::hit("claim.after_persist");
                 Self::start_dispatch(myself, state, reply);
             }
             Step::TakeOver => {
@@ -353,12 +356,14 @@ impl ClaimActor {
         // never runs the actions again. The delivery logs (queued ones enter the retry queue)
         // are written first, so they are durable no later than the recovery point.
         let result = async {
+            failpoint::hit("dispatch.before_recovery_point");
             if let Some(claim) = state.phase.claim() {
                 state.ctx.deliveries.stage_new(&claim.decision, &outcomes)?;
             }
             state
                 .record(ClaimEvent::Dispatched(outcomes.clone()))
                 .await?;
+            failpoint::hit("dispatch.after_recovery_point");
             state.complete(&outcomes).await
         }
         .await;

@@ -17,6 +17,7 @@ use idem_schemas::{
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::dispatch::Dispatcher;
+use crate::failpoint;
 use crate::registry::{Family, RegistryError};
 use crate::store::{Placement, Store, StoreError};
 
@@ -291,6 +292,7 @@ impl DeliveryActorState {
             now_ms(),
         );
         tracing::info!(delivery = %record.id, attempt = self.delivery.attempts.len() + 1, code = ?attempt.code, error = ?attempt.error, next = ?next, "retry attempt");
+        failpoint::hit("delivery.after_attempt");
         // Until this record is durable the attempt is not counted: a crash here makes it again,
         // with the same webhook-id and bytes.
         self.record(DeliveryEvent::Answered { attempt, next }, placement(next))

@@ -9,6 +9,7 @@ pub mod codec;
 pub mod commit;
 pub mod delivery;
 pub mod dispatch;
+pub mod failpoint;
 pub mod registry;
 pub mod retry_worker;
 pub mod store;

@@ -293,6 +293,25 @@ impl Idem {
         Self::start_with(config_path, &[])
     }
 
+    /// Starts `idem serve` with the config text and extra environment (e.g. `FAILPOINTS`).
+    pub fn start_env(dir: &Path, config: &str, env: &[(&str, &str)]) -> Idem {
+        let config_path = dir.join("idem.toml");
+        std::fs::write(&config_path, config).expect("write config");
+        Self::start_with(config_path, env)
+    }
+
+    /// Waits (up to 10 s) for the process to exit by itself; its exit status. Async, so the
+    /// test's receiver keeps serving meanwhile.
+    pub async fn wait_exit(mut self) -> (std::process::ExitStatus, PathBuf) {
+        for _ in 0..1000 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return (status, self.config_path.clone());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("idem did not exit");
+    }
+
     /// Starts `idem serve --config path` again (same data directory).
     pub fn start_with(config_path: PathBuf, env: &[(&str, &str)]) -> Idem {
         let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
@@ -347,13 +366,12 @@ impl Idem {
     }
 
     /// SIGTERM, then waits for the exit status.
-    pub fn terminate(mut self) -> (std::process::ExitStatus, PathBuf) {
+    pub async fn terminate(self) -> (std::process::ExitStatus, PathBuf) {
         // SAFETY: kill(2) on our own child's pid.
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGTERM);
         }
-        let status = self.child.wait().expect("wait");
-        (status, self.config_path.clone())
+        self.wait_exit().await
     }
 }
 
@@ -460,24 +478,34 @@ impl Client {
     }
 
     pub async fn send(&self, method: &str, path: &str, req: Req) -> Resp {
+        self.try_send(method, path, req).await.expect("request")
+    }
+
+    /// Like `send`, but a connection that breaks (the server died) is an `Err`.
+    pub async fn try_send(
+        &self,
+        method: &str,
+        path: &str,
+        req: Req,
+    ) -> Result<Resp, reqwest::Error> {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
         let mut r = self.http.request(method, format!("{}{}", self.base, path));
         for (k, v) in req.headers {
             r = r.header(k, v);
         }
-        let response = r.body(req.body).send().await.expect("request");
+        let response = r.body(req.body).send().await?;
         let status = response.status().as_u16();
         let headers = response
             .headers()
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
             .collect();
-        let body = response.bytes().await.expect("body").to_vec();
-        Resp {
+        let body = response.bytes().await?.to_vec();
+        Ok(Resp {
             status,
             headers,
             body,
-        }
+        })
     }
 
     pub async fn signal(&self, req: Req) -> Resp {

@@ -1,0 +1,38 @@
+//! Fault injection at the named recovery points of CONTRACT section 7, compiled in only with
+//! the `failpoints` feature (a normal build carries no trace of it). Configured with the `fail`
+//! crate: from the `FAILPOINTS` environment variable (`name=action;…`) at start, or at run time
+//! with `fail::cfg`. The `return` action kills the whole process on the spot, as SIGKILL would
+//! (no flush, no cleanup); `panic` panics in the actor running the step; `sleep(ms)` pauses.
+
+/// The points, in the order a keyed signal passes them.
+pub const POINTS: [&str; 5] = [
+    "claim.after_persist",
+    "dispatch.before_recovery_point",
+    "dispatch.after_recovery_point",
+    "complete.before_persist",
+    "delivery.after_attempt",
+];
+
+/// Evaluates the failpoint `name` (nothing, without the `failpoints` feature).
+#[inline(always)]
+pub fn hit(name: &'static str) {
+    #[cfg(feature = "failpoints")]
+    if fail::eval(name, |_| ()).is_some() {
+        tracing::warn!(point = name, "failpoint: killing the process");
+        // SAFETY: kill(2) on our own pid; SIGKILL cannot be caught, nothing runs after it.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+    #[cfg(not(feature = "failpoints"))]
+    let _ = name;
+}
+
+/// Reads `FAILPOINTS` (a no-op without the `failpoints` feature). Call once at start.
+pub fn setup_from_env() {
+    #[cfg(feature = "failpoints")]
+    {
+        // The scenario only guards against concurrent setups; the configuration stays in force.
+        std::mem::forget(fail::FailScenario::setup());
+    }
+}

@@ -1,0 +1,255 @@
+//! Every recovery point under fire (built with `--features failpoints`): the process is killed
+//! on the spot at each named point, or the actor running the step panics, and the retry that
+//! follows recovers as CONTRACT section 4 says — one decision, one set of side effects, with the
+//! same ids and bytes wherever an action had to run again.
+#![cfg(feature = "failpoints")]
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+
+use common::*;
+
+const DELIVERY: &str = "inline_timeout = \"1s\"\nretry_interval = \"300ms\"";
+
+struct Crash {
+    _dir: tempfile::TempDir,
+    receiver: Receiver,
+    body: String,
+    key: String,
+    /// The callbacks made before the crash.
+    before: Vec<Received>,
+    /// idem, restarted without failpoints.
+    idem: Idem,
+}
+
+/// Sends one keyed signal to an idem whose `point` kills it, checks that it died of SIGKILL,
+/// and restarts it on the same data directory.
+async fn crash_at(point: &str) -> Crash {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let cfg = config(&dir.path().join("data"), &receiver, "", DELIVERY);
+    let failpoints = format!("{point}=return");
+    let idem = Idem::start_env(dir.path(), &cfg, &[("FAILPOINTS", &failpoints)]);
+    let key = unique("fp");
+    let body = sim_swap("+447700900123");
+    let r = Client::new(&idem.base)
+        .try_send(
+            "POST",
+            "/v1/signals",
+            Req::new(&body).key(&key).acme_signed(&key),
+        )
+        .await;
+    assert!(r.is_err(), "{point}: the process dies before answering");
+    let (status, config) = idem.wait_exit().await;
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "{point}: killed on the spot"
+    );
+    let before = receiver.seen();
+    let idem = Idem::start_with(config, &[]);
+    Crash {
+        _dir: dir,
+        receiver,
+        body,
+        key,
+        before,
+        idem,
+    }
+}
+
+impl Crash {
+    async fn retry(&self) -> Resp {
+        Client::new(&self.idem.base)
+            .signal(Req::new(&self.body).key(&self.key).acme_signed(&self.key))
+            .await
+    }
+
+    /// After the retry: exactly `expect` callbacks in all, every webhook-id with one body.
+    async fn assert_callbacks(&self, expect: usize, decision: &serde_json::Value) {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let seen = self.receiver.seen();
+        assert_eq!(seen.len(), expect);
+        for cb in &seen {
+            let env: serde_json::Value = serde_json::from_slice(&cb.body).expect("json");
+            assert_eq!(
+                &env["data"]["decision_id"], decision,
+                "one decision per key"
+            );
+            let twin = seen
+                .iter()
+                .filter(|o| o.header("webhook-id") == cb.header("webhook-id"));
+            assert!(
+                twin.into_iter().all(|o| o.body == cb.body),
+                "one body per webhook-id"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn killed_after_the_claim_persisted_the_retry_takes_over_at_once() {
+    let c = crash_at("claim.after_persist").await;
+    assert!(c.before.is_empty(), "no action ran before the crash");
+    let r = c.retry().await;
+    assert_eq!(
+        r.status, 201,
+        "the dead holder's claim is taken over at once"
+    );
+    assert!(!r.replayed());
+    c.assert_callbacks(2, &r.json()["decision_id"]).await;
+}
+
+#[tokio::test]
+async fn killed_before_the_recovery_point_the_actions_run_again_with_the_same_ids_and_bytes() {
+    let c = crash_at("dispatch.before_recovery_point").await;
+    assert_eq!(c.before.len(), 2, "both actions ran before the crash");
+    let r = c.retry().await;
+    assert_eq!(r.status, 201);
+    c.assert_callbacks(4, &r.json()["decision_id"]).await;
+    let after = &c.receiver.seen()[2..];
+    for cb in after {
+        assert!(c
+            .before
+            .iter()
+            .any(|b| b.header("webhook-id") == cb.header("webhook-id") && b.body == cb.body));
+    }
+}
+
+#[tokio::test]
+async fn killed_after_the_recovery_point_the_retry_completes_without_running_anything() {
+    for point in ["dispatch.after_recovery_point", "complete.before_persist"] {
+        let c = crash_at(point).await;
+        assert_eq!(c.before.len(), 2, "{point}");
+        let r = c.retry().await;
+        assert_eq!(r.status, 201, "{point}");
+        assert!(r.json()["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .all(|a| a["status"] == "delivered"));
+        c.assert_callbacks(2, &r.json()["decision_id"]).await;
+        let replay = c.retry().await;
+        assert!(replay.replayed());
+        assert_eq!(replay.body, r.body);
+    }
+}
+
+#[tokio::test]
+async fn killed_after_a_retry_attempt_the_attempt_is_made_again_then_recorded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    receiver.answer("/notify", 503, Duration::ZERO);
+    let cfg = config(&dir.path().join("data"), &receiver, "", DELIVERY);
+    let idem = Idem::start_env(
+        dir.path(),
+        &cfg,
+        &[("FAILPOINTS", "delivery.after_attempt=return")],
+    );
+    let r = Client::new(&idem.base)
+        .signal(Req::new(&sim_swap("+1555")).key(&unique("d")).beta())
+        .await;
+    assert_eq!(r.status, 201);
+    let id = r.json()["actions"][0]["delivery_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let (status, config) = idem.wait_exit().await;
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    assert_eq!(
+        receiver.seen().len(),
+        2,
+        "the inline attempt and the first retry"
+    );
+
+    receiver.answer("/notify", 200, Duration::ZERO);
+    let idem = Idem::start_with(config, &[]);
+    let client = Client::new(&idem.base);
+    let mut view = serde_json::Value::Null;
+    for _ in 0..200 {
+        view = client
+            .send("GET", &format!("/v1/deliveries/{id}"), Req::new("").beta())
+            .await
+            .json();
+        if view["status"] == "delivered" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(view["status"], "delivered");
+    let attempts = view["attempts"].as_array().expect("attempts");
+    assert_eq!(
+        attempts.len(),
+        2,
+        "the unrecorded attempt is not counted: {view}"
+    );
+    assert_eq!(attempts[1]["status_code"], 200);
+    let seen = receiver.seen();
+    assert_eq!(seen.len(), 3);
+    assert!(seen
+        .iter()
+        .all(|cb| cb.header("webhook-id") == id && cb.body == seen[0].body));
+}
+
+#[tokio::test]
+async fn a_panicking_actor_fails_its_request_and_the_key_recovers() {
+    for point in [
+        "claim.after_persist",
+        "dispatch.before_recovery_point",
+        "complete.before_persist",
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let receiver = Receiver::start().await;
+        let cfg = config(
+            &dir.path().join("data"),
+            &receiver,
+            "in_flight_timeout = \"1s\"",
+            DELIVERY,
+        );
+        let failpoints = format!("{point}=1*panic");
+        let idem = Idem::start_env(dir.path(), &cfg, &[("FAILPOINTS", &failpoints)]);
+        let client = Client::new(&idem.base);
+        let key = unique("panic");
+        let body = sim_swap("+1555");
+        let failed = client.signal(Req::new(&body).key(&key).beta()).await;
+        assert_eq!(failed.status, 500, "{point}: a 5xx problem, not a hang");
+        assert_eq!(failed.problem_type(), "urn:idem:problem:internal");
+
+        // Other keys never notice.
+        let other = client
+            .signal(Req::new(&body).key(&unique("other")).beta())
+            .await;
+        assert_eq!(other.status, 201, "{point}");
+
+        // The key is not stuck: in flight until in_flight_timeout, then taken over (or, if the
+        // panic came after the recovery point, completed from it).
+        let mut last = None;
+        for _ in 0..60 {
+            let r = client.signal(Req::new(&body).key(&key).beta()).await;
+            if r.status == 201 {
+                last = Some(r);
+                break;
+            }
+            assert_eq!(r.status, 409, "{point}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let done = last.unwrap_or_else(|| panic!("{point}: key stuck in flight"));
+        assert!(!done.replayed());
+        let decision = done.json()["decision_id"].clone();
+        for cb in receiver.seen() {
+            let env: serde_json::Value = serde_json::from_slice(&cb.body).expect("json");
+            if env["data"]["decision_id"] != other.json()["decision_id"] {
+                assert_eq!(
+                    env["data"]["decision_id"], decision,
+                    "{point}: one decision per key"
+                );
+            }
+        }
+        assert!(
+            idem.stderr().contains("actor failed"),
+            "{point}: the supervisor saw it"
+        );
+    }
+}
