@@ -400,6 +400,10 @@ impl Actor for ClaimActor {
         args: ClaimArgs,
     ) -> Result<ClaimState, ActorProcessingErr> {
         let log = args.ctx.store.load_claim(&args.id)?;
+        // Sabotage (failpoints builds only): the claim on disk is ignored, as if claims lived
+        // only in memory.
+        #[cfg(feature = "failpoints")]
+        let log = log.filter(|_| !crate::failpoint::switched_on("sabotage"));
         let (generation, events) = log.map_or((0, Vec::new()), |l| (l.generation, l.events));
         let next_seq = events.len() as u32;
         let mut phase = Phase::Free;

@@ -28,6 +28,20 @@ pub fn hit(name: &'static str) {
     let _ = name;
 }
 
+/// True when the switch `name` is set to `return` (always false without the feature). Used by
+/// the one deliberate sabotage, `sabotage`: every request gets a fresh claim actor that ignores
+/// the claim on disk — neither serialised nor durable — so a simulation can show that its
+/// checker catches a broken system.
+pub fn switched_on(name: &'static str) -> bool {
+    #[cfg(feature = "failpoints")]
+    return fail::eval(name, |_| ()).is_some();
+    #[cfg(not(feature = "failpoints"))]
+    {
+        let _ = name;
+        false
+    }
+}
+
 /// Reads `FAILPOINTS` (a no-op without the `failpoints` feature). Call once at start.
 pub fn setup_from_env() {
     #[cfg(feature = "failpoints")]

@@ -160,6 +160,12 @@ impl ClaimRegistry {
                 id: id.clone(),
                 ctx: self.ctx.clone(),
             };
+            // Sabotage (failpoints builds only): an actor per request, nothing serialised.
+            #[cfg(feature = "failpoints")]
+            let name = match crate::failpoint::switched_on("sabotage") {
+                true => format!("{name}/{}", sub.candidate.id),
+                false => name.clone(),
+            };
             let Some(actor) = self.family.find_or_spawn(&name, ClaimActor, args).await? else {
                 continue;
             };

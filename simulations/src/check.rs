@@ -1,0 +1,205 @@
+//! The checker: after the run has settled, it verifies the invariants from what the clients
+//! received, what the receiver saw, and what idem's delivery API reports — never from idem's
+//! word alone that all went well.
+//!
+//! 1. Every keyed signal was answered 201, with one decision per key (identical bodies), and a
+//!    final retry replays it (no key stuck in flight).
+//! 2. Callbacks traced to a key belong to that key's one decision.
+//! 3. Per (decision, action), the receiver saw exactly one `webhook-id` and one body, every
+//!    attempt correctly signed.
+//! 4. Every action of every answered decision exists (no delivery lost) and is final: delivered
+//!    (and then the receiver did answer 2xx for it) or dead after all its attempts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::clients::{request, Outcome};
+use crate::receiver::Receiver;
+use crate::MAX_RETRIES;
+
+/// The webhook-ids and bodies seen for one (decision, action).
+type Sightings = (BTreeSet<String>, BTreeSet<Vec<u8>>);
+
+/// What the checker found.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub checked: usize,
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    fn expect(&mut self, ok: bool, violation: impl FnOnce() -> String) {
+        self.checked += 1;
+        if !ok {
+            self.violations.push(violation());
+        }
+    }
+}
+
+/// Checks the run.
+pub async fn check(base: &str, outcome: &Outcome, receiver: &Receiver) -> Report {
+    let mut report = Report::default();
+    let http = reqwest::Client::new();
+    for u in &outcome.unexpected {
+        report.expect(false, || u.clone());
+    }
+
+    // 1. One decision per key, and no key stuck.
+    let mut by_label: BTreeMap<&str, Vec<&[u8]>> = BTreeMap::new();
+    for a in &outcome.answers {
+        by_label.entry(&a.label).or_default().push(&a.body);
+    }
+    let mut key_decision: BTreeMap<String, String> = BTreeMap::new();
+    let keyed: BTreeMap<&str, &crate::clients::Job> = outcome
+        .jobs
+        .iter()
+        .filter(|j| j.key.is_some())
+        .map(|j| (j.label.as_str(), j))
+        .collect();
+    for (label, job) in &keyed {
+        let bodies = by_label.get(label).cloned().unwrap_or_default();
+        report.expect(!bodies.is_empty(), || format!("{label}: never answered"));
+        let distinct: BTreeSet<&[u8]> = bodies.iter().copied().collect();
+        report.expect(distinct.len() <= 1, || {
+            format!(
+                "{label}: {} different responses (more than one decision)",
+                distinct.len()
+            )
+        });
+        if let Some(first) = bodies.first() {
+            let id = decision_id(first);
+            key_decision.insert(label.to_string(), id);
+            let again = request(&http, base, job, 0).send().await;
+            let ok = match again {
+                Ok(r) => {
+                    let replayed = r.headers().get("idempotent-replayed").is_some();
+                    let status = r.status().as_u16();
+                    let body = r.bytes().await.map(|b| b.to_vec()).unwrap_or_default();
+                    status == 201 && replayed && body == *first
+                }
+                Err(_) => false,
+            };
+            report.expect(ok, || {
+                format!("{label}: the final retry did not replay the decision")
+            });
+        }
+    }
+
+    // 4. Every delivery of every answered decision, to its end.
+    let mut deliveries = BTreeSet::new();
+    for a in &outcome.answers {
+        let v: Value = serde_json::from_slice(&a.body).unwrap_or_default();
+        for action in v["actions"].as_array().into_iter().flatten() {
+            if let Some(id) = action["delivery_id"].as_str() {
+                deliveries.insert(id.to_string());
+            }
+        }
+    }
+    // Settle first: every delivery final (or the deadline passed), then read the receiver.
+    let mut views = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for id in &deliveries {
+        let view = loop {
+            let view = http
+                .get(format!("{base}/v1/deliveries/{id}"))
+                .header("authorization", "Bearer sk_sim")
+                .send()
+                .await;
+            let view = match view {
+                Ok(r) if r.status().as_u16() == 404 => None,
+                Ok(r) => r
+                    .bytes()
+                    .await
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok()),
+                Err(_) => Some(Value::Null),
+            };
+            let queued = view
+                .as_ref()
+                .is_some_and(|v| v["status"] == "queued" || v.is_null());
+            if !queued || Instant::now() > deadline {
+                break view;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        views.push((id.clone(), view));
+    }
+
+    // 2 and 3. What the receiver saw.
+    let seen = receiver.seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let mut per_key: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut per_action: BTreeMap<(String, String), Sightings> = BTreeMap::new();
+    for cb in &seen {
+        report.expect(cb.signature_ok, || {
+            format!("{}: a callback with a bad signature", cb.webhook_id)
+        });
+        let env: Value = serde_json::from_slice(&cb.body).unwrap_or_default();
+        let decision = env["data"]["decision_id"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let action = env["data"]["action"].as_str().unwrap_or("").to_string();
+        let label = env["data"]["metadata"]["sim"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        per_key.entry(label).or_default().insert(decision.clone());
+        let entry = per_action.entry((decision, action)).or_default();
+        entry.0.insert(cb.webhook_id.clone());
+        entry.1.insert(cb.body.clone());
+    }
+    for (label, decisions) in &per_key {
+        if let Some(expected) = key_decision.get(label) {
+            report.expect(decisions.len() == 1 && decisions.contains(expected), || {
+                format!(
+                    "{label}: callbacks of {} decisions for one key",
+                    decisions.len()
+                )
+            });
+        }
+    }
+    for ((decision, action), (ids, bodies)) in &per_action {
+        report.expect(ids.len() == 1 && bodies.len() == 1, || {
+            format!(
+                "{decision}/{action}: {} webhook-ids and {} bodies",
+                ids.len(),
+                bodies.len()
+            )
+        });
+    }
+
+    let answered_ok: BTreeSet<&str> = seen
+        .iter()
+        .filter(|c| c.answered_ok)
+        .map(|c| c.webhook_id.as_str())
+        .collect();
+    for (id, view) in views {
+        let Some(view) = view else {
+            report.expect(false, || format!("{id}: delivery lost (404)"));
+            continue;
+        };
+        let status = view["status"].as_str().unwrap_or("?").to_string();
+        let attempts = view["attempts"].as_array().map_or(0, Vec::len);
+        match status.as_str() {
+            "delivered" => report.expect(answered_ok.contains(id.as_str()), || {
+                format!("{id}: delivered, but the receiver never answered it 2xx")
+            }),
+            "dead" => report.expect(attempts > MAX_RETRIES, || {
+                format!("{id}: dead after only {attempts} attempts")
+            }),
+            other => report.expect(false, || {
+                format!("{id}: ended {other} after {attempts} attempts")
+            }),
+        }
+    }
+    report
+}
+
+fn decision_id(body: &[u8]) -> String {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v["decision_id"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}

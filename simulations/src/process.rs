@@ -1,0 +1,91 @@
+//! The system under test: a real `idem serve` process (a failpoints build), restarted on the
+//! same data directory and port after every crash, each incarnation with its own FAILPOINTS.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// A supervised `idem serve`.
+pub struct IdemProcess {
+    binary: PathBuf,
+    config: PathBuf,
+    logs: PathBuf,
+    child: Option<Child>,
+    /// How many incarnations were started.
+    pub starts: usize,
+}
+
+impl IdemProcess {
+    /// Prepares (does not start) `binary serve --config config`, logging under `logs`.
+    pub fn new(binary: &Path, config: &Path, logs: &Path) -> Self {
+        IdemProcess {
+            binary: binary.to_path_buf(),
+            config: config.to_path_buf(),
+            logs: logs.to_path_buf(),
+            child: None,
+            starts: 0,
+        }
+    }
+
+    /// Starts an incarnation with `failpoints` and waits until it listens.
+    pub fn start(&mut self, failpoints: &str) -> std::io::Result<()> {
+        self.starts += 1;
+        let log = std::fs::File::create(self.logs.join(format!("idem-{}.log", self.starts)))?;
+        let mut child = Command::new(&self.binary)
+            .args(["serve", "--config"])
+            .arg(&self.config)
+            .env("FAILPOINTS", failpoints)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stdout"))?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        if !line.starts_with("idem listening on ") {
+            let _ = child.kill();
+            return Err(std::io::Error::other(format!(
+                "idem did not start: {line:?}"
+            )));
+        }
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// True while the current incarnation runs. A dead one was reaped; its exit status says
+    /// whether a failpoint killed it.
+    pub fn alive(&mut self) -> bool {
+        match self.child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(None)) => true,
+            _ => {
+                self.child = None;
+                false
+            }
+        }
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Counts `needle` in every incarnation's log.
+    pub fn count_in_logs(&self, needle: &str) -> usize {
+        (1..=self.starts)
+            .filter_map(|n| std::fs::read_to_string(self.logs.join(format!("idem-{n}.log"))).ok())
+            .map(|log| log.matches(needle).count())
+            .sum()
+    }
+}
+
+impl Drop for IdemProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
