@@ -85,13 +85,14 @@ pub async fn run(
             retry_interval: config.delivery.retry_interval,
             attempt_timeout: config.delivery.inline_timeout,
             idle_timeout: config.idempotency.idle_actor_timeout,
+            retention: config.idempotency.key_ttl,
         },
     });
     let deliveries = Arc::new(Deliveries::start(&instance, delivery_ctx.clone()).await?);
     let ctx = Arc::new(ClaimContext {
         store: store.clone(),
         dispatcher: dispatcher.clone(),
-        deliveries: delivery_ctx,
+        deliveries: delivery_ctx.clone(),
         settings: ClaimSettings {
             key_ttl: config.idempotency.key_ttl,
             in_flight_timeout: config.idempotency.in_flight_timeout,
@@ -100,7 +101,7 @@ pub async fn run(
         },
     });
     let claims = ClaimRegistry::start(&instance, ctx).await?;
-    let sweeper = idem_actors::sweeper::spawn(store.clone(), config.idempotency.sweep_interval);
+    let sweeper = idem_actors::sweeper::spawn(delivery_ctx, config.idempotency.sweep_interval);
     let retry_worker = idem_actors::retry_worker::spawn(
         deliveries.clone(),
         idem_actors::retry_worker::tick_for(config.delivery.retry_interval),

@@ -262,6 +262,36 @@ async fn an_expired_key_is_free_again() {
     assert_ne!(other.json()["decision_id"], first.json()["decision_id"]);
     let seen = receiver.wait_for(2).await;
     assert_ne!(seen[0].header("webhook-id"), seen[1].header("webhook-id"));
+
+    // The expired claim's delivery is forgotten by the sweeper too: the store follows the window.
+    let old = first.json()["actions"][0]["delivery_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let mut status = 200;
+    for _ in 0..100 {
+        status = client
+            .send("GET", &format!("/v1/deliveries/{old}"), Req::new("").beta())
+            .await
+            .status;
+        if status == 404 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, 404, "a final delivery past the window is forgotten");
+    let fresh = other.json()["actions"][0]["delivery_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let kept = client
+        .send(
+            "GET",
+            &format!("/v1/deliveries/{fresh}"),
+            Req::new("").beta(),
+        )
+        .await;
+    assert_eq!(kept.status, 200);
 }
 
 #[tokio::test]

@@ -35,6 +35,8 @@ pub struct DeliverySettings {
     pub attempt_timeout: Duration,
     /// A delivery actor with nothing to do for this long stops.
     pub idle_timeout: Duration,
+    /// How long after its creation a final delivery is kept (the claims' `key_ttl`).
+    pub retention: Duration,
 }
 
 impl DeliverySettings {
@@ -197,6 +199,7 @@ impl DeliveryContext {
                 url: planned.url.clone(),
                 body: planned.body.clone(),
                 created_at_ms: decision.created_at_ms,
+                expires_at_ms: decision.created_at_ms + self.settings.retention.as_millis() as u64,
             };
             let events = [
                 DeliveryEvent::Created(record),
@@ -215,6 +218,45 @@ impl DeliveryContext {
             )?;
         }
         Ok(())
+    }
+}
+
+impl DeliveryContext {
+    /// A delivery as stored, if it exists.
+    pub fn load(&self, id: &str) -> Result<Option<DeliveryState>, StoreError> {
+        match self.store.load_delivery(id)? {
+            None => Ok(None),
+            Some(events) => DeliveryState::fold(events)
+                .map(Some)
+                .map_err(|e| StoreError::Commit(e.to_string())),
+        }
+    }
+
+    /// Forgets up to `limit` final deliveries whose retention ended before `now_ms`; one still
+    /// queued is looked at again a retry interval later. Returns how many were forgotten.
+    pub fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        let mut forgotten = 0;
+        for (expired, id) in self.store.expired_deliveries(now_ms, limit)? {
+            match self.load(&id)? {
+                Some(d) if d.placement.due_ms.is_some() => {
+                    let later = now_ms + self.settings.retry_interval.as_millis() as u64;
+                    self.store.postpone_forgetting(expired, later, &id)?;
+                }
+                Some(d) => {
+                    self.store.forget_delivery(
+                        expired,
+                        &d.record.tenant,
+                        &id,
+                        d.placement.status,
+                    )?;
+                    forgotten += 1;
+                }
+                None => self
+                    .store
+                    .forget_delivery(expired, "", &id, DeliveryStatus::Dead)?,
+            }
+        }
+        Ok(forgotten)
     }
 }
 
@@ -449,12 +491,7 @@ impl Deliveries {
 
     /// A delivery as stored, if it exists.
     pub fn load(&self, id: &str) -> Result<Option<DeliveryState>, StoreError> {
-        match self.ctx.store.load_delivery(id)? {
-            None => Ok(None),
-            Some(events) => Ok(Some(
-                DeliveryState::fold(events).map_err(|e| StoreError::Commit(e.to_string()))?,
-            )),
-        }
+        self.ctx.load(id)
     }
 
     /// Starts a new series of attempts for a failed or dead delivery.

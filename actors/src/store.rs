@@ -81,6 +81,7 @@ pub struct Store {
     deliveries: sled::Tree,
     due: sled::Tree,
     by_status: sled::Tree,
+    delivery_expiry: sled::Tree,
     commits: GroupCommit,
 }
 
@@ -139,6 +140,7 @@ impl Store {
         let deliveries = db.open_tree("deliveries")?;
         let due = db.open_tree("delivery_due")?;
         let by_status = db.open_tree("delivery_status")?;
+        let delivery_expiry = db.open_tree("delivery_expiry")?;
         let commits = GroupCommit::start(db.clone(), dir)?;
         Ok(Arc::new(Store {
             db,
@@ -147,6 +149,7 @@ impl Store {
             deliveries,
             due,
             by_status,
+            delivery_expiry,
             commits,
         }))
     }
@@ -210,6 +213,10 @@ impl Store {
             self.due.insert(due_key(due, id), &[])?;
         }
         for (n, event) in events.iter().enumerate() {
+            if let DeliveryEvent::Created(record) = event {
+                self.delivery_expiry
+                    .insert(due_key(record.expires_at_ms, id), &[])?;
+            }
             let record = codec::encode(event)?;
             self.deliveries
                 .insert(delivery_key(id, first_seq + n as u32), record)?;
@@ -250,16 +257,7 @@ impl Store {
             .take(limit)
         {
             let (key, _) = entry?;
-            let (due, id) = key
-                .split_at_checked(8)
-                .ok_or(StoreError::MalformedKey("delivery_due"))?;
-            let due = u64::from_be_bytes(
-                due.try_into()
-                    .map_err(|_| StoreError::MalformedKey("delivery_due"))?,
-            );
-            let id = String::from_utf8(id.to_vec())
-                .map_err(|_| StoreError::MalformedKey("delivery_due"))?;
-            out.push((due, id));
+            out.push(split_time_key(&key, "delivery_due")?);
         }
         Ok(out)
     }
@@ -267,6 +265,56 @@ impl Store {
     /// Removes a due-index entry that no longer matches its delivery.
     pub fn drop_due(&self, due_ms: u64, id: &str) -> Result<(), StoreError> {
         self.due.remove(due_key(due_ms, id))?;
+        Ok(())
+    }
+
+    /// Up to `limit` deliveries whose retention ended before `now_ms`: (index entry, id).
+    pub fn expired_deliveries(
+        &self,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, String)>, StoreError> {
+        let mut out = Vec::new();
+        for entry in self
+            .delivery_expiry
+            .range(..due_key(now_ms, ""))
+            .take(limit)
+        {
+            let (key, _) = entry?;
+            out.push(split_time_key(&key, "delivery_expiry")?);
+        }
+        Ok(out)
+    }
+
+    /// Deletes a final delivery's log and index entries (its retention entry at `expired_ms`).
+    pub fn forget_delivery(
+        &self,
+        expired_ms: u64,
+        tenant: &str,
+        id: &str,
+        status: DeliveryStatus,
+    ) -> Result<(), StoreError> {
+        let mut prefix = id.as_bytes().to_vec();
+        prefix.push(0);
+        let mut batch = sled::Batch::default();
+        for key in self.deliveries.scan_prefix(&prefix).keys() {
+            batch.remove(key?);
+        }
+        self.deliveries.apply_batch(batch)?;
+        self.by_status.remove(status_key(tenant, status, id))?;
+        self.delivery_expiry.remove(due_key(expired_ms, id))?;
+        Ok(())
+    }
+
+    /// Moves a delivery's retention entry from `expired_ms` to `until_ms` (it is not final yet).
+    pub fn postpone_forgetting(
+        &self,
+        expired_ms: u64,
+        until_ms: u64,
+        id: &str,
+    ) -> Result<(), StoreError> {
+        self.delivery_expiry.insert(due_key(until_ms, id), &[])?;
+        self.delivery_expiry.remove(due_key(expired_ms, id))?;
         Ok(())
     }
 
@@ -362,6 +410,19 @@ impl Store {
     pub fn size_on_disk(&self) -> Result<u64, StoreError> {
         Ok(self.db.size_on_disk()?)
     }
+}
+
+/// `time ‖ id` back into its parts.
+fn split_time_key(key: &[u8], tree: &'static str) -> Result<(u64, String), StoreError> {
+    let (time, id) = key
+        .split_at_checked(8)
+        .ok_or(StoreError::MalformedKey(tree))?;
+    let time = u64::from_be_bytes(
+        time.try_into()
+            .map_err(|_| StoreError::MalformedKey(tree))?,
+    );
+    let id = String::from_utf8(id.to_vec()).map_err(|_| StoreError::MalformedKey(tree))?;
+    Ok((time, id))
 }
 
 fn generation_of(suffix: &[u8]) -> Result<u64, StoreError> {

@@ -144,6 +144,8 @@ pub struct DeliveryRecord {
     pub body: Vec<u8>,
     /// When the delivery was created, unix milliseconds.
     pub created_at_ms: u64,
+    /// When a final delivery is forgotten (its claim's window), unix milliseconds.
+    pub expires_at_ms: u64,
 }
 
 /// Where a delivery goes after an attempt.

@@ -12,9 +12,10 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use idem_actors::{ClaimId, RegistryError, Reply, Submission};
 use idem_schemas::timefmt::{is_rfc3339, now_ms};
-use idem_schemas::{SignalRequest, StoredResponse};
+use idem_schemas::{Decision, SignalRequest, StoredResponse};
 use serde::Deserialize;
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::http::auth::verify_signature;
 use crate::http::problem::{ApiError, Kind};
@@ -86,36 +87,39 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Response, 
     )
     .map_err(|e| ApiError::new(Kind::Internal, format!("cannot build the callbacks: {e}")))?;
     let span = tracing::info_span!("signal", tenant = %tenant.name, decision = %decision.id, keyed = key.is_some());
-    let _entered = span.enter();
+    match key {
+        None => keyless(app, decision).instrument(span).await,
+        Some(key) => {
+            let id = ClaimId {
+                tenant: tenant.name.clone(),
+                digest: app.digester.key(&tenant.name, &key),
+            };
+            let fingerprint = app.digester.fingerprint(&tenant.name, &value);
+            let submission = Submission::new(fingerprint, decision);
+            claim(app, &id, submission).instrument(span).await
+        }
+    }
+}
 
-    let Some(key) = key else {
-        let outcomes = app.dispatcher.dispatch(&decision).await;
-        // Queued callbacks are durable in the retry queue before the response says so.
-        let deliveries = app.deliveries.context();
-        deliveries
-            .stage_new(&decision, &outcomes)
-            .map_err(|e| ApiError::new(Kind::Internal, e.to_string()))?;
-        deliveries
-            .store
-            .commit()
-            .await
-            .map_err(|e| ApiError::new(Kind::Internal, e.to_string()))?;
-        let body = serde_json::to_vec(&decision.response(&outcomes))
-            .map_err(|e| ApiError::new(Kind::Internal, e.to_string()))?;
-        tracing::info!("keyless signal decided");
-        return Ok(stored(&StoredResponse { status: 201, body }, false));
-    };
-    let id = ClaimId {
-        tenant: tenant.name.clone(),
-        digest: app.digester.key(&tenant.name, &key),
-    };
-    let fingerprint = app.digester.fingerprint(&tenant.name, &value);
-    drop(_entered);
-    let reply = app
-        .claims
-        .submit(&id, Submission::new(fingerprint, decision))
-        .await;
-    match reply {
+/// A keyless signal: processed every time (at-least-once), through the same playbook and
+/// dispatch code as a keyed one.
+async fn keyless(app: &App, decision: Decision) -> Result<Response, ApiError> {
+    let internal = |e: &dyn std::fmt::Display| ApiError::new(Kind::Internal, e.to_string());
+    let outcomes = app.dispatcher.dispatch(&decision).await;
+    // Queued callbacks are durable in the retry queue before the response says so.
+    let deliveries = app.deliveries.context();
+    deliveries
+        .stage_new(&decision, &outcomes)
+        .map_err(|e| internal(&e))?;
+    deliveries.store.commit().await.map_err(|e| internal(&e))?;
+    let body = serde_json::to_vec(&decision.response(&outcomes)).map_err(|e| internal(&e))?;
+    tracing::info!("keyless signal decided");
+    Ok(stored(&StoredResponse { status: 201, body }, false))
+}
+
+/// A keyed signal: its claim actor decides what this request gets.
+async fn claim(app: &App, id: &ClaimId, submission: Submission) -> Result<Response, ApiError> {
+    match app.claims.submit(id, submission).await {
         Ok(Reply::First(response)) => Ok(stored(&response, false)),
         Ok(Reply::Replayed(response)) => Ok(stored(&response, true)),
         Ok(Reply::InFlight) => Err(ApiError::new(
@@ -128,7 +132,10 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Response, 
         )),
         Ok(Reply::Failed(e)) => {
             tracing::error!(error = %e, "claim failed");
-            Err(ApiError::new(Kind::Internal, "the claim could not be stored; retry with the same key"))
+            Err(ApiError::new(
+                Kind::Internal,
+                "the claim could not be stored; retry with the same key",
+            ))
         }
         Err(RegistryError::Unavailable) => Err(ApiError::new(
             Kind::Unavailable,
@@ -136,7 +143,10 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Response, 
         )),
         Err(e) => {
             tracing::error!(error = %e, "claim actor failed");
-            Err(ApiError::new(Kind::Internal, "processing failed; retry with the same key"))
+            Err(ApiError::new(
+                Kind::Internal,
+                "processing failed; retry with the same key",
+            ))
         }
     }
 }

@@ -1,0 +1,553 @@
+//! The load benchmark: what exactly-once costs. Starts a real `idem serve` (release, durable) on
+//! a temp data dir for each scenario, drives signed requests over loopback from closed-loop
+//! workers, and prints a table: requests/s, latency percentiles, statuses, the server's peak RSS
+//! and data-dir bytes, and each scenario's ratio to `keyless` in the same run.
+//!
+//! `cargo run --release -p bench -- --scenario keyless,unique,replay,storm,pg,ceiling
+//! --duration 10s --concurrency 32 [--json FILE] [--window-keys 1000000] [--idem PATH]`
+
+mod load;
+mod pg;
+mod server;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idem_schemas::signature::Secret;
+use serde_json::json;
+
+use crate::load::{drive, Stats};
+use crate::server::Idem;
+
+const SIGNING_SECRET: &str = "whsec_YmVuY2gtc2lnbmluZy1zZWNyZXQ=";
+const CALLBACK_SECRET: &str = "whsec_YmVuY2gtY2FsbGJhY2stc2VjcmV0";
+
+struct Args {
+    scenarios: Vec<String>,
+    duration: Duration,
+    concurrency: usize,
+    json: Option<PathBuf>,
+    window_keys: u64,
+    storm_keys: u64,
+    storm_copies: usize,
+    idem: Option<PathBuf>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        scenarios: vec![
+            "keyless".into(),
+            "unique".into(),
+            "replay".into(),
+            "storm".into(),
+            "pg".into(),
+            "ceiling".into(),
+        ],
+        duration: Duration::from_secs(10),
+        concurrency: 32,
+        json: None,
+        window_keys: 1_000_000,
+        storm_keys: 5,
+        storm_copies: 1000,
+        idem: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+        let number = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{flag} takes a number"))
+        };
+        match flag.as_str() {
+            "--scenario" => a.scenarios = value.split(',').map(str::to_string).collect(),
+            "--duration" => {
+                a.duration = parse_duration(&value).ok_or("--duration takes e.g. 10s or 500ms")?
+            }
+            "--concurrency" => a.concurrency = number(&value)?.max(1) as usize,
+            "--json" => a.json = Some(PathBuf::from(value)),
+            "--window-keys" => a.window_keys = number(&value)?.max(1),
+            "--storm-keys" => a.storm_keys = number(&value)?.max(1),
+            "--storm-copies" => a.storm_copies = number(&value)?.max(2) as usize,
+            "--idem" => a.idem = Some(PathBuf::from(value)),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    let known = [
+        "keyless", "unique", "replay", "storm", "window", "pg", "ceiling",
+    ];
+    if let Some(bad) = a.scenarios.iter().find(|s| !known.contains(&s.as_str())) {
+        return Err(format!(
+            "unknown scenario {bad}; known: {}",
+            known.join(", ")
+        ));
+    }
+    Ok(a)
+}
+
+fn parse_duration(s: &str) -> Option<Duration> {
+    if let Some(ms) = s.strip_suffix("ms") {
+        return ms.parse().ok().map(Duration::from_millis);
+    }
+    s.strip_suffix('s')?.parse().ok().map(Duration::from_secs)
+}
+
+/// Builds the release binary into its own target dir (the running cargo holds the main one).
+fn build_idem() -> Result<PathBuf, String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = root.join("target").join("bench");
+    let status =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(&root)
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "--bin",
+                "idem",
+                "--target-dir",
+            ])
+            .arg(&target)
+            .status()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err("building idem failed".into());
+    }
+    Ok(target.join("release").join("idem"))
+}
+
+/// One row of the table.
+struct Row {
+    name: String,
+    stats: Stats,
+    rss: u64,
+    disk: u64,
+    note: String,
+}
+
+/// A fresh idem on a temp dir, calling `receiver`; `key_ttl` for the window scenario.
+fn start_idem(
+    binary: &std::path::Path,
+    dir: &std::path::Path,
+    receiver: std::net::SocketAddr,
+    key_ttl: &str,
+) -> Result<Idem, String> {
+    let data = dir.join("data");
+    let config = format!(
+        r#"
+listen = "127.0.0.1:0"
+data_dir = "{data}"
+[idempotency]
+key_secret = "bench-key-secret-0123456789abcdef"
+key_ttl = "{key_ttl}"
+sweep_interval = "1s"
+[tenants.acme]
+api_key = "sk_bench"
+signing_secret = "{SIGNING_SECRET}"
+callback_secret = "{CALLBACK_SECRET}"
+[tenants.acme.playbooks.sim_swap]
+decision = "deny"
+actions = [ {{ name = "lock_account", url = "http://{receiver}/lock" }} ]
+[tenants.acme.playbooks.noop]
+decision = "allow"
+actions = []
+"#,
+        data = data.display()
+    );
+    Idem::start(binary, dir, &data, &config).map_err(|e| e.to_string())
+}
+
+/// Sends one signed signal; its status (0 when no answer).
+async fn signal(
+    http: &reqwest::Client,
+    url: &str,
+    signal_type: &str,
+    n: u64,
+    key: Option<&str>,
+) -> (u16, bool) {
+    let body =
+        format!(r#"{{"type":"{signal_type}","subject":"+4477009{n:08}","metadata":{{"n":{n}}}}}"#);
+    let id = key.map_or_else(|| format!("evt-{n}"), str::to_string);
+    let ts = idem_schemas::timefmt::now_ms() as i64 / 1000;
+    let sig = Secret::parse(SIGNING_SECRET)
+        .map(|s| s.sign(&id, ts, body.as_bytes()))
+        .unwrap_or_default();
+    let mut r = http
+        .post(url)
+        .header("authorization", "Bearer sk_bench")
+        .header("content-type", "application/json")
+        .header("webhook-id", &id)
+        .header("webhook-timestamp", ts.to_string())
+        .header("webhook-signature", sig)
+        .body(body);
+    if let Some(k) = key {
+        r = r.header("idempotency-key", k);
+    }
+    match r.send().await {
+        Ok(resp) => {
+            let replayed = resp.headers().contains_key("idempotent-replayed");
+            let status = resp.status().as_u16();
+            let _ = resp.bytes().await;
+            (status, replayed)
+        }
+        Err(_) => (0, false),
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(2048)
+        .build()
+        .unwrap_or_default()
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let binary = match &args.idem {
+        Some(p) => p.clone(),
+        None => build_idem()?,
+    };
+    let receiver = server::fast_receiver().await.map_err(|e| e.to_string())?;
+    let (c, d) = (args.concurrency, args.duration);
+    println!(
+        "idem bench: {} s per scenario, concurrency {c}, {} cores, {}",
+        d.as_secs_f64(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(
+                |s| s.lines().find(|l| l.starts_with("model name")).map(|l| l
+                    .split(':')
+                    .nth(1)
+                    .unwrap_or("")
+                    .trim()
+                    .to_string())
+            )
+            .unwrap_or_default()
+    );
+    let mut rows = Vec::new();
+    let mut extra = serde_json::Map::new();
+    for scenario in &args.scenarios {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let http = client();
+        let row = match scenario.as_str() {
+            "keyless" | "unique" => {
+                let idem = start_idem(&binary, dir.path(), receiver, "24h")?;
+                let url = format!("{}/v1/signals", idem.base);
+                let keyed = scenario == "unique";
+                let run_id = idem_schemas::timefmt::now_ms();
+                let stats = drive(c, d, None, move |n| {
+                    let (http, url) = (http.clone(), url.clone());
+                    async move {
+                        let key = keyed.then(|| format!("u-{run_id}-{n}"));
+                        signal(&http, &url, "sim_swap", n, key.as_deref()).await.0
+                    }
+                })
+                .await;
+                Row {
+                    name: scenario.clone(),
+                    rss: idem.peak_rss(),
+                    disk: idem.disk_bytes(),
+                    stats,
+                    note: String::new(),
+                }
+            }
+            "replay" => {
+                let idem = start_idem(&binary, dir.path(), receiver, "24h")?;
+                let url = format!("{}/v1/signals", idem.base);
+                let keys = 1000u64;
+                let (h, u) = (http.clone(), url.clone());
+                drive(c, Duration::from_secs(600), Some(keys), move |n| {
+                    let (http, url) = (h.clone(), u.clone());
+                    async move {
+                        signal(&http, &url, "sim_swap", n, Some(&format!("r-{n}")))
+                            .await
+                            .0
+                    }
+                })
+                .await;
+                let stats = drive(c, d, None, move |n| {
+                    let (http, url) = (http.clone(), url.clone());
+                    async move {
+                        let k = n % keys;
+                        let (status, replayed) =
+                            signal(&http, &url, "sim_swap", k, Some(&format!("r-{k}"))).await;
+                        if replayed {
+                            status
+                        } else {
+                            599
+                        }
+                    }
+                })
+                .await;
+                Row {
+                    name: "replay".into(),
+                    rss: idem.peak_rss(),
+                    disk: idem.disk_bytes(),
+                    stats,
+                    note: format!("{keys} completed keys, every answer a replay"),
+                }
+            }
+            "storm" => {
+                let idem = start_idem(&binary, dir.path(), receiver, "24h")?;
+                let url = format!("{}/v1/signals", idem.base);
+                let mut losers = Stats::default();
+                let mut firsts_ok = 0;
+                let started = Instant::now();
+                for k in 0..args.storm_keys {
+                    let key = format!("storm-{}-{k}", idem_schemas::timefmt::now_ms());
+                    let barrier = Arc::new(tokio::sync::Barrier::new(args.storm_copies));
+                    let mut tasks = Vec::new();
+                    for _ in 0..args.storm_copies {
+                        let (http, url, key, barrier) =
+                            (http.clone(), url.clone(), key.clone(), barrier.clone());
+                        tasks.push(tokio::spawn(async move {
+                            barrier.wait().await;
+                            let t0 = Instant::now();
+                            let (status, replayed) =
+                                signal(&http, &url, "sim_swap", k, Some(&key)).await;
+                            (status, replayed, t0.elapsed())
+                        }));
+                    }
+                    let mut firsts = 0;
+                    for t in tasks {
+                        let Ok((status, replayed, latency)) = t.await else {
+                            continue;
+                        };
+                        if status == 201 && !replayed {
+                            firsts += 1;
+                        } else {
+                            losers.latencies.push(latency);
+                            losers.requests += 1;
+                            *losers.statuses.entry(status).or_default() += 1;
+                        }
+                    }
+                    if firsts == 1 {
+                        firsts_ok += 1;
+                    }
+                }
+                losers.elapsed = started.elapsed();
+                losers.latencies.sort();
+                Row {
+                    name: "storm".into(),
+                    rss: idem.peak_rss(),
+                    disk: idem.disk_bytes(),
+                    stats: losers,
+                    note: format!("{} keys x {} copies; exactly one decision for {firsts_ok}/{} keys; latencies are the losers'", args.storm_keys, args.storm_copies, args.storm_keys),
+                }
+            }
+            "window" => window(&binary, dir.path(), receiver, &args, &http, &mut extra).await?,
+            "pg" => {
+                let stats = pg::run(c, d).await?;
+                Row {
+                    name: "pg".into(),
+                    rss: 0,
+                    disk: 0,
+                    stats,
+                    note: "PostgreSQL: INSERT ON CONFLICT + 2 UPDATEs, synchronous_commit on"
+                        .into(),
+                }
+            }
+            "ceiling" => {
+                let url = format!("http://{receiver}/ceiling");
+                let stats = drive(c, d, None, move |n| {
+                    let (http, url) = (http.clone(), url.clone());
+                    async move { signal(&http, &url, "sim_swap", n, None).await.0 }
+                })
+                .await;
+                Row {
+                    name: "ceiling".into(),
+                    rss: 0,
+                    disk: 0,
+                    stats,
+                    note: "the load generator against a trivial in-process server".into(),
+                }
+            }
+            _ => unreachable!("scenarios are validated"),
+        };
+        print_row(&row, None);
+        rows.push(row);
+    }
+    let keyless = rows
+        .iter()
+        .find(|r| r.name == "keyless")
+        .map(|r| r.stats.rate());
+    println!();
+    println!(
+        "{:<8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10}  statuses",
+        "scenario",
+        "req/s",
+        "ratio",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "max ms",
+        "requests",
+        "peak RSS",
+        "data dir"
+    );
+    for row in &rows {
+        print_row(row, keyless);
+    }
+    for row in rows.iter().filter(|r| !r.note.is_empty()) {
+        println!("  {}: {}", row.name, row.note);
+    }
+    if let Some(path) = &args.json {
+        let doc = json!({
+            "concurrency": c,
+            "duration_s": d.as_secs_f64(),
+            "scenarios": rows.iter().map(|r| json!({
+                "name": r.name,
+                "requests_per_s": r.stats.rate(),
+                "ratio_to_keyless": keyless.map(|k| r.stats.rate() / k),
+                "requests": r.stats.requests,
+                "p50_ms": ms(r.stats.percentile(50.0)),
+                "p90_ms": ms(r.stats.percentile(90.0)),
+                "p99_ms": ms(r.stats.percentile(99.0)),
+                "max_ms": ms(r.stats.percentile(100.0)),
+                "statuses": r.stats.statuses.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+                "peak_rss_bytes": r.rss,
+                "data_dir_bytes": r.disk,
+                "note": r.note,
+            })).collect::<Vec<_>>(),
+            "window": extra,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e5).round() / 100.0
+}
+
+fn print_row(row: &Row, keyless: Option<f64>) {
+    let s = &row.stats;
+    let ratio = keyless.map_or("".to_string(), |k| format!("{:.2}x", s.rate() / k));
+    let statuses: Vec<String> = s.statuses.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+    println!(
+        "{:<8} {:>9.0} {:>7} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8} {:>8}M {:>9}M  {}",
+        row.name,
+        s.rate(),
+        ratio,
+        ms(s.percentile(50.0)),
+        ms(s.percentile(90.0)),
+        ms(s.percentile(99.0)),
+        ms(s.percentile(100.0)),
+        s.requests,
+        row.rss / (1 << 20),
+        row.disk / (1 << 20),
+        statuses.join(" ")
+    );
+}
+
+/// `window`: fill the key window, measure what it costs, then let it expire and sweep.
+async fn window(
+    binary: &std::path::Path,
+    dir: &std::path::Path,
+    receiver: std::net::SocketAddr,
+    args: &Args,
+    http: &reqwest::Client,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<Row, String> {
+    let keys = args.window_keys;
+    // Long enough to fill the window at a pessimistic 2,000 keys/s, so no key expires early.
+    let ttl = Duration::from_secs((keys / 2000).max(30) + 30);
+    let idem = start_idem(binary, dir, receiver, &format!("{}s", ttl.as_secs()))?;
+    let url = format!("{}/v1/signals", idem.base);
+    let started = Instant::now();
+    let (h, u) = (http.clone(), url.clone());
+    let fill = drive(
+        args.concurrency,
+        Duration::from_secs(24 * 3600),
+        Some(keys),
+        move |n| {
+            let (http, url) = (h.clone(), u.clone());
+            async move {
+                signal(&http, &url, "noop", n, Some(&format!("w-{n}")))
+                    .await
+                    .0
+            }
+        },
+    )
+    .await;
+    let full_disk = idem.disk_bytes();
+    let (h, u) = (http.clone(), url.clone());
+    let replay = drive(1, Duration::from_secs(60), Some(2000), move |n| {
+        let (http, url) = (h.clone(), u.clone());
+        let k = (n * 7919) % keys;
+        async move {
+            signal(&http, &url, "noop", k, Some(&format!("w-{k}")))
+                .await
+                .0
+        }
+    })
+    .await;
+    let rss_full = idem.rss();
+    println!(
+        "window: {keys} keys in {:.1} s ({:.0}/s); RSS {} MB (peak {} MB); {} bytes/key on disk; replay p50 {:.2} ms p99 {:.2} ms",
+        fill.elapsed.as_secs_f64(),
+        fill.rate(),
+        rss_full >> 20,
+        idem.peak_rss() >> 20,
+        full_disk / keys,
+        ms(replay.percentile(50.0)),
+        ms(replay.percentile(99.0)),
+    );
+    // Wait until every key has expired and a sweep has passed.
+    let wait = (started + ttl + Duration::from_secs(5)).saturating_duration_since(Instant::now());
+    println!(
+        "window: waiting {:.0} s for the keys to expire and be swept",
+        wait.as_secs_f64()
+    );
+    tokio::time::sleep(wait).await;
+    let mut after = idem.disk_bytes();
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = idem.disk_bytes();
+        if now >= after {
+            break;
+        }
+        after = now;
+    }
+    println!(
+        "window: data dir {} MB full, {} MB after the sweep",
+        full_disk >> 20,
+        after >> 20
+    );
+    extra.insert("keys".into(), json!(keys));
+    extra.insert("fill_per_s".into(), json!(fill.rate()));
+    extra.insert("rss_full_bytes".into(), json!(rss_full));
+    extra.insert("peak_rss_bytes".into(), json!(idem.peak_rss()));
+    extra.insert("disk_bytes_full".into(), json!(full_disk));
+    extra.insert("disk_bytes_per_key".into(), json!(full_disk / keys));
+    extra.insert("disk_bytes_after_sweep".into(), json!(after));
+    extra.insert("replay_p50_ms".into(), json!(ms(replay.percentile(50.0))));
+    extra.insert("replay_p99_ms".into(), json!(ms(replay.percentile(99.0))));
+    Ok(Row {
+        name: "window".into(),
+        rss: idem.peak_rss(),
+        disk: full_disk,
+        stats: replay,
+        note: format!("{keys} keys filled at {:.0}/s; latencies are replays with the window full; {} B/key; {} MB after sweep", fill.rate(), full_disk / keys, after >> 20),
+    })
+}

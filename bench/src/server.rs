@@ -1,0 +1,114 @@
+//! The system under load: a real `idem serve` (release build, no failpoints) on a temp data
+//! directory, and a fast in-process receiver for its callbacks. Also reads the server's peak RSS
+//! and the data directory's size on disk.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// A running idem.
+pub struct Idem {
+    child: Child,
+    /// `http://127.0.0.1:port`.
+    pub base: String,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+}
+
+impl Idem {
+    /// Starts `binary serve` with `config`, whose `data_dir` is `data_dir`.
+    pub fn start(
+        binary: &Path,
+        dir: &Path,
+        data_dir: &Path,
+        config: &str,
+    ) -> std::io::Result<Idem> {
+        let path = dir.join("idem.toml");
+        std::fs::write(&path, config)?;
+        let mut child = Command::new(binary)
+            .args(["serve", "--config"])
+            .arg(&path)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stdout"))?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        let base = line
+            .trim()
+            .strip_prefix("idem listening on ")
+            .ok_or_else(|| std::io::Error::other(format!("idem did not start: {line:?}")))?
+            .to_string();
+        Ok(Idem {
+            child,
+            base,
+            data_dir: data_dir.to_path_buf(),
+        })
+    }
+
+    /// Peak resident set size of the server, in bytes (VmHWM).
+    pub fn peak_rss(&self) -> u64 {
+        self.status_field("VmHWM:")
+    }
+
+    /// Current resident set size, in bytes (VmRSS).
+    pub fn rss(&self) -> u64 {
+        self.status_field("VmRSS:")
+    }
+
+    fn status_field(&self, field: &str) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with(field))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|kb| kb.parse::<u64>().ok())
+            })
+            .map_or(0, |kb| kb * 1024)
+    }
+
+    /// Bytes the data directory occupies on disk (allocated blocks).
+    pub fn disk_bytes(&self) -> u64 {
+        disk_usage(&self.data_dir)
+    }
+}
+
+impl Drop for Idem {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid; a clean shutdown flushes the store.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+fn disk_usage(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if meta.is_dir() {
+        std::fs::read_dir(path)
+            .map(|entries| entries.flatten().map(|e| disk_usage(&e.path())).sum())
+            .unwrap_or(0)
+    } else {
+        meta.blocks() * 512
+    }
+}
+
+/// Starts a receiver that answers every callback 200 at once; returns its address.
+pub async fn fast_receiver() -> std::io::Result<std::net::SocketAddr> {
+    let app = axum::Router::new().fallback(|| async { "ok" });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(addr)
+}
