@@ -99,7 +99,8 @@ pub enum ClaimMsg {
         /// Each action's outcome.
         outcomes: Vec<ActionOutcome>,
     },
-    /// Time to check whether the actor has been idle long enough to stop.
+    /// Time to check whether the actor has been idle long enough to stop (sent by the
+    /// supervisor's one ticker to every child).
     IdleCheck,
 }
 
@@ -396,7 +397,7 @@ impl Actor for ClaimActor {
 
     async fn pre_start(
         &self,
-        myself: ActorRef<ClaimMsg>,
+        _: ActorRef<ClaimMsg>,
         args: ClaimArgs,
     ) -> Result<ClaimState, ActorProcessingErr> {
         let log = args.ctx.store.load_claim(&args.id)?;
@@ -410,8 +411,6 @@ impl Actor for ClaimActor {
         for event in events {
             phase = phase.apply(event)?;
         }
-        let check_every = (args.ctx.settings.idle_timeout / 2).max(Duration::from_millis(10));
-        myself.send_interval(check_every, || ClaimMsg::IdleCheck);
         Ok(ClaimState {
             id: args.id,
             ctx: args.ctx,

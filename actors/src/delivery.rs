@@ -357,7 +357,7 @@ impl Actor for DeliveryActor {
 
     async fn pre_start(
         &self,
-        myself: ActorRef<DeliveryMsg>,
+        _: ActorRef<DeliveryMsg>,
         args: DeliveryArgs,
     ) -> Result<DeliveryActorState, ActorProcessingErr> {
         let events = args
@@ -366,8 +366,6 @@ impl Actor for DeliveryActor {
             .load_delivery(&args.id)?
             .ok_or_else(|| format!("no delivery {}", args.id))?;
         let delivery = DeliveryState::fold(events)?;
-        let check_every = (args.ctx.settings.idle_timeout / 2).max(Duration::from_millis(10));
-        myself.send_interval(check_every, || DeliveryMsg::IdleCheck);
         Ok(DeliveryActorState {
             ctx: args.ctx,
             delivery,
@@ -443,7 +441,14 @@ impl Deliveries {
     /// Starts the delivery supervisor.
     pub async fn start(instance: &str, ctx: Arc<DeliveryContext>) -> Result<Self, RegistryError> {
         Ok(Deliveries {
-            family: Family::start(format!("{instance}/delivery")).await?,
+            family: Family::start(
+                format!("{instance}/delivery"),
+                ctx.settings.idle_timeout,
+                |child| {
+                    let _ = child.send_message(DeliveryMsg::IdleCheck);
+                },
+            )
+            .await?,
             ctx,
         })
     }

@@ -6,8 +6,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, SpawnErr, SupervisionEvent};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr, SupervisionEvent};
 
 use crate::claim::{ClaimActor, ClaimArgs, ClaimContext, ClaimMsg, Reply, Submission};
 use crate::store::ClaimId;
@@ -30,10 +31,17 @@ pub enum RegistryError {
     Unavailable,
 }
 
+/// Tells one child it may be idle.
+type IdleNudge = Box<dyn Fn(&ActorCell) + Send + Sync>;
+
 /// Supervises a family of actors. Overrides ractor's default, which would stop the supervisor
-/// when a child fails: a failed child is simply started again by the next message for it.
+/// when a child fails: a failed child is simply started again by the next message for it. Its
+/// one ticker also nudges every child to check whether it has been idle long enough to stop
+/// (one timer for the family, not one per actor).
 pub struct Supervisor {
     restarts: Arc<AtomicU64>,
+    idle_every: Duration,
+    nudge: IdleNudge,
 }
 
 impl Actor for Supervisor {
@@ -41,7 +49,20 @@ impl Actor for Supervisor {
     type State = ();
     type Arguments = ();
 
-    async fn pre_start(&self, _: ActorRef<()>, _: ()) -> Result<(), ActorProcessingErr> {
+    async fn pre_start(&self, myself: ActorRef<()>, _: ()) -> Result<(), ActorProcessingErr> {
+        myself.send_interval(self.idle_every, || ());
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<()>,
+        _: (),
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        for child in myself.get_children() {
+            (self.nudge)(&child);
+        }
         Ok(())
     }
 
@@ -67,11 +88,18 @@ pub struct Family {
 }
 
 impl Family {
-    /// Starts the supervisor of the actors named `<prefix>/…`.
-    pub async fn start(prefix: String) -> Result<Self, RegistryError> {
+    /// Starts the supervisor of the actors named `<prefix>/…`, which `nudge`s each of them
+    /// every half `idle_timeout`.
+    pub async fn start(
+        prefix: String,
+        idle_timeout: Duration,
+        nudge: impl Fn(&ActorCell) + Send + Sync + 'static,
+    ) -> Result<Self, RegistryError> {
         let failures = Arc::new(AtomicU64::new(0));
         let supervisor = Supervisor {
             restarts: failures.clone(),
+            idle_every: (idle_timeout / 2).max(Duration::from_millis(10)),
+            nudge: Box::new(nudge),
         };
         let (supervisor, _) = Actor::spawn(Some(format!("{prefix}/supervisor")), supervisor, ())
             .await
@@ -144,7 +172,14 @@ impl ClaimRegistry {
     /// share a process (ractor's registry is process-wide).
     pub async fn start(instance: &str, ctx: Arc<ClaimContext>) -> Result<Self, RegistryError> {
         Ok(ClaimRegistry {
-            family: Family::start(format!("{instance}/claim")).await?,
+            family: Family::start(
+                format!("{instance}/claim"),
+                ctx.settings.idle_timeout,
+                |child| {
+                    let _ = child.send_message(ClaimMsg::IdleCheck);
+                },
+            )
+            .await?,
             ctx,
         })
     }

@@ -73,6 +73,9 @@ pub enum StoreError {
     MalformedKey(&'static str),
 }
 
+/// sled's page cache (its default is 1 GiB).
+const CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
 /// The embedded store.
 pub struct Store {
     db: sled::Db,
@@ -134,7 +137,13 @@ impl Store {
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path) -> Result<Arc<Self>, StoreError> {
         std::fs::create_dir_all(dir)?;
-        let db = sled::Config::new().path(dir).open()?;
+        // LowSpace: sled trades some write throughput for less space amplification. The cache
+        // is bounded so memory follows the keys in use, not the keys on disk.
+        let db = sled::Config::new()
+            .path(dir)
+            .mode(sled::Mode::LowSpace)
+            .cache_capacity(CACHE_BYTES)
+            .open()?;
         let claims = db.open_tree("claims")?;
         let expiry = db.open_tree("claim_expiry")?;
         let deliveries = db.open_tree("deliveries")?;

@@ -16,7 +16,7 @@ const DSN: &str = "host=127.0.0.1 user=postgres dbname=test";
 async fn connect() -> Result<Client, String> {
     let (client, connection) = tokio_postgres::connect(DSN, NoTls)
         .await
-        .map_err(|e| format!("PostgreSQL at {DSN}: {e}"))?;
+        .map_err(|e| format!("PostgreSQL at {DSN}: {e:?}"))?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -38,8 +38,9 @@ pub async fn run(concurrency: usize, duration: Duration) -> Result<Stats, String
         )
         .await
         .map_err(|e| e.to_string())?;
+    // PostgreSQL's default max_connections is 100: at most 64 connections, shared round-robin.
     let mut clients = Vec::new();
-    for _ in 0..concurrency {
+    for _ in 0..concurrency.min(64) {
         let c = connect().await?;
         c.batch_execute("SET synchronous_commit = on")
             .await
