@@ -232,6 +232,14 @@ impl ClaimState {
             .append_claim(&self.id, self.generation, self.next_seq, &event)
             .await?;
         self.next_seq += 1;
+        let state = match &event {
+            ClaimEvent::Claimed(_) => "claimed",
+            ClaimEvent::Dispatched(_) => "dispatched",
+            ClaimEvent::Completed(_) => "completed",
+        };
+        crate::metrics::CLAIM_TRANSITIONS
+            .with_label_values(&[state])
+            .inc();
         let phase = std::mem::replace(&mut self.phase, Phase::Free);
         self.phase = phase
             .apply(event)
@@ -313,6 +321,9 @@ impl ClaimActor {
             }
             Step::TakeOver => {
                 tracing::info!(tenant = %state.id.tenant, "taking over a claim whose holder is gone");
+                crate::metrics::CLAIM_TRANSITIONS
+                    .with_label_values(&["taken_over"])
+                    .inc();
                 Self::start_dispatch(myself, state, reply);
             }
             Step::Finish => {

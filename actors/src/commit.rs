@@ -65,7 +65,9 @@ fn run(db: sled::Db, log: File, blobs: PathBuf, queue: mpsc::Receiver<Waiter>) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         batch.extend(queue.try_iter());
+        let timer = crate::metrics::FLUSH_SECONDS.start_timer();
         let outcome = sync(&db, &log, &blobs, &mut synced_blobs).map_err(|e| e.to_string());
+        timer.observe_duration();
         if let Err(e) = &outcome {
             tracing::error!(error = %e, "group commit failed");
         }

@@ -61,6 +61,15 @@ impl DeliverySettings {
     }
 }
 
+fn outcome_label(next: NextStep) -> &'static str {
+    match next {
+        NextStep::RetryAt(_) => "retry",
+        NextStep::Delivered => "delivered",
+        NextStep::Failed => "failed",
+        NextStep::Dead => "dead",
+    }
+}
+
 fn placement(next: NextStep) -> Placement {
     Placement {
         status: next.status(),
@@ -201,6 +210,9 @@ impl DeliveryContext {
                 created_at_ms: decision.created_at_ms,
                 expires_at_ms: decision.created_at_ms + self.settings.retention.as_millis() as u64,
             };
+            crate::metrics::DELIVERY_ATTEMPTS
+                .with_label_values(&["1", outcome_label(next)])
+                .inc();
             let events = [
                 DeliveryEvent::Created(record),
                 DeliveryEvent::Answered {
@@ -335,6 +347,10 @@ impl DeliveryActorState {
         );
         tracing::info!(delivery = %record.id, attempt = self.delivery.attempts.len() + 1, code = ?attempt.code, error = ?attempt.error, next = ?next, "retry attempt");
         failpoint::hit("delivery.after_attempt");
+        let number = self.delivery.attempts.len() + 1;
+        crate::metrics::DELIVERY_ATTEMPTS
+            .with_label_values(&[crate::metrics::attempt_label(number), outcome_label(next)])
+            .inc();
         // Until this record is durable the attempt is not counted: a crash here makes it again,
         // with the same webhook-id and bytes.
         self.record(DeliveryEvent::Answered { attempt, next }, placement(next))
@@ -441,13 +457,9 @@ impl Deliveries {
     /// Starts the delivery supervisor.
     pub async fn start(instance: &str, ctx: Arc<DeliveryContext>) -> Result<Self, RegistryError> {
         Ok(Deliveries {
-            family: Family::start(
-                format!("{instance}/delivery"),
-                ctx.settings.idle_timeout,
-                |child| {
-                    let _ = child.send_message(DeliveryMsg::IdleCheck);
-                },
-            )
+            family: Family::start(instance, "delivery", ctx.settings.idle_timeout, |child| {
+                let _ = child.send_message(DeliveryMsg::IdleCheck);
+            })
             .await?,
             ctx,
         })

@@ -10,6 +10,7 @@ pub mod commit;
 pub mod delivery;
 pub mod dispatch;
 pub mod failpoint;
+pub mod metrics;
 pub mod registry;
 pub mod retry_worker;
 pub mod store;

@@ -4,7 +4,6 @@
 //! settled by the registry itself: the loser's spawn is refused as already registered, and it
 //! sends to the winner instead. `ClaimRegistry` is the claim side of this.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,7 +38,7 @@ type IdleNudge = Box<dyn Fn(&ActorCell) + Send + Sync>;
 /// one ticker also nudges every child to check whether it has been idle long enough to stop
 /// (one timer for the family, not one per actor).
 pub struct Supervisor {
-    restarts: Arc<AtomicU64>,
+    kind: &'static str,
     idle_every: Duration,
     nudge: IdleNudge,
 }
@@ -73,7 +72,9 @@ impl Actor for Supervisor {
         _: &mut (),
     ) -> Result<(), ActorProcessingErr> {
         if let SupervisionEvent::ActorFailed(who, error) = event {
-            self.restarts.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::ACTOR_FAILURES
+                .with_label_values(&[self.kind])
+                .inc();
             tracing::warn!(actor = ?who.get_name(), %error, "actor failed; the next message for it restarts it");
         }
         Ok(())
@@ -84,31 +85,27 @@ impl Actor for Supervisor {
 pub struct Family {
     prefix: String,
     supervisor: ActorRef<()>,
-    failures: Arc<AtomicU64>,
 }
 
 impl Family {
-    /// Starts the supervisor of the actors named `<prefix>/…`, which `nudge`s each of them
-    /// every half `idle_timeout`.
+    /// Starts the supervisor of the `kind` actors named `<instance>/<kind>/…`, which `nudge`s
+    /// each of them every half `idle_timeout`.
     pub async fn start(
-        prefix: String,
+        instance: &str,
+        kind: &'static str,
         idle_timeout: Duration,
         nudge: impl Fn(&ActorCell) + Send + Sync + 'static,
     ) -> Result<Self, RegistryError> {
-        let failures = Arc::new(AtomicU64::new(0));
+        let prefix = format!("{instance}/{kind}");
         let supervisor = Supervisor {
-            restarts: failures.clone(),
+            kind,
             idle_every: (idle_timeout / 2).max(Duration::from_millis(10)),
             nudge: Box::new(nudge),
         };
         let (supervisor, _) = Actor::spawn(Some(format!("{prefix}/supervisor")), supervisor, ())
             .await
             .map_err(|e| RegistryError::Spawn(e.to_string()))?;
-        Ok(Family {
-            prefix,
-            supervisor,
-            failures,
-        })
+        Ok(Family { prefix, supervisor })
     }
 
     /// The full name of the actor owning `what`.
@@ -149,11 +146,6 @@ impl Family {
         self.supervisor.get_children().len()
     }
 
-    /// How many actors of this family have failed (and were restarted on demand).
-    pub fn failures(&self) -> u64 {
-        self.failures.load(Ordering::Relaxed)
-    }
-
     /// Stops every actor of the family and the supervisor.
     pub async fn shutdown(&self) {
         self.supervisor.stop_children_and_wait(None, None).await;
@@ -172,13 +164,9 @@ impl ClaimRegistry {
     /// share a process (ractor's registry is process-wide).
     pub async fn start(instance: &str, ctx: Arc<ClaimContext>) -> Result<Self, RegistryError> {
         Ok(ClaimRegistry {
-            family: Family::start(
-                format!("{instance}/claim"),
-                ctx.settings.idle_timeout,
-                |child| {
-                    let _ = child.send_message(ClaimMsg::IdleCheck);
-                },
-            )
+            family: Family::start(instance, "claim", ctx.settings.idle_timeout, |child| {
+                let _ = child.send_message(ClaimMsg::IdleCheck);
+            })
             .await?,
             ctx,
         })

@@ -151,6 +151,23 @@ impl Store {
         let by_status = db.open_tree("delivery_status")?;
         let delivery_expiry = db.open_tree("delivery_expiry")?;
         let commits = GroupCommit::start(db.clone(), dir)?;
+        // The status gauges start from what is on disk, then follow each transition.
+        for status in DeliveryStatus::ALL {
+            crate::metrics::DELIVERIES
+                .with_label_values(&[status.as_str()])
+                .set(0);
+        }
+        for key in by_status.iter().keys() {
+            let key = key?;
+            let tenant_len = key.first().copied().unwrap_or(0) as usize;
+            if let Some(&byte) = key.get(1 + tenant_len) {
+                if let Some(status) = DeliveryStatus::ALL.get(byte as usize) {
+                    crate::metrics::DELIVERIES
+                        .with_label_values(&[status.as_str()])
+                        .inc();
+                }
+            }
+        }
         Ok(Arc::new(Store {
             db,
             claims,
@@ -230,9 +247,17 @@ impl Store {
             self.deliveries
                 .insert(delivery_key(id, first_seq + n as u32), record)?;
         }
+        if from.is_none_or(|f| f.status != to.status) {
+            crate::metrics::DELIVERIES
+                .with_label_values(&[to.status.as_str()])
+                .inc();
+        }
         if let Some(from) = from {
             if from.status != to.status {
                 self.by_status.remove(status_key(tenant, from.status, id))?;
+                crate::metrics::DELIVERIES
+                    .with_label_values(&[from.status.as_str()])
+                    .dec();
             }
             if let Some(due) = from.due_ms.filter(|d| Some(*d) != to.due_ms) {
                 self.due.remove(due_key(due, id))?;
@@ -310,7 +335,15 @@ impl Store {
             batch.remove(key?);
         }
         self.deliveries.apply_batch(batch)?;
-        self.by_status.remove(status_key(tenant, status, id))?;
+        if self
+            .by_status
+            .remove(status_key(tenant, status, id))?
+            .is_some()
+        {
+            crate::metrics::DELIVERIES
+                .with_label_values(&[status.as_str()])
+                .dec();
+        }
         self.delivery_expiry.remove(due_key(expired_ms, id))?;
         Ok(())
     }
@@ -325,6 +358,24 @@ impl Store {
         self.delivery_expiry.insert(due_key(until_ms, id), &[])?;
         self.delivery_expiry.remove(due_key(expired_ms, id))?;
         Ok(())
+    }
+
+    /// When the longest-waiting queued delivery was created (unix milliseconds), if any is.
+    pub fn oldest_queued_created_ms(&self) -> Result<Option<u64>, StoreError> {
+        let Some(first) = self.due.iter().keys().next() else {
+            return Ok(None);
+        };
+        let (_, id) = split_time_key(&first?, "delivery_due")?;
+        let Some(created) = self
+            .load_delivery(&id)?
+            .and_then(|events| match events.first() {
+                Some(DeliveryEvent::Created(record)) => Some(record.created_at_ms),
+                _ => None,
+            })
+        else {
+            return Ok(None);
+        };
+        Ok(Some(created))
     }
 
     /// How many deliveries are queued.

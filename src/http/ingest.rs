@@ -18,6 +18,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::http::auth::verify_signature;
+use crate::http::metrics::SIGNALS;
 use crate::http::problem::{ApiError, Kind};
 use crate::http::App;
 use crate::key;
@@ -28,13 +29,18 @@ pub const MAX_BODY: usize = 64 * 1024;
 
 /// The handler.
 pub async fn ingest(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    match handle(&app, &headers, body).await {
-        Ok(response) => response,
-        Err(problem) => problem.into_response(),
-    }
+    let (outcome, response) = match handle(&app, &headers, body).await {
+        Ok((outcome, response)) => (outcome, response),
+        Err(problem) => (problem.slug(), problem.into_response()),
+    };
+    SIGNALS.with_label_values(&[outcome]).inc();
+    response
 }
 
-async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+/// The response, and the outcome it is counted under.
+type Handled = (&'static str, Response);
+
+async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, ApiError> {
     // 1. Syntax: nothing about the sender is known yet, nothing is stored.
     let key = key::parse(headers)
         .map_err(|e| ApiError::new(Kind::InvalidIdempotencyKey, e.to_string()))?;
@@ -103,7 +109,7 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Response, 
 
 /// A keyless signal: processed every time (at-least-once), through the same playbook and
 /// dispatch code as a keyed one.
-async fn keyless(app: &App, decision: Decision) -> Result<Response, ApiError> {
+async fn keyless(app: &App, decision: Decision) -> Result<Handled, ApiError> {
     let internal = |e: &dyn std::fmt::Display| ApiError::new(Kind::Internal, e.to_string());
     let outcomes = app.dispatcher.dispatch(&decision).await;
     // Queued callbacks are durable in the retry queue before the response says so.
@@ -114,14 +120,17 @@ async fn keyless(app: &App, decision: Decision) -> Result<Response, ApiError> {
     deliveries.store.commit().await.map_err(|e| internal(&e))?;
     let body = serde_json::to_vec(&decision.response(&outcomes)).map_err(|e| internal(&e))?;
     tracing::info!("keyless signal decided");
-    Ok(stored(&StoredResponse { status: 201, body }, false))
+    Ok((
+        "keyless",
+        stored(&StoredResponse { status: 201, body }, false),
+    ))
 }
 
 /// A keyed signal: its claim actor decides what this request gets.
-async fn claim(app: &App, id: &ClaimId, submission: Submission) -> Result<Response, ApiError> {
+async fn claim(app: &App, id: &ClaimId, submission: Submission) -> Result<Handled, ApiError> {
     match app.claims.submit(id, submission).await {
-        Ok(Reply::First(response)) => Ok(stored(&response, false)),
-        Ok(Reply::Replayed(response)) => Ok(stored(&response, true)),
+        Ok(Reply::First(response)) => Ok(("first", stored(&response, false))),
+        Ok(Reply::Replayed(response)) => Ok(("replayed", stored(&response, true))),
         Ok(Reply::InFlight) => Err(ApiError::new(
             Kind::KeyInFlight,
             "a request with this Idempotency-Key is still being processed; retry after a moment",

@@ -5,6 +5,8 @@
 pub mod auth;
 pub mod deliveries;
 pub mod ingest;
+pub mod metrics;
+pub mod openapi;
 pub mod problem;
 
 use std::sync::Arc;
@@ -41,6 +43,11 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/deliveries/{id}", get(deliveries::show))
         .route("/v1/deliveries/{id}/redeliver", post(deliveries::redeliver))
         .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics::render))
+        .route(
+            "/openapi.json",
+            get(|| async { axum::Json(openapi::document()) }),
+        )
         .method_not_allowed_fallback(|| async {
             ApiError::new(
                 Kind::MethodNotAllowed,
@@ -48,6 +55,7 @@ pub fn router(app: Arc<App>) -> Router {
             )
         })
         .fallback(|| async { ApiError::new(Kind::NotFound, "no such path; see /openapi.json") })
+        .layer(axum::middleware::from_fn(metrics::time_requests))
         .with_state(app)
 }
 

@@ -172,6 +172,11 @@ impl ApiError {
         }
     }
 
+    /// The slug of its kind (the end of its `type` URI).
+    pub fn slug(&self) -> &'static str {
+        self.kind.describe().1
+    }
+
     /// The problem document.
     pub fn problem(&self) -> Problem {
         let (status, _, title) = self.kind.describe();

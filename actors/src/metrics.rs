@@ -1,0 +1,72 @@
+//! What the actors count, in Prometheus' default registry (rendered by the HTTP front at
+//! `GET /metrics`): claim transitions, delivery attempts by outcome, actor failures, the group
+//! commit's latency, and deliveries by status (kept as gauges, moved with each transition and
+//! counted once from disk at start).
+
+use std::sync::LazyLock;
+
+use prometheus::{
+    register_histogram, register_int_counter_vec, register_int_gauge_vec, Histogram, IntCounterVec,
+    IntGaugeVec,
+};
+
+/// Claim transitions: `claimed`, `dispatched`, `completed`, `taken_over`.
+pub static CLAIM_TRANSITIONS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "idem_claim_transitions_total",
+        "Claim state transitions recorded durably",
+        &["state"]
+    )
+    .expect("metric registers once")
+});
+
+/// Delivery attempts by attempt number (`1` is inline) and outcome.
+pub static DELIVERY_ATTEMPTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "idem_delivery_attempts_total",
+        "Callback attempts by attempt number and outcome",
+        &["attempt", "outcome"]
+    )
+    .expect("metric registers once")
+});
+
+/// Deliveries by status.
+pub static DELIVERIES: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "idem_deliveries",
+        "Deliveries on disk by status",
+        &["status"]
+    )
+    .expect("metric registers once")
+});
+
+/// Actor failures (panics or errors), by family; the next message restarts the actor.
+pub static ACTOR_FAILURES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "idem_actor_failures_total",
+        "Actors that failed and were restarted on demand",
+        &["family"]
+    )
+    .expect("metric registers once")
+});
+
+/// Group commit latency (sled flush + fdatasync), per batch.
+pub static FLUSH_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
+    register_histogram!(
+        "idem_store_flush_seconds",
+        "Latency of one group commit",
+        vec![0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5]
+    )
+    .expect("metric registers once")
+});
+
+/// The attempt-number label: `1` … `4`, then `5+`.
+pub fn attempt_label(n: usize) -> &'static str {
+    match n {
+        0 | 1 => "1",
+        2 => "2",
+        3 => "3",
+        4 => "4",
+        _ => "5+",
+    }
+}

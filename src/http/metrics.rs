@@ -1,0 +1,109 @@
+//! `GET /metrics` in the Prometheus text format, and what the HTTP front counts: signals by
+//! outcome and request latency by route. Gauges that describe the system as it is (live actors,
+//! queue depth, the oldest queued delivery) are read at scrape time, not kept up to date.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus::{
+    register_histogram_vec, register_int_counter_vec, register_int_gauge, register_int_gauge_vec,
+    HistogramVec, IntCounterVec, IntGauge, IntGaugeVec,
+};
+
+use crate::http::App;
+
+/// Signals by outcome: `first`, `replayed`, `keyless`, or the problem slug of a refusal
+/// (`key-in-flight`, `key-reused`, `unauthorized`, …).
+pub static SIGNALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!("idem_signals_total", "Signals by outcome", &["outcome"])
+        .expect("metric registers once")
+});
+
+static REQUEST_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register_histogram_vec!(
+        "idem_http_request_duration_seconds",
+        "HTTP request latency by route",
+        &["route", "method"],
+        vec![0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0, 5.0]
+    )
+    .expect("metric registers once")
+});
+
+static LIVE_ACTORS: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "idem_live_actors",
+        "Actors alive now, by family",
+        &["family"]
+    )
+    .expect("metric registers once")
+});
+
+static QUEUE_DEPTH: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "idem_delivery_queue_depth",
+        "Deliveries waiting for a retry"
+    )
+    .expect("metric registers once")
+});
+
+static OLDEST_QUEUED: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "idem_delivery_oldest_queued_age_seconds",
+        "Age of the longest-waiting queued delivery (0 when none)"
+    )
+    .expect("metric registers once")
+});
+
+/// Middleware: times every request under its route pattern (never its concrete path).
+pub async fn time_requests(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched".to_string(), |p| p.as_str().to_string());
+    let method = request.method().as_str().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    REQUEST_SECONDS
+        .with_label_values(&[&route, &method])
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+/// `GET /metrics`.
+pub async fn render(State(app): State<Arc<App>>) -> Response {
+    LIVE_ACTORS
+        .with_label_values(&["claim"])
+        .set(app.claims.family().live() as i64);
+    LIVE_ACTORS
+        .with_label_values(&["delivery"])
+        .set(app.deliveries.family().live() as i64);
+    let store = &app.deliveries.context().store;
+    QUEUE_DEPTH.set(store.queued_count() as i64);
+    let now = idem_schemas::timefmt::now_ms();
+    let oldest = store.oldest_queued_created_ms().ok().flatten();
+    OLDEST_QUEUED.set(oldest.map_or(0, |created| now.saturating_sub(created) / 1000) as i64);
+    LazyLock::force(&SIGNALS);
+    LazyLock::force(&idem_actors::metrics::CLAIM_TRANSITIONS);
+    LazyLock::force(&idem_actors::metrics::DELIVERY_ATTEMPTS);
+    LazyLock::force(&idem_actors::metrics::ACTOR_FAILURES);
+    LazyLock::force(&idem_actors::metrics::FLUSH_SECONDS);
+    match prometheus::TextEncoder::new().encode_to_string(&prometheus::gather()) {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => crate::http::problem::ApiError::new(
+            crate::http::problem::Kind::Internal,
+            format!("cannot render metrics: {e}"),
+        )
+        .into_response(),
+    }
+}

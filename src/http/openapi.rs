@@ -1,0 +1,146 @@
+//! The OpenAPI 3.1 document served at `GET /openapi.json`: every endpoint with its headers,
+//! bodies and problem responses. Body schemas come from the same `ToSchema` derives as the JSON
+//! Schema files in `schemas/json/`, and every problem `type` URI is listed from `Kind::ALL`, so
+//! the document cannot drift from the code. The functions below only carry the path docs.
+#![allow(dead_code)]
+
+use idem_schemas::{
+    ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecisionResponse,
+    DeliveryPage, DeliveryStatus, DeliveryView, Problem, SignalRequest, Verdict,
+};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ObjectBuilder, Type};
+use utoipa::{Modify, OpenApi};
+
+use crate::http::problem::Kind;
+
+#[utoipa::path(
+    post,
+    path = "/v1/signals",
+    tag = "signals",
+    summary = "Post a signal; one key makes one decision",
+    description = "Checks run in order: key syntax, content type, size, JSON shape (400/413/415); API key, signature and timestamp (401); playbook (400); then the claim. A retry of a completed key replays the stored status and body byte for byte with `Idempotent-Replayed: true`.",
+    request_body(content = SignalRequest, content_type = "application/json"),
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters, bare or as a quoted structured-field string"),
+        ("webhook-id" = Option<String>, Header, description = "Standard Webhooks id; required when the tenant has a signing_secret; must equal Idempotency-Key when both are sent"),
+        ("webhook-timestamp" = Option<String>, Header, description = "Unix seconds; required when the tenant has a signing_secret"),
+        ("webhook-signature" = Option<String>, Header, description = "Space-separated `v1,<base64>` HMAC-SHA-256 signatures; required when the tenant has a signing_secret"),
+    ),
+    responses(
+        (status = 201, description = "First processing, or a replay (with Idempotent-Replayed: true)", body = DecisionResponse,
+            headers(("Idempotent-Replayed" = String, description = "`true` on a replay"))),
+        (status = 400, description = "invalid-idempotency-key, malformed-json, invalid-signal, webhook-id-mismatch or unknown-signal-type", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized, signature-required, invalid-signature or stale-timestamp", body = Problem, content_type = "application/problem+json",
+            headers(("WWW-Authenticate" = String, description = "`Bearer` when the API key is missing or wrong"))),
+        (status = 409, description = "key-in-flight: the key's first request is still running", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = String, description = "Seconds to wait: 2"))),
+        (status = 413, description = "payload-too-large: the body is over 64 KiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "unsupported-media-type: not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "key-reused: the key was used with another payload", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "internal", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "unavailable", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+fn post_signals() {}
+
+#[utoipa::path(
+    get,
+    path = "/v1/deliveries/{id}",
+    tag = "deliveries",
+    summary = "A delivery's status and attempt log",
+    params(("id" = String, Path, description = "The delivery id (its webhook-id)")),
+    responses(
+        (status = 200, body = DeliveryView),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found: no such delivery for this tenant", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+fn get_delivery() {}
+
+#[utoipa::path(
+    get,
+    path = "/v1/deliveries",
+    tag = "deliveries",
+    summary = "A page of the tenant's deliveries",
+    params(
+        ("status" = Option<DeliveryStatus>, Query, description = "Only deliveries with this status"),
+        ("after" = Option<String>, Query, description = "The `next_after` of the previous page"),
+        ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 50)"),
+    ),
+    responses(
+        (status = 200, body = DeliveryPage),
+        (status = 400, description = "invalid-query", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+fn list_deliveries() {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/deliveries/{id}/redeliver",
+    tag = "deliveries",
+    summary = "A new series of attempts for a failed or dead delivery (same webhook-id, same bytes)",
+    params(("id" = String, Path, description = "The delivery id")),
+    responses(
+        (status = 202, body = DeliveryView),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "not-redeliverable: the delivery is queued or delivered", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+fn redeliver() {}
+
+#[utoipa::path(get, path = "/healthz", tag = "operator", responses((status = 200, description = "Serving", body = String, content_type = "text/plain")))]
+fn healthz() {}
+
+#[utoipa::path(get, path = "/metrics", tag = "operator", responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
+fn metrics() {}
+
+#[utoipa::path(get, path = "/openapi.json", tag = "operator", responses((status = 200, description = "This document", body = Object, content_type = "application/json")))]
+fn openapi() {}
+
+/// The document.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "idem", description = "Exactly-once trust decisions for identity webhooks"),
+    paths(post_signals, get_delivery, list_deliveries, redeliver, healthz, metrics, openapi),
+    components(schemas(
+        SignalRequest, DecisionResponse, ActionResult, ActionStatus, Verdict, Problem,
+        CallbackEnvelope, CallbackData, DeliveryView, DeliveryPage, AttemptView, DeliveryStatus
+    )),
+    modifiers(&Extras)
+)]
+pub struct ApiDoc;
+
+/// The Bearer scheme, and the list of problem `type` URIs.
+struct Extras;
+
+impl Modify for Extras {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        doc.info.version = env!("CARGO_PKG_VERSION").to_string();
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        let uris: Vec<String> = Kind::ALL.iter().map(|k| k.uri()).collect();
+        components.schemas.insert(
+            "ProblemType".to_string(),
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .description(Some("Every problem `type` URI idem answers with"))
+                .enum_values(Some(uris))
+                .into(),
+        );
+    }
+}
+
+/// The document as JSON.
+pub fn document() -> serde_json::Value {
+    serde_json::to_value(ApiDoc::openapi()).unwrap_or_default()
+}
