@@ -29,9 +29,12 @@ struct Cli {
 enum Command {
     /// Run the service.
     Serve {
-        /// The configuration file.
+        /// The configuration file (reloaded on SIGHUP).
         #[arg(long, default_value = "idem.toml")]
         config: PathBuf,
+        /// Log lines as text or as JSON objects (one per line).
+        #[arg(long, value_enum, default_value = "text")]
+        log_format: LogFormat,
     },
     /// Print a Standard Webhooks `webhook-signature` value for the body on standard input.
     Sign {
@@ -71,20 +74,30 @@ enum Command {
     },
 }
 
+/// How `serve` writes its logs.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config } => {
-            let config = match Config::load(&config) {
+        Command::Serve {
+            config: path,
+            log_format,
+        } => {
+            let config = match Config::load(&path) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("{e}");
                     return ExitCode::from(2);
                 }
             };
-            init_tracing();
+            init_tracing(log_format);
             idem_actors::failpoint::setup_from_env();
-            match serve(config) {
+            match serve(config, path) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");
@@ -144,21 +157,26 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing() {
+fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(filter)
-        .init();
+        .with_env_filter(filter);
+    match format {
+        LogFormat::Json => builder.json().with_current_span(true).init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
 }
 
-fn serve(config: Config) -> anyhow::Result<()> {
+fn serve(config: Config, path: PathBuf) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("cannot start the runtime")?;
     runtime.block_on(async {
         idem::serve::run(
             config,
+            Some(path),
             |addr| {
                 let mut out = std::io::stdout();
                 let _ = writeln!(out, "idem listening on http://{addr}");

@@ -3,9 +3,11 @@
 //! the actors and makes the store durable one last time.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use arc_swap::ArcSwap;
 use idem_actors::claim::ClaimContext;
 use idem_actors::{
     ClaimRegistry, ClaimSettings, Deliveries, DeliveryContext, DeliverySettings, Dispatcher,
@@ -15,7 +17,7 @@ use idem_schemas::signature::Secret;
 
 use crate::config::Config;
 use crate::digest::Digester;
-use crate::http::{self, auth::ApiKeys, App};
+use crate::http::{self, App, Live};
 
 /// Why the service could not run.
 #[derive(Debug, thiserror::Error)]
@@ -42,12 +44,14 @@ pub enum ServeError {
     Client(#[from] idem_actors::dispatch::ClientError),
 }
 
-/// Callback secrets straight from the configuration.
-struct ConfigKeyring(Arc<Config>);
+/// Callback secrets from the configuration in force (a reload rotates them at once).
+struct ConfigKeyring(Arc<ArcSwap<Live>>);
 
 impl Keyring for ConfigKeyring {
     fn callback_secrets(&self, tenant: &str) -> Vec<Secret> {
         self.0
+            .load()
+            .config
             .tenants
             .get(tenant)
             .map(|t| t.callback_secrets.clone())
@@ -65,15 +69,19 @@ fn process_epoch() -> u64 {
     nanos ^ (u64::from(std::process::id()) << 40)
 }
 
-/// Runs the service until `shutdown` completes. `on_listen` is told the bound address.
+/// Runs the service until `shutdown` completes. `on_listen` is told the bound address. With
+/// `reload_from`, SIGHUP reloads the tenants (API keys, secrets, playbooks) and the signature
+/// tolerance from that file without dropping in-flight work; a bad file is refused and logged,
+/// and the running configuration stays.
 pub async fn run(
     config: Config,
+    reload_from: Option<PathBuf>,
     on_listen: impl FnOnce(std::net::SocketAddr),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let config = Arc::new(config);
     let store = Store::open(&config.data_dir)?;
-    let keyring = Arc::new(ConfigKeyring(config.clone()));
+    let live = Arc::new(ArcSwap::from_pointee(Live::new(config.clone())));
+    let keyring = Arc::new(ConfigKeyring(live.clone()));
     let dispatcher = Arc::new(Dispatcher::new(keyring, config.delivery.inline_timeout)?);
     let epoch = process_epoch();
     let instance = format!("idem-{epoch:x}");
@@ -114,10 +122,11 @@ pub async fn run(
             source,
         })?;
     let addr = listener.local_addr().map_err(ServeError::Http)?;
+    let reloader =
+        reload_from.map(|path| tokio::spawn(reload_on_sighup(path, live.clone(), config.clone())));
     let app = Arc::new(App {
-        api_keys: ApiKeys::new(&config),
+        live,
         digester: Digester::new(&config.idempotency.key_secret),
-        config: config.clone(),
         claims,
         deliveries,
         dispatcher,
@@ -130,10 +139,84 @@ pub async fn run(
 
     tracing::info!("shutting down: requests finished, stopping actors");
     retry_worker.abort();
+    if let Some(reloader) = reloader {
+        reloader.abort();
+    }
     app.claims.shutdown().await;
     app.deliveries.shutdown().await;
     sweeper.abort();
     store.commit().await?;
     tracing::info!("store flushed; bye");
     served.map_err(ServeError::Http)
+}
+
+/// Keys read once at start; a reload that changes them is applied only after a restart.
+fn restart_only(started: &Config, new: &Config) -> Vec<&'static str> {
+    let (a, b) = (started, new);
+    let mut keys = Vec::new();
+    let mut check = |changed: bool, key| {
+        if changed {
+            keys.push(key);
+        }
+    };
+    check(a.listen != b.listen, "listen");
+    check(a.data_dir != b.data_dir, "data_dir");
+    check(
+        a.idempotency.key_ttl != b.idempotency.key_ttl,
+        "idempotency.key_ttl",
+    );
+    check(
+        a.idempotency.in_flight_timeout != b.idempotency.in_flight_timeout,
+        "idempotency.in_flight_timeout",
+    );
+    check(
+        a.idempotency.key_secret != b.idempotency.key_secret,
+        "idempotency.key_secret",
+    );
+    check(
+        a.idempotency.idle_actor_timeout != b.idempotency.idle_actor_timeout,
+        "idempotency.idle_actor_timeout",
+    );
+    check(
+        a.idempotency.sweep_interval != b.idempotency.sweep_interval,
+        "idempotency.sweep_interval",
+    );
+    check(
+        a.delivery.inline_timeout != b.delivery.inline_timeout,
+        "delivery.inline_timeout",
+    );
+    check(
+        a.delivery.retry_interval != b.delivery.retry_interval,
+        "delivery.retry_interval",
+    );
+    check(
+        a.delivery.max_retries != b.delivery.max_retries,
+        "delivery.max_retries",
+    );
+    keys
+}
+
+/// Reloads the configuration from `path` on every SIGHUP.
+async fn reload_on_sighup(path: PathBuf, live: Arc<ArcSwap<Live>>, started: Config) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; reload by restarting");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        match Config::load(&path) {
+            Err(e) => {
+                tracing::error!(error = %e, "reload refused; the running configuration stays")
+            }
+            Ok(new) => {
+                let later = restart_only(&started, &new);
+                if !later.is_empty() {
+                    tracing::warn!(keys = ?later, "these keys take effect only after a restart");
+                }
+                let tenants = new.tenants.len();
+                live.store(Arc::new(Live::new(new)));
+                tracing::info!(tenants, "configuration reloaded");
+            }
+        }
+    }
 }

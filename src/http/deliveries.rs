@@ -39,7 +39,8 @@ pub async fn show(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let tenant = app.api_keys.authenticate(&app.config, &headers)?;
+    let live = app.live.load_full();
+    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
     let delivery = app
         .deliveries
         .load(&id)
@@ -55,7 +56,8 @@ pub async fn list(
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let tenant = app.api_keys.authenticate(&app.config, &headers)?;
+    let live = app.live.load_full();
+    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
     let invalid = |detail: String| ApiError::new(Kind::InvalidQuery, detail);
     if let Some(unknown) = query
         .keys()
@@ -122,7 +124,8 @@ pub async fn redeliver(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let tenant = app.api_keys.authenticate(&app.config, &headers)?;
+    let live = app.live.load_full();
+    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
     let owned = app
         .deliveries
         .load(&id)

@@ -49,8 +49,9 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
     let (value, signal) = parse_signal(&bytes)?;
 
     // 2. Authentication: an unauthenticated request never occupies a key.
-    let config = &app.config;
-    let tenant = app.api_keys.authenticate(config, headers)?;
+    let live = app.live.load_full();
+    let config = &live.config;
+    let tenant = live.api_keys.authenticate(config, headers)?;
     let now = now_ms();
     let signed_id = verify_signature(
         tenant,

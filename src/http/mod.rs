@@ -11,6 +11,7 @@ pub mod problem;
 
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use axum::routing::{get, post};
 use axum::Router;
 use idem_actors::{ClaimRegistry, Deliveries, Dispatcher};
@@ -19,12 +20,28 @@ use crate::config::Config;
 use crate::digest::Digester;
 use problem::{ApiError, Kind};
 
-/// What every handler shares.
-pub struct App {
+/// The configuration in force and what is derived from it, swapped whole on reload (SIGHUP).
+pub struct Live {
     /// The configuration.
-    pub config: Arc<Config>,
+    pub config: Config,
     /// Tenants by API key.
     pub api_keys: auth::ApiKeys,
+}
+
+impl Live {
+    /// Derives what handlers need from `config`.
+    pub fn new(config: Config) -> Self {
+        Live {
+            api_keys: auth::ApiKeys::new(&config),
+            config,
+        }
+    }
+}
+
+/// What every handler shares.
+pub struct App {
+    /// The configuration in force.
+    pub live: Arc<ArcSwap<Live>>,
     /// Keyed digests.
     pub digester: Digester,
     /// The way to claim actors.

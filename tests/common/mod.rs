@@ -314,10 +314,16 @@ impl Idem {
 
     /// Starts `idem serve --config path` again (same data directory).
     pub fn start_with(config_path: PathBuf, env: &[(&str, &str)]) -> Idem {
+        Self::start_full(config_path, env, &[])
+    }
+
+    /// Starts `idem serve --config path ARGS…` with extra environment.
+    pub fn start_full(config_path: PathBuf, env: &[(&str, &str)], args: &[&str]) -> Idem {
         let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
             .arg("serve")
             .arg("--config")
             .arg(&config_path)
+            .args(args)
             .env("RUST_LOG", "info")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
@@ -356,6 +362,14 @@ impl Idem {
     /// What the process logged so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().expect("lock").clone()
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGHUP`).
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.child.id() as i32, signal);
+        }
     }
 
     /// SIGKILL: no flush, no cleanup.
