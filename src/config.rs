@@ -44,6 +44,8 @@ pub struct Idempotency {
     pub idle_actor_timeout: Duration,
     /// How often expired claims are pruned from disk.
     pub sweep_interval: Duration,
+    /// At most this many claim actors at once; a new key beyond it gets 503.
+    pub max_live_actors: usize,
 }
 
 /// `[delivery]`.
@@ -77,6 +79,8 @@ pub struct Tenant {
     pub callback_secrets: Vec<Secret>,
     /// Playbooks by signal type.
     pub playbooks: HashMap<String, Playbook>,
+    /// Signals per second this tenant may post (bursts up to one second's worth); none = no limit.
+    pub rate_limit: Option<u32>,
 }
 
 /// A playbook: what a signal type becomes.
@@ -157,6 +161,7 @@ struct RawIdempotency {
     key_secret: Option<String>,
     idle_actor_timeout: Option<String>,
     sweep_interval: Option<String>,
+    max_live_actors: Option<i64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -186,6 +191,7 @@ struct RawTenant {
     api_key: Option<String>,
     signing_secret: Option<OneOrMany>,
     callback_secret: Option<OneOrMany>,
+    rate_limit: Option<i64>,
     #[serde(default)]
     playbooks: BTreeMap<String, RawPlaybook>,
 }
@@ -287,6 +293,10 @@ impl Config {
                 Some(text) => duration("idempotency.sweep_interval", Some(text), "")?,
                 None => (key_ttl / 10).clamp(Duration::from_millis(200), Duration::from_secs(60)),
             },
+            max_live_actors: usize::try_from(i.max_live_actors.unwrap_or(100_000))
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| invalid("idempotency.max_live_actors", "must be at least 1"))?,
         };
 
         let d = raw.delivery;
@@ -332,6 +342,15 @@ impl Config {
                     format!("is the same as tenants.{other}.api_key"),
                 ));
             }
+            let rate_limit = match t.rate_limit {
+                None => None,
+                Some(n) => Some(u32::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| {
+                    invalid(
+                        format!("{key}.rate_limit"),
+                        "must be a positive number of signals per second",
+                    )
+                })?),
+            };
             let signing_secrets = secrets(&format!("{key}.signing_secret"), t.signing_secret)?;
             let callback_secrets = secrets(&format!("{key}.callback_secret"), t.callback_secret)?;
             let mut playbooks = HashMap::new();
@@ -399,6 +418,7 @@ impl Config {
                     signing_secrets,
                     callback_secrets,
                     playbooks,
+                    rate_limit,
                 },
             );
         }

@@ -105,6 +105,7 @@ pub async fn run(
             key_ttl: config.idempotency.key_ttl,
             in_flight_timeout: config.idempotency.in_flight_timeout,
             idle_timeout: config.idempotency.idle_actor_timeout,
+            max_live_actors: config.idempotency.max_live_actors,
             holder: epoch,
         },
     });
@@ -127,6 +128,7 @@ pub async fn run(
     let app = Arc::new(App {
         live,
         digester: Digester::new(&config.idempotency.key_secret),
+        limiter: Default::default(),
         claims,
         deliveries,
         dispatcher,

@@ -30,6 +30,8 @@ pub struct ClaimSettings {
     pub in_flight_timeout: Duration,
     /// An actor with nothing to do for this long stops.
     pub idle_timeout: Duration,
+    /// At most this many claim actors run at once; beyond, new keys are refused (503).
+    pub max_live_actors: usize,
     /// This process's epoch: claims made by another epoch have no live holder.
     pub holder: u64,
 }

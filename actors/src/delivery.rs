@@ -457,9 +457,15 @@ impl Deliveries {
     /// Starts the delivery supervisor.
     pub async fn start(instance: &str, ctx: Arc<DeliveryContext>) -> Result<Self, RegistryError> {
         Ok(Deliveries {
-            family: Family::start(instance, "delivery", ctx.settings.idle_timeout, |child| {
-                let _ = child.send_message(DeliveryMsg::IdleCheck);
-            })
+            family: Family::start(
+                instance,
+                "delivery",
+                ctx.settings.idle_timeout,
+                usize::MAX,
+                |child: &ractor::ActorCell| {
+                    let _ = child.send_message(DeliveryMsg::IdleCheck);
+                },
+            )
             .await?,
             ctx,
         })

@@ -4,6 +4,7 @@
 //! settled by the registry itself: the loser's spawn is refused as already registered, and it
 //! sends to the winner instead. `ClaimRegistry` is the claim side of this.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +29,9 @@ pub enum RegistryError {
     /// The actor kept stopping under the request.
     #[error("no actor could take the request")]
     Unavailable,
+    /// As many actors as allowed are alive; a new one would exceed the bound.
+    #[error("too many live actors")]
+    Overloaded,
 }
 
 /// Tells one child it may be idle.
@@ -39,6 +43,7 @@ type IdleNudge = Box<dyn Fn(&ActorCell) + Send + Sync>;
 /// (one timer for the family, not one per actor).
 pub struct Supervisor {
     kind: &'static str,
+    live: Arc<AtomicUsize>,
     idle_every: Duration,
     nudge: IdleNudge,
 }
@@ -71,6 +76,15 @@ impl Actor for Supervisor {
         event: SupervisionEvent,
         _: &mut (),
     ) -> Result<(), ActorProcessingErr> {
+        match &event {
+            SupervisionEvent::ActorStarted(_) => {
+                self.live.fetch_add(1, Ordering::Relaxed);
+            }
+            SupervisionEvent::ActorTerminated(..) | SupervisionEvent::ActorFailed(..) => {
+                self.live.fetch_sub(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
         if let SupervisionEvent::ActorFailed(who, error) = event {
             crate::metrics::ACTOR_FAILURES
                 .with_label_values(&[self.kind])
@@ -85,27 +99,37 @@ impl Actor for Supervisor {
 pub struct Family {
     prefix: String,
     supervisor: ActorRef<()>,
+    live: Arc<AtomicUsize>,
+    max_live: usize,
 }
 
 impl Family {
     /// Starts the supervisor of the `kind` actors named `<instance>/<kind>/…`, which `nudge`s
-    /// each of them every half `idle_timeout`.
+    /// each of them every half `idle_timeout`; at most `max_live` of them run at once.
     pub async fn start(
         instance: &str,
         kind: &'static str,
         idle_timeout: Duration,
+        max_live: usize,
         nudge: impl Fn(&ActorCell) + Send + Sync + 'static,
     ) -> Result<Self, RegistryError> {
         let prefix = format!("{instance}/{kind}");
+        let live = Arc::new(AtomicUsize::new(0));
         let supervisor = Supervisor {
             kind,
+            live: live.clone(),
             idle_every: (idle_timeout / 2).max(Duration::from_millis(10)),
             nudge: Box::new(nudge),
         };
         let (supervisor, _) = Actor::spawn(Some(format!("{prefix}/supervisor")), supervisor, ())
             .await
             .map_err(|e| RegistryError::Spawn(e.to_string()))?;
-        Ok(Family { prefix, supervisor })
+        Ok(Family {
+            prefix,
+            supervisor,
+            live,
+            max_live,
+        })
     }
 
     /// The full name of the actor owning `what`.
@@ -123,6 +147,9 @@ impl Family {
     ) -> Result<Option<ActorRef<A::Msg>>, RegistryError> {
         if let Some(found) = ActorRef::<A::Msg>::where_is(name) {
             return Ok(Some(found));
+        }
+        if self.live.load(Ordering::Relaxed) >= self.max_live {
+            return Err(RegistryError::Overloaded);
         }
         match Actor::spawn_linked(
             Some(name.to_string()),
@@ -143,7 +170,7 @@ impl Family {
 
     /// How many actors of this family are alive.
     pub fn live(&self) -> usize {
-        self.supervisor.get_children().len()
+        self.live.load(Ordering::Relaxed)
     }
 
     /// Stops every actor of the family and the supervisor.
@@ -164,9 +191,15 @@ impl ClaimRegistry {
     /// share a process (ractor's registry is process-wide).
     pub async fn start(instance: &str, ctx: Arc<ClaimContext>) -> Result<Self, RegistryError> {
         Ok(ClaimRegistry {
-            family: Family::start(instance, "claim", ctx.settings.idle_timeout, |child| {
-                let _ = child.send_message(ClaimMsg::IdleCheck);
-            })
+            family: Family::start(
+                instance,
+                "claim",
+                ctx.settings.idle_timeout,
+                ctx.settings.max_live_actors,
+                |child: &ActorCell| {
+                    let _ = child.send_message(ClaimMsg::IdleCheck);
+                },
+            )
             .await?,
             ctx,
         })

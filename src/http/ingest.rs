@@ -60,6 +60,18 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
         (now / 1000) as i64,
         config.signatures.tolerance.as_secs(),
     )?;
+    if let Some(rate) = tenant.rate_limit {
+        app.limiter.take(&tenant.name, rate).map_err(|wait| {
+            ApiError::new(
+                Kind::RateLimited,
+                format!(
+                    "tenant {} may post {rate} signals per second; retry after {wait} s",
+                    tenant.name
+                ),
+            )
+            .retry_after(wait)
+        })?;
+    }
     if let (Some(id), Some(key)) = (signed_id, key.as_deref()) {
         if id != key {
             return Err(ApiError::new(
@@ -150,6 +162,10 @@ async fn claim(app: &App, id: &ClaimId, submission: Submission) -> Result<Handle
         Err(RegistryError::Unavailable) => Err(ApiError::new(
             Kind::Unavailable,
             "the key's actor is restarting; retry with the same key",
+        )),
+        Err(RegistryError::Overloaded) => Err(ApiError::new(
+            Kind::Unavailable,
+            "too many keys are in use right now (idempotency.max_live_actors); retry with the same key",
         )),
         Err(e) => {
             tracing::error!(error = %e, "claim actor failed");

@@ -8,6 +8,7 @@ pub mod ingest;
 pub mod metrics;
 pub mod openapi;
 pub mod problem;
+pub mod ratelimit;
 
 use std::sync::Arc;
 
@@ -44,6 +45,8 @@ pub struct App {
     pub live: Arc<ArcSwap<Live>>,
     /// Keyed digests.
     pub digester: Digester,
+    /// Per-tenant rate limits.
+    pub limiter: ratelimit::RateLimiter,
     /// The way to claim actors.
     pub claims: ClaimRegistry,
     /// The way to delivery actors.

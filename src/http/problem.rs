@@ -34,6 +34,8 @@ pub enum Kind {
     KeyInFlight,
     /// The key was used with another payload.
     KeyReused,
+    /// The tenant is over its rate limit.
+    RateLimited,
     /// No such route, or no such resource for this tenant.
     NotFound,
     /// A query parameter is invalid.
@@ -50,7 +52,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind (for documentation and tests).
-    pub const ALL: [Kind; 19] = [
+    pub const ALL: [Kind; 20] = [
         Kind::InvalidIdempotencyKey,
         Kind::UnsupportedMediaType,
         Kind::PayloadTooLarge,
@@ -64,6 +66,7 @@ impl Kind {
         Kind::UnknownSignalType,
         Kind::KeyInFlight,
         Kind::KeyReused,
+        Kind::RateLimited,
         Kind::NotFound,
         Kind::InvalidQuery,
         Kind::NotRedeliverable,
@@ -133,6 +136,11 @@ impl Kind {
                 "key-reused",
                 "Key reused with another payload",
             ),
+            Kind::RateLimited => (
+                S::TOO_MANY_REQUESTS,
+                "rate-limited",
+                "Tenant over its rate limit",
+            ),
             Kind::NotFound => (S::NOT_FOUND, "not-found", "No such resource"),
             Kind::InvalidQuery => (S::BAD_REQUEST, "invalid-query", "Invalid query parameter"),
             Kind::NotRedeliverable => (
@@ -161,6 +169,7 @@ impl Kind {
 pub struct ApiError {
     kind: Kind,
     detail: String,
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -169,7 +178,14 @@ impl ApiError {
         ApiError {
             kind,
             detail: detail.into(),
+            retry_after: None,
         }
+    }
+
+    /// With a `Retry-After` of `seconds` (overriding the kind's default).
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 
     /// The slug of its kind (the end of its `type` URI).
@@ -211,6 +227,9 @@ impl IntoResponse for ApiError {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
             _ => {}
+        }
+        if let Some(seconds) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
     }
