@@ -27,6 +27,8 @@ pub struct Config {
     pub delivery: Delivery,
     /// Inbound signature checks.
     pub signatures: Signatures,
+    /// The HTTP front's limits.
+    pub http: Http,
     /// Tenants by name.
     pub tenants: HashMap<String, Tenant>,
 }
@@ -57,6 +59,13 @@ pub struct Delivery {
     pub retry_interval: Duration,
     /// Attempts after the inline one.
     pub max_retries: u32,
+}
+
+/// `[http]`.
+#[derive(Debug, Clone)]
+pub struct Http {
+    /// How long a client may take to send a request's headers, and then its body.
+    pub read_timeout: Duration,
 }
 
 /// `[signatures]`.
@@ -150,6 +159,8 @@ struct RawConfig {
     #[serde(default)]
     signatures: RawSignatures,
     #[serde(default)]
+    http: RawHttp,
+    #[serde(default)]
     tenants: BTreeMap<String, RawTenant>,
 }
 
@@ -170,6 +181,12 @@ struct RawDelivery {
     inline_timeout: Option<String>,
     retry_interval: Option<String>,
     max_retries: Option<i64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    read_timeout: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -317,6 +334,10 @@ impl Config {
             )?,
         };
 
+        let http = Http {
+            read_timeout: duration("http.read_timeout", raw.http.read_timeout.as_deref(), "10s")?,
+        };
+
         if raw.tenants.is_empty() {
             return Err(invalid("tenants", "at least one tenant is required"));
         }
@@ -428,6 +449,7 @@ impl Config {
             idempotency,
             delivery,
             signatures,
+            http,
             tenants,
         })
     }

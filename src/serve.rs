@@ -135,9 +135,13 @@ pub async fn run(
     });
     on_listen(addr);
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "serving");
-    let served = axum::serve(listener, http::router(app.clone()))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    http::server::serve(
+        listener,
+        http::router(app.clone()),
+        config.http.read_timeout,
+        shutdown,
+    )
+    .await;
 
     tracing::info!("shutting down: requests finished, stopping actors");
     retry_worker.abort();
@@ -149,7 +153,7 @@ pub async fn run(
     sweeper.abort();
     store.commit().await?;
     tracing::info!("store flushed; bye");
-    served.map_err(ServeError::Http)
+    Ok(())
 }
 
 /// Keys read once at start; a reload that changes them is applied only after a restart.

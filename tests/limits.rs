@@ -113,3 +113,79 @@ async fn an_unannounced_oversized_body_is_refused() {
     let status_line = String::from_utf8_lossy(&answer[..n]).to_string();
     assert!(status_line.starts_with("HTTP/1.1 413"), "{status_line}");
 }
+
+#[tokio::test]
+async fn slow_and_oversized_requests_are_cut_off_while_others_are_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    // [http] must come before the tenant tables: put it in front of [delivery].
+    let cfg = config(&dir.path().join("data"), &receiver, "", "");
+    let cfg = cfg.replace(
+        "[delivery]\n",
+        "[http]\nread_timeout = \"1s\"\n\n[delivery]\n",
+    );
+    let idem = Idem::start(dir.path(), &cfg);
+    let addr = idem.base.trim_start_matches("http://").to_string();
+
+    // Slowloris: headers trickle in and never finish.
+    let started = std::time::Instant::now();
+    let mut slow = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    slow.write_all(b"POST /v1/signals HTTP/1.1\r\nhost: idem\r\n")
+        .await
+        .expect("write");
+    let trickle = async {
+        for _ in 0..50 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if slow.write_all(b"x-slow: 1\r\n").await.is_err() {
+                break;
+            }
+        }
+    };
+    // Meanwhile an ordinary request is served.
+    let client = Client::new(&idem.base);
+    let served = client.signal(Req::new(&sim_swap("+1555")).beta());
+    let (_, response) = tokio::join!(trickle, served);
+    assert_eq!(response.status, 201);
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(3), slow.read_to_end(&mut rest)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the slow client was cut off"
+    );
+
+    // A slow body gets 408 after the deadline.
+    let mut stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    stream
+        .write_all(b"POST /v1/signals HTTP/1.1\r\nhost: idem\r\ncontent-type: application/json\r\nauthorization: Bearer sk_beta\r\ncontent-length: 100\r\n\r\n{\"type\":")
+        .await
+        .expect("write");
+    let mut answer = vec![0u8; 256];
+    let n = tokio::time::timeout(Duration::from_secs(4), stream.read(&mut answer))
+        .await
+        .expect("answered")
+        .expect("read");
+    let text = String::from_utf8_lossy(&answer[..n]).to_string();
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+
+    // Oversized headers are refused.
+    let mut stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    let huge = format!(
+        "GET /healthz HTTP/1.1\r\nhost: idem\r\nx-big: {}\r\n\r\n",
+        "a".repeat(64 * 1024)
+    );
+    let _ = stream.write_all(huge.as_bytes()).await;
+    let mut answer = vec![0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(4), stream.read(&mut answer))
+        .await
+        .expect("answered")
+        .unwrap_or(0);
+    let text = String::from_utf8_lossy(&answer[..n]).to_string();
+    assert!(n == 0 || text.starts_with("HTTP/1.1 431"), "{text}");
+}

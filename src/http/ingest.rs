@@ -45,7 +45,7 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
     let key = key::parse(headers)
         .map_err(|e| ApiError::new(Kind::InvalidIdempotencyKey, e.to_string()))?;
     require_json(headers)?;
-    let bytes = read_body(headers, body).await?;
+    let bytes = read_body(headers, body, app.live.load().config.http.read_timeout).await?;
     let (value, signal) = parse_signal(&bytes)?;
 
     // 2. Authentication: an unauthenticated request never occupies a key.
@@ -211,7 +211,11 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, ApiError> {
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    deadline: std::time::Duration,
+) -> Result<bytes::Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
             Kind::PayloadTooLarge,
@@ -225,7 +229,14 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, ApiE
     if declared.is_some_and(|n| n > MAX_BODY as u64) {
         return Err(too_large());
     }
-    axum::body::to_bytes(body, MAX_BODY).await.map_err(|e| {
+    let read = tokio::time::timeout(deadline, axum::body::to_bytes(body, MAX_BODY)).await;
+    let read = read.map_err(|_| {
+        ApiError::new(
+            Kind::RequestTimeout,
+            format!("the body did not arrive within {} s", deadline.as_secs()),
+        )
+    })?;
+    read.map_err(|e| {
         let length_limit = std::error::Error::source(&e)
             .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
         if length_limit {

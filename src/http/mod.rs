@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod problem;
 pub mod ratelimit;
+pub mod server;
 
 use std::sync::Arc;
 

@@ -14,6 +14,8 @@ pub enum Kind {
     UnsupportedMediaType,
     /// The body is over the limit.
     PayloadTooLarge,
+    /// The body did not arrive in time.
+    RequestTimeout,
     /// The body is not JSON.
     MalformedJson,
     /// The JSON is not a valid signal.
@@ -52,10 +54,11 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind (for documentation and tests).
-    pub const ALL: [Kind; 20] = [
+    pub const ALL: [Kind; 21] = [
         Kind::InvalidIdempotencyKey,
         Kind::UnsupportedMediaType,
         Kind::PayloadTooLarge,
+        Kind::RequestTimeout,
         Kind::MalformedJson,
         Kind::InvalidSignal,
         Kind::Unauthorized,
@@ -90,6 +93,7 @@ impl Kind {
                 "Body must be JSON",
             ),
             Kind::PayloadTooLarge => (S::PAYLOAD_TOO_LARGE, "payload-too-large", "Body too large"),
+            Kind::RequestTimeout => (S::REQUEST_TIMEOUT, "request-timeout", "Request too slow"),
             Kind::MalformedJson => (S::BAD_REQUEST, "malformed-json", "Body is not valid JSON"),
             Kind::InvalidSignal => (
                 S::BAD_REQUEST,
