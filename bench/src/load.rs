@@ -48,10 +48,13 @@ impl Stats {
 
 /// Runs `concurrency` workers until `duration` passes or `total` requests were sent. Each
 /// request is `send(n)`, `n` counting from 0 across workers; it returns the status (0 = none).
+/// With `rate`, request `n` is due at `n / rate` seconds and its latency counts from then (so a
+/// slow server is not hidden by the load waiting for it).
 pub async fn drive<F, Fut>(
     concurrency: usize,
     duration: Duration,
     total: Option<u64>,
+    rate: Option<f64>,
     send: F,
 ) -> Stats
 where
@@ -72,7 +75,17 @@ where
                 if total.is_some_and(|t| n >= t) || Instant::now() >= deadline {
                     break;
                 }
-                let t0 = Instant::now();
+                let t0 = match rate {
+                    Some(r) => {
+                        let due = start + Duration::from_secs_f64(n as f64 / r);
+                        tokio::time::sleep_until(due.into()).await;
+                        due
+                    }
+                    None => Instant::now(),
+                };
+                if Instant::now() >= deadline {
+                    break;
+                }
                 let status = send(n).await;
                 stats.latencies.push(t0.elapsed());
                 stats.requests += 1;

@@ -4,7 +4,8 @@
 //! and data-dir bytes, and each scenario's ratio to `keyless` in the same run.
 //!
 //! `cargo run --release -p bench -- --scenario keyless,unique,replay,storm,pg,ceiling
-//! --duration 10s --concurrency 32 [--json FILE] [--window-keys 1000000] [--idem PATH]`
+//! --duration 10s --concurrency 32 [--rate R] [--json FILE] [--window-keys 1000000] [--idem PATH]`
+//! (`--rate` paces keyless/unique/replay/pg at R requests/s instead of as fast as answered).
 
 mod load;
 mod pg;
@@ -32,6 +33,7 @@ struct Args {
     window_keys: u64,
     storm_keys: u64,
     storm_copies: usize,
+    rate: Option<f64>,
     idem: Option<PathBuf>,
 }
 
@@ -51,6 +53,7 @@ fn parse_args() -> Result<Args, String> {
         window_keys: 1_000_000,
         storm_keys: 5,
         storm_copies: 1000,
+        rate: None,
         idem: None,
     };
     let mut it = std::env::args().skip(1);
@@ -70,6 +73,7 @@ fn parse_args() -> Result<Args, String> {
             "--window-keys" => a.window_keys = number(&value)?.max(1),
             "--storm-keys" => a.storm_keys = number(&value)?.max(1),
             "--storm-copies" => a.storm_copies = number(&value)?.max(2) as usize,
+            "--rate" => a.rate = Some(number(&value)?.max(1) as f64),
             "--idem" => a.idem = Some(PathBuf::from(value)),
             other => return Err(format!("unknown argument {other}")),
         }
@@ -254,7 +258,7 @@ async fn run(args: Args) -> Result<(), String> {
                 let url = format!("{}/v1/signals", idem.base);
                 let keyed = scenario == "unique";
                 let run_id = idem_schemas::timefmt::now_ms();
-                let stats = drive(c, d, None, move |n| {
+                let stats = drive(c, d, None, args.rate, move |n| {
                     let (http, url) = (http.clone(), url.clone());
                     async move {
                         let key = keyed.then(|| format!("u-{run_id}-{n}"));
@@ -275,7 +279,7 @@ async fn run(args: Args) -> Result<(), String> {
                 let url = format!("{}/v1/signals", idem.base);
                 let keys = 1000u64;
                 let (h, u) = (http.clone(), url.clone());
-                drive(c, Duration::from_secs(600), Some(keys), move |n| {
+                drive(c, Duration::from_secs(600), Some(keys), None, move |n| {
                     let (http, url) = (h.clone(), u.clone());
                     async move {
                         signal(&http, &url, "sim_swap", n, Some(&format!("r-{n}")))
@@ -284,7 +288,7 @@ async fn run(args: Args) -> Result<(), String> {
                     }
                 })
                 .await;
-                let stats = drive(c, d, None, move |n| {
+                let stats = drive(c, d, None, args.rate, move |n| {
                     let (http, url) = (http.clone(), url.clone());
                     async move {
                         let k = n % keys;
@@ -356,7 +360,7 @@ async fn run(args: Args) -> Result<(), String> {
             }
             "window" => window(&binary, dir.path(), receiver, &args, &http, &mut extra).await?,
             "pg" => {
-                let stats = pg::run(c, d).await?;
+                let stats = pg::run(c, d, args.rate).await?;
                 Row {
                     name: "pg".into(),
                     rss: 0,
@@ -368,7 +372,7 @@ async fn run(args: Args) -> Result<(), String> {
             }
             "ceiling" => {
                 let url = format!("http://{receiver}/ceiling");
-                let stats = drive(c, d, None, move |n| {
+                let stats = drive(c, d, None, None, move |n| {
                     let (http, url) = (http.clone(), url.clone());
                     async move { signal(&http, &url, "sim_swap", n, None).await.0 }
                 })
@@ -480,6 +484,7 @@ async fn window(
         args.concurrency,
         Duration::from_secs(24 * 3600),
         Some(keys),
+        None,
         move |n| {
             let (http, url) = (h.clone(), u.clone());
             async move {
@@ -492,7 +497,7 @@ async fn window(
     .await;
     let full_disk = idem.disk_bytes();
     let (h, u) = (http.clone(), url.clone());
-    let replay = drive(1, Duration::from_secs(60), Some(2000), move |n| {
+    let replay = drive(1, Duration::from_secs(60), Some(2000), None, move |n| {
         let (http, url) = (h.clone(), u.clone());
         let k = (n * 7919) % keys;
         async move {

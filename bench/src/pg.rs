@@ -24,7 +24,7 @@ async fn connect() -> Result<Client, String> {
 }
 
 /// Runs the claim → recovery point → completion writes at `concurrency` for `duration`.
-pub async fn run(concurrency: usize, duration: Duration) -> Result<Stats, String> {
+pub async fn run(concurrency: usize, duration: Duration, rate: Option<f64>) -> Result<Stats, String> {
     let admin = connect().await?;
     admin
         .batch_execute(
@@ -49,7 +49,7 @@ pub async fn run(concurrency: usize, duration: Duration) -> Result<Stats, String
     }
     let clients = Arc::new(clients);
     let run_id = idem_schemas::timefmt::now_ms();
-    let stats = drive(concurrency, duration, None, move |n| {
+    let stats = drive(concurrency, duration, None, rate, move |n| {
         let clients = clients.clone();
         async move {
             let client = clients[(n as usize) % clients.len()].lock().await;
