@@ -24,7 +24,11 @@ async fn connect() -> Result<Client, String> {
 }
 
 /// Runs the claim → recovery point → completion writes at `concurrency` for `duration`.
-pub async fn run(concurrency: usize, duration: Duration, rate: Option<f64>) -> Result<Stats, String> {
+pub async fn run(
+    concurrency: usize,
+    duration: Duration,
+    rate: Option<f64>,
+) -> Result<Stats, String> {
     let admin = connect().await?;
     admin
         .batch_execute(

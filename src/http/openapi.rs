@@ -22,7 +22,7 @@ use crate::http::problem::Kind;
     description = "Checks run in order: key syntax, content type, size, JSON shape (400/413/415); API key, signature and timestamp (401); playbook (400); then the claim. A retry of a completed key replays the stored status and body byte for byte with `Idempotent-Replayed: true`.",
     request_body(content = SignalRequest, content_type = "application/json"),
     params(
-        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters, bare or as a quoted structured-field string"),
+        ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 257, pattern = r#"^([\x21\x23-\x7E][\x21-\x7E]{0,254}|"[\x21\x23-\x5B\x5D-\x7E]{1,255}")$"#, description = "1 to 255 visible ASCII characters, bare or as a quoted structured-field string"),
         ("webhook-id" = Option<String>, Header, description = "Standard Webhooks id; required when the tenant has a signing_secret; must equal Idempotency-Key when both are sent"),
         ("webhook-timestamp" = Option<String>, Header, description = "Unix seconds; required when the tenant has a signing_secret"),
         ("webhook-signature" = Option<String>, Header, description = "Space-separated `v1,<base64>` HMAC-SHA-256 signatures; required when the tenant has a signing_secret"),
@@ -67,8 +67,8 @@ fn get_delivery() {}
     summary = "A page of the tenant's deliveries",
     params(
         ("status" = Option<DeliveryStatus>, Query, description = "Only deliveries with this status"),
-        ("after" = Option<String>, Query, description = "The `next_after` of the previous page"),
-        ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 50)"),
+        ("after" = Option<String>, Query, pattern = r"^(queued|delivered|failed|dead):.+$", description = "The `next_after` of the previous page"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1 to 500 (default 50)"),
     ),
     responses(
         (status = 200, body = DeliveryPage),
