@@ -157,49 +157,46 @@ pub async fn run(
 }
 
 /// Keys read once at start; a reload that changes them is applied only after a restart.
-fn restart_only(started: &Config, new: &Config) -> Vec<&'static str> {
-    let (a, b) = (started, new);
-    let mut keys = Vec::new();
-    let mut check = |changed: bool, key| {
-        if changed {
-            keys.push(key);
-        }
-    };
-    check(a.listen != b.listen, "listen");
-    check(a.data_dir != b.data_dir, "data_dir");
-    check(
-        a.idempotency.key_ttl != b.idempotency.key_ttl,
-        "idempotency.key_ttl",
-    );
-    check(
-        a.idempotency.in_flight_timeout != b.idempotency.in_flight_timeout,
-        "idempotency.in_flight_timeout",
-    );
-    check(
-        a.idempotency.key_secret != b.idempotency.key_secret,
-        "idempotency.key_secret",
-    );
-    check(
-        a.idempotency.idle_actor_timeout != b.idempotency.idle_actor_timeout,
-        "idempotency.idle_actor_timeout",
-    );
-    check(
-        a.idempotency.sweep_interval != b.idempotency.sweep_interval,
-        "idempotency.sweep_interval",
-    );
-    check(
-        a.delivery.inline_timeout != b.delivery.inline_timeout,
-        "delivery.inline_timeout",
-    );
-    check(
-        a.delivery.retry_interval != b.delivery.retry_interval,
-        "delivery.retry_interval",
-    );
-    check(
-        a.delivery.max_retries != b.delivery.max_retries,
-        "delivery.max_retries",
-    );
-    keys
+fn restart_only(a: &Config, b: &Config) -> Vec<&'static str> {
+    let (ai, bi, ad, bd) = (&a.idempotency, &b.idempotency, &a.delivery, &b.delivery);
+    [
+        ("listen", a.listen != b.listen),
+        ("data_dir", a.data_dir != b.data_dir),
+        (
+            "http.read_timeout",
+            a.http.read_timeout != b.http.read_timeout,
+        ),
+        ("idempotency.key_ttl", ai.key_ttl != bi.key_ttl),
+        (
+            "idempotency.in_flight_timeout",
+            ai.in_flight_timeout != bi.in_flight_timeout,
+        ),
+        ("idempotency.key_secret", ai.key_secret != bi.key_secret),
+        (
+            "idempotency.idle_actor_timeout",
+            ai.idle_actor_timeout != bi.idle_actor_timeout,
+        ),
+        (
+            "idempotency.sweep_interval",
+            ai.sweep_interval != bi.sweep_interval,
+        ),
+        (
+            "idempotency.max_live_actors",
+            ai.max_live_actors != bi.max_live_actors,
+        ),
+        (
+            "delivery.inline_timeout",
+            ad.inline_timeout != bd.inline_timeout,
+        ),
+        (
+            "delivery.retry_interval",
+            ad.retry_interval != bd.retry_interval,
+        ),
+        ("delivery.max_retries", ad.max_retries != bd.max_retries),
+    ]
+    .into_iter()
+    .filter_map(|(key, changed)| changed.then_some(key))
+    .collect()
 }
 
 /// Reloads the configuration from `path` on every SIGHUP.

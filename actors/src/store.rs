@@ -284,16 +284,7 @@ impl Store {
         now_ms: u64,
         limit: usize,
     ) -> Result<Vec<(u64, String)>, StoreError> {
-        let mut out = Vec::new();
-        for entry in self
-            .due
-            .range(..due_key(now_ms.saturating_add(1), ""))
-            .take(limit)
-        {
-            let (key, _) = entry?;
-            out.push(split_time_key(&key, "delivery_due")?);
-        }
-        Ok(out)
+        time_index(&self.due, "delivery_due", now_ms.saturating_add(1), limit)
     }
 
     /// Removes a due-index entry that no longer matches its delivery.
@@ -308,16 +299,7 @@ impl Store {
         now_ms: u64,
         limit: usize,
     ) -> Result<Vec<(u64, String)>, StoreError> {
-        let mut out = Vec::new();
-        for entry in self
-            .delivery_expiry
-            .range(..due_key(now_ms, ""))
-            .take(limit)
-        {
-            let (key, _) = entry?;
-            out.push(split_time_key(&key, "delivery_expiry")?);
-        }
-        Ok(out)
+        time_index(&self.delivery_expiry, "delivery_expiry", now_ms, limit)
     }
 
     /// Deletes a final delivery's log and index entries (its retention entry at `expired_ms`).
@@ -470,6 +452,21 @@ impl Store {
     pub fn size_on_disk(&self) -> Result<u64, StoreError> {
         Ok(self.db.size_on_disk()?)
     }
+}
+
+/// Up to `limit` entries `time ‖ id` of a time index with `time` before `until`, oldest first.
+fn time_index(
+    tree: &sled::Tree,
+    name: &'static str,
+    until: u64,
+    limit: usize,
+) -> Result<Vec<(u64, String)>, StoreError> {
+    let mut out = Vec::new();
+    for entry in tree.range(..due_key(until, "")).take(limit) {
+        let (key, _) = entry?;
+        out.push(split_time_key(&key, name)?);
+    }
+    Ok(out)
 }
 
 /// `time ‖ id` back into its parts.

@@ -11,7 +11,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use idem_actors::delivery::RedeliverError;
+use idem_actors::delivery::{DeliveryState, RedeliverError};
 use idem_schemas::{DeliveryPage, DeliveryStatus};
 
 use crate::http::problem::{ApiError, Kind};
@@ -33,21 +33,24 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(Kind::Internal, "the delivery could not be read; retry")
 }
 
+/// The authenticated tenant's delivery `id` (another tenant's is as missing as a missing one).
+fn owned(app: &App, headers: &HeaderMap, id: &str) -> Result<DeliveryState, ApiError> {
+    let live = app.live.load_full();
+    let tenant = live.api_keys.authenticate(&live.config, headers)?;
+    app.deliveries
+        .load(id)
+        .map_err(internal)?
+        .filter(|d| d.record.tenant == tenant.name)
+        .ok_or_else(|| not_found(id))
+}
+
 /// `GET /v1/deliveries/{id}`.
 pub async fn show(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let live = app.live.load_full();
-    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
-    let delivery = app
-        .deliveries
-        .load(&id)
-        .map_err(internal)?
-        .filter(|d| d.record.tenant == tenant.name)
-        .ok_or_else(|| not_found(&id))?;
-    Ok(Json(delivery.view()).into_response())
+    Ok(Json(owned(&app, &headers, &id)?.view()).into_response())
 }
 
 /// `GET /v1/deliveries`.
@@ -124,16 +127,7 @@ pub async fn redeliver(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let live = app.live.load_full();
-    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
-    let owned = app
-        .deliveries
-        .load(&id)
-        .map_err(internal)?
-        .is_some_and(|d| d.record.tenant == tenant.name);
-    if !owned {
-        return Err(not_found(&id));
-    }
+    owned(&app, &headers, &id)?;
     match app.deliveries.redeliver(&id).await {
         Ok(view) => Ok((StatusCode::ACCEPTED, Json(view)).into_response()),
         Err(RedeliverError::NotFound) => Err(not_found(&id)),
