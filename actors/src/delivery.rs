@@ -337,7 +337,12 @@ impl DeliveryActorState {
         let (status, attempt) = self
             .ctx
             .dispatcher
-            .attempt(&record.tenant, &planned, self.ctx.settings.attempt_timeout)
+            .attempt(
+                &record.tenant,
+                &record.decision_id,
+                &planned,
+                self.ctx.settings.attempt_timeout,
+            )
             .await;
         let next = self.ctx.settings.next_step(
             status,

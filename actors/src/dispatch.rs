@@ -6,6 +6,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
+
 use idem_schemas::signature::{sign_all, Secret};
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{ActionOutcome, ActionStatus, AttemptRecord, Decision, PlannedDelivery};
@@ -56,7 +58,12 @@ impl Dispatcher {
     pub async fn dispatch(&self, decision: &Decision) -> Vec<ActionOutcome> {
         let attempts = decision.deliveries.iter().map(|delivery| async move {
             let (status, attempt) = self
-                .attempt(&decision.tenant, delivery, self.inline_timeout)
+                .attempt(
+                    &decision.tenant,
+                    &decision.id,
+                    delivery,
+                    self.inline_timeout,
+                )
                 .await;
             ActionOutcome {
                 delivery_id: delivery.id.clone(),
@@ -67,8 +74,23 @@ impl Dispatcher {
         futures::future::join_all(attempts).await
     }
 
-    /// One signed attempt of `delivery`, bounded by `deadline`.
+    /// One signed attempt of `delivery` (of decision `decision_id`), bounded by `deadline`, in a
+    /// span of its own carrying the tenant, decision and delivery ids.
     pub async fn attempt(
+        &self,
+        tenant: &str,
+        decision_id: &str,
+        delivery: &PlannedDelivery,
+        deadline: Duration,
+    ) -> (ActionStatus, AttemptRecord) {
+        let span =
+            tracing::info_span!("attempt", tenant, decision = decision_id, delivery = %delivery.id);
+        self.attempt_once(tenant, delivery, deadline)
+            .instrument(span)
+            .await
+    }
+
+    async fn attempt_once(
         &self,
         tenant: &str,
         delivery: &PlannedDelivery,
