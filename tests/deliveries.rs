@@ -302,8 +302,18 @@ async fn queued_deliveries_survive_sigkill_and_keep_their_attempt_count() {
         ids_of(&r)["notify"].clone(),
         ids_of(&keyless)["notify"].clone(),
     ];
-    // Let one retry fail too, so the count to keep is more than the inline attempt.
-    receiver.wait_for(4).await;
+    // Let one retry fail and be recorded too, so the count to keep is more than the inline one.
+    for id in &ids {
+        for _ in 0..200 {
+            let attempts = delivery(&client, id).await["attempts"]
+                .as_array()
+                .map_or(0, Vec::len);
+            if attempts >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
     let before = receiver.seen_on("/notify").len();
     let config = idem.kill();
 
