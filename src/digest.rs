@@ -79,6 +79,21 @@ mod tests {
     }
 
     #[test]
+    fn canonical_form_is_a_fixed_point_for_floats() {
+        // Found by the signal_body fuzz target: without correctly rounded float parsing, a body
+        // re-serialised from its canonical form had another fingerprint (a retry seen as reuse).
+        let v: Value = serde_json::from_str(
+            r#"{"m":{"big":93333333300000000000000000000003246680448946580146,"x":0.1}}"#,
+        )
+        .expect("json");
+        let canonical = canonical_json(&v);
+        let again: Value = serde_json::from_str(&canonical).expect("json");
+        assert_eq!(canonical_json(&again), canonical);
+        let d = Digester::new(b"secret");
+        assert_eq!(d.fingerprint("t", &again), d.fingerprint("t", &v));
+    }
+
+    #[test]
     fn digests_depend_on_secret_tenant_and_label() {
         let d = Digester::new(b"secret");
         assert_ne!(

@@ -250,7 +250,8 @@ async fn read_body(
     })
 }
 
-fn parse_signal(bytes: &[u8]) -> Result<(Value, SignalRequest), ApiError> {
+/// Parses and validates a signal body: the JSON value (for the fingerprint) and the signal.
+pub fn parse_signal(bytes: &[u8]) -> Result<(Value, SignalRequest), ApiError> {
     let value: Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::new(Kind::MalformedJson, format!("the body is not JSON: {e}")))?;
     if !value.is_object() {
