@@ -33,8 +33,8 @@ pub struct Config {
     pub tenants: HashMap<String, Tenant>,
 }
 
-/// `[idempotency]`.
-#[derive(Debug, Clone)]
+/// `[idempotency]`. Its `Debug` leaves `key_secret` out.
+#[derive(Clone)]
 pub struct Idempotency {
     /// How long a key and its stored result live.
     pub key_ttl: Duration,
@@ -75,8 +75,8 @@ pub struct Signatures {
     pub tolerance: Duration,
 }
 
-/// A tenant.
-#[derive(Debug, Clone)]
+/// A tenant. Its `Debug` leaves the API key out (secrets print as `Secret(..)`).
+#[derive(Clone)]
 pub struct Tenant {
     /// Its name (the key under `[tenants]`).
     pub name: String,
@@ -90,6 +90,32 @@ pub struct Tenant {
     pub playbooks: HashMap<String, Playbook>,
     /// Signals per second this tenant may post (bursts up to one second's worth); none = no limit.
     pub rate_limit: Option<u32>,
+}
+
+impl std::fmt::Debug for Idempotency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Idempotency")
+            .field("key_ttl", &self.key_ttl)
+            .field("in_flight_timeout", &self.in_flight_timeout)
+            .field("key_secret", &"..")
+            .field("idle_actor_timeout", &self.idle_actor_timeout)
+            .field("sweep_interval", &self.sweep_interval)
+            .field("max_live_actors", &self.max_live_actors)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Tenant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tenant")
+            .field("name", &self.name)
+            .field("api_key", &"..")
+            .field("signing_secrets", &self.signing_secrets)
+            .field("callback_secrets", &self.callback_secrets)
+            .field("playbooks", &self.playbooks)
+            .field("rate_limit", &self.rate_limit)
+            .finish()
+    }
 }
 
 /// A playbook: what a signal type becomes.
@@ -532,6 +558,20 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
         ));
         assert!(e.contains("tenants.acme.callback_secret"), "{e}");
         assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn debug_output_carries_no_secret() {
+        let c = Config::parse(MINIMAL).expect("valid");
+        let shown = format!("{c:?}");
+        assert!(shown.contains("sim_swap"), "{shown}");
+        for secret in [
+            "sk_test",
+            "0123456789abcdef",
+            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
     }
 
     #[test]

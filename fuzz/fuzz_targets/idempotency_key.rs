@@ -9,7 +9,10 @@ fuzz_target!(|data: &[u8]| {
         assert!((1..=255).contains(&key.len()));
         assert!(key.bytes().all(|b| (0x21..=0x7e).contains(&b)));
         if !key.starts_with('"') {
-            assert_eq!(idem::key::parse_value(key.as_bytes()).as_deref(), Ok(key.as_str()));
+            assert_eq!(
+                idem::key::parse_value(key.as_bytes()).as_deref(),
+                Ok(key.as_str())
+            );
         }
     }
 });

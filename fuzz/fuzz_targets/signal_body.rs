@@ -9,7 +9,8 @@ fuzz_target!(|data: &[u8]| {
     if let Ok((value, _signal)) = idem::http::ingest::parse_signal(data) {
         let d = Digester::new(b"fuzz");
         let canonical = canonical_json(&value);
-        let again: serde_json::Value = serde_json::from_str(&canonical).expect("canonical JSON parses");
+        let again: serde_json::Value =
+            serde_json::from_str(&canonical).expect("canonical JSON parses");
         assert_eq!(canonical_json(&again), canonical);
         assert_eq!(d.fingerprint("t", &again), d.fingerprint("t", &value));
     }

@@ -15,11 +15,27 @@ fuzz_target!(|data: &[u8]| {
         parts.next().unwrap_or(""),
     );
     let secret = Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").expect("secret");
-    let _ = verify(std::slice::from_ref(&secret), id, ts, sig, body.as_bytes(), 1_614_265_330, 300);
+    let _ = verify(
+        std::slice::from_ref(&secret),
+        id,
+        ts,
+        sig,
+        body.as_bytes(),
+        1_614_265_330,
+        300,
+    );
     let _ = Secret::parse(sig);
     let good = secret.sign(id, 1_614_265_330, body.as_bytes());
     assert_eq!(
-        verify(&[secret], id, "1614265330", &format!("{sig} {good}"), body.as_bytes(), 1_614_265_330, 300),
+        verify(
+            &[secret],
+            id,
+            "1614265330",
+            &format!("{sig} {good}"),
+            body.as_bytes(),
+            1_614_265_330,
+            300
+        ),
         Ok(())
     );
 });
