@@ -97,30 +97,6 @@ fn parse_duration(s: &str) -> Option<Duration> {
     s.strip_suffix('s')?.parse().ok().map(Duration::from_secs)
 }
 
-/// Builds the release binary into its own target dir (the running cargo holds the main one).
-fn build_idem() -> Result<PathBuf, String> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = root.join("target").join("bench");
-    let status =
-        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(&root)
-            .args([
-                "build",
-                "--quiet",
-                "--release",
-                "--bin",
-                "idem",
-                "--target-dir",
-            ])
-            .arg(&target)
-            .status()
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !status.success() {
-        return Err("building idem failed".into());
-    }
-    Ok(target.join("release").join("idem"))
-}
-
 /// One row of the table.
 struct Row {
     name: String,
@@ -227,7 +203,7 @@ async fn main() -> ExitCode {
 async fn run(args: Args) -> Result<(), String> {
     let binary = match &args.idem {
         Some(p) => p.clone(),
-        None => build_idem()?,
+        None => devtools::build_idem(&[], "bench")?,
     };
     let receiver = server::fast_receiver().await.map_err(|e| e.to_string())?;
     let (c, d) = (args.concurrency, args.duration);

@@ -2,10 +2,9 @@
 //! directory, and a fast in-process receiver for its callbacks. Also reads the server's peak RSS
 //! and the data directory's size on disk.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 
 /// A running idem.
 pub struct Idem {
@@ -26,24 +25,7 @@ impl Idem {
     ) -> std::io::Result<Idem> {
         let path = dir.join("idem.toml");
         std::fs::write(&path, config)?;
-        let mut child = Command::new(binary)
-            .args(["serve", "--config"])
-            .arg(&path)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| std::io::Error::other("no stdout"))?;
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line)?;
-        let base = line
-            .trim()
-            .strip_prefix("idem listening on ")
-            .ok_or_else(|| std::io::Error::other(format!("idem did not start: {line:?}")))?
-            .to_string();
+        let (child, base) = devtools::serve(binary, &path, &[], Stdio::inherit())?;
         Ok(Idem {
             child,
             base,

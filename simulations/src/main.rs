@@ -90,33 +90,6 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// Builds idem with failpoints into its own target directory (so the normal release binary is
-/// left alone) and returns the binary's path.
-fn build_idem() -> Result<PathBuf, String> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = root.join("target").join("failpoints");
-    let status =
-        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(&root)
-            .args([
-                "build",
-                "--quiet",
-                "--release",
-                "--features",
-                "failpoints",
-                "--bin",
-                "idem",
-                "--target-dir",
-            ])
-            .arg(&target)
-            .status()
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !status.success() {
-        return Err("building idem with failpoints failed".into());
-    }
-    Ok(target.join("release").join("idem"))
-}
-
 /// One or two random failpoints for an incarnation (plus the sabotage switch).
 fn failpoints(rng: &mut Rng, sabotage: bool) -> String {
     let mut points = Vec::new();
@@ -165,7 +138,7 @@ async fn main() -> ExitCode {
 async fn run(args: Args) -> Result<usize, String> {
     let binary = match &args.idem {
         Some(path) => path.clone(),
-        None => build_idem()?,
+        None => devtools::build_idem(&["failpoints"], "failpoints")?,
     };
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let port = free_port().map_err(|e| e.to_string())?;

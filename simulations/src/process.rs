@@ -1,9 +1,8 @@
 //! The system under test: a real `idem serve` process (a failpoints build), restarted on the
 //! same data directory and port after every crash, each incarnation with its own FAILPOINTS.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 
 /// A supervised `idem serve`.
 pub struct IdemProcess {
@@ -31,26 +30,12 @@ impl IdemProcess {
     pub fn start(&mut self, failpoints: &str) -> std::io::Result<()> {
         self.starts += 1;
         let log = std::fs::File::create(self.logs.join(format!("idem-{}.log", self.starts)))?;
-        let mut child = Command::new(&self.binary)
-            .args(["serve", "--config"])
-            .arg(&self.config)
-            .env("FAILPOINTS", failpoints)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| std::io::Error::other("no stdout"))?;
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line)?;
-        if !line.starts_with("idem listening on ") {
-            let _ = child.kill();
-            return Err(std::io::Error::other(format!(
-                "idem did not start: {line:?}"
-            )));
-        }
+        let (child, _) = devtools::serve(
+            &self.binary,
+            &self.config,
+            &[("FAILPOINTS", failpoints)],
+            log.into(),
+        )?;
         self.child = Some(child);
         Ok(())
     }

@@ -41,15 +41,16 @@ pub async fn ingest(State(app): State<Arc<App>>, headers: HeaderMap, body: Body)
 type Handled = (&'static str, Response);
 
 async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, ApiError> {
+    // The configuration in force for the whole request, even if a reload lands meanwhile.
+    let live = app.live.load_full();
     // 1. Syntax: nothing about the sender is known yet, nothing is stored.
     let key = key::parse(headers)
         .map_err(|e| ApiError::new(Kind::InvalidIdempotencyKey, e.to_string()))?;
     require_json(headers)?;
-    let bytes = read_body(headers, body, app.live.load().config.http.read_timeout).await?;
+    let bytes = read_body(headers, body, live.config.http.read_timeout).await?;
     let (value, signal) = parse_signal(&bytes)?;
 
     // 2. Authentication: an unauthenticated request never occupies a key.
-    let live = app.live.load_full();
     let config = &live.config;
     let tenant = live.api_keys.authenticate(config, headers)?;
     let now = now_ms();

@@ -1,0 +1,70 @@
+//! What the bench and the simulations share: building the `idem` binary into a target
+//! directory of its own (the `cargo run` that started them holds the main one, and a features
+//! build must not replace the normal release binary), and starting `idem serve` until it prints
+//! the address it listens on.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// Builds `idem` in release mode with `features` into `target/<target_subdir>`; its path.
+pub fn build_idem(features: &[&str], target_subdir: &str) -> Result<PathBuf, String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = root.join("target").join(target_subdir);
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo
+        .current_dir(&root)
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "--bin",
+            "idem",
+            "--target-dir",
+        ])
+        .arg(&target);
+    if !features.is_empty() {
+        cargo.arg("--features").arg(features.join(","));
+    }
+    let status = cargo
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!("building idem (features: {features:?}) failed"));
+    }
+    Ok(target.join("release").join("idem"))
+}
+
+/// Starts `binary serve --config config` with `env` and `stderr`, and waits for the line that
+/// says where it listens; the child and its base URL (`http://127.0.0.1:port`).
+pub fn serve(
+    binary: &Path,
+    config: &Path,
+    env: &[(&str, &str)],
+    stderr: Stdio,
+) -> std::io::Result<(Child, String)> {
+    let mut child = Command::new(binary)
+        .args(["serve", "--config"])
+        .arg(config)
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| std::io::Error::other("no stdout"))?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    match line.trim().strip_prefix("idem listening on ") {
+        Some(base) => Ok((child, base.to_string())),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(std::io::Error::other(format!(
+                "idem did not start: {line:?}"
+            )))
+        }
+    }
+}
