@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 /// The version byte written in front of every record.
-pub const FORMAT_VERSION: u8 = 1;
+pub const FORMAT_VERSION: u8 = 2;
 
 /// No stored record is larger than this; a length prefix claiming more is corruption.
 const MAX_RECORD: usize = 4 * 1024 * 1024;
@@ -61,10 +61,13 @@ mod tests {
     use idem_schemas::{ClaimEvent, StoredResponse};
 
     fn sample() -> ClaimEvent {
-        ClaimEvent::Completed(StoredResponse {
-            status: 201,
-            body: b"{\"decision_id\":\"dec_1\"}".to_vec(),
-        })
+        ClaimEvent::Dispatched {
+            outcomes: vec![],
+            response: StoredResponse {
+                status: 201,
+                body: b"{\"decision_id\":\"dec_1\"}".to_vec(),
+            },
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! What the claim log keeps on disk. A claim's log is a sequence of `ClaimEvent`s: `Claimed`
 //! (with the decision fixed: its id and every callback body), then `Dispatched` (the recovery
-//! point: each action's outcome), then `Completed` (the response, replayed byte for byte).
+//! point: each action's outcome and the response built from them, replayed byte for byte), then
+//! `Completed` (the response was handed out).
 //! These types are encoded by the actors' codec (bincode), so they avoid serde features bincode
 //! cannot carry (untagged enums, skipped fields, `serde_json::Value`).
 
@@ -95,10 +96,26 @@ pub struct StoredResponse {
 pub enum ClaimEvent {
     /// The key is claimed and the decision fixed (`in_flight`).
     Claimed(Claim),
-    /// The actions ran; their outcomes are the recovery point (`dispatched`).
-    Dispatched(Vec<ActionOutcome>),
-    /// The response is persisted (`completed`).
-    Completed(StoredResponse),
+    /// The actions ran: the recovery point (`dispatched`).
+    Dispatched {
+        /// Each action's outcome.
+        outcomes: Vec<ActionOutcome>,
+        /// The response built from them, the bytes every answer for this claim carries.
+        response: StoredResponse,
+    },
+    /// The response was handed out (`completed`).
+    Completed,
+}
+
+impl ClaimEvent {
+    /// The state the event leads to, as the contract names it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ClaimEvent::Claimed(_) => "claimed",
+            ClaimEvent::Dispatched { .. } => "dispatched",
+            ClaimEvent::Completed => "completed",
+        }
+    }
 }
 
 impl Decision {
