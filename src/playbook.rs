@@ -23,13 +23,17 @@ pub struct Signal<'a> {
 }
 
 /// The delivery id (and `webhook-id`) of `action` in decision `decision_id`: derived, so it is
-/// the same wherever and however often it is computed for this claim.
+/// the same wherever and however often it is computed for this claim. It starts with the
+/// decision id's time-ordered part (a UUIDv7's first 16 hex digits), so deliveries sort by
+/// creation time and the store's delivery trees grow at one end rather than at random places.
 pub fn delivery_id(decision_id: &str, action: &str) -> String {
+    let uuid = decision_id.strip_prefix("dec_").unwrap_or(decision_id);
+    let time_part = uuid.get(..16).unwrap_or(uuid);
     let mut h = Sha256::new();
     h.update(decision_id.as_bytes());
     h.update([0]);
     h.update(action.as_bytes());
-    format!("msg_{}", &hex::encode(h.finalize())[..32])
+    format!("msg_{time_part}{}", &hex::encode(h.finalize())[..16])
 }
 
 /// Applies `playbook` to `signal` at `now_ms`.
@@ -116,5 +120,15 @@ mod tests {
         assert_eq!(env.data.action, "case");
         assert_eq!(env.data.decision_id, d.id);
         assert_eq!(env.data.metadata["risk"], 97);
+    }
+
+    #[test]
+    fn delivery_ids_sort_by_decision_time_and_differ_per_action() {
+        let earlier = "dec_0193a1b2c3d47000b000000000000001";
+        let later = "dec_0193a1b2c3d57000a000000000000000";
+        assert!(delivery_id(earlier, "lock") < delivery_id(later, "alert"));
+        assert!(delivery_id(earlier, "lock").starts_with("msg_0193a1b2c3d47000"));
+        assert_ne!(delivery_id(earlier, "lock"), delivery_id(earlier, "alert"));
+        assert_eq!(delivery_id(earlier, "lock").len(), "msg_".len() + 32);
     }
 }

@@ -191,7 +191,7 @@ impl DeliveryContext {
             let Some(outcome) = outcomes.iter().find(|o| o.delivery_id == planned.id) else {
                 continue;
             };
-            if self.store.load_delivery(&planned.id)?.is_some() {
+            if self.store.delivery_exists(&planned.id)? {
                 continue;
             }
             let next = self.settings.next_step(
@@ -524,7 +524,7 @@ impl Deliveries {
 
     /// Starts a new series of attempts for a failed or dead delivery.
     pub async fn redeliver(&self, id: &str) -> Result<DeliveryView, RedeliverError> {
-        if self.ctx.store.load_delivery(id)?.is_none() {
+        if !self.ctx.store.delivery_exists(id)? {
             return Err(RedeliverError::NotFound);
         }
         for _ in 0..MAX_ROUNDS {

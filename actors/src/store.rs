@@ -214,21 +214,9 @@ impl Store {
         Ok(Some(ClaimLog { generation, events }))
     }
 
-    /// Appends event number `seq` to generation `generation` of a claim's log and returns once it
-    /// is durable. A `Claimed` event also enters the expiry index at `expires_at_ms`.
-    pub async fn append_claim(
-        &self,
-        id: &ClaimId,
-        generation: u64,
-        seq: u32,
-        event: &ClaimEvent,
-    ) -> Result<(), StoreError> {
-        self.stage_claim(id, generation, seq, event)?;
-        self.commit().await
-    }
-
-    /// Like [`Store::append_claim`], but durable only with the next [`Store::commit`] (writes
-    /// become durable in the order they were made).
+    /// Appends event number `seq` to generation `generation` of a claim's log, durable with the
+    /// next [`Store::commit`] (writes become durable in the order they were made). A `Claimed`
+    /// event also enters the expiry index at `expires_at_ms`.
     pub fn stage_claim(
         &self,
         id: &ClaimId,
@@ -321,6 +309,11 @@ impl Store {
             events.push(codec::decode(&value)?);
         }
         Ok((!events.is_empty()).then_some(events))
+    }
+
+    /// Whether a delivery's log exists (its first record), without reading it.
+    pub fn delivery_exists(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(self.deliveries.contains_key(delivery_key(id, 0))?)
     }
 
     /// Up to `limit` entries of the due index due at or before `now_ms`, oldest first.
@@ -584,21 +577,16 @@ mod tests {
             let store = Store::open(dir.path()).expect("open");
             assert_eq!(store.load_claim(&id).expect("load"), None);
             store
-                .append_claim(&id, 100, 0, &claimed(100, 50))
-                .await
+                .stage_claim(&id, 100, 0, &claimed(100, 50))
+                .expect("append");
+            store.stage_claim(&id, 100, 1, &done()).expect("append");
+            store
+                .stage_claim(&id, 200, 0, &claimed(200, 50))
                 .expect("append");
             store
-                .append_claim(&id, 100, 1, &done())
-                .await
+                .stage_claim(&other, 300, 0, &claimed(300, 50))
                 .expect("append");
-            store
-                .append_claim(&id, 200, 0, &claimed(200, 50))
-                .await
-                .expect("append");
-            store
-                .append_claim(&other, 300, 0, &claimed(300, 50))
-                .await
-                .expect("append");
+            store.commit().await.expect("commit");
         }
         let store = Store::open(dir.path()).expect("reopen");
         let log = store.load_claim(&id).expect("load").expect("present");
