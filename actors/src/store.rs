@@ -89,6 +89,12 @@ pub enum StoreError {
     /// A stored key or claim log has an impossible shape.
     #[error("store: malformed entry in {0}")]
     MalformedKey(&'static str),
+    /// The data directory was written in another format (0: one from before formats were marked).
+    #[error(
+        "store: the data directory holds format {0}, this idem reads and writes format {FORMAT}; \
+         start it on an empty data_dir"
+    )]
+    Format(u8),
     /// An append to a claim log that does not end where the writer expected.
     #[error("store: the claim log on disk is not the one being appended to")]
     LogMismatch,
@@ -158,13 +164,12 @@ impl Store {
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path) -> Result<Arc<Self>, StoreError> {
         std::fs::create_dir_all(dir)?;
-        // LowSpace: sled trades some write throughput for less space amplification. The cache
-        // is bounded so memory follows the keys in use, not the keys on disk.
+        // The cache is bounded so memory follows the keys in use, not the keys on disk.
         let db = sled::Config::new()
             .path(dir)
-            .mode(sled::Mode::LowSpace)
             .cache_capacity(CACHE_BYTES)
             .open()?;
+        check_format(&db)?;
         let claims = db.open_tree("claims")?;
         let expiry = db.open_tree("claim_expiry")?;
         let deliveries = db.open_tree("deliveries")?;
@@ -501,6 +506,27 @@ impl Store {
     }
 }
 
+/// The format of the data directory: the records' codec version, which changes with the layout.
+const FORMAT: u8 = codec::FORMAT_VERSION;
+
+/// Where the data directory's format is written.
+const FORMAT_KEY: &[u8] = b"idem_format";
+
+/// Refuses a data directory written in another format (reading it would misread claims, and a
+/// claim misread as free would be decided twice); marks a new one with this format.
+fn check_format(db: &sled::Db) -> Result<(), StoreError> {
+    match db.get(FORMAT_KEY)? {
+        Some(found) if *found == [FORMAT] => Ok(()),
+        Some(found) => Err(StoreError::Format(found.first().copied().unwrap_or(0))),
+        // Only sled's default tree: a new directory.
+        None if db.tree_names().len() <= 1 => {
+            db.insert(FORMAT_KEY, &[FORMAT])?;
+            Ok(())
+        }
+        None => Err(StoreError::Format(0)),
+    }
+}
+
 /// Up to `limit` entries `time ‖ id` of a time index with `time` before `until`, oldest first.
 fn time_index(
     tree: &sled::Tree,
@@ -649,5 +675,37 @@ mod tests {
         ));
         store.claims.insert(id.prefix(), &[1, 2]).expect("insert");
         assert!(store.load_claim(&id).is_err());
+    }
+
+    #[test]
+    fn a_data_directory_of_another_format_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(Store::open(dir.path()).expect("new"));
+        drop(Store::open(dir.path()).expect("same format"));
+
+        // Written before formats were marked: trees, no mark.
+        let old = tempfile::tempdir().expect("tempdir");
+        {
+            let db = sled::open(old.path()).expect("sled");
+            db.open_tree("claims")
+                .expect("tree")
+                .insert(b"k", b"v")
+                .expect("insert");
+            db.flush().expect("flush");
+        }
+        assert!(matches!(
+            Store::open(old.path()),
+            Err(StoreError::Format(0))
+        ));
+
+        // Marked with another format.
+        let other = tempfile::tempdir().expect("tempdir");
+        {
+            let db = sled::open(other.path()).expect("sled");
+            db.insert(FORMAT_KEY, &[FORMAT + 1]).expect("insert");
+            db.flush().expect("flush");
+        }
+        let refused = Store::open(other.path()).err().expect("refused");
+        assert!(refused.to_string().contains("empty data_dir"), "{refused}");
     }
 }
