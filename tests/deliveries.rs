@@ -30,17 +30,14 @@ async fn delivery(client: &Client, id: &str) -> serde_json::Value {
 
 /// Polls the delivery until its status is `want` (or panics after 20 s).
 async fn until_status(client: &Client, id: &str, want: &str) -> serde_json::Value {
-    for _ in 0..400 {
-        let d = delivery(client, id).await;
-        if d["status"] == want {
-            return d;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "delivery {id} never became {want}: {}",
-        delivery(client, id).await
-    );
+    let d = eventually(
+        Duration::from_secs(20),
+        || delivery(client, id),
+        |d| d["status"] == want,
+    )
+    .await;
+    assert_eq!(d["status"], want, "delivery {id} never became {want}: {d}");
+    d
 }
 
 fn ids_of(response: &Resp) -> std::collections::HashMap<String, String> {
@@ -304,15 +301,16 @@ async fn queued_deliveries_survive_sigkill_and_keep_their_attempt_count() {
     ];
     // Let one retry fail and be recorded too, so the count to keep is more than the inline one.
     for id in &ids {
-        for _ in 0..200 {
-            let attempts = delivery(&client, id).await["attempts"]
-                .as_array()
-                .map_or(0, Vec::len);
-            if attempts >= 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        eventually(
+            Duration::from_secs(5),
+            || async {
+                delivery(&client, id).await["attempts"]
+                    .as_array()
+                    .map_or(0, Vec::len)
+            },
+            |attempts| *attempts >= 2,
+        )
+        .await;
     }
     let before = receiver.seen_on("/notify").len();
     let config = idem.kill();

@@ -171,17 +171,17 @@ async fn killed_after_a_retry_attempt_the_attempt_is_made_again_then_recorded() 
     receiver.answer("/notify", 200, Duration::ZERO);
     let idem = Idem::start_with(config, &[]);
     let client = Client::new(&idem.base);
-    let mut view = serde_json::Value::Null;
-    for _ in 0..200 {
-        view = client
-            .send("GET", &format!("/v1/deliveries/{id}"), Req::new("").beta())
-            .await
-            .json();
-        if view["status"] == "delivered" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let view = eventually(
+        Duration::from_secs(10),
+        || async {
+            client
+                .send("GET", &format!("/v1/deliveries/{id}"), Req::new("").beta())
+                .await
+                .json()
+        },
+        |view| view["status"] == "delivered",
+    )
+    .await;
     assert_eq!(view["status"], "delivered");
     let attempts = view["attempts"].as_array().expect("attempts");
     assert_eq!(

@@ -268,17 +268,17 @@ async fn an_expired_key_is_free_again() {
         .as_str()
         .expect("id")
         .to_string();
-    let mut status = 200;
-    for _ in 0..100 {
-        status = client
-            .send("GET", &format!("/v1/deliveries/{old}"), Req::new("").beta())
-            .await
-            .status;
-        if status == 404 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let status = eventually(
+        Duration::from_secs(5),
+        || async {
+            client
+                .send("GET", &format!("/v1/deliveries/{old}"), Req::new("").beta())
+                .await
+                .status
+        },
+        |s| *s == 404,
+    )
+    .await;
     assert_eq!(status, 404, "a final delivery past the window is forgotten");
     let fresh = other.json()["actions"][0]["delivery_id"]
         .as_str()

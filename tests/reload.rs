@@ -39,17 +39,17 @@ async fn sighup_rotates_keys_and_secrets_and_a_bad_reload_changes_nothing() {
     assert_ne!(rotated, original);
     std::fs::write(&path, &rotated).expect("write");
     idem.signal(libc::SIGHUP);
-    let mut status = 0;
-    for _ in 0..100 {
-        status = client
-            .signal(Req::new(&sim_swap("+1666")).header("authorization", "Bearer sk_beta_2"))
-            .await
-            .status;
-        if status == 201 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let status = eventually(
+        Duration::from_secs(5),
+        || async {
+            client
+                .signal(Req::new(&sim_swap("+1666")).header("authorization", "Bearer sk_beta_2"))
+                .await
+                .status
+        },
+        |s| *s == 201,
+    )
+    .await;
     assert_eq!(status, 201, "the rotated API key works after SIGHUP");
     assert_eq!(
         client
@@ -79,13 +79,12 @@ async fn sighup_rotates_keys_and_secrets_and_a_bad_reload_changes_nothing() {
     )
     .expect("write");
     idem.signal(libc::SIGHUP);
-    for _ in 0..100 {
-        if idem.stderr().contains("reload refused") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let logs = idem.stderr();
+    let logs = eventually(
+        Duration::from_secs(5),
+        || async { idem.stderr() },
+        |logs| logs.contains("reload refused"),
+    )
+    .await;
     assert!(logs.contains("reload refused"), "{logs}");
     let r = client
         .signal(Req::new(&sim_swap("+1777")).header("authorization", "Bearer sk_beta_2"))

@@ -20,6 +20,26 @@ pub const SIGNING_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 pub const CALLBACK_SECRET: &str = "whsec_Y2FsbGJhY2stc2VjcmV0LWZvci10ZXN0cw==";
 pub const KEY_SECRET: &str = "test-key-secret-0123456789abcdef";
 
+/// Probes every 50 ms until `done` holds for the probed value or `within` has passed; returns
+/// the last value probed, for the caller to assert on.
+pub async fn eventually<T, Fut>(
+    within: Duration,
+    mut probe: impl FnMut() -> Fut,
+    done: impl Fn(&T) -> bool,
+) -> T
+where
+    Fut: std::future::Future<Output = T>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let value = probe().await;
+        if done(&value) || tokio::time::Instant::now() >= deadline {
+            return value;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// One callback as the receiver saw it.
 #[derive(Debug, Clone)]
 pub struct Received {
