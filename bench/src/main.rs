@@ -414,35 +414,15 @@ fn print_row(row: &Row, keyless: Option<f64>) {
 /// `window`: fill the key window, measure what it costs, then let it expire and sweep.
 /// `storm_keys` bursts of `storm_copies` simultaneous copies of one keyed signal to `url`: the
 /// latencies of every answer but a key's first decision, and how many keys got exactly one.
+/// One burst first only opens the connections (a sender's pool is warm in a real storm).
 async fn storm(http: &reqwest::Client, url: &str, args: &Args) -> (Stats, u64) {
+    burst(http, url, 0, args.storm_copies).await;
     let mut losers = Stats::default();
     let mut firsts_ok = 0;
-    let mut started = Instant::now();
-    // Burst 0 only opens the connections (a sender's pool is warm in a real storm); not counted.
-    for k in 0..=args.storm_keys {
-        if k == 1 {
-            losers = Stats::default();
-            firsts_ok = 0;
-            started = Instant::now();
-        }
-        let key = format!("storm-{}-{k}", idem_schemas::timefmt::now_ms());
-        let barrier = Arc::new(tokio::sync::Barrier::new(args.storm_copies));
-        let mut tasks = Vec::new();
-        for _ in 0..args.storm_copies {
-            let (http, url, key, barrier) =
-                (http.clone(), url.to_string(), key.clone(), barrier.clone());
-            tasks.push(tokio::spawn(async move {
-                barrier.wait().await;
-                let t0 = Instant::now();
-                let (status, replayed) = signal(&http, &url, "sim_swap", k, Some(&key)).await;
-                (status, replayed, t0.elapsed())
-            }));
-        }
+    let started = Instant::now();
+    for k in 1..=args.storm_keys {
         let mut firsts = 0;
-        for t in tasks {
-            let Ok((status, replayed, latency)) = t.await else {
-                continue;
-            };
+        for (status, replayed, latency) in burst(http, url, k, args.storm_copies).await {
             if status == 201 && !replayed {
                 firsts += 1;
             } else {
@@ -458,6 +438,36 @@ async fn storm(http: &reqwest::Client, url: &str, args: &Args) -> (Stats, u64) {
     losers.elapsed = started.elapsed();
     losers.latencies.sort();
     (losers, firsts_ok)
+}
+
+/// `copies` copies of signal `k` under one new key, released at once: each one's status,
+/// replay flag and latency.
+async fn burst(
+    http: &reqwest::Client,
+    url: &str,
+    k: u64,
+    copies: usize,
+) -> Vec<(u16, bool, Duration)> {
+    let key = format!("storm-{}-{k}", idem_schemas::timefmt::now_ms());
+    let barrier = Arc::new(tokio::sync::Barrier::new(copies));
+    let mut tasks = Vec::new();
+    for _ in 0..copies {
+        let (http, url, key, barrier) =
+            (http.clone(), url.to_string(), key.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let t0 = Instant::now();
+            let (status, replayed) = signal(&http, &url, "sim_swap", k, Some(&key)).await;
+            (status, replayed, t0.elapsed())
+        }));
+    }
+    let mut answers = Vec::with_capacity(copies);
+    for t in tasks {
+        if let Ok(answer) = t.await {
+            answers.push(answer);
+        }
+    }
+    answers
 }
 
 async fn window(
