@@ -10,6 +10,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
 use idem_actors::{ClaimId, RegistryError, Reply, Submission};
 use idem_schemas::timefmt::{is_rfc3339, now_ms};
 use idem_schemas::{Decision, SignalRequest, StoredResponse};
@@ -26,6 +27,9 @@ use crate::playbook::{self, Signal};
 
 /// The largest body accepted.
 pub const MAX_BODY: usize = 64 * 1024;
+
+/// An oversized body up to this many bytes is drained before the 413 is sent.
+const DRAIN_LIMIT: u64 = 1024 * 1024;
 
 /// The handler.
 pub async fn ingest(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
@@ -227,7 +231,14 @@ async fn read_body(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+    if let Some(n) = declared.filter(|&n| n > MAX_BODY as u64) {
+        // A body up to DRAIN_LIMIT is read and dropped before the refusal, so a client still
+        // writing it reads the 413 instead of a broken pipe; a bigger one is cut off at once.
+        if n <= DRAIN_LIMIT {
+            let mut body = body;
+            let drain = async { while let Some(Ok(_)) = body.frame().await {} };
+            let _ = tokio::time::timeout(deadline, drain).await;
+        }
         return Err(too_large());
     }
     let read = tokio::time::timeout(deadline, axum::body::to_bytes(body, MAX_BODY)).await;
