@@ -330,7 +330,7 @@ impl Config {
             idle_actor_timeout: duration(
                 "idempotency.idle_actor_timeout",
                 i.idle_actor_timeout.as_deref(),
-                "500ms",
+                "250ms",
             )?,
             sweep_interval: match i.sweep_interval.as_deref() {
                 Some(text) => duration("idempotency.sweep_interval", Some(text), "")?,

@@ -27,13 +27,17 @@ struct Crash {
 /// Sends one keyed signal to an idem whose `point` kills it, checks that it died of SIGKILL,
 /// and restarts it on the same data directory.
 async fn crash_at(point: &str) -> Crash {
+    crash_with(point, sim_swap("+447700900123")).await
+}
+
+/// [`crash_at`], sending `body`.
+async fn crash_with(point: &str, body: String) -> Crash {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
     let cfg = config(&dir.path().join("data"), &receiver, "", DELIVERY);
     let failpoints = format!("{point}=return");
     let idem = Idem::start_env(dir.path(), &cfg, &[("FAILPOINTS", &failpoints)]);
     let key = unique("fp");
-    let body = sim_swap("+447700900123");
     let r = Client::new(&idem.base)
         .try_send(
             "POST",
@@ -100,6 +104,23 @@ async fn killed_after_the_claim_persisted_the_retry_takes_over_at_once() {
     );
     assert!(!r.replayed());
     c.assert_callbacks(2, &r.json()["decision_id"]).await;
+}
+
+#[tokio::test]
+async fn a_decision_without_actions_is_complete_once_its_claim_is_on_disk() {
+    // `port_out` has no actions: nothing to guard, so the claim, the recovery point and the
+    // completion are one durable write, and the retry replays the answer the crash swallowed.
+    let body = r#"{"type":"port_out","subject":"+447700900123"}"#.to_string();
+    let c = crash_with("claim.after_persist", body).await;
+    let r = c.retry().await;
+    assert_eq!(r.status, 201);
+    assert!(r.replayed(), "the answer was on disk with the claim");
+    assert_eq!(r.json()["decision"], "review");
+    assert_eq!(r.json()["actions"], serde_json::json!([]));
+    let again = c.retry().await;
+    assert!(again.replayed());
+    assert_eq!(again.body, r.body);
+    assert!(c.receiver.seen().is_empty());
 }
 
 #[tokio::test]

@@ -19,7 +19,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use crate::delivery::DeliveryContext;
 use crate::dispatch::Dispatcher;
 use crate::failpoint;
-use crate::store::{ClaimId, Store, StoreError};
+use crate::store::{ClaimId, LogHead, Store, StoreError};
 
 /// The time windows of claims.
 #[derive(Debug, Clone)]
@@ -179,6 +179,16 @@ enum Step {
     Finish,
 }
 
+/// The response to a decision's first processing, given its actions' outcomes.
+fn first_response(
+    decision: &Decision,
+    outcomes: &[ActionOutcome],
+) -> Result<StoredResponse, StoreError> {
+    let body = serde_json::to_vec(&decision.response(outcomes))
+        .map_err(|e| StoreError::Commit(format!("cannot serialise the response: {e}")))?;
+    Ok(StoredResponse { status: 201, body })
+}
+
 /// The claim actor.
 pub struct ClaimActor;
 
@@ -187,7 +197,8 @@ pub struct ClaimState {
     id: ClaimId,
     ctx: Arc<ClaimContext>,
     generation: u64,
-    next_seq: u32,
+    /// The log as last read or written: what the next append extends.
+    head: Option<LogHead>,
     phase: Phase,
     /// The request whose actions are running; `Some` exactly while a callback task runs.
     waiter: Option<RpcReplyPort<Reply>>,
@@ -223,26 +234,32 @@ impl ClaimState {
         }
     }
 
-    /// Appends `event` to the log and folds it into the phase. The record is durable with the
-    /// next commit; the mailbox waits for nothing here.
-    fn stage(&mut self, event: ClaimEvent) -> Result<(), StoreError> {
-        self.ctx
-            .store
-            .stage_claim(&self.id, self.generation, self.next_seq, &event)?;
-        self.next_seq += 1;
-        crate::metrics::CLAIM_TRANSITIONS
-            .with_label_values(&[event.name()])
-            .inc();
-        let phase = std::mem::replace(&mut self.phase, Phase::Free);
-        self.phase = phase
-            .apply(event)
-            .map_err(|e| StoreError::Commit(format!("invalid transition after append: {e}")))?;
+    /// Appends `events` to the log in one write and folds them into the phase. The records are
+    /// durable with the next commit; the mailbox waits for nothing here.
+    fn stage(&mut self, events: Vec<ClaimEvent>) -> Result<(), StoreError> {
+        let store = &self.ctx.store;
+        self.head = Some(match (events.first(), &self.head) {
+            (Some(ClaimEvent::Claimed(_)), _) => {
+                store.start_claim(&self.id, self.generation, &events)?
+            }
+            (_, Some(head)) => store.extend_claim(&self.id, head, &events)?,
+            (_, None) => return Err(StoreError::LogMismatch),
+        });
+        for event in events {
+            crate::metrics::CLAIM_TRANSITIONS
+                .with_label_values(&[event.name()])
+                .inc();
+            let phase = std::mem::replace(&mut self.phase, Phase::Free);
+            self.phase = phase
+                .apply(event)
+                .map_err(|e| StoreError::Commit(format!("invalid transition after append: {e}")))?;
+        }
         Ok(())
     }
 
-    /// Appends `event` to the log and returns once it is durable.
-    async fn record(&mut self, event: ClaimEvent) -> Result<(), StoreError> {
-        self.stage(event)?;
+    /// Appends `events` to the log and returns once they are durable.
+    async fn record(&mut self, events: Vec<ClaimEvent>) -> Result<(), StoreError> {
+        self.stage(events)?;
         self.ctx.store.commit().await
     }
 
@@ -258,7 +275,7 @@ impl ClaimState {
         // `completed` need not be durable before the response leaves: the response's bytes are
         // on disk already, in the recovery point, so a crash that loses this record leaves
         // `dispatched`, from which every retry answers the same bytes.
-        self.stage(ClaimEvent::Completed)?;
+        self.stage(vec![ClaimEvent::Completed])?;
         Ok(response)
     }
 }
@@ -304,7 +321,6 @@ impl ClaimActor {
             Step::Claim => {
                 // A generation is the claim time, strictly increasing per key.
                 state.generation = now.max(state.generation + 1);
-                state.next_seq = 0;
                 let claim = Claim {
                     fingerprint: sub.fingerprint,
                     holder: state.ctx.settings.holder,
@@ -312,9 +328,36 @@ impl ClaimActor {
                     expires_at_ms: state.generation + state.ctx.settings.key_ttl.as_millis() as u64,
                     decision: sub.candidate.clone(),
                 };
+                if claim.decision.deliveries.is_empty() {
+                    // A decision without actions guards no side effect, so its claim, recovery
+                    // point and completion are one write, and the answer leaves once that write
+                    // is durable: one commit instead of two, one record on disk instead of three.
+                    let response = match first_response(&claim.decision, &[]) {
+                        Ok(response) => response,
+                        Err(e) => {
+                            let _ = reply.send(Reply::Failed(e.to_string()));
+                            return Err(e);
+                        }
+                    };
+                    let events = vec![
+                        ClaimEvent::Claimed(claim),
+                        ClaimEvent::Dispatched {
+                            outcomes: Vec::new(),
+                            response: response.clone(),
+                        },
+                        ClaimEvent::Completed,
+                    ];
+                    if let Err(e) = state.record(events).await {
+                        let _ = reply.send(Reply::Failed(e.to_string()));
+                        return Err(e);
+                    }
+                    failpoint::hit("claim.after_persist");
+                    let _ = reply.send(Reply::First(response));
+                    return Ok(());
+                }
                 // The claim, with its decision and every callback body, is durable before any
                 // action runs: a crash from here on resumes this decision, never a new one.
-                if let Err(e) = state.record(ClaimEvent::Claimed(claim)).await {
+                if let Err(e) = state.record(vec![ClaimEvent::Claimed(claim)]).await {
                     let _ = reply.send(Reply::Failed(e.to_string()));
                     return Err(e);
                 }
@@ -375,12 +418,10 @@ impl ClaimActor {
             let Some(claim) = state.phase.claim() else {
                 return Err(StoreError::Commit("dispatched without a claim".into()));
             };
-            let body = serde_json::to_vec(&claim.decision.response(&outcomes))
-                .map_err(|e| StoreError::Commit(format!("cannot serialise the response: {e}")))?;
+            let response = first_response(&claim.decision, &outcomes)?;
             state.ctx.deliveries.stage_new(&claim.decision, &outcomes)?;
-            let response = StoredResponse { status: 201, body };
             state
-                .record(ClaimEvent::Dispatched { outcomes, response })
+                .record(vec![ClaimEvent::Dispatched { outcomes, response }])
                 .await?;
             failpoint::hit("dispatch.after_recovery_point");
             state.complete()
@@ -424,8 +465,9 @@ impl Actor for ClaimActor {
         // only in memory.
         #[cfg(feature = "failpoints")]
         let log = log.filter(|_| !crate::failpoint::switched_on("sabotage"));
-        let (generation, events) = log.map_or((0, Vec::new()), |l| (l.generation, l.events));
-        let next_seq = events.len() as u32;
+        let (generation, events, head) = log.map_or((0, Vec::new(), None), |l| {
+            (l.generation, l.events, Some(l.head))
+        });
         let mut phase = Phase::Free;
         for event in events {
             phase = phase.apply(event)?;
@@ -434,7 +476,7 @@ impl Actor for ClaimActor {
             id: args.id,
             ctx: args.ctx,
             generation,
-            next_seq,
+            head,
             phase,
             waiter: None,
             last_active: Instant::now(),

@@ -30,7 +30,14 @@ pub fn spawn(deliveries: Arc<DeliveryContext>, period: Duration) -> tokio::task:
                 })
                 .await;
                 match swept {
-                    Ok(Ok(n)) if n == BATCH => continue,
+                    // Each full batch is committed before the next, so a long sweep reaches the
+                    // disk as it goes, and the writers' commits are not left behind one big one.
+                    Ok(Ok(n)) if n == BATCH => {
+                        if let Err(e) = deliveries.store.commit().await {
+                            tracing::warn!(error = %e, "expiry sweep commit failed");
+                            break;
+                        }
+                    }
                     Ok(Ok(_)) => break,
                     Ok(Err(e)) => {
                         tracing::warn!(error = %e, "expiry sweep failed");
