@@ -9,8 +9,10 @@
 
 mod load;
 mod pg;
+mod raw;
 mod server;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -138,6 +140,28 @@ actions = []
     Idem::start(binary, dir, &data, &config).map_err(|e| e.to_string())
 }
 
+/// A signed signal `n` of `signal_type`: its body and headers.
+fn signed(signal_type: &str, n: u64, key: Option<&str>) -> (String, Vec<(&'static str, String)>) {
+    let body =
+        format!(r#"{{"type":"{signal_type}","subject":"+4477009{n:08}","metadata":{{"n":{n}}}}}"#);
+    let id = key.map_or_else(|| format!("evt-{n}"), str::to_string);
+    let ts = idem_schemas::timefmt::now_ms() as i64 / 1000;
+    let sig = Secret::parse(SIGNING_SECRET)
+        .map(|s| s.sign(&id, ts, body.as_bytes()))
+        .unwrap_or_default();
+    let mut headers = vec![
+        ("authorization", "Bearer sk_bench".to_string()),
+        ("content-type", "application/json".to_string()),
+        ("webhook-id", id),
+        ("webhook-timestamp", ts.to_string()),
+        ("webhook-signature", sig),
+    ];
+    if let Some(k) = key {
+        headers.push(("idempotency-key", k.to_string()));
+    }
+    (body, headers)
+}
+
 /// Sends one signed signal; its status (0 when no answer).
 async fn signal(
     http: &reqwest::Client,
@@ -146,23 +170,10 @@ async fn signal(
     n: u64,
     key: Option<&str>,
 ) -> (u16, bool) {
-    let body =
-        format!(r#"{{"type":"{signal_type}","subject":"+4477009{n:08}","metadata":{{"n":{n}}}}}"#);
-    let id = key.map_or_else(|| format!("evt-{n}"), str::to_string);
-    let ts = idem_schemas::timefmt::now_ms() as i64 / 1000;
-    let sig = Secret::parse(SIGNING_SECRET)
-        .map(|s| s.sign(&id, ts, body.as_bytes()))
-        .unwrap_or_default();
-    let mut r = http
-        .post(url)
-        .header("authorization", "Bearer sk_bench")
-        .header("content-type", "application/json")
-        .header("webhook-id", &id)
-        .header("webhook-timestamp", ts.to_string())
-        .header("webhook-signature", sig)
-        .body(body);
-    if let Some(k) = key {
-        r = r.header("idempotency-key", k);
+    let (body, headers) = signed(signal_type, n, key);
+    let mut r = http.post(url).body(body);
+    for (name, value) in headers {
+        r = r.header(name, value);
     }
     match r.send().await {
         Ok(resp) => {
@@ -288,11 +299,10 @@ async fn run(args: Args) -> Result<(), String> {
             }
             "storm" => {
                 let idem = start_idem(&binary, dir.path(), receiver, "24h")?;
-                let url = format!("{}/v1/signals", idem.base);
-                let (losers, firsts_ok) = storm(&http, &url, &args).await;
+                let (losers, firsts_ok) = storm(idem.addr, "/v1/signals", &args).await?;
                 // The same bursts against the trivial server: what 1000 simultaneous requests
                 // cost the load generator and the loopback alone on these cores.
-                let (floor, _) = storm(&http, &format!("http://{receiver}/ceiling"), &args).await;
+                let (floor, _) = storm(receiver, "/ceiling", &args).await?;
                 Row {
                     name: "storm".into(),
                     rss: idem.peak_rss(),
@@ -412,23 +422,27 @@ fn print_row(row: &Row, keyless: Option<f64>) {
 }
 
 /// `window`: fill the key window, measure what it costs, then let it expire and sweep.
-/// `storm_keys` bursts of `storm_copies` simultaneous copies of one keyed signal to `url`: the
-/// latencies of every answer but a key's first decision, and how many keys got exactly one.
-/// One burst first only opens the connections (a sender's pool is warm in a real storm).
-async fn storm(http: &reqwest::Client, url: &str, args: &Args) -> (Stats, u64) {
-    burst(http, url, 0, args.storm_copies).await;
+/// `storm_keys` bursts of `storm_copies` simultaneous copies of one keyed signal to `path` on
+/// `addr`, one connection per copy: the latencies of every answer but a key's first decision,
+/// and how many keys got exactly one. One burst first opens the connections (a sender's pool is
+/// warm in a real storm).
+async fn storm(addr: SocketAddr, path: &str, args: &Args) -> Result<(Stats, u64), String> {
+    let mut conns = raw::connect(addr, args.storm_copies)
+        .await
+        .map_err(|e| format!("storm: cannot connect {} times: {e}", args.storm_copies))?;
+    burst(&mut conns, addr, path, 0).await;
     let mut losers = Stats::default();
     let mut firsts_ok = 0;
     let started = Instant::now();
     for k in 1..=args.storm_keys {
         let mut firsts = 0;
-        for (status, replayed, latency) in burst(http, url, k, args.storm_copies).await {
-            if status == 201 && !replayed {
+        for answer in burst(&mut conns, addr, path, k).await {
+            if answer.status == 201 && !answer.replayed {
                 firsts += 1;
             } else {
-                losers.latencies.push(latency);
+                losers.latencies.push(answer.latency);
                 losers.requests += 1;
-                *losers.statuses.entry(status).or_default() += 1;
+                *losers.statuses.entry(answer.status).or_default() += 1;
             }
         }
         if firsts == 1 {
@@ -437,33 +451,38 @@ async fn storm(http: &reqwest::Client, url: &str, args: &Args) -> (Stats, u64) {
     }
     losers.elapsed = started.elapsed();
     losers.latencies.sort();
-    (losers, firsts_ok)
+    Ok((losers, firsts_ok))
 }
 
-/// `copies` copies of signal `k` under one new key, released at once: each one's status,
-/// replay flag and latency.
+/// One copy of signal `k` under one new key on each connection, released at once. A
+/// connection that fails is dropped (its answer counts with status 0).
 async fn burst(
-    http: &reqwest::Client,
-    url: &str,
+    conns: &mut Vec<tokio::net::TcpStream>,
+    addr: SocketAddr,
+    path: &str,
     k: u64,
-    copies: usize,
-) -> Vec<(u16, bool, Duration)> {
+) -> Vec<raw::Answer> {
     let key = format!("storm-{}-{k}", idem_schemas::timefmt::now_ms());
-    let barrier = Arc::new(tokio::sync::Barrier::new(copies));
-    let mut tasks = Vec::new();
-    for _ in 0..copies {
-        let (http, url, key, barrier) =
-            (http.clone(), url.to_string(), key.clone(), barrier.clone());
-        tasks.push(tokio::spawn(async move {
-            barrier.wait().await;
-            let t0 = Instant::now();
-            let (status, replayed) = signal(&http, &url, "sim_swap", k, Some(&key)).await;
-            (status, replayed, t0.elapsed())
-        }));
-    }
-    let mut answers = Vec::with_capacity(copies);
-    for t in tasks {
-        if let Ok(answer) = t.await {
+    let (body, headers) = signed("sim_swap", k, Some(&key));
+    let request = Arc::new(raw::request(path, addr, &headers, &body));
+    let barrier = Arc::new(tokio::sync::Barrier::new(conns.len()));
+    let tasks: Vec<_> = conns
+        .drain(..)
+        .map(|mut stream| {
+            let (request, barrier) = (request.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let answer = raw::exchange(&mut stream, &request).await;
+                (stream, answer)
+            })
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        if let Ok((stream, answer)) = task.await {
+            if answer.status != 0 {
+                conns.push(stream);
+            }
             answers.push(answer);
         }
     }

@@ -11,6 +11,8 @@ pub struct Idem {
     child: Child,
     /// `http://127.0.0.1:port`.
     pub base: String,
+    /// `127.0.0.1:port`.
+    pub addr: std::net::SocketAddr,
     /// Its data directory.
     pub data_dir: PathBuf,
 }
@@ -26,9 +28,14 @@ impl Idem {
         let path = dir.join("idem.toml");
         std::fs::write(&path, config)?;
         let (child, base) = devtools::serve(binary, &path, &[], Stdio::inherit())?;
+        let addr = base
+            .trim_start_matches("http://")
+            .parse()
+            .map_err(|_| std::io::Error::other(format!("idem listens on {base}?")))?;
         Ok(Idem {
             child,
             base,
+            addr,
             data_dir: data_dir.to_path_buf(),
         })
     }
