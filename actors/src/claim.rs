@@ -6,7 +6,8 @@
 //! a task of their own while the actor keeps answering duplicates (409 while in flight, 422 for
 //! another payload). The task reports back; the actor records the `dispatched` recovery point
 //! (the outcomes and the response built from them), then `completed`, and answers the first
-//! request. An actor idle for a while stops; the next request rebuilds it from the log.
+//! request. A decision without actions writes all three records at once. An actor idle for a
+//! while stops; the next request rebuilds it from the log.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

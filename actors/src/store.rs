@@ -181,19 +181,7 @@ impl Store {
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path) -> Result<Arc<Self>, StoreError> {
         std::fs::create_dir_all(dir)?;
-        // The cache is bounded so memory follows the keys in use, not the keys on disk.
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(CACHE_BYTES)
-            .segment_size(SEGMENT_BYTES)
-            .open()
-            .map_err(|e| match e {
-                // sled refuses a directory written with another segment size: an older format.
-                sled::Error::Unsupported(why) => {
-                    StoreError::Format(format!("an older format ({why})"))
-                }
-                e => StoreError::Sled(e),
-            })?;
+        let db = open_sled(dir)?;
         check_format(&db)?;
         let claims = db.open_tree("claims")?;
         let expiry = db.open_tree("claim_expiry")?;
@@ -559,6 +547,38 @@ impl Store {
     /// Bytes the store occupies on disk, as sled reports it.
     pub fn size_on_disk(&self) -> Result<u64, StoreError> {
         Ok(self.db.size_on_disk()?)
+    }
+}
+
+/// How long opening waits for another handle to let go of the data directory: one just dropped
+/// in this process (sled's I/O threads release the file a moment after the last handle goes),
+/// or an idem still exiting.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Opens sled in `dir`, with a bounded cache so memory follows the keys in use, not the keys on
+/// disk.
+fn open_sled(dir: &Path) -> Result<sled::Db, StoreError> {
+    let config = sled::Config::new()
+        .path(dir)
+        .cache_capacity(CACHE_BYTES)
+        .segment_size(SEGMENT_BYTES);
+    let started = std::time::Instant::now();
+    loop {
+        match config.open() {
+            Ok(db) => return Ok(db),
+            // sled refuses a directory written with another segment size: an older format.
+            Err(sled::Error::Unsupported(why)) => {
+                return Err(StoreError::Format(format!("an older format ({why})")))
+            }
+            // Another handle holds the directory's lock (sled says so only in its message).
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && started.elapsed() < LOCK_WAIT =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
