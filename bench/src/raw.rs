@@ -86,3 +86,68 @@ async fn round_trip(stream: &mut TcpStream, request: &[u8]) -> std::io::Result<(
     }
     Ok((status, replayed))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that answers `/replayed` with the replay header and `/big` with a body larger
+    /// than one read, on keep-alive connections.
+    async fn server() -> SocketAddr {
+        let app = axum::Router::new()
+            .route(
+                "/replayed",
+                axum::routing::post(|| async { ([("idempotent-replayed", "true")], "{}") }),
+            )
+            .route(
+                "/big",
+                axum::routing::post(|| async {
+                    (axum::http::StatusCode::CONFLICT, "x".repeat(200_000))
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn reads_status_replay_flag_and_whole_bodies_on_one_connection() {
+        let addr = server().await;
+        let mut conns = connect(addr, 1).await.expect("connect");
+        let stream = &mut conns[0];
+        let headers = [("content-type", "application/json".to_string())];
+        let replayed = request("/replayed", addr, &headers, "{\"a\":1}");
+        let big = request("/big", addr, &headers, "{}");
+        // The big body must be read to its end, or the next answer on the connection is garbage.
+        for (req, status, flag) in [
+            (&replayed, 200, true),
+            (&big, 409, false),
+            (&replayed, 200, true),
+        ] {
+            let answer = exchange(stream, req).await;
+            assert_eq!((answer.status, answer.replayed), (status, flag));
+        }
+        let missing = exchange(stream, &request("/nowhere", addr, &headers, "")).await;
+        assert_eq!((missing.status, missing.replayed), (404, false));
+    }
+
+    #[tokio::test]
+    async fn a_closed_connection_reads_as_no_answer() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            // Accept, then close without answering.
+            let _ = listener.accept().await;
+        });
+        let mut conns = connect(addr, 1).await.expect("connect");
+        let answer = exchange(&mut conns[0], &request("/", addr, &[], "")).await;
+        assert_eq!(answer.status, 0);
+    }
+}
