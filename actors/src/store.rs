@@ -2,8 +2,9 @@
 //! the roadmap) can stand in. A claim's log is one sled value under `tenant ‖ key digest`:
 //! `generation ‖ (length ‖ record)*`, and appending events writes the value again with the
 //! records added (events already there are never changed), as a compare-and-swap against the
-//! value its owner last saw: no read before the write, and a log swept meanwhile stays swept. One value per claim instead of one per
-//! event takes about a third less of sled's disk and memory, since sled's cost is per tree entry.
+//! value its owner last saw: no read before the write, and a log swept meanwhile stays swept.
+//! One value per claim instead of one per event takes about a third less of sled's disk and
+//! memory, since sled's cost is per tree entry.
 //! The generation is the claim's `claimed_at_ms`: a key claimed again after expiry starts a new
 //! log, and the sweeper removes a log only if it still holds the generation that expired. An
 //! expiry index (`expires_at ‖ claim ‖ generation`) lets the sweeper find what to prune without
@@ -117,7 +118,8 @@ const CACHE_BYTES: u64 = 16 * 1024 * 1024;
 /// sled's log segment (its default is 512 KiB). sled rewrites a segment once enough of it is
 /// dead, and with keys spread at random most segments are partly dead for long: larger segments
 /// keep more of the disk live (a million one-record claims: 1.3 KB per key at 512 KiB, 0.9 at
-/// 8 MiB), for one segment-sized write buffer more in memory.
+/// 8 MiB). The price is memory, sled's background cleaner holding more (sled alone, same keys,
+/// 64 MiB cache: 148 MB idle RSS at 512 KiB, 234 MB at 8 MiB), which the small cache pays for.
 const SEGMENT_BYTES: usize = 8 * 1024 * 1024;
 
 /// The embedded store.
