@@ -21,9 +21,7 @@ async fn setup() -> (tempfile::TempDir, Receiver, Idem, Client) {
 }
 
 async fn delivery(client: &Client, id: &str) -> serde_json::Value {
-    let r = client
-        .send("GET", &format!("/v1/deliveries/{id}"), Req::new("").beta())
-        .await;
+    let r = client.beta_delivery(id).await;
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     r.json()
 }

@@ -194,12 +194,7 @@ async fn killed_after_a_retry_attempt_the_attempt_is_made_again_then_recorded() 
     let client = Client::new(&idem.base);
     let view = eventually(
         Duration::from_secs(10),
-        || async {
-            client
-                .send("GET", &format!("/v1/deliveries/{id}"), Req::new("").beta())
-                .await
-                .json()
-        },
+        || async { client.beta_delivery(&id).await.json() },
         |view| view["status"] == "delivered",
     )
     .await;

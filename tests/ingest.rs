@@ -270,12 +270,7 @@ async fn an_expired_key_is_free_again() {
         .to_string();
     let status = eventually(
         Duration::from_secs(5),
-        || async {
-            client
-                .send("GET", &format!("/v1/deliveries/{old}"), Req::new("").beta())
-                .await
-                .status
-        },
+        || async { client.beta_delivery(&old).await.status },
         |s| *s == 404,
     )
     .await;
@@ -284,13 +279,7 @@ async fn an_expired_key_is_free_again() {
         .as_str()
         .expect("id")
         .to_string();
-    let kept = client
-        .send(
-            "GET",
-            &format!("/v1/deliveries/{fresh}"),
-            Req::new("").beta(),
-        )
-        .await;
+    let kept = client.beta_delivery(&fresh).await;
     assert_eq!(kept.status, 200);
 }
 

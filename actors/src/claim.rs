@@ -190,6 +190,12 @@ fn first_response(
     Ok(StoredResponse { status: 201, body })
 }
 
+/// Answers `reply` with the store failure `e` and hands `e` on, for the actor to stop.
+fn fail(reply: RpcReplyPort<Reply>, e: StoreError) -> Result<(), StoreError> {
+    let _ = reply.send(Reply::Failed(e.to_string()));
+    Err(e)
+}
+
 /// The claim actor.
 pub struct ClaimActor;
 
@@ -264,6 +270,23 @@ impl ClaimState {
         self.ctx.store.commit().await
     }
 
+    /// Records a decision without actions: nothing runs between its claim, recovery point and
+    /// completion, so there is no side effect to guard, and the three records are one durable
+    /// write (one commit instead of two). Returns the response, durable with them.
+    async fn record_without_actions(&mut self, claim: Claim) -> Result<StoredResponse, StoreError> {
+        let response = first_response(&claim.decision, &[])?;
+        self.record(vec![
+            ClaimEvent::Claimed(claim),
+            ClaimEvent::Dispatched {
+                outcomes: Vec::new(),
+                response: response.clone(),
+            },
+            ClaimEvent::Completed,
+        ])
+        .await?;
+        Ok(response)
+    }
+
     /// Marks the recorded response as handed out and returns it.
     fn complete(&mut self) -> Result<StoredResponse, StoreError> {
         let Phase::Dispatched(_, _, response) = &self.phase else {
@@ -330,37 +353,19 @@ impl ClaimActor {
                     decision: sub.candidate.clone(),
                 };
                 if claim.decision.deliveries.is_empty() {
-                    // A decision without actions guards no side effect, so its claim, recovery
-                    // point and completion are one write, and the answer leaves once that write
-                    // is durable: one commit instead of two, one record on disk instead of three.
-                    let response = match first_response(&claim.decision, &[]) {
-                        Ok(response) => response,
-                        Err(e) => {
-                            let _ = reply.send(Reply::Failed(e.to_string()));
-                            return Err(e);
+                    return match state.record_without_actions(claim).await {
+                        Ok(response) => {
+                            failpoint::hit("claim.after_persist");
+                            let _ = reply.send(Reply::First(response));
+                            Ok(())
                         }
+                        Err(e) => fail(reply, e),
                     };
-                    let events = vec![
-                        ClaimEvent::Claimed(claim),
-                        ClaimEvent::Dispatched {
-                            outcomes: Vec::new(),
-                            response: response.clone(),
-                        },
-                        ClaimEvent::Completed,
-                    ];
-                    if let Err(e) = state.record(events).await {
-                        let _ = reply.send(Reply::Failed(e.to_string()));
-                        return Err(e);
-                    }
-                    failpoint::hit("claim.after_persist");
-                    let _ = reply.send(Reply::First(response));
-                    return Ok(());
                 }
                 // The claim, with its decision and every callback body, is durable before any
                 // action runs: a crash from here on resumes this decision, never a new one.
                 if let Err(e) = state.record(vec![ClaimEvent::Claimed(claim)]).await {
-                    let _ = reply.send(Reply::Failed(e.to_string()));
-                    return Err(e);
+                    return fail(reply, e);
                 }
                 failpoint::hit("claim.after_persist");
                 Self::start_dispatch(myself, state, reply);
@@ -382,18 +387,16 @@ impl ClaimActor {
                 // The delivery logs were written with the recovery point; make sure anyway
                 // (existing ones are left alone), then complete with the recorded response. It
                 // was stored before this request came: the answer is a replay.
-                let finished = match state.ctx.deliveries.stage_new(&decision, &outcomes) {
-                    Ok(()) => state.complete(),
-                    Err(e) => Err(e),
-                };
+                let finished = state
+                    .ctx
+                    .deliveries
+                    .stage_new(&decision, &outcomes)
+                    .and_then(|()| state.complete());
                 match finished {
                     Ok(response) => {
                         let _ = reply.send(Reply::Replayed(response));
                     }
-                    Err(e) => {
-                        let _ = reply.send(Reply::Failed(e.to_string()));
-                        return Err(e);
-                    }
+                    Err(e) => return fail(reply, e),
                 }
             }
         }

@@ -218,7 +218,7 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
 
 async fn read_body(
     headers: &HeaderMap,
-    body: Body,
+    mut body: Body,
     deadline: std::time::Duration,
 ) -> Result<bytes::Bytes, ApiError> {
     let too_large = || {
@@ -235,7 +235,6 @@ async fn read_body(
         // A body up to DRAIN_LIMIT is read and dropped before the refusal, so a client still
         // writing it reads the 413 instead of a broken pipe; a bigger one is cut off at once.
         if n <= DRAIN_LIMIT {
-            let mut body = body;
             let drain = async { while let Some(Ok(_)) = body.frame().await {} };
             let _ = tokio::time::timeout(deadline, drain).await;
         }

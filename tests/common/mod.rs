@@ -545,6 +545,12 @@ impl Client {
     pub async fn signal(&self, req: Req) -> Resp {
         self.send("POST", "/v1/signals", req).await
     }
+
+    /// `GET /v1/deliveries/{id}` as tenant beta, whose playbooks the delivery tests use.
+    pub async fn beta_delivery(&self, id: &str) -> Resp {
+        self.send("GET", &format!("/v1/deliveries/{id}"), Req::new("").beta())
+            .await
+    }
 }
 
 /// A signal body.
