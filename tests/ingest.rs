@@ -284,13 +284,44 @@ async fn an_expired_key_is_free_again() {
 }
 
 #[tokio::test]
+async fn an_actor_waiting_on_its_callbacks_is_not_idle() {
+    let (_dir, receiver, idem, client) = setup("idle_actor_timeout = \"100ms\"").await;
+    // The callback outlasts several idle timeouts: the actor holding the request must not stop.
+    receiver.answer("/notify", 200, Duration::from_millis(450));
+    let key = unique("busy");
+    let body = sim_swap("+1555");
+    let first = client.signal(Req::new(&body).key(&key).beta()).await;
+    assert_eq!(
+        first.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
+    assert_eq!(first.json()["actions"][0]["status"], "delivered");
+    let replay = client.signal(Req::new(&body).key(&key).beta()).await;
+    assert!(replay.replayed());
+    assert_eq!(replay.body, first.body);
+    assert!(!idem.stderr().contains("ERROR"), "{}", idem.stderr());
+}
+
+#[tokio::test]
 async fn idle_actors_stop_and_are_rebuilt_from_their_log() {
     let (_dir, _receiver, idem, client) = setup("idle_actor_timeout = \"100ms\"").await;
     let key = unique("idle");
     let body = sim_swap("+1555");
     let first = client.signal(Req::new(&body).key(&key).beta()).await;
     assert_eq!(first.status, 201);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let live = || async {
+        let text = client.send("GET", "/metrics", Req::new("")).await.body;
+        String::from_utf8(text)
+            .expect("utf8")
+            .lines()
+            .find_map(|l| l.strip_prefix(r#"idem_live_actors{family="claim"} "#))
+            .map(str::to_string)
+    };
+    assert_eq!(live().await.as_deref(), Some("1"), "the key's actor is up");
+    let stopped = eventually(Duration::from_secs(5), live, |n| n.as_deref() == Some("0")).await;
+    assert_eq!(stopped.as_deref(), Some("0"), "the idle actor stopped");
     let replay = client.signal(Req::new(&body).key(&key).beta()).await;
     assert!(replay.replayed());
     assert_eq!(replay.body, first.body);

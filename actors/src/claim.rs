@@ -11,7 +11,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{ActionOutcome, Claim, ClaimEvent, Decision, StoredResponse};
@@ -20,6 +20,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use crate::delivery::DeliveryContext;
 use crate::dispatch::Dispatcher;
 use crate::failpoint;
+use crate::idle::IdleTimer;
 use crate::store::{ClaimId, LogHead, Store, StoreError};
 
 /// The time windows of claims.
@@ -102,8 +103,7 @@ pub enum ClaimMsg {
         /// Each action's outcome.
         outcomes: Vec<ActionOutcome>,
     },
-    /// Time to check whether the actor has been idle long enough to stop (sent by the
-    /// supervisor's one ticker to every child).
+    /// Time to check whether the actor has been idle long enough to stop (its own timer).
     IdleCheck,
 }
 
@@ -209,7 +209,7 @@ pub struct ClaimState {
     phase: Phase,
     /// The request whose actions are running; `Some` exactly while a callback task runs.
     waiter: Option<RpcReplyPort<Reply>>,
-    last_active: Instant,
+    idle: IdleTimer,
 }
 
 impl ClaimState {
@@ -249,7 +249,7 @@ impl ClaimState {
             (Some(ClaimEvent::Claimed(_)), _) => {
                 store.start_claim(&self.id, self.generation, &events)?
             }
-            (_, Some(head)) => store.extend_claim(&self.id, head, &events)?,
+            (_, Some(head)) => store.extend_claim(head, &events)?,
             (_, None) => return Err(StoreError::LogMismatch),
         });
         for event in events {
@@ -478,12 +478,12 @@ impl Actor for ClaimActor {
         }
         Ok(ClaimState {
             id: args.id,
-            ctx: args.ctx,
             generation,
             head,
             phase,
             waiter: None,
-            last_active: Instant::now(),
+            idle: IdleTimer::new(args.ctx.settings.idle_timeout),
+            ctx: args.ctx,
         })
     }
 
@@ -495,8 +495,8 @@ impl Actor for ClaimActor {
     ) -> Result<(), ActorProcessingErr> {
         let outcome = match message {
             ClaimMsg::IdleCheck => {
-                let idle = state.last_active.elapsed() >= state.ctx.settings.idle_timeout;
-                if idle && state.waiter.is_none() {
+                let busy = state.waiter.is_some();
+                if state.idle.expired(&myself, busy, || ClaimMsg::IdleCheck) {
                     myself.stop(Some("idle".into()));
                 }
                 return Ok(());
@@ -507,7 +507,7 @@ impl Actor for ClaimActor {
                 outcomes,
             } => Self::dispatched(state, generation, outcomes).await,
         };
-        state.last_active = Instant::now();
+        state.idle.touch(&myself, || ClaimMsg::IdleCheck);
         if let Err(e) = outcome {
             // What is in memory may now differ from the log: stop, and let the next request
             // rebuild the actor from disk.

@@ -7,7 +7,7 @@
 //! delivery is final or it has been idle.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idem_schemas::timefmt::{now_ms, rfc3339_millis};
 use idem_schemas::{
@@ -18,6 +18,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::dispatch::Dispatcher;
 use crate::failpoint;
+use crate::idle::IdleTimer;
 use crate::registry::{Family, RegistryError};
 use crate::store::{Placement, Store, StoreError};
 
@@ -292,7 +293,7 @@ pub struct DeliveryActor;
 pub struct DeliveryActorState {
     ctx: Arc<DeliveryContext>,
     delivery: DeliveryState,
-    last_active: Instant,
+    idle: IdleTimer,
 }
 
 impl DeliveryActorState {
@@ -388,9 +389,9 @@ impl Actor for DeliveryActor {
             .ok_or_else(|| format!("no delivery {}", args.id))?;
         let delivery = DeliveryState::fold(events)?;
         Ok(DeliveryActorState {
-            ctx: args.ctx,
             delivery,
-            last_active: Instant::now(),
+            idle: IdleTimer::new(args.ctx.settings.idle_timeout),
+            ctx: args.ctx,
         })
     }
 
@@ -402,7 +403,10 @@ impl Actor for DeliveryActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             DeliveryMsg::IdleCheck => {
-                if state.last_active.elapsed() >= state.ctx.settings.idle_timeout {
+                if state
+                    .idle
+                    .expired(&myself, false, || DeliveryMsg::IdleCheck)
+                {
                     myself.stop(Some("idle".into()));
                 }
                 return Ok(());
@@ -426,7 +430,7 @@ impl Actor for DeliveryActor {
                 }
             }
         }
-        state.last_active = Instant::now();
+        state.idle.touch(&myself, || DeliveryMsg::IdleCheck);
         if state.delivery.placement.due_ms.is_none() {
             // Final: nothing more for this actor to do.
             myself.stop(Some("final".into()));
@@ -462,16 +466,7 @@ impl Deliveries {
     /// Starts the delivery supervisor.
     pub async fn start(instance: &str, ctx: Arc<DeliveryContext>) -> Result<Self, RegistryError> {
         Ok(Deliveries {
-            family: Family::start(
-                instance,
-                "delivery",
-                ctx.settings.idle_timeout,
-                usize::MAX,
-                |child: &ractor::ActorCell| {
-                    let _ = child.send_message(DeliveryMsg::IdleCheck);
-                },
-            )
-            .await?,
+            family: Family::start(instance, "delivery", usize::MAX).await?,
             ctx,
         })
     }

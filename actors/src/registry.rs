@@ -1,14 +1,13 @@
 //! Finding actors by name. Claim and delivery actors are named in ractor's registry after what
 //! they own (`<instance>/claim/<tenant>/<digest>`, `<instance>/delivery/<id>`), started on demand
-//! under a supervisor, and stop when idle. Two requests racing to start the same actor are
+//! under a supervisor, and stop when idle (each by its own timer, see `idle`). Two requests racing to start the same actor are
 //! settled by the registry itself: the loser's spawn is refused as already registered, and it
 //! sends to the winner instead. `ClaimRegistry` is the claim side of this.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SpawnErr, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, SpawnErr, SupervisionEvent};
 
 use crate::claim::{ClaimActor, ClaimArgs, ClaimContext, ClaimMsg, Reply, Submission};
 use crate::store::ClaimId;
@@ -34,18 +33,12 @@ pub enum RegistryError {
     Overloaded,
 }
 
-/// Tells one child it may be idle.
-type IdleNudge = Box<dyn Fn(&ActorCell) + Send + Sync>;
-
 /// Supervises a family of actors. Overrides ractor's default, which would stop the supervisor
-/// when a child fails: a failed child is simply started again by the next message for it. Its
-/// one ticker also nudges every child to check whether it has been idle long enough to stop
-/// (one timer for the family, not one per actor).
+/// when a child fails: a failed child is simply started again by the next message for it. It
+/// counts its live children, for the bound on them.
 pub struct Supervisor {
     kind: &'static str,
     live: Arc<AtomicUsize>,
-    idle_every: Duration,
-    nudge: IdleNudge,
 }
 
 impl Actor for Supervisor {
@@ -53,20 +46,7 @@ impl Actor for Supervisor {
     type State = ();
     type Arguments = ();
 
-    async fn pre_start(&self, myself: ActorRef<()>, _: ()) -> Result<(), ActorProcessingErr> {
-        myself.send_interval(self.idle_every, || ());
-        Ok(())
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<()>,
-        _: (),
-        _: &mut (),
-    ) -> Result<(), ActorProcessingErr> {
-        for child in myself.get_children() {
-            (self.nudge)(&child);
-        }
+    async fn pre_start(&self, _: ActorRef<()>, _: ()) -> Result<(), ActorProcessingErr> {
         Ok(())
     }
 
@@ -104,22 +84,18 @@ pub struct Family {
 }
 
 impl Family {
-    /// Starts the supervisor of the `kind` actors named `<instance>/<kind>/…`, which `nudge`s
-    /// each of them every half `idle_timeout`; at most `max_live` of them run at once.
+    /// Starts the supervisor of the `kind` actors named `<instance>/<kind>/…`; at most
+    /// `max_live` of them run at once.
     pub async fn start(
         instance: &str,
         kind: &'static str,
-        idle_timeout: Duration,
         max_live: usize,
-        nudge: impl Fn(&ActorCell) + Send + Sync + 'static,
     ) -> Result<Self, RegistryError> {
         let prefix = format!("{instance}/{kind}");
         let live = Arc::new(AtomicUsize::new(0));
         let supervisor = Supervisor {
             kind,
             live: live.clone(),
-            idle_every: (idle_timeout / 2).max(Duration::from_millis(10)),
-            nudge: Box::new(nudge),
         };
         let (supervisor, _) = Actor::spawn(Some(format!("{prefix}/supervisor")), supervisor, ())
             .await
@@ -191,16 +167,7 @@ impl ClaimRegistry {
     /// share a process (ractor's registry is process-wide).
     pub async fn start(instance: &str, ctx: Arc<ClaimContext>) -> Result<Self, RegistryError> {
         Ok(ClaimRegistry {
-            family: Family::start(
-                instance,
-                "claim",
-                ctx.settings.idle_timeout,
-                ctx.settings.max_live_actors,
-                |child: &ActorCell| {
-                    let _ = child.send_message(ClaimMsg::IdleCheck);
-                },
-            )
-            .await?,
+            family: Family::start(instance, "claim", ctx.settings.max_live_actors).await?,
             ctx,
         })
     }

@@ -1,14 +1,17 @@
 //! The event log on disk: sled trees behind a narrow interface, so another store (PostgreSQL, on
-//! the roadmap) can stand in. A claim's log is one sled value under `tenant ‖ key digest`:
-//! `generation ‖ (length ‖ record)*`, and appending events writes the value again with the
-//! records added (events already there are never changed), as a compare-and-swap against the
-//! value its owner last saw: no read before the write, and a log swept meanwhile stays swept.
-//! One value per claim instead of one per event takes about a third less of sled's disk and
-//! memory, since sled's cost is per tree entry.
-//! The generation is the claim's `claimed_at_ms`: a key claimed again after expiry starts a new
-//! log, and the sweeper removes a log only if it still holds the generation that expired. An
-//! expiry index (`expires_at ‖ claim ‖ generation`) lets the sweeper find what to prune without
-//! scanning every key.
+//! the roadmap) can stand in.
+//!
+//! A claim's log is a few sled entries, one per write (a write holds one or more records,
+//! `(u32 length ‖ record)*`), under `expires_at ‖ claim ‖ generation ‖ seq` in `claim_logs`; a
+//! small index entry `claim → expires_at ‖ generation` in `claims` names the claim's current
+//! log. Logs are thus stored in the order they expire, which is the order they are made: the
+//! leaves a request writes are the few newest ones, which stay in sled's cache, a lookup by key
+//! descends only the index, whose leaves are small, and an append writes only its own records
+//! (an entry is never rewritten). The generation is the claim's `claimed_at_ms`: a key claimed
+//! again after expiry starts a new log. The sweeper walks `claim_logs` from its oldest entry and
+//! removes what expired, and the index entry of a log it removes if that still names it. An
+//! expired generation reads as no claim at all, so what an append racing the sweeper leaves
+//! behind is never read, and the next sweep removes it.
 //!
 //! A delivery's records live under `delivery id ‖ seq`. Two indexes follow each delivery: the
 //! due index (`due_at ‖ id`, only while queued) is the durable retry queue the worker reads from
@@ -21,6 +24,7 @@ use idem_schemas::{ClaimEvent, DeliveryEvent, DeliveryStatus};
 
 use crate::codec::{self, CodecError};
 use crate::commit::GroupCommit;
+use idem_schemas::timefmt::now_ms;
 
 /// Identifies a claim: a tenant and the keyed digest of an idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -43,25 +47,54 @@ impl ClaimId {
     }
 }
 
-/// A stored claim log: `generation ‖ (u32 length ‖ record)*`, split into its parts.
-fn split_log(value: &[u8]) -> Result<(u64, Vec<&[u8]>), StoreError> {
-    fn take<const N: usize>(bytes: &[u8]) -> Result<([u8; N], &[u8]), StoreError> {
-        let (head, tail) = bytes
-            .split_first_chunk::<N>()
-            .ok_or(StoreError::MalformedKey("claims"))?;
-        Ok((*head, tail))
-    }
-    let (generation, mut rest) = take::<8>(value)?;
+/// One entry of a claim log, `(u32 length ‖ record)*`, split into its records.
+fn split_records(value: &[u8]) -> Result<Vec<&[u8]>, StoreError> {
     let mut records = Vec::new();
+    let mut rest = value;
     while !rest.is_empty() {
-        let (len, tail) = take::<4>(rest)?;
+        let (len, tail) = rest
+            .split_first_chunk::<4>()
+            .ok_or(StoreError::MalformedKey("claim_logs"))?;
         let (record, tail) = tail
-            .split_at_checked(u32::from_be_bytes(len) as usize)
-            .ok_or(StoreError::MalformedKey("claims"))?;
+            .split_at_checked(u32::from_be_bytes(*len) as usize)
+            .ok_or(StoreError::MalformedKey("claim_logs"))?;
         records.push(record);
         rest = tail;
     }
-    Ok((u64::from_be_bytes(generation), records))
+    Ok(records)
+}
+
+/// `events` as one log entry.
+fn entry(events: &[ClaimEvent]) -> Result<Vec<u8>, StoreError> {
+    let mut value = Vec::new();
+    for event in events {
+        let record = codec::encode(event)?;
+        value.extend_from_slice(&(record.len() as u32).to_be_bytes());
+        value.extend_from_slice(&record);
+    }
+    Ok(value)
+}
+
+/// The prefix of a claim generation's log entries: `expires_at ‖ claim ‖ generation`.
+fn log_prefix(expires_at_ms: u64, claim: &[u8], generation: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(20 + claim.len());
+    key.extend_from_slice(&expires_at_ms.to_be_bytes());
+    key.extend_from_slice(claim);
+    key.extend_from_slice(&generation.to_be_bytes());
+    key
+}
+
+/// The key of entry `seq` of the log at `prefix`.
+fn log_key(prefix: &[u8], seq: u32) -> Vec<u8> {
+    [prefix, &seq.to_be_bytes()].concat()
+}
+
+/// `expires_at ‖ generation`, an index entry's value.
+fn index_value(expires_at_ms: u64, generation: u64) -> [u8; 16] {
+    let mut value = [0; 16];
+    value[..8].copy_from_slice(&expires_at_ms.to_be_bytes());
+    value[8..].copy_from_slice(&generation.to_be_bytes());
+    value
 }
 
 /// The latest generation of a claim's log.
@@ -75,10 +108,14 @@ pub struct ClaimLog {
     pub head: LogHead,
 }
 
-/// A claim's log as its owner last read or wrote it. An append names the head it extends and
-/// fails if the log on disk is no longer that one, so the owner needs no read before a write.
+/// A claim's log as its owner last read or wrote it: where its next entry goes. An append
+/// fails if that entry exists already (someone else appended), so the owner needs no read before
+/// a write.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LogHead(sled::IVec);
+pub struct LogHead {
+    prefix: Vec<u8>,
+    next: u32,
+}
 
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +163,7 @@ const SEGMENT_BYTES: usize = 8 * 1024 * 1024;
 pub struct Store {
     db: sled::Db,
     claims: sled::Tree,
-    expiry: sled::Tree,
+    claim_logs: sled::Tree,
     deliveries: sled::Tree,
     due: sled::Tree,
     by_status: sled::Tree,
@@ -186,7 +223,7 @@ impl Store {
         let db = open_sled(dir)?;
         check_format(&db)?;
         let claims = db.open_tree("claims")?;
-        let expiry = db.open_tree("claim_expiry")?;
+        let claim_logs = db.open_tree("claim_logs")?;
         let deliveries = db.open_tree("deliveries")?;
         let due = db.open_tree("delivery_due")?;
         let by_status = db.open_tree("delivery_status")?;
@@ -212,7 +249,7 @@ impl Store {
         Ok(Arc::new(Store {
             db,
             claims,
-            expiry,
+            claim_logs,
             deliveries,
             due,
             by_status,
@@ -221,85 +258,94 @@ impl Store {
         }))
     }
 
-    /// Loads the latest generation of a claim's log, if it has one.
+    /// Loads the latest generation of a claim's log, if it has one that has not expired.
     pub fn load_claim(&self, id: &ClaimId) -> Result<Option<ClaimLog>, StoreError> {
-        let Some(value) = self.claims.get(id.prefix())? else {
+        let claim = id.prefix();
+        let Some(index) = self.claims.get(&claim)? else {
             return Ok(None);
         };
-        let (generation, records) = split_log(&value)?;
-        let events = records
-            .into_iter()
-            .map(codec::decode)
-            .collect::<Result<_, _>>()?;
+        let (expires_at_ms, generation) = index
+            .split_first_chunk::<8>()
+            .and_then(|(expiry, rest)| Some((*expiry, *rest.first_chunk::<8>()?)))
+            .filter(|_| index.len() == 16)
+            .map(|(e, g)| (u64::from_be_bytes(e), u64::from_be_bytes(g)))
+            .ok_or(StoreError::MalformedKey("claims"))?;
+        // An expired claim is no claim (the key is free again), whatever the sweeper has or has
+        // not removed of it yet.
+        if expires_at_ms <= now_ms() {
+            return Ok(None);
+        }
+        let prefix = log_prefix(expires_at_ms, &claim, generation);
+        let mut events = Vec::new();
+        let mut next: u32 = 0;
+        for item in self.claim_logs.scan_prefix(&prefix) {
+            let (key, value) = item?;
+            if key.get(prefix.len()..) != Some(&next.to_be_bytes()[..]) {
+                return Err(StoreError::MalformedKey("claim_logs"));
+            }
+            for record in split_records(&value)? {
+                events.push(codec::decode(record)?);
+            }
+            next += 1;
+        }
+        // An index naming a log that is not there, before its expiry, is damage, not a free key.
+        if next == 0 {
+            return Err(StoreError::MalformedKey("claims"));
+        }
         Ok(Some(ClaimLog {
             generation,
             events,
-            head: LogHead(value),
+            head: LogHead { prefix, next },
         }))
     }
 
-    /// Starts generation `generation` of a claim's log with `events` (replacing an expired
-    /// generation), in one write. Like every write, durable with the next [`Store::commit`]
-    /// (writes become durable in the order they were made).
+    /// Starts generation `generation` of a claim's log with `events`, the first of them its
+    /// `Claimed` (an expired generation is left to the sweeper). Like every write, durable with
+    /// the next [`Store::commit`] (writes become durable in the order they were made).
     pub fn start_claim(
         &self,
         id: &ClaimId,
         generation: u64,
         events: &[ClaimEvent],
     ) -> Result<LogHead, StoreError> {
-        self.write_claim(id, None, generation.to_be_bytes().to_vec(), events)
+        let Some(ClaimEvent::Claimed(claim)) = events.first() else {
+            return Err(StoreError::Commit(
+                "a claim log starts with its claim".into(),
+            ));
+        };
+        let index_key = id.prefix();
+        let prefix = log_prefix(claim.expires_at_ms, &index_key, generation);
+        self.claim_logs
+            .insert(log_key(&prefix, 0), entry(events)?)?;
+        // The index last: a crash between the two leaves a log nothing names, swept in time.
+        self.claims
+            .insert(index_key, &index_value(claim.expires_at_ms, generation))?;
+        Ok(LogHead { prefix, next: 1 })
     }
 
-    /// Appends `events` to the log `head`, in one write; [`StoreError::LogMismatch`] if the log
-    /// on disk is no longer `head` (the sweeper removed it).
+    /// Appends `events` to the log `head` as one entry; [`StoreError::LogMismatch`] if the log
+    /// on disk has moved past `head` (another writer appended).
     pub fn extend_claim(
         &self,
-        id: &ClaimId,
         head: &LogHead,
         events: &[ClaimEvent],
     ) -> Result<LogHead, StoreError> {
-        self.write_claim(id, Some(head), head.0.to_vec(), events)
-    }
-
-    /// Writes `log ‖ events` in place of `head` (`None`: whatever is there). A `Claimed` event
-    /// also enters the expiry index at `expires_at_ms`.
-    fn write_claim(
-        &self,
-        id: &ClaimId,
-        head: Option<&LogHead>,
-        mut log: Vec<u8>,
-        events: &[ClaimEvent],
-    ) -> Result<LogHead, StoreError> {
-        let key = id.prefix();
-        let generation = log.get(..8).ok_or(StoreError::LogMismatch)?.to_vec();
-        for event in events {
-            let record = codec::encode(event)?;
-            log.extend_from_slice(&(record.len() as u32).to_be_bytes());
-            log.extend_from_slice(&record);
-            if let ClaimEvent::Claimed(claim) = event {
-                let mut index = claim.expires_at_ms.to_be_bytes().to_vec();
-                index.extend_from_slice(&key);
-                index.extend_from_slice(&generation);
-                self.expiry.insert(index, &[])?;
-            }
+        // Written only where nothing is: one descent that checks and writes.
+        if self
+            .claim_logs
+            .compare_and_swap(
+                log_key(&head.prefix, head.next),
+                None as Option<&[u8]>,
+                Some(entry(events)?),
+            )?
+            .is_err()
+        {
+            return Err(StoreError::LogMismatch);
         }
-        let log = sled::IVec::from(log);
-        match head {
-            None => {
-                self.claims.insert(key, log.clone())?;
-            }
-            Some(head) => {
-                // One descent that checks and writes, instead of a read and then a write.
-                if self
-                    .claims
-                    .compare_and_swap(key, Some(&head.0), Some(log.clone()))?
-                    .is_err()
-                {
-                    return Err(StoreError::LogMismatch);
-                }
-            }
-        }
-        Ok(LogHead(log))
+        Ok(LogHead {
+            prefix: head.prefix.clone(),
+            next: head.next + 1,
+        })
     }
 
     /// Writes `events` as records `first_seq..` of a delivery's log and moves it in the indexes
@@ -505,43 +551,41 @@ impl Store {
         self.commits.commit().await.map_err(StoreError::Commit)
     }
 
-    /// Deletes up to `limit` claim generations that expired before `now_ms`; returns how many.
-    /// Only the expired generation is removed, so a claim made again since is untouched.
-    /// Deletions need no commit of their own: a sweep lost in a crash is simply done again.
+    /// Deletes up to `limit` claim log entries that expired before `now_ms`, and the index entries
+    /// of the logs they start; returns how many log entries. Only the expired generation is
+    /// removed, so a claim made again since is untouched. Deletions need no commit of their own:
+    /// a sweep lost in a crash is simply done again.
     pub fn sweep_expired(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
         let mut swept = 0;
-        for entry in self
-            .expiry
+        for key in self
+            .claim_logs
             .range(..now_ms.to_be_bytes().to_vec())
+            .keys()
             .take(limit)
         {
-            let (index_key, _) = entry?;
-            // expires_at (8) ‖ claim prefix ‖ generation (8)
-            let (claim, generation) = index_key
+            let key = key?;
+            // expires_at (8) ‖ claim ‖ generation (8) ‖ seq (4)
+            let (claim, generation, seq) = key
                 .get(8..)
-                .filter(|rest| rest.len() > 8)
-                .map(|rest| rest.split_at(rest.len() - 8))
-                .ok_or(StoreError::MalformedKey("claim_expiry"))?;
-            if let Some(log) = self.claims.get(claim)? {
-                if log.get(..8) == Some(generation) {
-                    // Removed only if unchanged since read: an actor appending at this moment
-                    // wins, and the entry is looked at again by the next sweep.
-                    if self
-                        .claims
-                        .compare_and_swap(claim, Some(&log), None as Option<&[u8]>)?
-                        .is_err()
-                    {
-                        continue;
-                    }
-                }
+                .and_then(|rest| rest.split_at_checked(rest.len().checked_sub(12)?))
+                .map(|(claim, tail)| (claim, &tail[..8], &tail[8..]))
+                .filter(|(claim, ..)| !claim.is_empty())
+                .ok_or(StoreError::MalformedKey("claim_logs"))?;
+            if seq == [0; 4] {
+                // The index first: a crash that loses the log's removal leaves it to the next
+                // sweep, never an index entry nothing will come back for.
+                let index = [&key[..8], generation].concat();
+                let _ = self
+                    .claims
+                    .compare_and_swap(claim, Some(index), None as Option<&[u8]>)?;
             }
-            self.expiry.remove(&index_key)?;
+            self.claim_logs.remove(&key)?;
             swept += 1;
         }
         Ok(swept)
     }
 
-    /// How many claim logs are stored (for tests and metrics).
+    /// How many claims are stored (for tests and metrics).
     pub fn claim_count(&self) -> usize {
         self.claims.len()
     }
@@ -585,8 +629,8 @@ fn open_sled(dir: &Path) -> Result<sled::Db, StoreError> {
 }
 
 /// The format of the data directory: its trees, their keys and values, and sled's segment size.
-/// 2: one value per claim log; 3: 8 MiB segments.
-const FORMAT: u8 = 3;
+/// 2: one value per claim log; 3: 8 MiB segments; 4: claim logs in expiry order, behind an index.
+const FORMAT: u8 = 4;
 
 /// Where the data directory's format is written.
 const FORMAT_KEY: &[u8] = b"idem_format";
@@ -683,28 +727,30 @@ mod tests {
             tenant: "acme2".into(),
             digest: [1; 32],
         };
+        let t = now_ms();
         {
             let store = Store::open(dir.path()).expect("open");
             assert_eq!(store.load_claim(&id).expect("load"), None);
             let head = store
-                .start_claim(&id, 100, &[claimed(100, 50)])
+                .start_claim(&id, t, &[claimed(t, 1_000)])
                 .expect("claim");
-            store.extend_claim(&id, &head, &[done()]).expect("append");
+            store.extend_claim(&head, &[done()]).expect("append");
             store
-                .start_claim(&id, 200, &[claimed(200, 50)])
+                .start_claim(&id, t + 10, &[claimed(t + 10, 60_000)])
                 .expect("claim again");
             store
-                .start_claim(&other, 300, &[claimed(300, 50)])
+                .start_claim(&other, t + 20, &[claimed(t + 20, 60_000)])
                 .expect("claim");
             store.commit().await.expect("commit");
         }
         let store = Store::open(dir.path()).expect("reopen");
         let log = store.load_claim(&id).expect("load").expect("present");
-        assert_eq!(log.generation, 200);
-        assert_eq!(log.events, vec![claimed(200, 50)]);
+        assert_eq!(log.generation, t + 10);
+        assert_eq!(log.events, vec![claimed(t + 10, 60_000)]);
 
-        // At 160 only generation 100 has expired: the sweep removes it and nothing else.
-        assert_eq!(store.sweep_expired(160, 100).expect("sweep"), 1);
+        // Once only the first generation has expired, the sweep removes its two entries and
+        // nothing else; the key's index entry names the newer generation and stays.
+        assert_eq!(store.sweep_expired(t + 1_001, 100).expect("sweep"), 2);
         assert_eq!(store.claim_count(), 2);
         assert_eq!(
             store
@@ -712,10 +758,11 @@ mod tests {
                 .expect("load")
                 .expect("present")
                 .generation,
-            200
+            t + 10
         );
-        assert_eq!(store.sweep_expired(1_000, 100).expect("sweep"), 2);
+        assert_eq!(store.sweep_expired(t + 100_000, 100).expect("sweep"), 2);
         assert_eq!(store.claim_count(), 0);
+        assert!(store.claim_logs.is_empty());
         assert_eq!(store.load_claim(&other).expect("load"), None);
     }
 
@@ -727,41 +774,76 @@ mod tests {
             tenant: "acme".into(),
             digest: [2; 32],
         };
+        let t = now_ms();
         let first = store
-            .start_claim(&id, 100, &[claimed(100, 50)])
+            .start_claim(&id, t, &[claimed(t, 60_000)])
             .expect("claim");
-        let second = store.extend_claim(&id, &first, &[done()]).expect("extend");
+        let second = store.extend_claim(&first, &[done()]).expect("extend");
         let log = store.load_claim(&id).expect("load").expect("present");
-        assert_eq!(log.events, vec![claimed(100, 50), done()]);
+        assert_eq!(log.events, vec![claimed(t, 60_000), done()]);
         assert_eq!(log.head, second);
-        // A stale head (the log moved on), then a swept log: nothing is written.
+        // A stale head (the log moved on): nothing is written.
         assert!(matches!(
-            store.extend_claim(&id, &first, &[done()]),
+            store.extend_claim(&first, &[done()]),
             Err(StoreError::LogMismatch)
         ));
-        assert_eq!(store.sweep_expired(1_000, 10).expect("sweep"), 1);
-        assert!(matches!(
-            store.extend_claim(&id, &second, &[done()]),
-            Err(StoreError::LogMismatch)
-        ));
-        assert_eq!(store.load_claim(&id).expect("load"), None);
-        let again = store
-            .start_claim(&id, 100, &[claimed(100, 50)])
-            .expect("claim");
-        store.extend_claim(&id, &again, &[done()]).expect("extend");
+        assert_eq!(store.load_claim(&id).expect("load").expect("present"), log);
 
-        // A log cut short is reported, not decoded into a wrong state.
-        let value = store.claims.get(id.prefix()).expect("get").expect("value");
+        // An expired claim reads as none before it is swept, and an append that races the
+        // sweep leaves an entry that is never read and goes with the next sweep.
+        let gone = ClaimId {
+            tenant: "acme".into(),
+            digest: [3; 32],
+        };
+        let head = store
+            .start_claim(&gone, t - 100, &[claimed(t - 100, 50)])
+            .expect("claim");
+        assert_eq!(store.load_claim(&gone).expect("load"), None);
+        assert_eq!(store.sweep_expired(t, 10).expect("sweep"), 1);
+        store.extend_claim(&head, &[done()]).expect("late append");
+        assert_eq!(store.load_claim(&gone).expect("load"), None);
+        assert_eq!(store.sweep_expired(t, 10).expect("sweep"), 1);
+        assert_eq!(store.claim_count(), 1);
+
+        // Damage is reported, never decoded into a wrong state: an entry cut short, a gap in
+        // the entries, an index entry of the wrong size, an index naming a missing log.
+        let entry_key = |seq| log_key(&second.prefix, seq);
+        let value = store
+            .claim_logs
+            .get(entry_key(1))
+            .expect("get")
+            .expect("entry");
         store
-            .claims
-            .insert(id.prefix(), &value[..value.len() - 3])
+            .claim_logs
+            .insert(entry_key(1), &value[..value.len() - 3])
             .expect("insert");
+        assert!(matches!(
+            store.load_claim(&id),
+            Err(StoreError::MalformedKey("claim_logs"))
+        ));
+        store.claim_logs.remove(entry_key(1)).expect("remove");
+        store
+            .claim_logs
+            .insert(entry_key(2), value)
+            .expect("insert");
+        assert!(matches!(
+            store.load_claim(&id),
+            Err(StoreError::MalformedKey("claim_logs"))
+        ));
+        let index = store.claims.get(id.prefix()).expect("get").expect("index");
+        store.claims.insert(id.prefix(), &[1, 2]).expect("insert");
         assert!(matches!(
             store.load_claim(&id),
             Err(StoreError::MalformedKey("claims"))
         ));
-        store.claims.insert(id.prefix(), &[1, 2]).expect("insert");
-        assert!(store.load_claim(&id).is_err());
+        store.claims.insert(id.prefix(), index).expect("insert");
+        for seq in 0..3 {
+            store.claim_logs.remove(entry_key(seq)).expect("remove");
+        }
+        assert!(matches!(
+            store.load_claim(&id),
+            Err(StoreError::MalformedKey("claims"))
+        ));
     }
 
     #[test]
