@@ -209,7 +209,7 @@ pub struct ClaimState {
     phase: Phase,
     /// The request whose actions are running; `Some` exactly while a callback task runs.
     waiter: Option<RpcReplyPort<Reply>>,
-    idle: IdleTimer,
+    idle: IdleTimer<ClaimMsg>,
 }
 
 impl ClaimState {
@@ -461,7 +461,7 @@ impl Actor for ClaimActor {
 
     async fn pre_start(
         &self,
-        _: ActorRef<ClaimMsg>,
+        myself: ActorRef<ClaimMsg>,
         args: ClaimArgs,
     ) -> Result<ClaimState, ActorProcessingErr> {
         let log = args.ctx.store.load_claim(&args.id)?;
@@ -482,7 +482,9 @@ impl Actor for ClaimActor {
             head,
             phase,
             waiter: None,
-            idle: IdleTimer::new(args.ctx.settings.idle_timeout),
+            idle: IdleTimer::start(&myself, args.ctx.settings.idle_timeout, || {
+                ClaimMsg::IdleCheck
+            }),
             ctx: args.ctx,
         })
     }
@@ -496,7 +498,7 @@ impl Actor for ClaimActor {
         let outcome = match message {
             ClaimMsg::IdleCheck => {
                 let busy = state.waiter.is_some();
-                if state.idle.expired(&myself, busy, || ClaimMsg::IdleCheck) {
+                if state.idle.expired(&myself, busy) {
                     myself.stop(Some("idle".into()));
                 }
                 return Ok(());
@@ -507,7 +509,7 @@ impl Actor for ClaimActor {
                 outcomes,
             } => Self::dispatched(state, generation, outcomes).await,
         };
-        state.idle.touch(&myself, || ClaimMsg::IdleCheck);
+        state.idle.touch(&myself);
         if let Err(e) = outcome {
             // What is in memory may now differ from the log: stop, and let the next request
             // rebuild the actor from disk.

@@ -293,7 +293,7 @@ pub struct DeliveryActor;
 pub struct DeliveryActorState {
     ctx: Arc<DeliveryContext>,
     delivery: DeliveryState,
-    idle: IdleTimer,
+    idle: IdleTimer<DeliveryMsg>,
 }
 
 impl DeliveryActorState {
@@ -379,7 +379,7 @@ impl Actor for DeliveryActor {
 
     async fn pre_start(
         &self,
-        _: ActorRef<DeliveryMsg>,
+        myself: ActorRef<DeliveryMsg>,
         args: DeliveryArgs,
     ) -> Result<DeliveryActorState, ActorProcessingErr> {
         let events = args
@@ -390,7 +390,9 @@ impl Actor for DeliveryActor {
         let delivery = DeliveryState::fold(events)?;
         Ok(DeliveryActorState {
             delivery,
-            idle: IdleTimer::new(args.ctx.settings.idle_timeout),
+            idle: IdleTimer::start(&myself, args.ctx.settings.idle_timeout, || {
+                DeliveryMsg::IdleCheck
+            }),
             ctx: args.ctx,
         })
     }
@@ -403,10 +405,7 @@ impl Actor for DeliveryActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             DeliveryMsg::IdleCheck => {
-                if state
-                    .idle
-                    .expired(&myself, false, || DeliveryMsg::IdleCheck)
-                {
+                if state.idle.expired(&myself, false) {
                     myself.stop(Some("idle".into()));
                 }
                 return Ok(());
@@ -430,7 +429,7 @@ impl Actor for DeliveryActor {
                 }
             }
         }
-        state.idle.touch(&myself, || DeliveryMsg::IdleCheck);
+        state.idle.touch(&myself);
         if state.delivery.placement.due_ms.is_none() {
             // Final: nothing more for this actor to do.
             myself.stop(Some("final".into()));

@@ -1,8 +1,9 @@
 //! Finding actors by name. Claim and delivery actors are named in ractor's registry after what
 //! they own (`<instance>/claim/<tenant>/<digest>`, `<instance>/delivery/<id>`), started on demand
-//! under a supervisor, and stop when idle (each by its own timer, see `idle`). Two requests racing to start the same actor are
-//! settled by the registry itself: the loser's spawn is refused as already registered, and it
-//! sends to the winner instead. `ClaimRegistry` is the claim side of this.
+//! under a supervisor, and stop when idle (each by its own timer, see `idle`). Two requests
+//! racing to start the same actor are settled by the registry itself: the loser's spawn is
+//! refused as already registered, and it sends to the winner instead. `ClaimRegistry` is the
+//! claim side of this.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
