@@ -97,6 +97,15 @@ fn index_value(expires_at_ms: u64, generation: u64) -> [u8; 16] {
     value
 }
 
+/// An index entry's value back into `(expires_at, generation)`.
+fn parse_index(value: &[u8]) -> Option<(u64, u64)> {
+    let (expiry, generation) = value.split_at_checked(8)?;
+    Some((
+        u64::from_be_bytes(expiry.try_into().ok()?),
+        u64::from_be_bytes(generation.try_into().ok()?),
+    ))
+}
+
 /// The latest generation of a claim's log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClaimLog {
@@ -266,12 +275,8 @@ impl Store {
         let Some(index) = self.claims.get(&claim)? else {
             return Ok(None);
         };
-        let (expires_at_ms, generation) = index
-            .split_first_chunk::<8>()
-            .and_then(|(expiry, rest)| Some((*expiry, *rest.first_chunk::<8>()?)))
-            .filter(|_| index.len() == 16)
-            .map(|(e, g)| (u64::from_be_bytes(e), u64::from_be_bytes(g)))
-            .ok_or(StoreError::MalformedKey("claims"))?;
+        let (expires_at_ms, generation) =
+            parse_index(&index).ok_or(StoreError::MalformedKey("claims"))?;
         // An expired claim is no claim (the key is free again), whatever the sweeper has or has
         // not removed of it yet.
         if expires_at_ms <= now_ms() {
