@@ -306,22 +306,22 @@ async fn an_actor_waiting_on_its_callbacks_is_not_idle() {
 
 #[tokio::test]
 async fn idle_actors_stop_and_are_rebuilt_from_their_log() {
-    let (_dir, _receiver, idem, client) = setup("idle_actor_timeout = \"100ms\"").await;
+    // Long enough that the actor is surely still up when the gauge is first read.
+    let (_dir, _receiver, idem, client) = setup("idle_actor_timeout = \"400ms\"").await;
     let key = unique("idle");
     let body = sim_swap("+1555");
     let first = client.signal(Req::new(&body).key(&key).beta()).await;
     assert_eq!(first.status, 201);
     let live = || async {
         let text = client.send("GET", "/metrics", Req::new("")).await.body;
-        String::from_utf8(text)
-            .expect("utf8")
-            .lines()
-            .find_map(|l| l.strip_prefix(r#"idem_live_actors{family="claim"} "#))
-            .map(str::to_string)
+        metric_value(
+            &String::from_utf8(text).expect("utf8"),
+            r#"idem_live_actors{family="claim"}"#,
+        )
     };
-    assert_eq!(live().await.as_deref(), Some("1"), "the key's actor is up");
-    let stopped = eventually(Duration::from_secs(5), live, |n| n.as_deref() == Some("0")).await;
-    assert_eq!(stopped.as_deref(), Some("0"), "the idle actor stopped");
+    assert_eq!(live().await, Some(1.0), "the key's actor is up");
+    let stopped = eventually(Duration::from_secs(5), live, |n| *n == Some(0.0)).await;
+    assert_eq!(stopped, Some(0.0), "the idle actor stopped");
     let replay = client.signal(Req::new(&body).key(&key).beta()).await;
     assert!(replay.replayed());
     assert_eq!(replay.body, first.body);

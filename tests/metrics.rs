@@ -8,13 +8,6 @@ use std::time::Duration;
 
 use common::*;
 
-fn value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
 #[tokio::test]
 async fn metrics_count_what_happened() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -71,10 +64,14 @@ async fn metrics_count_what_happened() {
         (r#"idem_live_actors{family="claim"}"#, 1.0),
     ];
     for (series, want) in expect {
-        assert_eq!(value(&text, series), Some(want), "{series} in\n{text}");
+        assert_eq!(
+            metric_value(&text, series),
+            Some(want),
+            "{series} in\n{text}"
+        );
     }
-    assert!(value(&text, "idem_store_flush_seconds_count").is_some_and(|n| n >= 3.0));
-    assert!(value(
+    assert!(metric_value(&text, "idem_store_flush_seconds_count").is_some_and(|n| n >= 3.0));
+    assert!(metric_value(
         &text,
         r#"idem_http_request_duration_seconds_count{method="POST",route="/v1/signals"}"#
     )

@@ -1,7 +1,7 @@
 //! The expiry sweeper: a task that, every `period`, deletes claim generations whose `key_ttl`
 //! has passed and final deliveries past their retention, each by walking a tree kept in expiry
-//! order (the claim logs themselves; the deliveries' retention index) from its oldest entry. The store's size follows the keys in the window, and a tick touches only
-//! what is due.
+//! order (the claim logs themselves; the deliveries' retention index) from its oldest entry. The
+//! store's size follows the keys in the window, and a tick touches only what is due.
 
 use std::sync::Arc;
 use std::time::Duration;
