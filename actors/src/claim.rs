@@ -102,6 +102,9 @@ pub enum ClaimMsg {
         generation: u64,
         /// Each action's outcome.
         outcomes: Vec<ActionOutcome>,
+        /// The run took over a claim whose holder is gone (which may have written some of the
+        /// delivery logs before it died).
+        taken_over: bool,
     },
     /// Time to check whether the actor has been idle long enough to stop (its own timer).
     IdleCheck,
@@ -309,6 +312,7 @@ impl ClaimActor {
         myself: &ActorRef<ClaimMsg>,
         state: &mut ClaimState,
         reply: RpcReplyPort<Reply>,
+        taken_over: bool,
     ) {
         let Some(claim) = state.phase.claim() else {
             let _ = reply.send(Reply::Failed("dispatch without a claim".into()));
@@ -326,6 +330,7 @@ impl ClaimActor {
             let _ = me.cast(ClaimMsg::Dispatched {
                 generation,
                 outcomes,
+                taken_over,
             });
         });
     }
@@ -368,14 +373,14 @@ impl ClaimActor {
                     return fail(reply, e);
                 }
                 failpoint::hit("claim.after_persist");
-                Self::start_dispatch(myself, state, reply);
+                Self::start_dispatch(myself, state, reply, false);
             }
             Step::TakeOver => {
                 tracing::info!(tenant = %state.id.tenant, "taking over a claim whose holder is gone");
                 crate::metrics::CLAIM_TRANSITIONS
                     .with_label_values(&["taken_over"])
                     .inc();
-                Self::start_dispatch(myself, state, reply);
+                Self::start_dispatch(myself, state, reply, true);
             }
             Step::Finish => {
                 let (decision, outcomes) = match &state.phase {
@@ -390,7 +395,7 @@ impl ClaimActor {
                 let finished = state
                     .ctx
                     .deliveries
-                    .stage_new(&decision, &outcomes)
+                    .stage_new(&decision, &outcomes, true)
                     .and_then(|()| state.complete());
                 match finished {
                     Ok(response) => {
@@ -407,6 +412,7 @@ impl ClaimActor {
         state: &mut ClaimState,
         generation: u64,
         outcomes: Vec<ActionOutcome>,
+        taken_over: bool,
     ) -> Result<(), StoreError> {
         if generation != state.generation || !matches!(state.phase, Phase::InFlight(_)) {
             return Ok(());
@@ -423,7 +429,10 @@ impl ClaimActor {
                 return Err(StoreError::Commit("dispatched without a claim".into()));
             };
             let response = first_response(&claim.decision, &outcomes)?;
-            state.ctx.deliveries.stage_new(&claim.decision, &outcomes)?;
+            state
+                .ctx
+                .deliveries
+                .stage_new(&claim.decision, &outcomes, taken_over)?;
             state
                 .record(vec![ClaimEvent::Dispatched { outcomes, response }])
                 .await?;
@@ -507,7 +516,8 @@ impl Actor for ClaimActor {
             ClaimMsg::Dispatched {
                 generation,
                 outcomes,
-            } => Self::dispatched(state, generation, outcomes).await,
+                taken_over,
+            } => Self::dispatched(state, generation, outcomes, taken_over).await,
         };
         state.idle.touch(&myself);
         if let Err(e) = outcome {

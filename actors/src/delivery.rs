@@ -180,19 +180,22 @@ pub struct DeliveryContext {
 
 impl DeliveryContext {
     /// Writes the log of every callback of `decision` whose inline attempt gave `outcomes`:
-    /// created, then answered with what follows (queued ones enter the due index). Deliveries
-    /// that already exist are left alone, so finishing a claim again after a crash is harmless.
+    /// created, then answered with what follows (queued ones enter the due index). With
+    /// `may_exist` (finishing or taking over a claim after a crash, when an earlier process may
+    /// have written some of them) deliveries that already exist are left alone; a decision made
+    /// in this request has ids no log can have yet, so its logs are written without a lookup.
     /// Not durable until the next commit.
     pub fn stage_new(
         &self,
         decision: &Decision,
         outcomes: &[ActionOutcome],
+        may_exist: bool,
     ) -> Result<(), StoreError> {
         for planned in &decision.deliveries {
             let Some(outcome) = outcomes.iter().find(|o| o.delivery_id == planned.id) else {
                 continue;
             };
-            if self.store.delivery_exists(&planned.id)? {
+            if may_exist && self.store.delivery_exists(&planned.id)? {
                 continue;
             }
             let next = self.settings.next_step(

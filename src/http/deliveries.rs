@@ -44,13 +44,27 @@ fn owned(app: &App, headers: &HeaderMap, id: &str) -> Result<DeliveryState, ApiE
         .ok_or_else(|| not_found(id))
 }
 
+/// Returns once every write made before it is durable. A delivery's record is in the store a
+/// moment before its actor's commit returns; what these endpoints show must not be undone by a
+/// crash in that moment, so each makes what it read durable before it answers.
+async fn durable(app: &App) -> Result<(), ApiError> {
+    app.deliveries
+        .context()
+        .store
+        .commit()
+        .await
+        .map_err(internal)
+}
+
 /// `GET /v1/deliveries/{id}`.
 pub async fn show(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(owned(&app, &headers, &id)?.view()).into_response())
+    let view = owned(&app, &headers, &id)?.view();
+    durable(&app).await?;
+    Ok(Json(view).into_response())
 }
 
 /// `GET /v1/deliveries`.
@@ -113,6 +127,7 @@ pub async fn list(
         last = Some(format!("{}:{id}", st.as_str()));
     }
     let next_after = if has_more { last } else { None };
+    durable(&app).await?;
     Ok(Json(DeliveryPage { data, next_after }).into_response())
 }
 

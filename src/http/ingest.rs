@@ -133,7 +133,7 @@ async fn keyless(app: &App, decision: Decision) -> Result<Handled, ApiError> {
     // Queued callbacks are durable in the retry queue before the response says so.
     let deliveries = app.deliveries.context();
     deliveries
-        .stage_new(&decision, &outcomes)
+        .stage_new(&decision, &outcomes, false)
         .map_err(|e| internal(&e))?;
     deliveries.store.commit().await.map_err(|e| internal(&e))?;
     let body = serde_json::to_vec(&decision.response(&outcomes)).map_err(|e| internal(&e))?;
