@@ -4,14 +4,17 @@
 //! and data-dir bytes, and each scenario's ratio to `keyless` in the same run.
 //!
 //! `cargo run --release -p bench -- --scenario keyless,unique,replay,storm,pg,ceiling
-//! --duration 10s --concurrency 32 [--rate R] [--json FILE] [--window-keys 1000000] [--idem PATH]`
-//! (`--rate` paces keyless/unique/replay/pg at R requests/s instead of as fast as answered).
+//! --duration 10s --concurrency 32 [--runs N] [--rate R] [--json FILE] [--window-keys 1000000]
+//! [--idem PATH]` (`--rate` paces keyless/unique/replay/pg at R requests/s instead of as fast as
+//! answered; `--runs` repeats the scenario list N times and ends with the median of each figure,
+//! a ratio being the median of the ratios within each run).
 
 mod load;
 mod pg;
 mod raw;
 mod server;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,6 +40,7 @@ struct Args {
     storm_copies: usize,
     rate: Option<f64>,
     idem: Option<PathBuf>,
+    runs: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -57,6 +61,7 @@ fn parse_args() -> Result<Args, String> {
         storm_copies: 1000,
         rate: None,
         idem: None,
+        runs: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -77,6 +82,7 @@ fn parse_args() -> Result<Args, String> {
             "--storm-copies" => a.storm_copies = number(&value)?.max(2) as usize,
             "--rate" => a.rate = Some(number(&value)?.max(1) as f64),
             "--idem" => a.idem = Some(PathBuf::from(value)),
+            "--runs" => a.runs = number(&value)?.max(1) as usize,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -234,14 +240,84 @@ async fn run(args: Args) -> Result<(), String> {
             )
             .unwrap_or_default()
     );
-    let mut rows = Vec::new();
+    let mut runs: Vec<Vec<Figures>> = Vec::new();
+    let mut notes = Vec::new();
     let mut extra = serde_json::Map::new();
+    for run in 1..=args.runs {
+        if args.runs > 1 {
+            println!("run {run} of {}", args.runs);
+        }
+        let rows = run_scenarios(&args, &binary, receiver, &mut extra).await?;
+        let keyless = rows
+            .iter()
+            .find(|r| r.name == "keyless")
+            .map(|r| r.stats.rate());
+        notes = rows
+            .iter()
+            .filter(|r| !r.note.is_empty())
+            .map(|r| format!("  {}: {}", r.name, r.note))
+            .collect();
+        runs.push(rows.iter().map(|r| Figures::of(r, keyless)).collect());
+    }
+    let summary: Vec<Figures> = (0..args.scenarios.len())
+        .map(|i| Figures::median(runs.iter().map(|run| &run[i])))
+        .collect();
+    println!();
+    if args.runs > 1 {
+        println!(
+            "median of {} runs (a ratio is the median of each run's ratio; statuses are totals)",
+            args.runs
+        );
+    }
+    println!(
+        "{:<8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10}  statuses",
+        "scenario",
+        "req/s",
+        "ratio",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "max ms",
+        "requests",
+        "peak RSS",
+        "data dir"
+    );
+    for figures in &summary {
+        figures.print();
+    }
+    for note in &notes {
+        println!("{note}");
+    }
+    if let Some(path) = &args.json {
+        let doc = json!({
+            "concurrency": c,
+            "duration_s": d.as_secs_f64(),
+            "runs": args.runs,
+            "scenarios": summary.iter().map(Figures::json).collect::<Vec<_>>(),
+            "each_run": runs.iter().map(|run| run.iter().map(Figures::json).collect::<Vec<_>>()).collect::<Vec<_>>(),
+            "window": extra,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Runs each scenario of `args` once, in order, printing each row as it completes.
+async fn run_scenarios(
+    args: &Args,
+    binary: &std::path::Path,
+    receiver: SocketAddr,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<Row>, String> {
+    let (c, d) = (args.concurrency, args.duration);
+    let mut rows = Vec::new();
     for scenario in &args.scenarios {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let http = client();
         let row = match scenario.as_str() {
             "keyless" | "unique" => {
-                let idem = start_idem(&binary, dir.path(), receiver, "24h")?;
+                let idem = start_idem(binary, dir.path(), receiver, "24h")?;
                 let url = format!("{}/v1/signals", idem.base);
                 let keyed = scenario == "unique";
                 let run_id = idem_schemas::timefmt::now_ms();
@@ -262,7 +338,7 @@ async fn run(args: Args) -> Result<(), String> {
                 }
             }
             "replay" => {
-                let idem = start_idem(&binary, dir.path(), receiver, "24h")?;
+                let idem = start_idem(binary, dir.path(), receiver, "24h")?;
                 let url = format!("{}/v1/signals", idem.base);
                 let keys = 1000u64;
                 let (h, u) = (http.clone(), url.clone());
@@ -298,11 +374,11 @@ async fn run(args: Args) -> Result<(), String> {
                 }
             }
             "storm" => {
-                let idem = start_idem(&binary, dir.path(), receiver, "24h")?;
-                let (losers, firsts_ok) = storm(idem.addr, "/v1/signals", &args).await?;
+                let idem = start_idem(binary, dir.path(), receiver, "24h")?;
+                let (losers, firsts_ok) = storm(idem.addr, "/v1/signals", args).await?;
                 // The same bursts against the trivial server: what 1000 simultaneous requests
                 // cost the load generator and the loopback alone on these cores.
-                let (floor, _) = storm(receiver, "/ceiling", &args).await?;
+                let (floor, _) = storm(receiver, "/ceiling", args).await?;
                 Row {
                     name: "storm".into(),
                     rss: idem.peak_rss(),
@@ -315,7 +391,7 @@ async fn run(args: Args) -> Result<(), String> {
                     ),
                 }
             }
-            "window" => window(&binary, dir.path(), receiver, &args, &http, &mut extra).await?,
+            "window" => window(binary, dir.path(), receiver, args, &http, extra).await?,
             "pg" => {
                 let stats = pg::run(c, d, args.rate).await?;
                 Row {
@@ -344,81 +420,122 @@ async fn run(args: Args) -> Result<(), String> {
             }
             _ => unreachable!("scenarios are validated"),
         };
-        print_row(&row, None);
+        Figures::of(&row, None).print();
         rows.push(row);
     }
-    let keyless = rows
-        .iter()
-        .find(|r| r.name == "keyless")
-        .map(|r| r.stats.rate());
-    println!();
-    println!(
-        "{:<8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10}  statuses",
-        "scenario",
-        "req/s",
-        "ratio",
-        "p50 ms",
-        "p90 ms",
-        "p99 ms",
-        "max ms",
-        "requests",
-        "peak RSS",
-        "data dir"
-    );
-    for row in &rows {
-        print_row(row, keyless);
-    }
-    for row in rows.iter().filter(|r| !r.note.is_empty()) {
-        println!("  {}: {}", row.name, row.note);
-    }
-    if let Some(path) = &args.json {
-        let doc = json!({
-            "concurrency": c,
-            "duration_s": d.as_secs_f64(),
-            "scenarios": rows.iter().map(|r| json!({
-                "name": r.name,
-                "requests_per_s": r.stats.rate(),
-                "ratio_to_keyless": keyless.map(|k| r.stats.rate() / k),
-                "requests": r.stats.requests,
-                "p50_ms": ms(r.stats.percentile(50.0)),
-                "p90_ms": ms(r.stats.percentile(90.0)),
-                "p99_ms": ms(r.stats.percentile(99.0)),
-                "max_ms": ms(r.stats.percentile(100.0)),
-                "statuses": r.stats.statuses.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
-                "peak_rss_bytes": r.rss,
-                "data_dir_bytes": r.disk,
-                "note": r.note,
-            })).collect::<Vec<_>>(),
-            "window": extra,
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(())
+    Ok(rows)
 }
 
 fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e5).round() / 100.0
 }
 
-fn print_row(row: &Row, keyless: Option<f64>) {
-    let s = &row.stats;
-    let ratio = keyless.map_or("".to_string(), |k| format!("{:.2}x", s.rate() / k));
-    let statuses: Vec<String> = s.statuses.iter().map(|(k, v)| format!("{k}:{v}")).collect();
-    println!(
-        "{:<8} {:>9.0} {:>7} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8} {:>8}M {:>9}M  {}",
-        row.name,
-        s.rate(),
-        ratio,
-        ms(s.percentile(50.0)),
-        ms(s.percentile(90.0)),
-        ms(s.percentile(99.0)),
-        ms(s.percentile(100.0)),
-        s.requests,
-        row.rss / (1 << 20),
-        row.disk / (1 << 20),
-        statuses.join(" ")
-    );
+/// The figures of one row, or the medians of several.
+struct Figures {
+    name: String,
+    rate: f64,
+    ratio: Option<f64>,
+    /// p50, p90, p99 and max latency, in ms.
+    latency_ms: [f64; 4],
+    requests: u64,
+    rss: u64,
+    disk: u64,
+    statuses: BTreeMap<u16, u64>,
+    note: String,
+}
+
+impl Figures {
+    /// The figures of `row`, with its ratio to `keyless` requests/s if given.
+    fn of(row: &Row, keyless: Option<f64>) -> Figures {
+        let s = &row.stats;
+        Figures {
+            name: row.name.clone(),
+            rate: s.rate(),
+            ratio: keyless.map(|k| s.rate() / k),
+            latency_ms: [50.0, 90.0, 99.0, 100.0].map(|p| ms(s.percentile(p))),
+            requests: s.requests,
+            rss: row.rss,
+            disk: row.disk,
+            statuses: s.statuses.clone(),
+            note: row.note.clone(),
+        }
+    }
+
+    /// Each figure's median over `runs` (statuses summed).
+    fn median<'a>(runs: impl Iterator<Item = &'a Figures> + Clone) -> Figures {
+        let of = |f: &dyn Fn(&Figures) -> f64| median(runs.clone().map(f).collect());
+        let first = runs.clone().next();
+        let mut statuses = BTreeMap::new();
+        for run in runs.clone() {
+            for (status, n) in &run.statuses {
+                *statuses.entry(*status).or_default() += n;
+            }
+        }
+        let ratios: Vec<f64> = runs.clone().filter_map(|r| r.ratio).collect();
+        Figures {
+            name: first.map_or_else(String::new, |f| f.name.clone()),
+            rate: of(&|f| f.rate),
+            ratio: (!ratios.is_empty()).then(|| median(ratios)),
+            latency_ms: [0, 1, 2, 3].map(|i| of(&|f| f.latency_ms[i])),
+            requests: of(&|f| f.requests as f64) as u64,
+            rss: of(&|f| f.rss as f64) as u64,
+            disk: of(&|f| f.disk as f64) as u64,
+            statuses,
+            note: first.map_or_else(String::new, |f| f.note.clone()),
+        }
+    }
+
+    fn print(&self) {
+        let ratio = self.ratio.map_or(String::new(), |r| format!("{r:.2}x"));
+        let statuses: Vec<String> = self
+            .statuses
+            .iter()
+            .map(|(k, v)| format!("{k}:{v}"))
+            .collect();
+        let [p50, p90, p99, max] = self.latency_ms;
+        println!(
+            "{:<8} {:>9.0} {:>7} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8} {:>8}M {:>9}M  {}",
+            self.name,
+            self.rate,
+            ratio,
+            p50,
+            p90,
+            p99,
+            max,
+            self.requests,
+            self.rss / (1 << 20),
+            self.disk / (1 << 20),
+            statuses.join(" ")
+        );
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let [p50, p90, p99, max] = self.latency_ms;
+        json!({
+            "name": self.name,
+            "requests_per_s": self.rate,
+            "ratio_to_keyless": self.ratio,
+            "requests": self.requests,
+            "p50_ms": p50,
+            "p90_ms": p90,
+            "p99_ms": p99,
+            "max_ms": max,
+            "statuses": self.statuses.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            "peak_rss_bytes": self.rss,
+            "data_dir_bytes": self.disk,
+            "note": self.note,
+        })
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
 }
 
 /// `window`: fill the key window, measure what it costs, then let it expire and sweep.
