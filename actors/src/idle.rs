@@ -3,9 +3,7 @@
 //! actor keeps its own one-shot timer, armed when it starts and re-armed as it works, at most one
 //! at a time, so the checks are spread over time as the actors' own activity is. (A family-wide
 //! ticker nudging every live actor at once made bursts of thousands of messages that requests
-//! queued behind.) A check fires an eighth of the timeout late: an actor whose work ends within
-//! that slack of its start (a keyed request's whole life) is stopped by the one check armed when
-//! it started, instead of a first check that finds it idle for slightly too short and a second.
+//! queued behind.)
 
 use std::time::{Duration, Instant};
 
@@ -44,7 +42,7 @@ impl<M: Message> IdleTimer<M> {
 
     /// Handles a check: true when the actor has been idle for the whole timeout and is not
     /// `busy` (waiting on work of its own), so it may stop; otherwise the next check is armed for
-    /// when the timeout could have passed (plus the slack).
+    /// when the timeout could have passed.
     pub fn expired(&mut self, myself: &ActorRef<M>, busy: bool) -> bool {
         self.armed = false;
         let idle = self.last_active.elapsed();
@@ -62,7 +60,7 @@ impl<M: Message> IdleTimer<M> {
     fn arm(&mut self, myself: &ActorRef<M>, wait: Duration) {
         // The timer task holds only a handle: if the actor has stopped when it fires, the
         // message is dropped.
-        myself.send_after(wait + self.timeout / 8, self.check);
+        myself.send_after(wait, self.check);
         self.armed = true;
     }
 }

@@ -539,6 +539,26 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 /// `window`: fill the key window, measure what it costs, then let it expire and sweep.
+/// Waits until idem at `base` reports no live claim actor (or `limit` passes); how long it took.
+async fn passivated(http: &reqwest::Client, base: &str, limit: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        let page = match http.get(format!("{base}/metrics")).send().await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        let live = page
+            .lines()
+            .find_map(|l| l.strip_prefix("idem_live_actors{family=\"claim\"} "))
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        if live == Some(0.0) {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
 /// `storm_keys` bursts of `storm_copies` simultaneous copies of one keyed signal to `path` on
 /// `addr`, one connection per copy: the latencies of every answer but a key's first decision,
 /// and how many keys got exactly one. One burst first opens the connections (a sender's pool is
@@ -636,6 +656,12 @@ async fn window(
         },
     )
     .await;
+    // What holding the window costs: measured once the fill's claim actors have stopped on
+    // their idle timers (the live-actor gauge at 0), so the figure is the million keys and not
+    // the last idle timeout's worth of actors the fill left behind; the peak during the fill is
+    // reported beside it.
+    let settle = passivated(http, &idem.base, Duration::from_secs(30)).await;
+    let rss_full = idem.rss();
     let full_disk = idem.disk_bytes();
     let (h, u) = (http.clone(), url.clone());
     let replay = drive(1, Duration::from_secs(60), Some(2000), None, move |n| {
@@ -648,11 +674,11 @@ async fn window(
         }
     })
     .await;
-    let rss_full = idem.rss();
     println!(
-        "window: {keys} keys in {:.1} s ({:.0}/s); RSS {} MB (peak {} MB); {} bytes/key on disk; replay p50 {:.2} ms p99 {:.2} ms",
+        "window: {keys} keys in {:.1} s ({:.0}/s); actors stopped {}; RSS {} MB (peak {} MB); {} bytes/key on disk; replay p50 {:.2} ms p99 {:.2} ms",
         fill.elapsed.as_secs_f64(),
         fill.rate(),
+        settle.map_or("(not within 30 s)".to_string(), |d| format!("{:.1} s after the fill", d.as_secs_f64())),
         rss_full >> 20,
         idem.peak_rss() >> 20,
         full_disk / keys,
