@@ -5,8 +5,8 @@
 //!
 //! `cargo run --release -p bench -- --scenario keyless,unique,replay,storm,pg,ceiling
 //! --duration 10s --concurrency 32 [--runs N] [--rate R] [--json FILE] [--window-keys 1000000]
-//! [--idem PATH]` (`--rate` paces keyless/unique/replay/pg at R requests/s instead of as fast as
-//! answered; `--runs` repeats the scenario list N times and ends with the median of each figure,
+//! [--idem PATH]` (`--rate` paces keyless/unique/replay/pg and the window's fill at R requests/s
+//! instead of as fast as answered; `--runs` repeats the scenario list N times and ends with the median of each figure,
 //! a ratio being the median of the ratios within each run).
 
 mod load;
@@ -635,8 +635,10 @@ async fn window(
     extra: &mut serde_json::Map<String, serde_json::Value>,
 ) -> Result<Row, String> {
     let keys = args.window_keys;
-    // Long enough to fill the window at a pessimistic 2,000 keys/s, so no key expires early.
-    let ttl = Duration::from_secs((keys / 2000).max(30) + 30);
+    // Long enough to fill the window at a pessimistic 2,000 keys/s (or the pace asked for, if
+    // slower), so no key expires early.
+    let pace = args.rate.map_or(2000, |r| (r as u64).clamp(1, 2000));
+    let ttl = Duration::from_secs((keys / pace).max(30) + 30);
     let idem = start_idem(binary, dir, receiver, &format!("{}s", ttl.as_secs()))?;
     let url = format!("{}/v1/signals", idem.base);
     let started = Instant::now();
@@ -645,7 +647,7 @@ async fn window(
         args.concurrency,
         Duration::from_secs(24 * 3600),
         Some(keys),
-        None,
+        args.rate,
         move |n| {
             let (http, url) = (h.clone(), u.clone());
             async move {
