@@ -12,9 +12,9 @@
 mod load;
 mod pg;
 mod raw;
+mod report;
 mod server;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,6 +25,7 @@ use idem_schemas::signature::Secret;
 use serde_json::json;
 
 use crate::load::{drive, Stats};
+use crate::report::{ms, print_header, Figures, Row};
 use crate::server::Idem;
 
 const SIGNING_SECRET: &str = "whsec_YmVuY2gtc2lnbmluZy1zZWNyZXQ=";
@@ -103,15 +104,6 @@ fn parse_duration(s: &str) -> Option<Duration> {
         return ms.parse().ok().map(Duration::from_millis);
     }
     s.strip_suffix('s')?.parse().ok().map(Duration::from_secs)
-}
-
-/// One row of the table.
-struct Row {
-    name: String,
-    stats: Stats,
-    rss: u64,
-    disk: u64,
-    note: String,
 }
 
 /// A fresh idem on a temp dir, calling `receiver`; `key_ttl` for the window scenario.
@@ -269,19 +261,7 @@ async fn run(args: Args) -> Result<(), String> {
             args.runs
         );
     }
-    println!(
-        "{:<8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10}  statuses",
-        "scenario",
-        "req/s",
-        "ratio",
-        "p50 ms",
-        "p90 ms",
-        "p99 ms",
-        "max ms",
-        "requests",
-        "peak RSS",
-        "data dir"
-    );
+    print_header();
     for figures in &summary {
         figures.print();
     }
@@ -426,119 +406,6 @@ async fn run_scenarios(
     Ok(rows)
 }
 
-fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e5).round() / 100.0
-}
-
-/// The figures of one row, or the medians of several.
-struct Figures {
-    name: String,
-    rate: f64,
-    ratio: Option<f64>,
-    /// p50, p90, p99 and max latency, in ms.
-    latency_ms: [f64; 4],
-    requests: u64,
-    rss: u64,
-    disk: u64,
-    statuses: BTreeMap<u16, u64>,
-    note: String,
-}
-
-impl Figures {
-    /// The figures of `row`, with its ratio to `keyless` requests/s if given.
-    fn of(row: &Row, keyless: Option<f64>) -> Figures {
-        let s = &row.stats;
-        Figures {
-            name: row.name.clone(),
-            rate: s.rate(),
-            ratio: keyless.map(|k| s.rate() / k),
-            latency_ms: [50.0, 90.0, 99.0, 100.0].map(|p| ms(s.percentile(p))),
-            requests: s.requests,
-            rss: row.rss,
-            disk: row.disk,
-            statuses: s.statuses.clone(),
-            note: row.note.clone(),
-        }
-    }
-
-    /// Each figure's median over `runs` (statuses summed).
-    fn median<'a>(runs: impl Iterator<Item = &'a Figures> + Clone) -> Figures {
-        let of = |f: &dyn Fn(&Figures) -> f64| median(runs.clone().map(f).collect());
-        let first = runs.clone().next();
-        let mut statuses = BTreeMap::new();
-        for run in runs.clone() {
-            for (status, n) in &run.statuses {
-                *statuses.entry(*status).or_default() += n;
-            }
-        }
-        let ratios: Vec<f64> = runs.clone().filter_map(|r| r.ratio).collect();
-        Figures {
-            name: first.map_or_else(String::new, |f| f.name.clone()),
-            rate: of(&|f| f.rate),
-            ratio: (!ratios.is_empty()).then(|| median(ratios)),
-            latency_ms: [0, 1, 2, 3].map(|i| of(&|f| f.latency_ms[i])),
-            requests: of(&|f| f.requests as f64) as u64,
-            rss: of(&|f| f.rss as f64) as u64,
-            disk: of(&|f| f.disk as f64) as u64,
-            statuses,
-            note: first.map_or_else(String::new, |f| f.note.clone()),
-        }
-    }
-
-    fn print(&self) {
-        let ratio = self.ratio.map_or(String::new(), |r| format!("{r:.2}x"));
-        let statuses: Vec<String> = self
-            .statuses
-            .iter()
-            .map(|(k, v)| format!("{k}:{v}"))
-            .collect();
-        let [p50, p90, p99, max] = self.latency_ms;
-        println!(
-            "{:<8} {:>9.0} {:>7} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8} {:>8}M {:>9}M  {}",
-            self.name,
-            self.rate,
-            ratio,
-            p50,
-            p90,
-            p99,
-            max,
-            self.requests,
-            self.rss / (1 << 20),
-            self.disk / (1 << 20),
-            statuses.join(" ")
-        );
-    }
-
-    fn json(&self) -> serde_json::Value {
-        let [p50, p90, p99, max] = self.latency_ms;
-        json!({
-            "name": self.name,
-            "requests_per_s": self.rate,
-            "ratio_to_keyless": self.ratio,
-            "requests": self.requests,
-            "p50_ms": p50,
-            "p90_ms": p90,
-            "p99_ms": p99,
-            "max_ms": max,
-            "statuses": self.statuses.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
-            "peak_rss_bytes": self.rss,
-            "data_dir_bytes": self.disk,
-            "note": self.note,
-        })
-    }
-}
-
-/// The median of `values` (the mean of the middle two for an even count).
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
-}
-
-/// `window`: fill the key window, measure what it costs, then let it expire and sweep.
 /// Waits until idem at `base` reports no live claim actor (or `limit` passes); how long it took.
 async fn passivated(http: &reqwest::Client, base: &str, limit: Duration) -> Option<Duration> {
     let started = Instant::now();
@@ -626,6 +493,7 @@ async fn burst(
     answers
 }
 
+/// `window`: fill the key window, measure what it costs, then let it expire and sweep.
 async fn window(
     binary: &std::path::Path,
     dir: &std::path::Path,

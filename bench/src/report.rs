@@ -1,0 +1,210 @@
+//! The bench's report: the figures of one scenario's run (requests/s, its ratio to `keyless` in
+//! the same run, latency percentiles, statuses, the server's peak RSS and data-dir bytes), their
+//! medians over several runs, and how both are printed and written as JSON.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::load::Stats;
+
+/// One row of the table.
+pub struct Row {
+    /// The scenario.
+    pub name: String,
+    /// What the load generator saw.
+    pub stats: Stats,
+    /// The server's peak RSS, in bytes (0 when no idem ran).
+    pub rss: u64,
+    /// The server's data directory, in bytes.
+    pub disk: u64,
+    /// What the table's columns do not say.
+    pub note: String,
+}
+
+/// The table's header line.
+pub fn print_header() {
+    println!(
+        "{:<8} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10}  statuses",
+        "scenario",
+        "req/s",
+        "ratio",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "max ms",
+        "requests",
+        "peak RSS",
+        "data dir"
+    );
+}
+
+/// `d` in milliseconds, to two decimals.
+pub fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e5).round() / 100.0
+}
+
+/// The figures of one row, or the medians of several.
+pub struct Figures {
+    name: String,
+    rate: f64,
+    ratio: Option<f64>,
+    /// p50, p90, p99 and max latency, in ms.
+    latency_ms: [f64; 4],
+    requests: u64,
+    rss: u64,
+    disk: u64,
+    statuses: BTreeMap<u16, u64>,
+    note: String,
+}
+
+impl Figures {
+    /// The figures of `row`, with its ratio to `keyless` requests/s if given.
+    pub fn of(row: &Row, keyless: Option<f64>) -> Figures {
+        let s = &row.stats;
+        Figures {
+            name: row.name.clone(),
+            rate: s.rate(),
+            ratio: keyless.map(|k| s.rate() / k),
+            latency_ms: [50.0, 90.0, 99.0, 100.0].map(|p| ms(s.percentile(p))),
+            requests: s.requests,
+            rss: row.rss,
+            disk: row.disk,
+            statuses: s.statuses.clone(),
+            note: row.note.clone(),
+        }
+    }
+
+    /// Each figure's median over `runs` (statuses summed).
+    pub fn median<'a>(runs: impl Iterator<Item = &'a Figures> + Clone) -> Figures {
+        let of = |f: &dyn Fn(&Figures) -> f64| median(runs.clone().map(f).collect());
+        let first = runs.clone().next();
+        let mut statuses = BTreeMap::new();
+        for run in runs.clone() {
+            for (status, n) in &run.statuses {
+                *statuses.entry(*status).or_default() += n;
+            }
+        }
+        let ratios: Vec<f64> = runs.clone().filter_map(|r| r.ratio).collect();
+        Figures {
+            name: first.map_or_else(String::new, |f| f.name.clone()),
+            rate: of(&|f| f.rate),
+            ratio: (!ratios.is_empty()).then(|| median(ratios)),
+            latency_ms: [0, 1, 2, 3].map(|i| of(&|f| f.latency_ms[i])),
+            requests: of(&|f| f.requests as f64) as u64,
+            rss: of(&|f| f.rss as f64) as u64,
+            disk: of(&|f| f.disk as f64) as u64,
+            statuses,
+            note: first.map_or_else(String::new, |f| f.note.clone()),
+        }
+    }
+
+    /// One line of the table.
+    pub fn print(&self) {
+        let ratio = self.ratio.map_or(String::new(), |r| format!("{r:.2}x"));
+        let statuses: Vec<String> = self
+            .statuses
+            .iter()
+            .map(|(k, v)| format!("{k}:{v}"))
+            .collect();
+        let [p50, p90, p99, max] = self.latency_ms;
+        println!(
+            "{:<8} {:>9.0} {:>7} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8} {:>8}M {:>9}M  {}",
+            self.name,
+            self.rate,
+            ratio,
+            p50,
+            p90,
+            p99,
+            max,
+            self.requests,
+            self.rss / (1 << 20),
+            self.disk / (1 << 20),
+            statuses.join(" ")
+        );
+    }
+
+    /// The figures as a JSON object.
+    pub fn json(&self) -> serde_json::Value {
+        let [p50, p90, p99, max] = self.latency_ms;
+        json!({
+            "name": self.name,
+            "requests_per_s": self.rate,
+            "ratio_to_keyless": self.ratio,
+            "requests": self.requests,
+            "p50_ms": p50,
+            "p90_ms": p90,
+            "p99_ms": p99,
+            "max_ms": max,
+            "statuses": self.statuses.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            "peak_rss_bytes": self.rss,
+            "data_dir_bytes": self.disk,
+            "note": self.note,
+        })
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, requests: u64, latencies_ms: &[u64], status: u16) -> Row {
+        let mut latencies: Vec<Duration> = latencies_ms
+            .iter()
+            .map(|&ms| Duration::from_millis(ms))
+            .collect();
+        latencies.sort();
+        Row {
+            name: name.into(),
+            stats: Stats {
+                requests,
+                elapsed: Duration::from_secs(1),
+                latencies,
+                statuses: BTreeMap::from([(status, requests)]),
+            },
+            rss: requests << 20,
+            disk: 0,
+            note: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_median_is_the_middle_value_or_the_mean_of_the_middle_two() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(Vec::new()), 0.0);
+    }
+
+    #[test]
+    fn runs_combine_into_medians_with_ratios_taken_within_each_run() {
+        // Three runs whose unique/keyless ratios are 0.5, 0.8 and 0.6: the median ratio is 0.6,
+        // where the ratio of the median rates (50 over 100) would say 0.5.
+        let runs: Vec<Vec<Figures>> = [(100, 50), (50, 40), (110, 66)]
+            .iter()
+            .map(|&(keyless, unique)| {
+                let k = row("keyless", keyless, &[1, 2, 3], 201);
+                let u = row("unique", unique, &[4, 5, 6], 201);
+                let rate = Some(k.stats.rate());
+                vec![Figures::of(&k, rate), Figures::of(&u, rate)]
+            })
+            .collect();
+        let unique = Figures::median(runs.iter().map(|run| &run[1]));
+        assert_eq!(unique.name, "unique");
+        assert_eq!(unique.rate, 50.0);
+        assert!((unique.ratio.unwrap_or(0.0) - 0.6).abs() < 1e-9);
+        assert_eq!(unique.statuses.get(&201), Some(&156));
+        assert_eq!(unique.latency_ms, [5.0, 6.0, 6.0, 6.0]);
+        assert_eq!(unique.rss, 50 << 20);
+    }
+}
