@@ -5,6 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use devtools::metric_value;
 
 const DELIVERY: &str = "inline_timeout = \"1s\"";
 

@@ -7,6 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use devtools::metric_value;
 
 #[tokio::test]
 async fn metrics_count_what_happened() {

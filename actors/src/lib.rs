@@ -1,8 +1,8 @@
 //! idem's actors and the durable log they fold. `store` and `commit` put events on disk (sled,
 //! group commit), `codec` encodes them; `claim` is the actor that owns one idempotency key,
 //! `delivery` the actor that owns one callback's retries; `registry` finds or starts actors under
-//! a supervisor, and `idle` stops them when idle; `dispatch` makes callback attempts; `retry_worker` wakes due deliveries;
-//! `sweeper` prunes expired claims.
+//! a supervisor, and `idle` stops them when idle; `dispatch` makes callback attempts;
+//! `retry_worker` wakes due deliveries; `sweeper` prunes expired claims.
 
 pub mod claim;
 pub mod codec;

@@ -233,7 +233,6 @@ async fn run(args: Args) -> Result<(), String> {
             .unwrap_or_default()
     );
     let mut runs: Vec<Vec<Figures>> = Vec::new();
-    let mut notes = Vec::new();
     let mut extra = serde_json::Map::new();
     for run in 1..=args.runs {
         if args.runs > 1 {
@@ -244,12 +243,12 @@ async fn run(args: Args) -> Result<(), String> {
             .iter()
             .find(|r| r.name == "keyless")
             .map(|r| r.stats.rate());
-        notes = rows
-            .iter()
-            .filter(|r| !r.note.is_empty())
-            .map(|r| format!("  {}: {}", r.name, r.note))
-            .collect();
-        runs.push(rows.iter().map(|r| Figures::of(r, keyless)).collect());
+        let figures: Vec<Figures> = rows.iter().map(|r| Figures::of(r, keyless)).collect();
+        if args.runs > 1 {
+            // Each run's notes (the storm's one-decision check among them) under its rows.
+            figures.iter().for_each(Figures::print_note);
+        }
+        runs.push(figures);
     }
     let summary: Vec<Figures> = (0..args.scenarios.len())
         .map(|i| Figures::median(runs.iter().map(|run| &run[i])))
@@ -265,8 +264,8 @@ async fn run(args: Args) -> Result<(), String> {
     for figures in &summary {
         figures.print();
     }
-    for note in &notes {
-        println!("{note}");
+    if args.runs == 1 {
+        summary.iter().for_each(Figures::print_note);
     }
     if let Some(path) = &args.json {
         let doc = json!({
@@ -414,11 +413,7 @@ async fn passivated(http: &reqwest::Client, base: &str, limit: Duration) -> Opti
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(_) => String::new(),
         };
-        let live = page
-            .lines()
-            .find_map(|l| l.strip_prefix("idem_live_actors{family=\"claim\"} "))
-            .and_then(|v| v.trim().parse::<f64>().ok());
-        if live == Some(0.0) {
+        if devtools::metric_value(&page, r#"idem_live_actors{family="claim"}"#) == Some(0.0) {
             return Some(started.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

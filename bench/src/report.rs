@@ -125,6 +125,13 @@ impl Figures {
         );
     }
 
+    /// The row's note, if it has one, under the table.
+    pub fn print_note(&self) {
+        if !self.note.is_empty() {
+            println!("  {}: {}", self.name, self.note);
+        }
+    }
+
     /// The figures as a JSON object.
     pub fn json(&self) -> serde_json::Value {
         let [p50, p90, p99, max] = self.latency_ms;

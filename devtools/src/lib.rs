@@ -1,7 +1,7 @@
-//! What the bench and the simulations share: building the `idem` binary into a target
+//! What the bench, the simulations and the tests share: building the `idem` binary into a target
 //! directory of its own (the `cargo run` that started them holds the main one, and a features
-//! build must not replace the normal release binary), and starting `idem serve` until it prints
-//! the address it listens on.
+//! build must not replace the normal release binary), starting `idem serve` until it prints the
+//! address it listens on, and reading a value off its `/metrics` page.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -67,4 +67,12 @@ pub fn serve(
             )))
         }
     }
+}
+
+/// The value of `series` (its name and labels, as printed) in a Prometheus text page.
+pub fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
 }

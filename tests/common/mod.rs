@@ -553,14 +553,6 @@ impl Client {
     }
 }
 
-/// The value of `series` (its name and labels, as printed) in a Prometheus text page.
-pub fn metric_value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
 /// A signal body.
 pub fn sim_swap(subject: &str) -> String {
     format!(
