@@ -248,9 +248,13 @@ impl ClaimState {
     /// durable with the next commit; the mailbox waits for nothing here.
     fn stage(&mut self, events: Vec<ClaimEvent>) -> Result<(), StoreError> {
         let store = &self.ctx.store;
-        self.head = Some(match (events.first(), &self.head) {
-            (Some(ClaimEvent::Claimed(_)), _) => {
+        self.head = Some(match (events.as_slice(), &self.head) {
+            ([ClaimEvent::Claimed(_), ..], _) => {
                 store.start_claim(&self.id, self.generation, &events)?
+            }
+            ([ClaimEvent::Completed], Some(head)) => {
+                store.complete_claim(&self.id, head)?;
+                head.clone()
             }
             (_, Some(head)) => store.extend_claim(head, &events)?,
             (_, None) => return Err(StoreError::LogMismatch),

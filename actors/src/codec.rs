@@ -5,8 +5,8 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-/// The version byte written in front of every record.
-pub const FORMAT_VERSION: u8 = 2;
+/// The version byte written in front of every record (3: ids and digests stored as bytes).
+pub const FORMAT_VERSION: u8 = 3;
 
 /// No stored record is larger than this; a length prefix claiming more is corruption.
 const MAX_RECORD: usize = 4 * 1024 * 1024;
@@ -76,6 +76,45 @@ mod tests {
         assert_eq!(bytes[0], FORMAT_VERSION);
         let back: ClaimEvent = decode(&bytes).expect("decode");
         assert_eq!(back, sample());
+    }
+
+    #[test]
+    fn ids_and_digests_read_back_whatever_their_shape() {
+        let outcome = |id: &str| idem_schemas::ActionOutcome {
+            delivery_id: id.to_string(),
+            status: idem_schemas::ActionStatus::Delivered,
+            attempt: idem_schemas::AttemptRecord {
+                at_ms: 1,
+                code: Some(200),
+                error: None,
+                latency_ms: 2,
+                retry_after_ms: None,
+            },
+        };
+        let made = "msg_0193a1b2c3d47000ab12cd34ef56ab78";
+        for id in [
+            made,
+            "msg_0193A1",
+            "msg_",
+            "msg_abc",
+            "whatever",
+            "",
+            "dec_00",
+            "ff",
+        ] {
+            let bytes = encode(&outcome(id)).expect("encode");
+            let back: idem_schemas::ActionOutcome = decode(&bytes).expect("decode");
+            assert_eq!(back, outcome(id), "{id:?}");
+        }
+        // An id idem made is stored as its 16 bytes, not its 36 characters.
+        let text = encode(&outcome("whatever_0193a1b2c3d47000ab12cd34ef")).expect("encode");
+        let packed = encode(&outcome(made)).expect("encode");
+        assert!(
+            packed.len() + 12 < text.len(),
+            "{} vs {}",
+            packed.len(),
+            text.len()
+        );
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! point: each action's outcome and the response built from them, replayed byte for byte), then
 //! `Completed` (the response was handed out).
 //! These types are encoded by the actors' codec (bincode), so they avoid serde features bincode
-//! cannot carry (untagged enums, skipped fields, `serde_json::Value`).
+//! cannot carry (untagged enums, skipped fields, `serde_json::Value`). Ids and digests are
+//! stored as the bytes behind their hex (see [`hex_text`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +14,7 @@ use crate::wire::{ActionResult, ActionStatus, DecisionResponse, DeliveryStatus, 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
     /// `dec_…`, unique per claim.
+    #[serde(with = "hex_text")]
     pub id: String,
     /// The tenant's name.
     pub tenant: String,
@@ -21,6 +23,7 @@ pub struct Decision {
     /// The playbook's verdict.
     pub verdict: Verdict,
     /// Keyed digest of the subject (hex).
+    #[serde(with = "hex_text")]
     pub subject_hash: String,
     /// When the decision was made, unix milliseconds.
     pub created_at_ms: u64,
@@ -32,6 +35,7 @@ pub struct Decision {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlannedDelivery {
     /// `msg_…`: the delivery id and its `webhook-id`, derived from the decision and action.
+    #[serde(with = "hex_text")]
     pub id: String,
     /// The playbook action's name.
     pub action: String,
@@ -75,6 +79,7 @@ pub struct AttemptRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActionOutcome {
     /// The delivery's id.
+    #[serde(with = "hex_text")]
     pub delivery_id: String,
     /// Delivered, queued for retry, or failed.
     pub status: ActionStatus,
@@ -148,10 +153,12 @@ impl Decision {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeliveryRecord {
     /// `msg_…`, also the `webhook-id`.
+    #[serde(with = "hex_text")]
     pub id: String,
     /// The tenant whose callback this is.
     pub tenant: String,
     /// The decision it belongs to.
+    #[serde(with = "hex_text")]
     pub decision_id: String,
     /// The playbook action.
     pub action: String,
@@ -215,4 +222,104 @@ pub enum DeliveryEvent {
         /// When, unix milliseconds.
         at_ms: u64,
     },
+}
+
+/// Ids and digests as they are stored: the bytes behind their lowercase hex, after a `dec_` or
+/// `msg_` prefix if they have one (every id and digest idem makes), or else the text as it is.
+/// A 64-digit subject digest takes 34 bytes instead of 65, an id 19 instead of 37: the claim log
+/// is most of what idem writes, and sled writes each byte of it several times over (rewriting
+/// and splitting the leaves that hold it).
+pub mod hex_text {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    /// The prefixes an id may have, by their stored number.
+    const PREFIXES: [&str; 3] = ["", "dec_", "msg_"];
+
+    #[derive(Serialize, Deserialize)]
+    enum Stored {
+        /// `PREFIXES[prefix]` followed by `bytes` in lowercase hex.
+        Hex { prefix: u8, bytes: Vec<u8> },
+        /// Anything else, as is.
+        Text(String),
+    }
+
+    fn digit(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        }
+    }
+
+    fn pack(text: &str) -> Option<Stored> {
+        let (prefix, hex) = PREFIXES
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(n, p)| Some((n as u8, text.strip_prefix(p)?)))?;
+        if hex.is_empty() || hex.len() % 2 != 0 {
+            return None;
+        }
+        let bytes = hex
+            .as_bytes()
+            .chunks(2)
+            .map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?))
+            .collect::<Option<Vec<u8>>>()?;
+        Some(Stored::Hex { prefix, bytes })
+    }
+
+    /// Stores `text` (serde `with`).
+    pub fn serialize<S: Serializer>(text: &str, serializer: S) -> Result<S::Ok, S::Error> {
+        pack(text)
+            .unwrap_or_else(|| Stored::Text(text.to_string()))
+            .serialize(serializer)
+    }
+
+    /// Reads back what [`serialize`] stored (serde `with`).
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+        Ok(match Stored::deserialize(deserializer)? {
+            Stored::Text(text) => text,
+            Stored::Hex { prefix, bytes } => {
+                let prefix = PREFIXES.get(prefix as usize).ok_or_else(|| {
+                    serde::de::Error::custom(format!("unknown id prefix {prefix}"))
+                })?;
+                let mut text = String::with_capacity(prefix.len() + 2 * bytes.len());
+                text.push_str(prefix);
+                for b in bytes {
+                    for d in [b >> 4, b & 15] {
+                        text.push(char::from(if d < 10 { b'0' + d } else { b'a' + d - 10 }));
+                    }
+                }
+                text
+            }
+        })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn packs_ids_and_digests_and_keeps_anything_else_as_is() {
+            let packed = |t: &str| match pack(t) {
+                Some(Stored::Hex { prefix, bytes }) => Some((prefix, bytes.len())),
+                _ => None,
+            };
+            assert_eq!(
+                packed("dec_0193a1b2c3d47000b000000000000001"),
+                Some((1, 16))
+            );
+            assert_eq!(
+                packed("msg_0193a1b2c3d47000ab12cd34ef56ab78"),
+                Some((2, 16))
+            );
+            assert_eq!(packed(&"9f".repeat(32)), Some((0, 32)));
+            // Upper case, odd lengths, other prefixes and empty hex would not read back the same.
+            for text in [
+                "dec_ABCD", "abc", "dec_", "", "msg_xyz1", "evt_0011", "dec_00g0",
+            ] {
+                assert_eq!(packed(text), None, "{text:?}");
+            }
+        }
+    }
 }
