@@ -9,7 +9,8 @@ use sha2::Sha256;
 /// Computes the keyed digests of one server.
 #[derive(Clone)]
 pub struct Digester {
-    key: Vec<u8>,
+    /// HMAC-SHA-256 already keyed with `key_secret`: each digest starts from a copy.
+    keyed: Hmac<Sha256>,
 }
 
 impl std::fmt::Debug for Digester {
@@ -21,16 +22,15 @@ impl std::fmt::Debug for Digester {
 impl Digester {
     /// A digester keyed with `key_secret`.
     pub fn new(key_secret: &[u8]) -> Self {
-        Digester {
-            key: key_secret.to_vec(),
-        }
-    }
-
-    fn digest(&self, label: &[u8], tenant: &str, data: &[u8]) -> [u8; 32] {
-        let mut mac = match Hmac::<Sha256>::new_from_slice(&self.key) {
+        let keyed = match Hmac::<Sha256>::new_from_slice(key_secret) {
             Ok(mac) => mac,
             Err(_) => unreachable!("HMAC takes keys of any length"),
         };
+        Digester { keyed }
+    }
+
+    fn digest(&self, label: &[u8], tenant: &str, data: &[u8]) -> [u8; 32] {
+        let mut mac = self.keyed.clone();
         // Lengths make the concatenation unambiguous.
         mac.update(label);
         mac.update(&(tenant.len() as u64).to_be_bytes());
@@ -103,5 +103,14 @@ mod tests {
         assert_ne!(d.key("acme", "k1"), d.key("beta", "k1"));
         assert_ne!(hex::encode(d.key("acme", "k1")), d.subject("acme", "k1"));
         assert_eq!(d.key("acme", "k1"), d.key("acme", "k1"));
+        // The definition the stored claims depend on: HMAC-SHA-256 under the secret of the
+        // label, the tenant's length and name, and the data.
+        let mut fresh = Hmac::<Sha256>::new_from_slice(b"secret").expect("hmac");
+        fresh.update(b"idem/key/v1");
+        fresh.update(&4u64.to_be_bytes());
+        fresh.update(b"acme");
+        fresh.update(b"k1");
+        let expected: [u8; 32] = fresh.finalize().into_bytes().into();
+        assert_eq!(d.key("acme", "k1"), expected);
     }
 }

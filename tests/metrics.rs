@@ -1,5 +1,5 @@
-//! `GET /metrics`: the Prometheus text reflects what happened — signals by outcome, claim
-//! transitions, deliveries by status and attempt, queue depth, live actors, flush latency,
+//! `GET /metrics`: the Prometheus text reflects what happened — signals by outcome, decisions,
+//! claim transitions, deliveries by status and attempt, queue depth, live actors, flush latency,
 //! request latency by route (never by concrete path).
 
 mod common;
@@ -54,6 +54,9 @@ async fn metrics_count_what_happened() {
         (r#"idem_signals_total{outcome="key-reused"}"#, 1.0),
         (r#"idem_signals_total{outcome="keyless"}"#, 1.0),
         (r#"idem_signals_total{outcome="unauthorized"}"#, 1.0),
+        // The keyed first and the keyless signal; the replay and the refused payload decide
+        // nothing.
+        (r#"idem_decisions_total{decision="step_up"}"#, 2.0),
         (r#"idem_claim_transitions_total{state="claimed"}"#, 1.0),
         (r#"idem_claim_transitions_total{state="completed"}"#, 1.0),
         (r#"idem_deliveries{status="queued"}"#, 2.0),

@@ -2,15 +2,15 @@
 //! carrying that key gets. Its state is the fold of the claim's event log; every request for
 //! the key passes through its mailbox, so concurrent duplicates are serialised without a lock.
 //!
-//! A first request claims the key (the decision fixed and on disk), then the callbacks run in
-//! a task of their own while the actor keeps answering duplicates (409 while in flight, 422 for
-//! another payload). The task reports back; the actor records the `dispatched` recovery point
-//! (the outcomes and the response built from them), then `completed`, and answers the first
-//! request. A decision without actions writes all three records at once. An actor idle for a
-//! while stops; the next request rebuilds it from the log.
+//! A first request claims the key (its decision made then, fixed and on disk), then the
+//! callbacks run in a task of their own while the actor keeps answering duplicates (409 while in
+//! flight, 422 for another payload). The task reports back; the actor records the `dispatched`
+//! recovery point (the outcomes and the response built from them), then `completed`, and answers
+//! the first request. A decision without actions writes all three records at once. An actor idle
+//! for a while stops; the next request rebuilds it from the log.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_schemas::timefmt::now_ms;
@@ -50,25 +50,44 @@ pub struct ClaimContext {
     pub settings: ClaimSettings,
 }
 
+/// Makes the decision a request fixes if it wins its claim, given the claim's time.
+pub type Decide = Box<dyn FnOnce(u64) -> Result<Decision, String> + Send>;
+
 /// One request for a key.
 pub struct Submission {
     /// Keyed digest of the request's canonical body.
     pub fingerprint: [u8; 32],
-    /// The decision to fix if this request wins the claim.
-    pub candidate: Decision,
+    /// Makes the decision, called only if this request wins the claim: a duplicate, a replay or
+    /// a refused payload never pays for one (in a storm of a thousand copies, a decision's ids,
+    /// envelopes and digest were a tenth of the server's time).
+    decide: Mutex<Option<Decide>>,
     /// Set when the actor starts handling the submission, so a caller whose call ends without a
     /// reply knows whether it may safely send it again (never handled) or not.
     accepted: AtomicBool,
 }
 
 impl Submission {
-    /// A submission of `candidate` for a body with `fingerprint`.
-    pub fn new(fingerprint: [u8; 32], candidate: Decision) -> Self {
+    /// A submission for a body with `fingerprint`, which `decide`s if it wins the claim.
+    pub fn new(
+        fingerprint: [u8; 32],
+        decide: impl FnOnce(u64) -> Result<Decision, String> + Send + 'static,
+    ) -> Self {
         Submission {
             fingerprint,
-            candidate,
+            decide: Mutex::new(Some(Box::new(decide))),
             accepted: AtomicBool::new(false),
         }
+    }
+
+    /// The decision of this request, made at `now_ms` (once: a submission wins at most once).
+    fn decide(&self, now_ms: u64) -> Result<Decision, String> {
+        let decide = self
+            .decide
+            .lock()
+            .map_err(|_| "a decision panicked".to_string())?
+            .take()
+            .ok_or_else(|| "the submission has decided already".to_string())?;
+        decide(now_ms)
     }
 
     /// True once an actor has started handling this submission.
@@ -353,13 +372,22 @@ impl ClaimActor {
             }
             Step::Claim => {
                 // A generation is the claim time, strictly increasing per key.
-                state.generation = now.max(state.generation + 1);
+                let generation = now.max(state.generation + 1);
+                let decision = match sub.decide(generation) {
+                    Ok(decision) => decision,
+                    // Nothing is claimed: the key stays free, and the actor is as it was.
+                    Err(e) => {
+                        let _ = reply.send(Reply::Failed(e));
+                        return Ok(());
+                    }
+                };
+                state.generation = generation;
                 let claim = Claim {
                     fingerprint: sub.fingerprint,
                     holder: state.ctx.settings.holder,
                     claimed_at_ms: state.generation,
                     expires_at_ms: state.generation + state.ctx.settings.key_ttl.as_millis() as u64,
-                    decision: sub.candidate.clone(),
+                    decision,
                 };
                 if claim.decision.deliveries.is_empty() {
                     return match state.record_without_actions(claim).await {

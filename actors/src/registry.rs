@@ -187,7 +187,7 @@ impl ClaimRegistry {
             // Sabotage (failpoints builds only): an actor per request, nothing serialised.
             #[cfg(feature = "failpoints")]
             let name = match crate::failpoint::switched_on("sabotage") {
-                true => format!("{name}/{}", sub.candidate.id),
+                true => format!("{name}/{:p}", Arc::as_ptr(&sub)),
                 false => name.clone(),
             };
             let Some(actor) = self.family.find_or_spawn(&name, ClaimActor, args).await? else {

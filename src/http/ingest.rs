@@ -1,8 +1,9 @@
 //! `POST /v1/signals`. Checks run in the contract's order, each refusal before the claim
 //! leaving nothing stored: (1) key syntax, content type, size, JSON shape; (2) API key, then
-//! signature and timestamp; (3) a playbook for the type; (4) the claim. A keyed request is
-//! answered by its claim actor (first processing, replay, 409 or 422); a keyless one is
-//! processed every time through the same playbook and dispatch code.
+//! signature and timestamp; (3) a playbook for the type; (4) the claim, then the playbook runs.
+//! A keyed request is answered by its claim actor (first processing, replay, 409 or 422), which
+//! makes the decision only for the request that wins the claim; a keyless one is decided and
+//! processed every time, through the same playbook and dispatch code.
 
 use std::sync::Arc;
 
@@ -18,10 +19,11 @@ use serde::Deserialize;
 use serde_json::Value;
 use tracing::Instrument;
 
+use crate::digest::Digester;
 use crate::http::auth::verify_signature;
-use crate::http::metrics::SIGNALS;
+use crate::http::metrics::{DECISIONS, SIGNALS};
 use crate::http::problem::{ApiError, Kind};
-use crate::http::App;
+use crate::http::{App, Live};
 use crate::key;
 use crate::playbook::{self, Signal};
 
@@ -87,41 +89,78 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
     }
 
     // 3. The playbook.
-    let playbook = tenant.playbooks.get(&signal.signal_type).ok_or_else(|| {
-        ApiError::new(
+    if !tenant.playbooks.contains_key(&signal.signal_type) {
+        return Err(ApiError::new(
             Kind::UnknownSignalType,
             format!(
                 "tenant {} has no playbook for signal type {:?}",
                 tenant.name, signal.signal_type
             ),
-        )
-    })?;
+        ));
+    }
 
-    // 4. The decision this request would make, then the claim (if keyed).
-    let subject_hash = app.digester.subject(&tenant.name, &signal.subject);
-    let decision = playbook::decide(
-        playbook,
-        Signal {
-            tenant: &tenant.name,
-            signal_type: &signal.signal_type,
-            subject_hash,
-            metadata: signal.metadata.unwrap_or_default(),
-        },
-        now,
-    )
-    .map_err(|e| ApiError::new(Kind::Internal, format!("cannot build the callbacks: {e}")))?;
-    let span = tracing::info_span!("signal", tenant = %tenant.name, decision = %decision.id, keyed = key.is_some());
+    // 4. The decision: made at once without a key, and with one only by the request that wins
+    // the claim.
+    let span = tracing::info_span!("signal", tenant = %tenant.name, keyed = key.is_some());
+    let decider = Decider {
+        live: live.clone(),
+        digester: app.digester.clone(),
+        tenant: tenant.name.clone(),
+        signal,
+    };
     match key {
-        None => keyless(app, decision).instrument(span).await,
+        None => {
+            let decision = decider
+                .decide(now)
+                .map_err(|e| ApiError::new(Kind::Internal, e))?;
+            keyless(app, decision).instrument(span).await
+        }
         Some(key) => {
             let id = ClaimId {
                 tenant: tenant.name.clone(),
                 digest: app.digester.key(&tenant.name, &key),
             };
             let fingerprint = app.digester.fingerprint(&tenant.name, &value);
-            let submission = Submission::new(fingerprint, decision);
+            let submission = Submission::new(fingerprint, move |at| decider.decide(at));
             claim(app, &id, submission).instrument(span).await
         }
+    }
+}
+
+/// Everything a signal's decision needs, owned, so a keyed request can hand it to its claim
+/// actor, which makes the decision only if the request wins the claim.
+struct Decider {
+    live: Arc<Live>,
+    digester: Digester,
+    tenant: String,
+    signal: SignalRequest,
+}
+
+impl Decider {
+    /// The decision, made at `now_ms` under the configuration the request arrived with.
+    fn decide(self, now_ms: u64) -> Result<Decision, String> {
+        let playbook = self
+            .live
+            .config
+            .tenants
+            .get(&self.tenant)
+            .and_then(|t| t.playbooks.get(&self.signal.signal_type))
+            .ok_or_else(|| format!("no playbook for {:?}", self.signal.signal_type))?;
+        let decision = playbook::decide(
+            playbook,
+            Signal {
+                tenant: &self.tenant,
+                signal_type: &self.signal.signal_type,
+                subject_hash: self.digester.subject(&self.tenant, &self.signal.subject),
+                metadata: self.signal.metadata.unwrap_or_default(),
+            },
+            now_ms,
+        )
+        .map_err(|e| format!("cannot build the callbacks: {e}"))?;
+        DECISIONS
+            .with_label_values(&[playbook.decision.as_str()])
+            .inc();
+        Ok(decision)
     }
 }
 
@@ -137,7 +176,7 @@ async fn keyless(app: &App, decision: Decision) -> Result<Handled, ApiError> {
         .map_err(|e| internal(&e))?;
     deliveries.store.commit().await.map_err(|e| internal(&e))?;
     let body = serde_json::to_vec(&decision.response(&outcomes)).map_err(|e| internal(&e))?;
-    tracing::info!("keyless signal decided");
+    tracing::info!(decision = %decision.id, "keyless signal decided");
     Ok((
         "keyless",
         stored(&StoredResponse { status: 201, body }, false),

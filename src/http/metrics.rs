@@ -23,6 +23,17 @@ pub static SIGNALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
         .expect("metric registers once")
 });
 
+/// Decisions made, by verdict: one per keyless signal and one per claimed key; a replay, a
+/// duplicate in flight or a refused payload makes none.
+pub static DECISIONS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "idem_decisions_total",
+        "Decisions made, by verdict",
+        &["decision"]
+    )
+    .expect("metric registers once")
+});
+
 static REQUEST_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         "idem_http_request_duration_seconds",
