@@ -6,8 +6,10 @@
 //! callbacks run in a task of their own while the actor keeps answering duplicates (409 while in
 //! flight, 422 for another payload). The task reports back; the actor records the `dispatched`
 //! recovery point (the outcomes and the response built from them), then `completed`, and answers
-//! the first request. A decision without actions writes all three records at once. An actor idle
-//! for a while stops; the next request rebuilds it from the log.
+//! the first request. A decision without actions writes all three records at once. The actor
+//! never waits for the disk in a handler: the group commit tells it when its records are durable
+//! (`Committed`), and until the first request is answered, every other request for the key gets
+//! 409. An actor idle for a while stops; the next request rebuilds it from the log.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -125,8 +127,29 @@ pub enum ClaimMsg {
         /// delivery logs before it died).
         taken_over: bool,
     },
+    /// A group commit the actor asked for (for generation `generation`) is done.
+    Committed {
+        /// The claim generation whose records were committed.
+        generation: u64,
+        /// What comes next.
+        then: AfterCommit,
+        /// Whether they are durable.
+        outcome: Result<(), StoreError>,
+    },
     /// Time to check whether the actor has been idle long enough to stop (its own timer).
     IdleCheck,
+}
+
+/// What a claim actor does once its records are durable. It does not wait for the disk in its
+/// handler: the mailbox stays open, so the duplicates of a storm are answered (409) while the
+/// first request's records are being synced, not after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterCommit {
+    /// The claim is durable: run the actions.
+    Dispatch,
+    /// The recovery point (or a decision without actions, whole) is durable: answer the first
+    /// request.
+    Answer,
 }
 
 /// Where a claim stands: the fold of its log.
@@ -212,12 +235,6 @@ fn first_response(
     Ok(StoredResponse { status: 201, body })
 }
 
-/// Answers `reply` with the store failure `e` and hands `e` on, for the actor to stop.
-fn fail(reply: RpcReplyPort<Reply>, e: StoreError) -> Result<(), StoreError> {
-    let _ = reply.send(Reply::Failed(e.to_string()));
-    Err(e)
-}
-
 /// The claim actor.
 pub struct ClaimActor;
 
@@ -229,7 +246,8 @@ pub struct ClaimState {
     /// The log as last read or written: what the next append extends.
     head: Option<LogHead>,
     phase: Phase,
-    /// The request whose actions are running; `Some` exactly while a callback task runs.
+    /// The first request of the current generation, from its claim (or take-over) until it is
+    /// answered: while it waits, what the phase holds may not be durable yet.
     waiter: Option<RpcReplyPort<Reply>>,
     idle: IdleTimer<ClaimMsg>,
 }
@@ -239,10 +257,19 @@ impl ClaimState {
         let Some(claim) = self.phase.claim() else {
             return Step::Claim;
         };
+        let same_payload = claim.fingerprint == sub.fingerprint;
+        // While the first request waits for its answer, nothing here is a durable result to
+        // replay or a claim to take over: the key is in flight.
+        if self.waiter.is_some() {
+            return Step::Answer(match same_payload {
+                true => Reply::InFlight,
+                false => Reply::Mismatch,
+            });
+        }
         if now >= claim.expires_at_ms {
             return Step::Claim;
         }
-        if claim.fingerprint != sub.fingerprint {
+        if !same_payload {
             return Step::Answer(Reply::Mismatch);
         }
         match &self.phase {
@@ -253,10 +280,9 @@ impl ClaimState {
                 let holder_gone = claim.holder != settings.holder
                     || now.saturating_sub(claim.claimed_at_ms)
                         >= settings.in_flight_timeout.as_millis() as u64;
-                if self.waiter.is_none() && holder_gone {
-                    Step::TakeOver
-                } else {
-                    Step::Answer(Reply::InFlight)
+                match holder_gone {
+                    true => Step::TakeOver,
+                    false => Step::Answer(Reply::InFlight),
                 }
             }
             Phase::Free => Step::Claim,
@@ -290,27 +316,35 @@ impl ClaimState {
         Ok(())
     }
 
-    /// Appends `events` to the log and returns once they are durable.
-    async fn record(&mut self, events: Vec<ClaimEvent>) -> Result<(), StoreError> {
+    /// Appends `events` to the log and asks for them to be made durable; the actor hears back
+    /// with [`ClaimMsg::Committed`] carrying `then`.
+    fn stage_and_commit(
+        &mut self,
+        myself: &ActorRef<ClaimMsg>,
+        events: Vec<ClaimEvent>,
+        then: AfterCommit,
+    ) -> Result<(), StoreError> {
         self.stage(events)?;
-        self.ctx.store.commit().await
+        let (me, generation) = (myself.clone(), self.generation);
+        self.ctx.store.commit_then(move |outcome| {
+            // An actor gone meanwhile (it failed) leaves the records to the next one, which
+            // reads them from disk.
+            let _ = me.cast(ClaimMsg::Committed {
+                generation,
+                then,
+                outcome,
+            });
+        });
+        Ok(())
     }
 
-    /// Records a decision without actions: nothing runs between its claim, recovery point and
-    /// completion, so there is no side effect to guard, and the three records are one durable
-    /// write (one commit instead of two). Returns the response, durable with them.
-    async fn record_without_actions(&mut self, claim: Claim) -> Result<StoredResponse, StoreError> {
-        let response = first_response(&claim.decision, &[])?;
-        self.record(vec![
-            ClaimEvent::Claimed(claim),
-            ClaimEvent::Dispatched {
-                outcomes: Vec::new(),
-                response: response.clone(),
-            },
-            ClaimEvent::Completed,
-        ])
-        .await?;
-        Ok(response)
+    /// Answers the waiting first request with the store failure `e` and hands `e` on, for the
+    /// actor to stop.
+    fn fail(&mut self, e: StoreError) -> Result<(), StoreError> {
+        if let Some(waiter) = self.waiter.take() {
+            let _ = waiter.send(Reply::Failed(e.to_string()));
+        }
+        Err(e)
     }
 
     /// Marks the recorded response as handed out and returns it.
@@ -331,21 +365,17 @@ impl ClaimState {
 }
 
 impl ClaimActor {
-    fn start_dispatch(
-        myself: &ActorRef<ClaimMsg>,
-        state: &mut ClaimState,
-        reply: RpcReplyPort<Reply>,
-        taken_over: bool,
-    ) {
+    /// Runs the claim's actions in a task of their own, which reports back with
+    /// [`ClaimMsg::Dispatched`]; the first request stays waiting.
+    fn start_dispatch(myself: &ActorRef<ClaimMsg>, state: &mut ClaimState, taken_over: bool) {
         let Some(claim) = state.phase.claim() else {
-            let _ = reply.send(Reply::Failed("dispatch without a claim".into()));
+            let _ = state.fail(StoreError::Commit("dispatch without a claim".into()));
             return;
         };
         let decision = claim.decision.clone();
         let dispatcher = state.ctx.dispatcher.clone();
         let generation = state.generation;
         let me = myself.clone();
-        state.waiter = Some(reply);
         tokio::spawn(async move {
             let outcomes = dispatcher.dispatch(&decision).await;
             // If the actor is gone (it failed), the claim stays in flight on disk and is taken
@@ -358,7 +388,7 @@ impl ClaimActor {
         });
     }
 
-    async fn submit(
+    fn submit(
         myself: &ActorRef<ClaimMsg>,
         state: &mut ClaimState,
         sub: Arc<Submission>,
@@ -382,6 +412,7 @@ impl ClaimActor {
                     }
                 };
                 state.generation = generation;
+                state.waiter = Some(reply);
                 let claim = Claim {
                     fingerprint: sub.fingerprint,
                     holder: state.ctx.settings.holder,
@@ -389,30 +420,39 @@ impl ClaimActor {
                     expires_at_ms: state.generation + state.ctx.settings.key_ttl.as_millis() as u64,
                     decision,
                 };
-                if claim.decision.deliveries.is_empty() {
-                    return match state.record_without_actions(claim).await {
-                        Ok(response) => {
-                            failpoint::hit("claim.after_persist");
-                            let _ = reply.send(Reply::First(response));
-                            Ok(())
-                        }
-                        Err(e) => fail(reply, e),
-                    };
+                let staged = if claim.decision.deliveries.is_empty() {
+                    // Nothing runs between this decision's claim, recovery point and completion,
+                    // so there is no side effect to guard: the three records are one durable
+                    // write (one commit instead of two), answered once it is on disk.
+                    first_response(&claim.decision, &[]).and_then(|response| {
+                        let events = vec![
+                            ClaimEvent::Claimed(claim),
+                            ClaimEvent::Dispatched {
+                                outcomes: Vec::new(),
+                                response,
+                            },
+                            ClaimEvent::Completed,
+                        ];
+                        state.stage_and_commit(myself, events, AfterCommit::Answer)
+                    })
+                } else {
+                    // The claim, with its decision and every callback body, is durable before
+                    // any action runs (they start once it is): a crash from here on resumes this
+                    // decision, never a new one.
+                    let events = vec![ClaimEvent::Claimed(claim)];
+                    state.stage_and_commit(myself, events, AfterCommit::Dispatch)
+                };
+                if let Err(e) = staged {
+                    return state.fail(e);
                 }
-                // The claim, with its decision and every callback body, is durable before any
-                // action runs: a crash from here on resumes this decision, never a new one.
-                if let Err(e) = state.record(vec![ClaimEvent::Claimed(claim)]).await {
-                    return fail(reply, e);
-                }
-                failpoint::hit("claim.after_persist");
-                Self::start_dispatch(myself, state, reply, false);
             }
             Step::TakeOver => {
                 tracing::info!(tenant = %state.id.tenant, "taking over a claim whose holder is gone");
                 crate::metrics::CLAIM_TRANSITIONS
                     .with_label_values(&["taken_over"])
                     .inc();
-                Self::start_dispatch(myself, state, reply, true);
+                state.waiter = Some(reply);
+                Self::start_dispatch(myself, state, true);
             }
             Step::Finish => {
                 let (decision, outcomes) = match &state.phase {
@@ -433,55 +473,96 @@ impl ClaimActor {
                     Ok(response) => {
                         let _ = reply.send(Reply::Replayed(response));
                     }
-                    Err(e) => return fail(reply, e),
+                    Err(e) => {
+                        let _ = reply.send(Reply::Failed(e.to_string()));
+                        return Err(e);
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    async fn dispatched(
+    fn dispatched(
+        myself: &ActorRef<ClaimMsg>,
         state: &mut ClaimState,
         generation: u64,
         outcomes: Vec<ActionOutcome>,
         taken_over: bool,
     ) -> Result<(), StoreError> {
-        if generation != state.generation || !matches!(state.phase, Phase::InFlight(_)) {
+        let running = generation == state.generation
+            && matches!(state.phase, Phase::InFlight(_))
+            && state.waiter.is_some();
+        if !running {
             return Ok(());
         }
-        let Some(waiter) = state.waiter.take() else {
-            return Ok(());
-        };
+        failpoint::hit("dispatch.before_recovery_point");
         // The recovery point: once the outcomes and the response built from them are durable, a
-        // retry answers that response and never runs the actions again. The delivery logs
-        // (queued ones enter the retry queue) are written first, so they are durable no later.
-        let result = async {
-            failpoint::hit("dispatch.before_recovery_point");
-            let Some(claim) = state.phase.claim() else {
-                return Err(StoreError::Commit("dispatched without a claim".into()));
-            };
-            let response = first_response(&claim.decision, &outcomes)?;
-            state
-                .ctx
-                .deliveries
-                .stage_new(&claim.decision, &outcomes, taken_over)?;
-            state
-                .record(vec![ClaimEvent::Dispatched { outcomes, response }])
-                .await?;
-            failpoint::hit("dispatch.after_recovery_point");
-            state.complete()
+        // retry answers that response and never runs the actions again; the first request is
+        // answered only then. The delivery logs (queued ones enter the retry queue) are written
+        // first, so they are durable no later.
+        let staged = match state.phase.claim() {
+            Some(claim) => first_response(&claim.decision, &outcomes).and_then(|response| {
+                state
+                    .ctx
+                    .deliveries
+                    .stage_new(&claim.decision, &outcomes, taken_over)?;
+                Ok(response)
+            }),
+            None => Err(StoreError::Commit("dispatched without a claim".into())),
         }
-        .await;
-        match result {
-            // The response is durable (in the recovery point) before it leaves: a replay can
-            // never differ.
-            Ok(response) => {
-                let _ = waiter.send(Reply::First(response));
+        .and_then(|response| {
+            let events = vec![ClaimEvent::Dispatched { outcomes, response }];
+            state.stage_and_commit(myself, events, AfterCommit::Answer)
+        });
+        staged.or_else(|e| state.fail(e))
+    }
+
+    fn committed(
+        myself: &ActorRef<ClaimMsg>,
+        state: &mut ClaimState,
+        generation: u64,
+        then: AfterCommit,
+        outcome: Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        if generation != state.generation || state.waiter.is_none() {
+            return Ok(());
+        }
+        if let Err(e) = outcome {
+            return state.fail(e);
+        }
+        match then {
+            AfterCommit::Dispatch => {
+                failpoint::hit("claim.after_persist");
+                Self::start_dispatch(myself, state, false);
                 Ok(())
             }
-            Err(e) => {
-                let _ = waiter.send(Reply::Failed(e.to_string()));
-                Err(e)
+            AfterCommit::Answer => {
+                let answered = match &state.phase {
+                    // A decision without actions: all three records are durable.
+                    Phase::Completed(_, response) => {
+                        failpoint::hit("claim.after_persist");
+                        Ok(response.clone())
+                    }
+                    Phase::Dispatched(..) => {
+                        failpoint::hit("dispatch.after_recovery_point");
+                        state.complete()
+                    }
+                    _ => Err(StoreError::Commit(
+                        "answer before the recovery point".into(),
+                    )),
+                };
+                match answered {
+                    // The response is durable (in the recovery point) before it leaves: a
+                    // replay can never differ.
+                    Ok(response) => {
+                        if let Some(waiter) = state.waiter.take() {
+                            let _ = waiter.send(Reply::First(response));
+                        }
+                        Ok(())
+                    }
+                    Err(e) => state.fail(e),
+                }
             }
         }
     }
@@ -544,12 +625,17 @@ impl Actor for ClaimActor {
                 }
                 return Ok(());
             }
-            ClaimMsg::Submit(sub, reply) => Self::submit(&myself, state, sub, reply).await,
+            ClaimMsg::Submit(sub, reply) => Self::submit(&myself, state, sub, reply),
             ClaimMsg::Dispatched {
                 generation,
                 outcomes,
                 taken_over,
-            } => Self::dispatched(state, generation, outcomes, taken_over).await,
+            } => Self::dispatched(&myself, state, generation, outcomes, taken_over),
+            ClaimMsg::Committed {
+                generation,
+                then,
+                outcome,
+            } => Self::committed(&myself, state, generation, then, outcome),
         };
         state.idle.touch(&myself);
         if let Err(e) = outcome {

@@ -1,7 +1,7 @@
 //! Group commit: the one way a write becomes durable. Writers insert into sled (memory), then ask
-//! this flusher thread to commit and wait. The thread takes every request queued so far as one
-//! batch, makes it durable once, and wakes the whole batch, so a burst of N writers costs one
-//! flush, not N. Durable means sled's `flush()` (which in 0.34.7 ends in `sync_file_range`, not a
+//! this flusher thread to commit and wait, or to call them back once it has. The thread takes
+//! every request queued so far as one batch, makes it durable once, and wakes the whole batch, so
+//! a burst of N writers costs one flush, not N. Durable means sled's `flush()` (which in 0.34.7 ends in `sync_file_range`, not a
 //! real sync), then `fdatasync` of sled's log file and of any new blob file. One thread, because
 //! sled 0.34.7's `flush_async` deadlocks when called from many tasks (sled issue 1308).
 
@@ -12,7 +12,22 @@ use std::sync::mpsc;
 
 use tokio::sync::oneshot;
 
-type Waiter = oneshot::Sender<Result<(), String>>;
+/// Someone waiting for a commit: a task awaiting it, or a callback the flusher thread calls.
+enum Waiter {
+    Task(oneshot::Sender<Result<(), String>>),
+    Callback(Box<dyn FnOnce(Result<(), String>) + Send>),
+}
+
+impl Waiter {
+    fn wake(self, outcome: Result<(), String>) {
+        match self {
+            Waiter::Task(tx) => {
+                let _ = tx.send(outcome);
+            }
+            Waiter::Callback(notify) => notify(outcome),
+        }
+    }
+}
 
 /// Handle to the flusher thread; dropping it ends the thread (and with it the thread's handle
 /// on the database, so the store can be reopened at once).
@@ -48,13 +63,26 @@ impl GroupCommit {
     /// Returns once every write made before this call is durable.
     pub async fn commit(&self) -> Result<(), String> {
         let (tx, rx) = oneshot::channel();
-        self.requests
-            .as_ref()
-            .ok_or_else(|| "the group-commit thread has stopped".to_string())?
-            .send(tx)
-            .map_err(|_| "the group-commit thread has stopped".to_string())?;
+        self.request(Waiter::Task(tx));
         rx.await
             .map_err(|_| "the group-commit thread has stopped".to_string())?
+    }
+
+    /// Calls `notify` once every write made before this call is durable (or the commit failed),
+    /// on the flusher thread: it must only hand the news on (an actor's `cast`), never block.
+    pub fn commit_then(&self, notify: impl FnOnce(Result<(), String>) + Send + 'static) {
+        self.request(Waiter::Callback(Box::new(notify)));
+    }
+
+    /// Queues `waiter` for the next batch; if the thread has stopped, tells it so at once.
+    fn request(&self, waiter: Waiter) {
+        let refused = match &self.requests {
+            Some(requests) => requests.send(waiter).err().map(|e| e.0),
+            None => Some(waiter),
+        };
+        if let Some(waiter) = refused {
+            waiter.wake(Err("the group-commit thread has stopped".to_string()));
+        }
     }
 }
 
@@ -72,7 +100,7 @@ fn run(db: sled::Db, log: File, blobs: PathBuf, queue: mpsc::Receiver<Waiter>) {
             tracing::error!(error = %e, "group commit failed");
         }
         for waiter in batch {
-            let _ = waiter.send(outcome.clone());
+            waiter.wake(outcome.clone());
         }
     }
 }

@@ -604,6 +604,13 @@ impl Store {
         self.commits.commit().await.map_err(StoreError::Commit)
     }
 
+    /// Calls `notify` once every write so far is durable, or the commit failed (group commit, on
+    /// its thread: `notify` only hands the news on).
+    pub fn commit_then(&self, notify: impl FnOnce(Result<(), StoreError>) + Send + 'static) {
+        self.commits
+            .commit_then(move |outcome| notify(outcome.map_err(StoreError::Commit)));
+    }
+
     /// Deletes up to `limit` claim log entries that expired before `now_ms`, and the index entries
     /// of the logs they start; returns how many log entries. Only the expired generation is
     /// removed, so a claim made again since is untouched. Deletions need no commit of their own:
