@@ -50,6 +50,20 @@ impl Idem {
         self.status_field("VmRSS:")
     }
 
+    /// Bytes the server has caused to be written to storage so far (`write_bytes` in
+    /// `/proc/<pid>/io`: sled's log and nothing else it writes, counted when the pages are
+    /// dirtied, so without the sockets).
+    pub fn storage_bytes_written(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/io", self.child.id()))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("write_bytes:"))
+                    .and_then(|n| n.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
     fn status_field(&self, field: &str) -> u64 {
         std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .ok()
