@@ -1,9 +1,10 @@
 //! Group commit: the one way a write becomes durable. Writers insert into sled (memory), then ask
 //! this flusher thread to commit and wait, or to call them back once it has. The thread takes
 //! every request queued so far as one batch, makes it durable once, and wakes the whole batch, so
-//! a burst of N writers costs one flush, not N. Durable means sled's `flush()` (which in 0.34.7 ends in `sync_file_range`, not a
-//! real sync), then `fdatasync` of sled's log file and of any new blob file. One thread, because
-//! sled 0.34.7's `flush_async` deadlocks when called from many tasks (sled issue 1308).
+//! a burst of N writers costs one flush, not N. Durable means sled's `flush()` (which in 0.34.7
+//! ends in `sync_file_range`, not a real sync), then `fdatasync` of sled's log file and of any
+//! new blob file. One thread, because sled 0.34.7's `flush_async` deadlocks when called from
+//! many tasks (sled issue 1308).
 
 use std::collections::HashSet;
 use std::fs::File;
