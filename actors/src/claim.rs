@@ -127,29 +127,17 @@ pub enum ClaimMsg {
         /// delivery logs before it died).
         taken_over: bool,
     },
-    /// A group commit the actor asked for (for generation `generation`) is done.
+    /// A group commit the actor asked for (for generation `generation`) is done. What comes next
+    /// follows from the phase the commit made durable: actions to run after `in_flight`, the
+    /// first request to answer after `dispatched` or `completed`.
     Committed {
         /// The claim generation whose records were committed.
         generation: u64,
-        /// What comes next.
-        then: AfterCommit,
         /// Whether they are durable.
         outcome: Result<(), StoreError>,
     },
     /// Time to check whether the actor has been idle long enough to stop (its own timer).
     IdleCheck,
-}
-
-/// What a claim actor does once its records are durable. It does not wait for the disk in its
-/// handler: the mailbox stays open, so the duplicates of a storm are answered (409) while the
-/// first request's records are being synced, not after.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AfterCommit {
-    /// The claim is durable: run the actions.
-    Dispatch,
-    /// The recovery point (or a decision without actions, whole) is durable: answer the first
-    /// request.
-    Answer,
 }
 
 /// Where a claim stands: the fold of its log.
@@ -317,12 +305,13 @@ impl ClaimState {
     }
 
     /// Appends `events` to the log and asks for them to be made durable; the actor hears back
-    /// with [`ClaimMsg::Committed`] carrying `then`.
+    /// with [`ClaimMsg::Committed`]. It does not wait for the disk in its handler: the mailbox
+    /// stays open, so the duplicates of a storm are answered (409) while the first request's
+    /// records are being synced, not after.
     fn stage_and_commit(
         &mut self,
         myself: &ActorRef<ClaimMsg>,
         events: Vec<ClaimEvent>,
-        then: AfterCommit,
     ) -> Result<(), StoreError> {
         self.stage(events)?;
         let (me, generation) = (myself.clone(), self.generation);
@@ -331,7 +320,6 @@ impl ClaimState {
             // reads them from disk.
             let _ = me.cast(ClaimMsg::Committed {
                 generation,
-                then,
                 outcome,
             });
         });
@@ -433,14 +421,14 @@ impl ClaimActor {
                             },
                             ClaimEvent::Completed,
                         ];
-                        state.stage_and_commit(myself, events, AfterCommit::Answer)
+                        state.stage_and_commit(myself, events)
                     })
                 } else {
                     // The claim, with its decision and every callback body, is durable before
                     // any action runs (they start once it is): a crash from here on resumes this
                     // decision, never a new one.
                     let events = vec![ClaimEvent::Claimed(claim)];
-                    state.stage_and_commit(myself, events, AfterCommit::Dispatch)
+                    state.stage_and_commit(myself, events)
                 };
                 if let Err(e) = staged {
                     return state.fail(e);
@@ -513,7 +501,7 @@ impl ClaimActor {
         }
         .and_then(|response| {
             let events = vec![ClaimEvent::Dispatched { outcomes, response }];
-            state.stage_and_commit(myself, events, AfterCommit::Answer)
+            state.stage_and_commit(myself, events)
         });
         staged.or_else(|e| state.fail(e))
     }
@@ -522,7 +510,6 @@ impl ClaimActor {
         myself: &ActorRef<ClaimMsg>,
         state: &mut ClaimState,
         generation: u64,
-        then: AfterCommit,
         outcome: Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         if generation != state.generation || state.waiter.is_none() {
@@ -531,39 +518,35 @@ impl ClaimActor {
         if let Err(e) = outcome {
             return state.fail(e);
         }
-        match then {
-            AfterCommit::Dispatch => {
+        let answered = match &state.phase {
+            // The claim is durable: the actions may run.
+            Phase::InFlight(_) => {
                 failpoint::hit("claim.after_persist");
                 Self::start_dispatch(myself, state, false);
+                return Ok(());
+            }
+            // The recovery point is durable.
+            Phase::Dispatched(..) => {
+                failpoint::hit("dispatch.after_recovery_point");
+                state.complete()
+            }
+            // A decision without actions: all three records are durable.
+            Phase::Completed(_, response) => {
+                failpoint::hit("claim.after_persist");
+                Ok(response.clone())
+            }
+            Phase::Free => Err(StoreError::Commit("committed without a claim".into())),
+        };
+        match answered {
+            // The response is durable (in the recovery point) before it leaves: a replay can
+            // never differ.
+            Ok(response) => {
+                if let Some(waiter) = state.waiter.take() {
+                    let _ = waiter.send(Reply::First(response));
+                }
                 Ok(())
             }
-            AfterCommit::Answer => {
-                let answered = match &state.phase {
-                    // A decision without actions: all three records are durable.
-                    Phase::Completed(_, response) => {
-                        failpoint::hit("claim.after_persist");
-                        Ok(response.clone())
-                    }
-                    Phase::Dispatched(..) => {
-                        failpoint::hit("dispatch.after_recovery_point");
-                        state.complete()
-                    }
-                    _ => Err(StoreError::Commit(
-                        "answer before the recovery point".into(),
-                    )),
-                };
-                match answered {
-                    // The response is durable (in the recovery point) before it leaves: a
-                    // replay can never differ.
-                    Ok(response) => {
-                        if let Some(waiter) = state.waiter.take() {
-                            let _ = waiter.send(Reply::First(response));
-                        }
-                        Ok(())
-                    }
-                    Err(e) => state.fail(e),
-                }
-            }
+            Err(e) => state.fail(e),
         }
     }
 }
@@ -633,9 +616,8 @@ impl Actor for ClaimActor {
             } => Self::dispatched(&myself, state, generation, outcomes, taken_over),
             ClaimMsg::Committed {
                 generation,
-                then,
                 outcome,
-            } => Self::committed(&myself, state, generation, then, outcome),
+            } => Self::committed(&myself, state, generation, outcome),
         };
         state.idle.touch(&myself);
         if let Err(e) = outcome {

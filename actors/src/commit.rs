@@ -13,6 +13,9 @@ use std::sync::mpsc;
 
 use tokio::sync::oneshot;
 
+/// What a waiter hears when the flusher thread is gone.
+const STOPPED: &str = "the group-commit thread has stopped";
+
 /// Someone waiting for a commit: a task awaiting it, or a callback the flusher thread calls.
 enum Waiter {
     Task(oneshot::Sender<Result<(), String>>),
@@ -65,8 +68,7 @@ impl GroupCommit {
     pub async fn commit(&self) -> Result<(), String> {
         let (tx, rx) = oneshot::channel();
         self.request(Waiter::Task(tx));
-        rx.await
-            .map_err(|_| "the group-commit thread has stopped".to_string())?
+        rx.await.map_err(|_| STOPPED.to_string())?
     }
 
     /// Calls `notify` once every write made before this call is durable (or the commit failed),
@@ -82,7 +84,7 @@ impl GroupCommit {
             None => Some(waiter),
         };
         if let Some(waiter) = refused {
-            waiter.wake(Err("the group-commit thread has stopped".to_string()));
+            waiter.wake(Err(STOPPED.to_string()));
         }
     }
 }

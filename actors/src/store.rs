@@ -147,10 +147,10 @@ impl LogHead {
     fn index_value(&self) -> Option<[u8; 16]> {
         let (expiry, _) = self.prefix.split_first_chunk::<8>()?;
         let generation = self.prefix.last_chunk::<8>()?;
-        let mut value = [0; 16];
-        value[..8].copy_from_slice(expiry);
-        value[8..].copy_from_slice(generation);
-        Some(value)
+        Some(index_value(
+            u64::from_be_bytes(*expiry),
+            u64::from_be_bytes(*generation),
+        ))
     }
 }
 

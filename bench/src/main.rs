@@ -6,8 +6,8 @@
 //! `cargo run --release -p bench -- --scenario keyless,unique,replay,storm,pg,ceiling
 //! --duration 10s --concurrency 32 [--runs N] [--rate R] [--json FILE] [--window-keys 1000000]
 //! [--idem PATH]` (`--rate` paces keyless/unique/replay/pg and the window's fill at R requests/s
-//! instead of as fast as answered; `--runs` repeats the scenario list N times and ends with the median of each figure,
-//! a ratio being the median of the ratios within each run).
+//! instead of as fast as answered; `--runs` repeats the scenario list N times and ends with the
+//! median of each figure, a ratio being the median of the ratios within each run).
 
 mod load;
 mod pg;

@@ -42,38 +42,32 @@ impl Idem {
 
     /// Peak resident set size of the server, in bytes (VmHWM).
     pub fn peak_rss(&self) -> u64 {
-        self.status_field("VmHWM:")
+        self.proc_field("status", "VmHWM:") * 1024
     }
 
     /// Current resident set size, in bytes (VmRSS).
     pub fn rss(&self) -> u64 {
-        self.status_field("VmRSS:")
+        self.proc_field("status", "VmRSS:") * 1024
     }
 
     /// Bytes the server has caused to be written to storage so far (`write_bytes` in
     /// `/proc/<pid>/io`: sled's log and nothing else it writes, counted when the pages are
     /// dirtied, so without the sockets).
     pub fn storage_bytes_written(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/io", self.child.id()))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("write_bytes:"))
-                    .and_then(|n| n.trim().parse().ok())
-            })
-            .unwrap_or(0)
+        self.proc_field("io", "write_bytes:")
     }
 
-    fn status_field(&self, field: &str) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+    /// The number after `field` in `/proc/<pid>/<file>` (0 if it cannot be read).
+    fn proc_field(&self, file: &str, field: &str) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/{file}", self.child.id()))
             .ok()
             .and_then(|s| {
                 s.lines()
-                    .find(|l| l.starts_with(field))
-                    .and_then(|l| l.split_whitespace().nth(1))
-                    .and_then(|kb| kb.parse::<u64>().ok())
+                    .find_map(|l| l.strip_prefix(field))
+                    .and_then(|l| l.split_whitespace().next())
+                    .and_then(|n| n.parse().ok())
             })
-            .map_or(0, |kb| kb * 1024)
+            .unwrap_or(0)
     }
 
     /// Bytes the data directory occupies on disk (allocated blocks).

@@ -243,28 +243,18 @@ pub mod hex_text {
         Text(String),
     }
 
-    fn digit(c: u8) -> Option<u8> {
-        match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            _ => None,
-        }
-    }
-
     fn pack(text: &str) -> Option<Stored> {
         let (prefix, hex) = PREFIXES
             .iter()
             .enumerate()
             .rev()
             .find_map(|(n, p)| Some((n as u8, text.strip_prefix(p)?)))?;
-        if hex.is_empty() || hex.len() % 2 != 0 {
+        // Lowercase only: `hex::encode` must give the same text back.
+        let lowercase = hex.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
+        if hex.is_empty() || !lowercase {
             return None;
         }
-        let bytes = hex
-            .as_bytes()
-            .chunks(2)
-            .map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?))
-            .collect::<Option<Vec<u8>>>()?;
+        let bytes = hex::decode(hex).ok()?;
         Some(Stored::Hex { prefix, bytes })
     }
 
@@ -283,14 +273,7 @@ pub mod hex_text {
                 let prefix = PREFIXES.get(prefix as usize).ok_or_else(|| {
                     serde::de::Error::custom(format!("unknown id prefix {prefix}"))
                 })?;
-                let mut text = String::with_capacity(prefix.len() + 2 * bytes.len());
-                text.push_str(prefix);
-                for b in bytes {
-                    for d in [b >> 4, b & 15] {
-                        text.push(char::from(if d < 10 { b'0' + d } else { b'a' + d - 10 }));
-                    }
-                }
-                text
+                format!("{prefix}{}", hex::encode(bytes))
             }
         })
     }
