@@ -1,6 +1,7 @@
 //! Operating a running idem: SIGHUP reloads the tenants (rotated API keys and secrets) without
 //! dropping in-flight work, a bad reload keeps the old configuration, and `--log-format json`
-//! writes one JSON object per log line with the request's span fields (never a key or subject).
+//! writes one JSON object per log line with the request's span fields (never a key or subject;
+//! at debug level, where per-request spans are).
 
 mod common;
 
@@ -19,7 +20,12 @@ async fn sighup_rotates_keys_and_secrets_and_a_bad_reload_changes_nothing() {
     let original = config(&dir.path().join("data"), &receiver, "", "");
     let path = dir.path().join("idem.toml");
     std::fs::write(&path, &original).expect("write");
-    let idem = Idem::start_full(path.clone(), &[], &["--log-format", "json"]);
+    // Per-request spans and events are at debug level.
+    let idem = Idem::start_full(
+        path.clone(),
+        &[("RUST_LOG", "info,idem=debug,idem_actors=debug")],
+        &["--log-format", "json"],
+    );
     let client = Client::new(&idem.base);
 
     // A request in flight while the configuration changes under it still completes.

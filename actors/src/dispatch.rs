@@ -75,7 +75,7 @@ impl Dispatcher {
     }
 
     /// One signed attempt of `delivery` (of decision `decision_id`), bounded by `deadline`, in a
-    /// span of its own carrying the tenant, decision and delivery ids.
+    /// debug span of its own carrying the tenant, decision and delivery ids.
     pub async fn attempt(
         &self,
         tenant: &str,
@@ -83,8 +83,7 @@ impl Dispatcher {
         delivery: &PlannedDelivery,
         deadline: Duration,
     ) -> (ActionStatus, AttemptRecord) {
-        let span =
-            tracing::info_span!("attempt", tenant, decision = decision_id, delivery = %delivery.id);
+        let span = tracing::debug_span!("attempt", tenant, decision = decision_id, delivery = %delivery.id);
         self.attempt_once(tenant, delivery, deadline)
             .instrument(span)
             .await

@@ -114,6 +114,22 @@ impl Family {
         format!("{}/{what}", self.prefix)
     }
 
+    /// The full name of the claim actor of `id`: `…/<tenant>/<digest in hex>`, built in one
+    /// buffer (every request, duplicates included, looks its actor up by it).
+    fn claim_name(&self, id: &ClaimId) -> String {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut name = String::with_capacity(self.prefix.len() + id.tenant.len() + 66);
+        name.push_str(&self.prefix);
+        name.push('/');
+        name.push_str(&id.tenant);
+        name.push('/');
+        for byte in id.digest {
+            name.push(HEX[usize::from(byte >> 4)] as char);
+            name.push(HEX[usize::from(byte & 0xf)] as char);
+        }
+        name
+    }
+
     /// The running actor called `name`, or a new one started with `args()` under the
     /// supervisor. `None` when the name is taken by an actor that is stopping (try again).
     pub async fn find_or_spawn<A: Actor>(
@@ -176,9 +192,7 @@ impl ClaimRegistry {
     /// Hands `sub` to the key's actor, starting it if needed, and waits for its answer.
     pub async fn submit(&self, id: &ClaimId, sub: Submission) -> Result<Reply, RegistryError> {
         let sub = Arc::new(sub);
-        let name = self
-            .family
-            .name(&format!("{}/{}", id.tenant, hex::encode(id.digest)));
+        let name = self.family.claim_name(id);
         for _ in 0..MAX_ROUNDS {
             let args = ClaimArgs {
                 id: id.clone(),
@@ -215,5 +229,34 @@ impl ClaimRegistry {
     /// Stops every claim actor and the supervisor.
     pub async fn shutdown(&self) {
         self.family.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn claim_names_are_the_tenant_and_the_digest_in_lowercase_hex() {
+        let family = Family::start("registry-test", "claim", 1)
+            .await
+            .expect("family");
+        let mut digest = [0u8; 32];
+        digest[0] = 0xab;
+        digest[31] = 0x0f;
+        let id = ClaimId {
+            tenant: "acme".into(),
+            digest,
+        };
+        let name = family.claim_name(&id);
+        assert_eq!(
+            name,
+            format!("registry-test/claim/acme/{}", hex::encode(digest))
+        );
+        assert!(
+            name.ends_with(&format!("/acme/ab{}0f", "0".repeat(60))),
+            "{name}"
+        );
+        family.shutdown().await;
     }
 }
