@@ -71,15 +71,13 @@ static OLDEST_QUEUED: LazyLock<IntGauge> = LazyLock::new(|| {
 
 /// Middleware: times every request under its route pattern (never its concrete path).
 pub async fn time_requests(request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched".to_string(), |p| p.as_str().to_string());
-    let method = request.method().as_str().to_string();
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let method = request.method().clone();
     let started = Instant::now();
     let response = next.run(request).await;
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
     REQUEST_SECONDS
-        .with_label_values(&[&route, &method])
+        .with_label_values(&[route, method.as_str()])
         .observe(started.elapsed().as_secs_f64());
     response
 }
