@@ -364,17 +364,21 @@ async fn run_scenarios(
                 let idem = start_idem(binary, dir.path(), receiver, "24h")?;
                 let (losers, firsts_ok) = storm(idem.addr, "/v1/signals", args).await?;
                 // The same bursts against the trivial server: what 1000 simultaneous requests
-                // cost the load generator and the loopback alone on these cores.
+                // cost the load generator and the loopback alone on these cores; and against a
+                // path idem does not serve: its HTTP stack's own floor (hyper, the router, the
+                // timing middleware, a 404), without the ingest handler or the claim.
                 let (floor, _) = storm(receiver, "/ceiling", args).await?;
+                let (http_floor, _) = storm(idem.addr, "/v1/nowhere", args).await?;
                 Row {
                     name: "storm".into(),
                     rss: idem.peak_rss(),
                     disk: idem.disk_bytes(),
                     stats: losers,
                     note: format!(
-                        "{} keys x {} copies; exactly one decision for {firsts_ok}/{} keys; latencies are the losers'; the same bursts against the trivial server: p50 {:.2} ms, p99 {:.2} ms",
+                        "{} keys x {} copies; exactly one decision for {firsts_ok}/{} keys; latencies are the losers'; the same bursts against the trivial server: p50 {:.2} ms, p99 {:.2} ms; against idem's 404 (its HTTP floor): p50 {:.2} ms, p99 {:.2} ms",
                         args.storm_keys, args.storm_copies, args.storm_keys,
                         ms(floor.percentile(50.0)), ms(floor.percentile(99.0)),
+                        ms(http_floor.percentile(50.0)), ms(http_floor.percentile(99.0)),
                     ),
                 }
             }
