@@ -756,6 +756,14 @@ mod tests {
     use super::*;
     use idem_schemas::{Claim, Decision, StoredResponse, Verdict};
 
+    /// A claim id of `tenant` whose digest is `byte` repeated.
+    fn claim_id(tenant: &str, byte: u8) -> ClaimId {
+        ClaimId {
+            tenant: tenant.into(),
+            digest: [byte; 32],
+        }
+    }
+
     fn claimed(at: u64, ttl: u64) -> ClaimEvent {
         ClaimEvent::Claimed(Claim {
             fingerprint: [7; 32],
@@ -787,14 +795,8 @@ mod tests {
     #[tokio::test]
     async fn appends_reload_and_generations_are_separate() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let id = ClaimId {
-            tenant: "acme".into(),
-            digest: [1; 32],
-        };
-        let other = ClaimId {
-            tenant: "acme2".into(),
-            digest: [1; 32],
-        };
+        let id = claim_id("acme", 1);
+        let other = claim_id("acme2", 1);
         let t = now_ms();
         {
             let store = Store::open(dir.path()).expect("open");
@@ -837,10 +839,7 @@ mod tests {
     #[tokio::test]
     async fn completion_flags_the_index_entry_of_its_own_log_only() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let id = ClaimId {
-            tenant: "acme".into(),
-            digest: [4; 32],
-        };
+        let id = claim_id("acme", 4);
         let t = now_ms();
         let first = {
             let store = Store::open(dir.path()).expect("open");
@@ -868,10 +867,7 @@ mod tests {
         assert_eq!(log.events, vec![claimed(t + 10, 60_000)]);
 
         // The sweep takes a completed log's index entry with it, and only that one.
-        let other = ClaimId {
-            tenant: "acme".into(),
-            digest: [5; 32],
-        };
+        let other = claim_id("acme", 5);
         let head = store
             .start_claim(&other, t, &[claimed(t, 1_000)])
             .expect("claim");
@@ -888,10 +884,7 @@ mod tests {
     async fn appends_must_extend_the_log_on_disk_and_corrupt_logs_are_errors() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("open");
-        let id = ClaimId {
-            tenant: "acme".into(),
-            digest: [2; 32],
-        };
+        let id = claim_id("acme", 2);
         let t = now_ms();
         let first = store
             .start_claim(&id, t, &[claimed(t, 60_000)])
@@ -909,10 +902,7 @@ mod tests {
 
         // An expired claim reads as none before it is swept, and an append that races the
         // sweep leaves an entry that is never read and goes with the next sweep.
-        let gone = ClaimId {
-            tenant: "acme".into(),
-            digest: [3; 32],
-        };
+        let gone = claim_id("acme", 3);
         let head = store
             .start_claim(&gone, t - 100, &[claimed(t - 100, 50)])
             .expect("claim");
