@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use idem::config::Config;
 use idem_schemas::signature::Secret;
 
-// glibc's malloc showed as ~10% of the server's CPU under load (contended arenas).
+// mimalloc: glibc's malloc contends on its arenas under many concurrent requests.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -1,18 +1,13 @@
-//! `idem serve`: opens the store, starts the claim supervisor and the expiry sweeper, serves
-//! HTTP until a shutdown signal, then stops taking requests, lets those in flight finish, stops
-//! the actors and makes the store durable one last time.
+//! `idem serve`: builds the engine from the configuration, serves HTTP until a shutdown signal,
+//! then stops taking requests, lets those in flight finish, and shuts the engine down (actors
+//! stopped in order, the store made durable one last time). SIGHUP reloads the configuration.
 
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
-use idem_actors::claim::ClaimContext;
-use idem_actors::{
-    ClaimRegistry, ClaimSettings, Deliveries, DeliveryContext, DeliverySettings, Dispatcher,
-    Keyring, Store,
-};
+use idem_actors::{Engine, EngineConfig, Keyring};
 use idem_schemas::signature::Secret;
 
 use crate::config::Config;
@@ -22,7 +17,10 @@ use crate::http::{self, App, Live};
 /// Why the service could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// The store could not be opened or flushed.
+    /// The engine could not start.
+    #[error(transparent)]
+    Engine(#[from] idem_actors::EngineError),
+    /// The store could not be made durable at shutdown.
     #[error(transparent)]
     Store(#[from] idem_actors::StoreError),
     /// The listener could not be bound or failed.
@@ -36,12 +34,6 @@ pub enum ServeError {
     /// The HTTP server failed.
     #[error("http server: {0}")]
     Http(std::io::Error),
-    /// The actors could not start.
-    #[error(transparent)]
-    Actors(#[from] idem_actors::RegistryError),
-    /// The callback client could not be built.
-    #[error(transparent)]
-    Client(#[from] idem_actors::dispatch::ClientError),
 }
 
 /// Callback secrets from the configuration in force (a reload rotates them at once).
@@ -59,14 +51,20 @@ impl Keyring for ConfigKeyring {
     }
 }
 
-/// A number no other process of this store had: claims made under another epoch have no live
-/// holder and may be taken over at once.
-fn process_epoch() -> u64 {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    nanos ^ (u64::from(std::process::id()) << 40)
+/// The engine's settings, from the configuration.
+fn engine_config(config: &Config) -> EngineConfig {
+    let (i, d) = (&config.idempotency, &config.delivery);
+    EngineConfig {
+        data_dir: config.data_dir.clone(),
+        key_ttl: i.key_ttl,
+        in_flight_timeout: i.in_flight_timeout,
+        idle_actor_timeout: i.idle_actor_timeout,
+        max_live_actors: i.max_live_actors,
+        sweep_interval: i.sweep_interval,
+        inline_timeout: d.inline_timeout,
+        max_retries: d.max_retries,
+        retry_interval: d.retry_interval,
+    }
 }
 
 /// Runs the service until `shutdown` completes. `on_listen` is told the bound address. With
@@ -79,43 +77,9 @@ pub async fn run(
     on_listen: impl FnOnce(std::net::SocketAddr),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let store = Store::open(&config.data_dir)?;
     let live = Arc::new(ArcSwap::from_pointee(Live::new(config.clone())));
     let keyring = Arc::new(ConfigKeyring(live.clone()));
-    let dispatcher = Arc::new(Dispatcher::new(keyring, config.delivery.inline_timeout)?);
-    let epoch = process_epoch();
-    let instance = format!("idem-{epoch:x}");
-    let delivery_ctx = Arc::new(DeliveryContext {
-        store: store.clone(),
-        dispatcher: dispatcher.clone(),
-        settings: DeliverySettings {
-            max_retries: config.delivery.max_retries,
-            retry_interval: config.delivery.retry_interval,
-            attempt_timeout: config.delivery.inline_timeout,
-            idle_timeout: config.idempotency.idle_actor_timeout,
-            retention: config.idempotency.key_ttl,
-        },
-    });
-    let deliveries = Arc::new(Deliveries::start(&instance, delivery_ctx.clone()).await?);
-    let ctx = Arc::new(ClaimContext {
-        store: store.clone(),
-        dispatcher: dispatcher.clone(),
-        deliveries: delivery_ctx.clone(),
-        settings: ClaimSettings {
-            key_ttl: config.idempotency.key_ttl,
-            in_flight_timeout: config.idempotency.in_flight_timeout,
-            idle_timeout: config.idempotency.idle_actor_timeout,
-            max_live_actors: config.idempotency.max_live_actors,
-            holder: epoch,
-        },
-    });
-    let claims = ClaimRegistry::start(&instance, ctx).await?;
-    let sweeper = idem_actors::sweeper::spawn(delivery_ctx, config.idempotency.sweep_interval);
-    let retry_worker = idem_actors::retry_worker::spawn(
-        deliveries.clone(),
-        idem_actors::retry_worker::tick_for(config.delivery.retry_interval),
-    );
-
+    let engine = Engine::start(engine_config(&config), keyring).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| ServeError::Listen {
@@ -129,9 +93,7 @@ pub async fn run(
         live,
         digester: Digester::new(&config.idempotency.key_secret),
         limiter: Default::default(),
-        claims,
-        deliveries,
-        dispatcher,
+        engine,
     });
     on_listen(addr);
     tracing::info!(%addr, data_dir = %config.data_dir.display(), "serving");
@@ -143,15 +105,11 @@ pub async fn run(
     )
     .await;
 
-    tracing::info!("shutting down: requests finished, stopping actors");
-    retry_worker.abort();
+    tracing::info!("shutting down: requests finished, stopping the engine");
     if let Some(reloader) = reloader {
         reloader.abort();
     }
-    app.claims.shutdown().await;
-    app.deliveries.shutdown().await;
-    sweeper.abort();
-    store.commit().await?;
+    app.engine.shutdown().await?;
     tracing::info!("store flushed; bye");
     Ok(())
 }

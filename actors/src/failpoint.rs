@@ -1,4 +1,4 @@
-//! Fault injection at the named recovery points of CONTRACT section 7, compiled in only with
+//! Fault injection at the named recovery points (docs/ARCHITECTURE.md), compiled in only with
 //! the `failpoints` feature (a normal build carries no trace of it). Configured with the `fail`
 //! crate: from the `FAILPOINTS` environment variable (`name=action;…`) at start, or at run time
 //! with `fail::cfg`. The `return` action kills the whole process on the spot, as SIGKILL would

@@ -1,9 +1,11 @@
 //! What the actors count, in Prometheus' default registry (rendered by the HTTP front at
 //! `GET /metrics`): claim transitions, delivery attempts by outcome, actor failures, the group
-//! commit's latency, and deliveries by status (kept as gauges, moved with each transition and
-//! counted once from disk at start).
+//! commit's latency, and deliveries by status (gauges counted once from the store at start,
+//! then moved with each delivery write).
 
 use std::sync::LazyLock;
+
+use idem_schemas::DeliveryStatus;
 
 use prometheus::{
     register_histogram, register_int_counter_vec, register_int_gauge_vec, Histogram, IntCounterVec,
@@ -59,6 +61,28 @@ pub static FLUSH_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     )
     .expect("metric registers once")
 });
+
+/// Sets the delivery gauges from the store's counts, in [`DeliveryStatus::ALL`] order.
+pub fn count_deliveries(counts: [u64; 4]) {
+    for (status, count) in DeliveryStatus::ALL.iter().zip(counts) {
+        DELIVERIES
+            .with_label_values(&[status.as_str()])
+            .set(count as i64);
+    }
+}
+
+/// Moves a delivery between statuses in the gauges (`None`: created, or forgotten).
+pub fn delivery_moved(from: Option<DeliveryStatus>, to: Option<DeliveryStatus>) {
+    if from == to {
+        return;
+    }
+    if let Some(from) = from {
+        DELIVERIES.with_label_values(&[from.as_str()]).dec();
+    }
+    if let Some(to) = to {
+        DELIVERIES.with_label_values(&[to.as_str()]).inc();
+    }
+}
 
 /// The attempt-number label: `1` … `4`, then `5+`.
 pub fn attempt_label(n: usize) -> &'static str {

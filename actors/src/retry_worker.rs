@@ -1,6 +1,6 @@
-//! The retry worker: every tick it reads the due index from its oldest entry up to now — only
+//! The retry worker: every tick it reads the retry queue from its oldest entry up to now — only
 //! what is due, never every delivery — and wakes each due delivery's actor, which makes the
-//! attempt. The index is durable, so after a crash the first tick resumes every queued delivery.
+//! attempt. The queue is durable, so after a crash the first tick resumes every queued delivery.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +8,7 @@ use std::time::Duration;
 use idem_schemas::timefmt::now_ms;
 
 use crate::delivery::Deliveries;
+use crate::store::Store;
 
 /// How many due deliveries one tick wakes at most.
 const BATCH: usize = 1000;
@@ -19,24 +20,28 @@ pub fn tick_for(retry_interval: Duration) -> Duration {
 }
 
 /// Starts the worker; it ends when the returned handle is aborted.
-pub fn spawn(deliveries: Arc<Deliveries>, tick: Duration) -> tokio::task::JoinHandle<()> {
+pub fn spawn(
+    store: Arc<dyn Store>,
+    deliveries: Arc<Deliveries>,
+    tick: Duration,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut interval = tokio::time::interval(tick);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             interval.tick().await;
-            let due = match deliveries.context().store.due_deliveries(now_ms(), BATCH) {
+            let due = match store.due(now_ms(), BATCH) {
                 Ok(due) => due,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the retry queue");
                     continue;
                 }
             };
-            for (due_ms, id) in due {
-                if let Err(e) = deliveries.wake(&id, due_ms).await {
-                    tracing::warn!(delivery = %id, error = %e, "cannot wake delivery");
-                    if matches!(deliveries.load(&id), Ok(None)) {
-                        let _ = deliveries.context().store.drop_due(due_ms, &id);
+            for entry in due {
+                if let Err(e) = deliveries.wake(&entry.id, entry.at_ms).await {
+                    tracing::warn!(delivery = %entry.id, error = %e, "cannot wake delivery");
+                    if matches!(deliveries.load(&entry.id), Ok(None)) {
+                        let _ = store.drop_due(&entry);
                     }
                 }
             }

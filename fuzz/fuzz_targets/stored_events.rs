@@ -2,7 +2,7 @@
 //! whatever decodes folds through the state machines without panicking.
 #![no_main]
 
-use idem_actors::claim::Phase;
+use idem_actors::claim::phase::Phase;
 use idem_actors::codec;
 use idem_actors::delivery::DeliveryState;
 use idem_schemas::{ClaimEvent, DeliveryEvent};

@@ -11,7 +11,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use idem_actors::delivery::{DeliveryState, RedeliverError};
+use idem_actors::RedeliverError;
 use idem_schemas::{DeliveryPage, DeliveryStatus};
 
 use crate::http::problem::{ApiError, Kind};
@@ -33,37 +33,20 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(Kind::Internal, "the delivery could not be read; retry")
 }
 
-/// The authenticated tenant's delivery `id` (another tenant's is as missing as a missing one).
-fn owned(app: &App, headers: &HeaderMap, id: &str) -> Result<DeliveryState, ApiError> {
-    let live = app.live.load_full();
-    let tenant = live.api_keys.authenticate(&live.config, headers)?;
-    app.deliveries
-        .load(id)
-        .map_err(internal)?
-        .filter(|d| d.record.tenant == tenant.name)
-        .ok_or_else(|| not_found(id))
-}
-
-/// Returns once every write made before it is durable. A delivery's record is in the store a
-/// moment before its actor's commit returns; what these endpoints show must not be undone by a
-/// crash in that moment, so each makes what it read durable before it answers.
-async fn durable(app: &App) -> Result<(), ApiError> {
-    app.deliveries
-        .context()
-        .store
-        .commit()
-        .await
-        .map_err(internal)
-}
-
 /// `GET /v1/deliveries/{id}`.
 pub async fn show(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let view = owned(&app, &headers, &id)?.view();
-    durable(&app).await?;
+    let live = app.live.load_full();
+    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
+    let view = app
+        .engine
+        .delivery(&tenant.name, &id)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| not_found(&id))?;
     Ok(Json(view).into_response())
 }
 
@@ -106,29 +89,24 @@ pub async fn list(
             invalid("after must be the next_after of a previous page".to_string())
         })?),
     };
-    let ids = app
-        .deliveries
-        .context()
-        .store
+    let page = app
+        .engine
         .list_deliveries(
             &tenant.name,
             status,
             after.as_ref().map(|(s, id)| (*s, id.as_str())),
-            limit + 1,
+            limit,
         )
+        .await
         .map_err(internal)?;
-    let has_more = ids.len() > limit;
-    let mut data = Vec::with_capacity(limit);
-    let mut last = None;
-    for (st, id) in ids.into_iter().take(limit) {
-        if let Some(d) = app.deliveries.load(&id).map_err(internal)? {
-            data.push(d.view());
-        }
-        last = Some(format!("{}:{id}", st.as_str()));
-    }
-    let next_after = if has_more { last } else { None };
-    durable(&app).await?;
-    Ok(Json(DeliveryPage { data, next_after }).into_response())
+    let next_after = page
+        .next_after
+        .map(|(status, id)| format!("{}:{id}", status.as_str()));
+    Ok(Json(DeliveryPage {
+        data: page.data,
+        next_after,
+    })
+    .into_response())
 }
 
 fn parse_cursor(cursor: &str) -> Option<(DeliveryStatus, String)> {
@@ -142,8 +120,9 @@ pub async fn redeliver(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    owned(&app, &headers, &id)?;
-    match app.deliveries.redeliver(&id).await {
+    let live = app.live.load_full();
+    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
+    match app.engine.redeliver(&tenant.name, &id).await {
         Ok(view) => Ok((StatusCode::ACCEPTED, Json(view)).into_response()),
         Err(RedeliverError::NotFound) => Err(not_found(&id)),
         Err(RedeliverError::NotFinal(status)) => Err(ApiError::new(

@@ -84,17 +84,15 @@ pub async fn time_requests(request: Request, next: Next) -> Response {
 
 /// `GET /metrics`.
 pub async fn render(State(app): State<Arc<App>>) -> Response {
+    let gauges = app.engine.gauges();
     LIVE_ACTORS
         .with_label_values(&["claim"])
-        .set(app.claims.family().live() as i64);
+        .set(gauges.live_claims as i64);
     LIVE_ACTORS
         .with_label_values(&["delivery"])
-        .set(app.deliveries.family().live() as i64);
-    let store = &app.deliveries.context().store;
-    QUEUE_DEPTH.set(store.queued_count() as i64);
-    let now = idem_schemas::timefmt::now_ms();
-    let oldest = store.oldest_queued_created_ms().ok().flatten();
-    OLDEST_QUEUED.set(oldest.map_or(0, |created| now.saturating_sub(created) / 1000) as i64);
+        .set(gauges.live_deliveries as i64);
+    QUEUE_DEPTH.set(gauges.queued as i64);
+    OLDEST_QUEUED.set(gauges.oldest_queued_age_s() as i64);
     LazyLock::force(&SIGNALS);
     LazyLock::force(&idem_actors::metrics::CLAIM_TRANSITIONS);
     LazyLock::force(&idem_actors::metrics::DELIVERY_ATTEMPTS);

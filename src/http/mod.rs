@@ -1,6 +1,6 @@
 //! The HTTP front: a thin axum router. It checks what can be checked without state (syntax,
-//! authentication, signature, playbook), then hands keyed requests to their claim actor and
-//! writes back what the actor answers. It decides nothing about a key itself.
+//! authentication, signature, playbook), then hands each request to the engine and writes back
+//! what it answers. It decides nothing about a key and makes nothing durable itself.
 
 pub mod auth;
 pub mod deliveries;
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use axum::routing::{get, post};
 use axum::Router;
-use idem_actors::{ClaimRegistry, Deliveries, Dispatcher};
+use idem_actors::Engine;
 
 use crate::config::Config;
 use crate::digest::Digester;
@@ -48,12 +48,8 @@ pub struct App {
     pub digester: Digester,
     /// Per-tenant rate limits.
     pub limiter: ratelimit::RateLimiter,
-    /// The way to claim actors.
-    pub claims: ClaimRegistry,
-    /// The way to delivery actors.
-    pub deliveries: Arc<Deliveries>,
-    /// Callback attempts (for keyless signals; keyed ones go through their claim actor).
-    pub dispatcher: Arc<Dispatcher>,
+    /// Claims, deliveries and the store behind them.
+    pub engine: Engine,
 }
 
 /// The router of the whole service.

@@ -1,19 +1,16 @@
-//! Finding actors by name. Claim and delivery actors are named in ractor's registry after what
-//! they own (`<instance>/claim/<tenant>/<digest>`, `<instance>/delivery/<id>`), started on demand
-//! under a supervisor, and stop when idle (each by its own timer, see `idle`). Two requests
-//! racing to start the same actor are settled by the registry itself: the loser's spawn is
-//! refused as already registered, and it sends to the winner instead. `ClaimRegistry` is the
-//! claim side of this.
+//! Supervision and finding actors by name, for any family of actors (it knows nothing of what
+//! they own). An actor is named in ractor's registry after what it owns
+//! (`<instance>/<kind>/<what>`), started on demand under its family's supervisor, and stops when
+//! idle (each by its own timer, see `idle`). Two requests racing to start the same actor are
+//! settled by the registry itself: the loser's spawn is refused as already registered, and it
+//! sends to the winner instead. A family bounds how many of its actors live at once.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SpawnErr, SupervisionEvent};
 
-use crate::claim::{ClaimActor, ClaimArgs, ClaimContext, ClaimMsg, Reply, Submission};
-use crate::store::ClaimId;
-
-/// How often a request may find its actor stopping under it before giving up (each round is a
+/// How often a lookup may find its actor stopping under it before giving up (each round is a
 /// fresh lookup or spawn; the race only happens while an idle actor is stopping).
 const MAX_ROUNDS: usize = 64;
 
@@ -22,7 +19,7 @@ const MAX_ROUNDS: usize = 64;
 pub enum RegistryError {
     /// The actor could not be started (its log could not be read).
     #[error("cannot start the actor: {0}")]
-    Spawn(String),
+    Spawn(#[source] SpawnErr),
     /// The actor failed while handling the request; its state is on disk.
     #[error("the actor failed while handling the request")]
     ActorFailed,
@@ -100,7 +97,7 @@ impl Family {
         };
         let (supervisor, _) = Actor::spawn(Some(format!("{prefix}/supervisor")), supervisor, ())
             .await
-            .map_err(|e| RegistryError::Spawn(e.to_string()))?;
+            .map_err(RegistryError::Spawn)?;
         Ok(Family {
             prefix,
             supervisor,
@@ -114,14 +111,25 @@ impl Family {
         format!("{}/{what}", self.prefix)
     }
 
-    /// The full name of the claim actor of `id`: `…/<tenant>/<digest in hex>`.
-    fn claim_name(&self, id: &ClaimId) -> String {
-        format!("{}/{}/{}", self.prefix, id.tenant, hex::encode(id.digest))
+    /// The running actor called `name`, or a new one started with `actor()` and `args()`
+    /// under the supervisor (trying again while the name is held by an actor that is stopping).
+    pub async fn actor<A: Actor>(
+        &self,
+        name: &str,
+        actor: impl Fn() -> A,
+        args: impl Fn() -> A::Arguments,
+    ) -> Result<ActorRef<A::Msg>, RegistryError> {
+        for _ in 0..MAX_ROUNDS {
+            if let Some(found) = self.find_or_spawn(name, actor(), args()).await? {
+                return Ok(found);
+            }
+        }
+        Err(RegistryError::Unavailable)
     }
 
-    /// The running actor called `name`, or a new one started with `args()` under the
+    /// The running actor called `name`, or a new one started with `args` under the
     /// supervisor. `None` when the name is taken by an actor that is stopping (try again).
-    pub async fn find_or_spawn<A: Actor>(
+    async fn find_or_spawn<A: Actor>(
         &self,
         name: &str,
         actor: A,
@@ -146,7 +154,7 @@ impl Family {
                 tokio::task::yield_now().await;
                 Ok(None)
             }
-            Err(e) => Err(RegistryError::Spawn(e.to_string())),
+            Err(e) => Err(RegistryError::Spawn(e)),
         }
     }
 
@@ -159,88 +167,5 @@ impl Family {
     pub async fn shutdown(&self) {
         self.supervisor.stop_children_and_wait(None, None).await;
         self.supervisor.stop(None);
-    }
-}
-
-/// The way to a key's claim actor.
-pub struct ClaimRegistry {
-    family: Family,
-    ctx: Arc<ClaimContext>,
-}
-
-impl ClaimRegistry {
-    /// Starts the claim supervisor. `instance` makes actor names unique when several servers
-    /// share a process (ractor's registry is process-wide).
-    pub async fn start(instance: &str, ctx: Arc<ClaimContext>) -> Result<Self, RegistryError> {
-        Ok(ClaimRegistry {
-            family: Family::start(instance, "claim", ctx.settings.max_live_actors).await?,
-            ctx,
-        })
-    }
-
-    /// Hands `sub` to the key's actor, starting it if needed, and waits for its answer.
-    pub async fn submit(&self, id: &ClaimId, sub: Submission) -> Result<Reply, RegistryError> {
-        let sub = Arc::new(sub);
-        let name = self.family.claim_name(id);
-        for _ in 0..MAX_ROUNDS {
-            let args = ClaimArgs {
-                id: id.clone(),
-                ctx: self.ctx.clone(),
-            };
-            // Sabotage (failpoints builds only): an actor per request, nothing serialised.
-            #[cfg(feature = "failpoints")]
-            let name = match crate::failpoint::switched_on("sabotage") {
-                true => format!("{name}/{:p}", Arc::as_ptr(&sub)),
-                false => name.clone(),
-            };
-            let Some(actor) = self.family.find_or_spawn(&name, ClaimActor, args).await? else {
-                continue;
-            };
-            let outgoing = sub.clone();
-            match actor
-                .call(|port| ClaimMsg::Submit(outgoing, port), None)
-                .await
-            {
-                Ok(ractor::rpc::CallResult::Success(reply)) => return Ok(reply),
-                // The actor stopped before handling the request: safe to send it again.
-                Ok(_) | Err(_) if !sub.was_accepted() => tokio::task::yield_now().await,
-                Ok(_) | Err(_) => return Err(RegistryError::ActorFailed),
-            }
-        }
-        Err(RegistryError::Unavailable)
-    }
-
-    /// The claim actors' family (liveness, failures).
-    pub fn family(&self) -> &Family {
-        &self.family
-    }
-
-    /// Stops every claim actor and the supervisor.
-    pub async fn shutdown(&self) {
-        self.family.shutdown().await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn claim_names_are_the_tenant_and_the_digest_in_lowercase_hex() {
-        let family = Family::start("registry-test", "claim", 1)
-            .await
-            .expect("family");
-        let mut digest = [0u8; 32];
-        digest[0] = 0xab;
-        digest[31] = 0x0f;
-        let id = ClaimId {
-            tenant: "acme".into(),
-            digest,
-        };
-        assert_eq!(
-            family.claim_name(&id),
-            format!("registry-test/claim/acme/ab{}0f", "0".repeat(60))
-        );
-        family.shutdown().await;
     }
 }

@@ -1,0 +1,660 @@
+//! The claim actor: one per (tenant, key digest), the only thing that decides what a request
+//! carrying that key gets. Its state is the fold of the claim's event log (`phase`); every
+//! request for the key passes through its mailbox, so concurrent duplicates are serialised
+//! without a lock.
+//!
+//! A first request claims the key (its decision made then, fixed and on disk), then the
+//! callbacks run in a task of their own while the actor keeps answering duplicates (409 while in
+//! flight, 422 for another payload). The task reports back; the actor records the `dispatched`
+//! recovery point (the outcomes and the response built from them, with the delivery logs), then
+//! `completed`, and answers the first request. A decision without actions writes all three
+//! records at once. The actor never waits for the disk in a handler: it commits a unit of work
+//! and the store tells it what the unit came to once it is durable (`Committed`); until the
+//! first request is answered, every other request for the key gets 409. The store has the last
+//! word on who holds the key: a claim it refuses (another generation holds the key) is answered
+//! from that generation. An actor idle for a while stops; the next request rebuilds it from the
+//! log. `Claims` is the way to these actors.
+
+pub mod phase;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idem_schemas::timefmt::now_ms;
+use idem_schemas::{ActionOutcome, Claim, ClaimEvent, Decision, StoredResponse};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use crate::delivery::{self, DeliverySettings};
+use crate::dispatch::Dispatcher;
+use crate::failpoint;
+use crate::idle::IdleTimer;
+use crate::store::{ClaimId, LogHead, Store, StoreError, Unit, Written};
+use crate::supervise::{Family, RegistryError};
+use phase::{AfterCommit, Holder, InvalidTransition, Invariant, Phase, Step};
+
+/// The time windows of claims.
+#[derive(Debug, Clone)]
+pub struct ClaimSettings {
+    /// How long a key and its result live after the claim.
+    pub key_ttl: Duration,
+    /// After this, an `in_flight` claim whose holder is gone may be taken over.
+    pub in_flight_timeout: Duration,
+    /// An actor with nothing to do for this long stops.
+    pub idle_timeout: Duration,
+    /// At most this many claim actors run at once; beyond, new keys are refused (503).
+    pub max_live_actors: usize,
+    /// This process's epoch: claims made by another epoch have no live holder.
+    pub holder: u64,
+}
+
+/// What claim actors share.
+pub struct ClaimContext {
+    /// The claim and delivery logs.
+    pub store: Arc<dyn Store>,
+    /// Makes the callback attempts.
+    pub dispatcher: Arc<Dispatcher>,
+    /// The retry policy the new delivery logs start with.
+    pub deliveries: DeliverySettings,
+    /// Time windows.
+    pub settings: ClaimSettings,
+}
+
+/// Why a decision could not be made.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot decide: {0}")]
+pub struct DecideError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
+
+/// Makes the decision a request fixes if it wins its claim, given the claim's time.
+pub type Decide = Box<dyn FnOnce(u64) -> Result<Decision, DecideError> + Send>;
+
+/// Why a claim actor could not answer a request.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    /// The store failed; what it holds is what counts.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The generation this actor writes to is no longer the key's current one.
+    #[error("the claim was fenced out: another generation holds the key")]
+    Fenced,
+    /// The log on disk does not fold.
+    #[error(transparent)]
+    Log(#[from] InvalidTransition),
+    /// The actor was asked to do what its phase does not allow.
+    #[error(transparent)]
+    Invariant(#[from] Invariant),
+    /// The playbook could not decide.
+    #[error(transparent)]
+    Decide(#[from] DecideError),
+    /// The response could not be serialised.
+    #[error("cannot serialise the response: {0}")]
+    Response(#[from] serde_json::Error),
+}
+
+/// One request for a key.
+pub struct Submission {
+    /// Keyed digest of the request's canonical body.
+    pub fingerprint: [u8; 32],
+    /// Makes the decision, called only if this request wins the claim: a duplicate, a replay or
+    /// a refused payload never pays for one.
+    decide: Mutex<Option<Decide>>,
+    /// Set when the actor starts handling the submission, so a caller whose call ends without a
+    /// reply knows whether it may safely send it again (never handled) or not.
+    accepted: AtomicBool,
+}
+
+impl Submission {
+    /// A submission for a body with `fingerprint`, which `decide`s if it wins the claim.
+    pub fn new(
+        fingerprint: [u8; 32],
+        decide: impl FnOnce(u64) -> Result<Decision, DecideError> + Send + 'static,
+    ) -> Self {
+        Submission {
+            fingerprint,
+            decide: Mutex::new(Some(Box::new(decide))),
+            accepted: AtomicBool::new(false),
+        }
+    }
+
+    /// The decision of this request, made at `now_ms` (once: a submission wins at most once).
+    fn decide(&self, now_ms: u64) -> Result<Decision, ClaimError> {
+        let decide = self
+            .decide
+            .lock()
+            .ok()
+            .and_then(|mut decide| decide.take())
+            .ok_or(Invariant::DecidedTwice)?;
+        Ok(decide(now_ms)?)
+    }
+
+    /// True once an actor has started handling this submission.
+    pub fn was_accepted(&self) -> bool {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+/// The actor's answer to a submission.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// This request made the decision: the response it must send (already durable).
+    First(StoredResponse),
+    /// The key completed earlier: the stored response, to send with `Idempotent-Replayed`.
+    Replayed(StoredResponse),
+    /// Another request holds the key right now.
+    InFlight,
+    /// The key was used with another payload.
+    Mismatch,
+    /// Nothing was answered for the key: why.
+    Failed(Arc<ClaimError>),
+}
+
+/// Messages of a claim actor.
+pub enum ClaimMsg {
+    /// A request for the key.
+    Submit(Arc<Submission>, RpcReplyPort<Reply>),
+    /// The callback task of generation `generation` finished.
+    Dispatched {
+        /// The claim generation the task ran for.
+        generation: u64,
+        /// Each action's outcome.
+        outcomes: Vec<ActionOutcome>,
+        /// The run took over a claim whose holder is gone (which may have written some of the
+        /// delivery logs before it died).
+        taken_over: bool,
+    },
+    /// A unit the actor committed (for generation `generation`) is durable, or failed.
+    Committed {
+        /// The claim generation the unit was written for.
+        generation: u64,
+        /// What the unit came to.
+        outcome: Result<Written, StoreError>,
+    },
+    /// Time to check whether the actor has been idle long enough to stop (its own timer).
+    IdleCheck,
+}
+
+/// The key's first request, waiting for its answer.
+struct First {
+    reply: RpcReplyPort<Reply>,
+    fingerprint: [u8; 32],
+}
+
+/// The response to a decision's first processing, given its actions' outcomes.
+fn first_response(
+    decision: &Decision,
+    outcomes: &[ActionOutcome],
+) -> Result<StoredResponse, ClaimError> {
+    let body = serde_json::to_vec(&decision.response(outcomes))?;
+    Ok(StoredResponse { status: 201, body })
+}
+
+/// The claim actor.
+pub struct ClaimActor;
+
+/// The actor's state.
+pub struct ClaimState {
+    id: ClaimId,
+    ctx: Arc<ClaimContext>,
+    generation: u64,
+    /// The log as last read or written: what the next append extends.
+    head: Option<LogHead>,
+    phase: Phase,
+    /// The first request of the current generation, from its claim (or take-over) until it is
+    /// answered: while it waits, what the phase holds may not be durable yet.
+    first: Option<First>,
+    idle: IdleTimer<ClaimMsg>,
+}
+
+impl ClaimState {
+    fn holder(&self) -> Holder {
+        let settings = &self.ctx.settings;
+        Holder {
+            epoch: settings.holder,
+            in_flight_timeout_ms: settings.in_flight_timeout.as_millis() as u64,
+        }
+    }
+
+    /// Folds a durable event into the phase.
+    fn fold(&mut self, event: ClaimEvent) -> Result<(), ClaimError> {
+        crate::metrics::CLAIM_TRANSITIONS
+            .with_label_values(&[event.name()])
+            .inc();
+        let phase = std::mem::replace(&mut self.phase, Phase::Free);
+        self.phase = phase.apply(event)?;
+        Ok(())
+    }
+
+    /// Adopts a log read from the store: the generation that holds the key.
+    fn adopt(&mut self, events: Vec<ClaimEvent>, head: LogHead) -> Result<(), ClaimError> {
+        let mut phase = Phase::Free;
+        for event in events {
+            phase = phase.apply(event)?;
+        }
+        self.generation = head.generation;
+        self.head = Some(head);
+        self.phase = phase;
+        Ok(())
+    }
+
+    /// Commits `unit`; the actor hears back with [`ClaimMsg::Committed`] once it is durable.
+    /// It does not wait for the disk in its handler: the mailbox stays open, so the duplicates
+    /// of a storm are answered (409) while the first request's records are being synced.
+    fn commit(&self, myself: &ActorRef<ClaimMsg>, unit: Unit) {
+        let (me, generation) = (myself.clone(), self.generation);
+        self.ctx.store.commit_then(
+            unit,
+            Box::new(move |outcome| {
+                // An actor gone meanwhile (it failed) leaves the records to the next one, which
+                // reads them from the store.
+                let _ = me.cast(ClaimMsg::Committed {
+                    generation,
+                    outcome,
+                });
+            }),
+        );
+    }
+
+    /// Answers the first request with `reply`.
+    fn answer(&mut self, reply: Reply) {
+        if let Some(first) = self.first.take() {
+            let _ = first.reply.send(reply);
+        }
+    }
+
+    /// Answers the waiting first request with the failure `e` and hands `e` on, for the actor
+    /// to stop.
+    fn fail(&mut self, e: ClaimError) -> Result<(), Arc<ClaimError>> {
+        let e = Arc::new(e);
+        self.answer(Reply::Failed(e.clone()));
+        Err(e)
+    }
+
+    /// Marks the recorded response as handed out and returns it.
+    fn complete(&mut self) -> Result<StoredResponse, ClaimError> {
+        let (Phase::Dispatched(_, _, response), Some(head)) = (&self.phase, &self.head) else {
+            return Err(Invariant::CompleteBeforeRecoveryPoint.into());
+        };
+        let response = response.clone();
+        failpoint::hit("complete.before_persist");
+        // `completed` need not be durable before the response leaves: the response's bytes are
+        // in the store already, in the recovery point, so losing this record leaves
+        // `dispatched`, from which every retry answers the same bytes.
+        self.ctx.store.complete_claim(head)?;
+        self.fold(ClaimEvent::Completed)?;
+        Ok(response)
+    }
+}
+
+impl ClaimActor {
+    /// Runs the claim's actions in a task of their own, which reports back with
+    /// [`ClaimMsg::Dispatched`]; the first request stays waiting.
+    fn start_dispatch(
+        myself: &ActorRef<ClaimMsg>,
+        state: &ClaimState,
+        taken_over: bool,
+    ) -> Result<(), ClaimError> {
+        let claim = state.phase.claim().ok_or(Invariant::NoClaim("dispatch"))?;
+        let decision = claim.decision.clone();
+        let dispatcher = state.ctx.dispatcher.clone();
+        let generation = state.generation;
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let outcomes = dispatcher.dispatch(&decision).await;
+            // If the actor is gone (it failed), the claim stays in flight in the store and is
+            // taken over after `in_flight_timeout`.
+            let _ = me.cast(ClaimMsg::Dispatched {
+                generation,
+                outcomes,
+                taken_over,
+            });
+        });
+        Ok(())
+    }
+
+    fn submit(
+        myself: &ActorRef<ClaimMsg>,
+        state: &mut ClaimState,
+        sub: Arc<Submission>,
+        reply: RpcReplyPort<Reply>,
+    ) -> Result<(), ClaimError> {
+        sub.accepted.store(true, Ordering::SeqCst);
+        let now = now_ms();
+        let waiting = state.first.as_ref().map(|f| &f.fingerprint);
+        let answer = match phase::step(&state.phase, waiting, &sub.fingerprint, now, state.holder())
+        {
+            Step::Replay(response) => Reply::Replayed(response),
+            Step::InFlight => Reply::InFlight,
+            Step::Mismatch => Reply::Mismatch,
+            Step::Claim => return Self::claim(myself, state, &sub, reply, now),
+            Step::TakeOver => {
+                tracing::info!(tenant = %state.id.tenant, "taking over a claim whose holder is gone");
+                crate::metrics::CLAIM_TRANSITIONS
+                    .with_label_values(&["taken_over"])
+                    .inc();
+                state.first = Some(First {
+                    reply,
+                    fingerprint: sub.fingerprint,
+                });
+                return Self::start_dispatch(myself, state, true);
+            }
+            // The recovery point is durable, and with it the delivery logs (written before it,
+            // in the same unit): complete with the recorded response. It was stored before this
+            // request came: the answer is a replay.
+            Step::Finish => Reply::Replayed(state.complete()?),
+        };
+        let _ = reply.send(answer);
+        Ok(())
+    }
+
+    /// Claims the key for `sub`: a new generation with its decision.
+    fn claim(
+        myself: &ActorRef<ClaimMsg>,
+        state: &mut ClaimState,
+        sub: &Submission,
+        reply: RpcReplyPort<Reply>,
+        now: u64,
+    ) -> Result<(), ClaimError> {
+        // A generation is the claim time, strictly increasing per key.
+        let generation = now.max(state.generation + 1);
+        let decision = match sub.decide(generation) {
+            Ok(decision) => decision,
+            // Nothing is claimed: the key stays free, and the actor is as it was.
+            Err(e) => {
+                let _ = reply.send(Reply::Failed(Arc::new(e)));
+                return Ok(());
+            }
+        };
+        state.generation = generation;
+        state.first = Some(First {
+            reply,
+            fingerprint: sub.fingerprint,
+        });
+        let claim = Claim {
+            fingerprint: sub.fingerprint,
+            holder: state.ctx.settings.holder,
+            claimed_at_ms: generation,
+            expires_at_ms: generation + state.ctx.settings.key_ttl.as_millis() as u64,
+            decision,
+        };
+        let events = if claim.decision.deliveries.is_empty() {
+            // Nothing runs between this decision's claim, recovery point and completion, so
+            // there is no side effect to guard: the three records are one durable write,
+            // answered once it is durable.
+            let response = first_response(&claim.decision, &[])?;
+            vec![
+                ClaimEvent::Claimed(claim),
+                ClaimEvent::Dispatched {
+                    outcomes: Vec::new(),
+                    response,
+                },
+                ClaimEvent::Completed,
+            ]
+        } else {
+            // The claim, with its decision and every callback body, is durable before any
+            // action runs (they start once it is): a crash from here on resumes this decision,
+            // never a new one.
+            vec![ClaimEvent::Claimed(claim)]
+        };
+        state.commit(myself, Unit::new().start_claim(state.id.clone(), events));
+        Ok(())
+    }
+
+    fn dispatched(
+        myself: &ActorRef<ClaimMsg>,
+        state: &mut ClaimState,
+        generation: u64,
+        outcomes: Vec<ActionOutcome>,
+        taken_over: bool,
+    ) -> Result<(), ClaimError> {
+        let running = generation == state.generation
+            && matches!(state.phase, Phase::InFlight(_))
+            && state.first.is_some();
+        if !running {
+            return Ok(());
+        }
+        failpoint::hit("dispatch.before_recovery_point");
+        let (Some(claim), Some(head)) = (state.phase.claim(), &state.head) else {
+            return Err(Invariant::NoClaim("record the recovery point").into());
+        };
+        // The recovery point: once the outcomes and the response built from them are durable, a
+        // retry answers that response and never runs the actions again; the first request is
+        // answered only then. The delivery logs (queued ones enter the retry queue) are in the
+        // same unit, written first, so they are durable no later.
+        let response = first_response(&claim.decision, &outcomes)?;
+        let logs = delivery::new_logs(&claim.decision, &outcomes, &state.ctx.deliveries);
+        let mut unit = Unit::new().write_deliveries(logs).append_claim(
+            head.clone(),
+            vec![ClaimEvent::Dispatched { outcomes, response }],
+        );
+        if taken_over {
+            unit = unit.skipping_existing();
+        }
+        state.commit(myself, unit);
+        Ok(())
+    }
+
+    fn committed(
+        myself: &ActorRef<ClaimMsg>,
+        state: &mut ClaimState,
+        generation: u64,
+        outcome: Result<Written, StoreError>,
+    ) -> Result<(), ClaimError> {
+        if generation != state.generation || state.first.is_none() {
+            return Ok(());
+        }
+        match outcome? {
+            Written::Claimed(head, events) | Written::Appended(head, events) => {
+                state.head = Some(head);
+                for event in events {
+                    state.fold(event)?;
+                }
+            }
+            // Another generation holds the key (the store has the last word): this request is
+            // answered as any other request for it would be now.
+            Written::Held(log) => {
+                state.adopt(log.events, log.head)?;
+                let Some(first) = state.first.take() else {
+                    return Ok(());
+                };
+                let answer = match phase::step(
+                    &state.phase,
+                    None,
+                    &first.fingerprint,
+                    now_ms(),
+                    state.holder(),
+                ) {
+                    Step::Replay(response) => Reply::Replayed(response),
+                    Step::Mismatch => Reply::Mismatch,
+                    // In flight, or in a state the next request will resolve.
+                    _ => Reply::InFlight,
+                };
+                let _ = first.reply.send(answer);
+                return Ok(());
+            }
+            Written::Fenced => return Err(ClaimError::Fenced),
+            Written::Nothing => return Err(Invariant::NoClaim("commit").into()),
+        }
+        let response = match state.phase.after_commit()? {
+            AfterCommit::RunActions => {
+                failpoint::hit("claim.after_persist");
+                return Self::start_dispatch(myself, state, false);
+            }
+            AfterCommit::Complete => {
+                failpoint::hit("dispatch.after_recovery_point");
+                state.complete()?
+            }
+            AfterCommit::Answer(response) => {
+                failpoint::hit("claim.after_persist");
+                response
+            }
+        };
+        // The response is durable (in the recovery point) before it leaves: a replay can never
+        // differ.
+        state.answer(Reply::First(response));
+        Ok(())
+    }
+}
+
+/// What a claim actor starts from.
+pub struct ClaimArgs {
+    /// The key it owns.
+    pub id: ClaimId,
+    /// What it shares with the others.
+    pub ctx: Arc<ClaimContext>,
+}
+
+impl Actor for ClaimActor {
+    type Msg = ClaimMsg;
+    type State = ClaimState;
+    type Arguments = ClaimArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ClaimMsg>,
+        args: ClaimArgs,
+    ) -> Result<ClaimState, ActorProcessingErr> {
+        let log = args.ctx.store.load_claim(&args.id, now_ms())?;
+        // Sabotage (failpoints builds only): the claim in the store is ignored, as if claims
+        // lived only in memory.
+        let log = log.filter(|_| !crate::failpoint::switched_on("sabotage"));
+        let mut state = ClaimState {
+            id: args.id,
+            generation: 0,
+            head: None,
+            phase: Phase::Free,
+            first: None,
+            idle: IdleTimer::start(&myself, args.ctx.settings.idle_timeout, || {
+                ClaimMsg::IdleCheck
+            }),
+            ctx: args.ctx,
+        };
+        if let Some(log) = log {
+            state.adopt(log.events, log.head)?;
+        }
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<ClaimMsg>,
+        message: ClaimMsg,
+        state: &mut ClaimState,
+    ) -> Result<(), ActorProcessingErr> {
+        let outcome = match message {
+            ClaimMsg::IdleCheck => {
+                let busy = state.first.is_some();
+                if state.idle.expired(&myself, busy) {
+                    myself.stop(Some("idle".into()));
+                }
+                return Ok(());
+            }
+            ClaimMsg::Submit(sub, reply) => Self::submit(&myself, state, sub, reply),
+            ClaimMsg::Dispatched {
+                generation,
+                outcomes,
+                taken_over,
+            } => Self::dispatched(&myself, state, generation, outcomes, taken_over),
+            ClaimMsg::Committed {
+                generation,
+                outcome,
+            } => Self::committed(&myself, state, generation, outcome),
+        };
+        state.idle.touch(&myself);
+        if let Err(e) = outcome.or_else(|e| state.fail(e)) {
+            // What is in memory may now differ from the store: stop, and let the next request
+            // rebuild the actor from it.
+            tracing::error!(tenant = %state.id.tenant, error = %e, "claim actor stops after a failure");
+            myself.stop(Some(e.to_string()));
+        }
+        Ok(())
+    }
+}
+
+/// How often a request may find its actor stopping under it before giving up (each round is a
+/// fresh lookup or spawn; the race only happens while an idle actor is stopping).
+const MAX_ROUNDS: usize = 64;
+
+/// The registry name of the actor of `id`: `…/claim/<tenant>/<digest in hex>`.
+fn actor_name(family: &Family, id: &ClaimId) -> String {
+    family.name(&format!("{}/{}", id.tenant, hex::encode(id.digest)))
+}
+
+/// The way to claim actors: finds or starts a key's actor and hands it a request.
+pub struct Claims {
+    family: Family,
+    ctx: Arc<ClaimContext>,
+}
+
+impl Claims {
+    /// Starts the claim supervisor. `instance` makes actor names unique when several servers
+    /// share a process (ractor's registry is process-wide).
+    pub async fn start(instance: &str, ctx: Arc<ClaimContext>) -> Result<Self, RegistryError> {
+        Ok(Claims {
+            family: Family::start(instance, "claim", ctx.settings.max_live_actors).await?,
+            ctx,
+        })
+    }
+
+    /// Hands `sub` to the key's actor, starting it if needed, and waits for its answer.
+    pub async fn submit(&self, id: &ClaimId, sub: Submission) -> Result<Reply, RegistryError> {
+        let sub = Arc::new(sub);
+        let name = actor_name(&self.family, id);
+        // Sabotage (failpoints builds only): an actor per request, nothing serialised.
+        let name = match crate::failpoint::switched_on("sabotage") {
+            true => format!("{name}/{:p}", Arc::as_ptr(&sub)),
+            false => name,
+        };
+        for _ in 0..MAX_ROUNDS {
+            let args = || ClaimArgs {
+                id: id.clone(),
+                ctx: self.ctx.clone(),
+            };
+            let actor = self.family.actor(&name, || ClaimActor, args).await?;
+            let outgoing = sub.clone();
+            match actor
+                .call(|port| ClaimMsg::Submit(outgoing, port), None)
+                .await
+            {
+                Ok(ractor::rpc::CallResult::Success(reply)) => return Ok(reply),
+                // The actor stopped before handling the request: safe to send it again.
+                Ok(_) | Err(_) if !sub.was_accepted() => tokio::task::yield_now().await,
+                Ok(_) | Err(_) => return Err(RegistryError::ActorFailed),
+            }
+        }
+        Err(RegistryError::Unavailable)
+    }
+
+    /// The claim actors' family (liveness, failures).
+    pub fn family(&self) -> &Family {
+        &self.family
+    }
+
+    /// Stops every claim actor and the supervisor.
+    pub async fn shutdown(&self) {
+        self.family.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn actor_names_are_the_tenant_and_the_digest_in_lowercase_hex() {
+        let family = Family::start("claim-name-test", "claim", 1)
+            .await
+            .expect("family");
+        let mut digest = [0u8; 32];
+        digest[0] = 0xab;
+        digest[31] = 0x0f;
+        let id = ClaimId {
+            tenant: "acme".into(),
+            digest,
+        };
+        assert_eq!(
+            actor_name(&family, &id),
+            format!("claim-name-test/claim/acme/ab{}0f", "0".repeat(60))
+        );
+        family.shutdown().await;
+    }
+}

@@ -1,0 +1,318 @@
+//! Deliveries: one callback of a decision, from its inline attempt until it is delivered, failed
+//! or dead. The inline attempt is recorded with the claim's recovery point (or, for a keyless
+//! signal, before its answer); after that a supervised delivery actor per callback owns the
+//! retries: the retry worker wakes it when the retry queue says it is due, it makes one signed
+//! attempt with the stored bytes, records the answer durably, and stops when the delivery is
+//! final or it has been idle. `Deliveries` is the way to these actors.
+
+pub mod state;
+
+use std::sync::Arc;
+
+use idem_schemas::timefmt::now_ms;
+use idem_schemas::{DeliveryEvent, DeliveryStatus, DeliveryView, PlannedDelivery};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use crate::dispatch::Dispatcher;
+use crate::failpoint;
+use crate::idle::IdleTimer;
+use crate::store::{DeliveryWrite, Placement, Store, StoreError, Timed, Unit};
+use crate::supervise::{Family, RegistryError};
+pub use state::{new_logs, DeliverySettings, DeliveryState, InvalidDeliveryLog};
+use state::{outcome_label, placement};
+
+/// What delivery actors share.
+pub struct DeliveryContext {
+    /// The delivery logs.
+    pub store: Arc<dyn Store>,
+    /// Makes the attempts.
+    pub dispatcher: Arc<Dispatcher>,
+    /// Retry policy.
+    pub settings: DeliverySettings,
+}
+
+/// Why a delivery could not be read or moved on.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The delivery's log does not fold.
+    #[error(transparent)]
+    Log(#[from] InvalidDeliveryLog),
+    /// No such delivery.
+    #[error("no delivery {0}")]
+    Missing(String),
+}
+
+impl DeliveryContext {
+    /// A delivery as stored, if it exists.
+    pub fn load(&self, id: &str) -> Result<Option<DeliveryState>, DeliveryError> {
+        match self.store.load_delivery(id)? {
+            None => Ok(None),
+            Some(events) => Ok(Some(DeliveryState::fold(events)?)),
+        }
+    }
+}
+
+/// Messages of a delivery actor.
+pub enum DeliveryMsg {
+    /// The retry queue says an attempt is due at `due_ms`.
+    Attempt {
+        /// The due time of the queue entry that woke the actor.
+        due_ms: u64,
+    },
+    /// Start a new series of attempts (failed or dead deliveries only).
+    Redeliver(RpcReplyPort<Result<DeliveryView, DeliveryStatus>>),
+    /// Time to check whether the actor has been idle long enough to stop.
+    IdleCheck,
+}
+
+/// The delivery actor.
+pub struct DeliveryActor;
+
+/// The delivery actor's state.
+pub struct DeliveryActorState {
+    ctx: Arc<DeliveryContext>,
+    delivery: DeliveryState,
+    idle: IdleTimer<DeliveryMsg>,
+}
+
+impl DeliveryActorState {
+    /// Records `event`, moving the delivery to `to`, and returns once it is durable.
+    async fn record(&mut self, event: DeliveryEvent, to: Placement) -> Result<(), DeliveryError> {
+        let d = &self.delivery;
+        let write = DeliveryWrite {
+            tenant: d.record.tenant.clone(),
+            id: d.record.id.clone(),
+            first_seq: d.next_seq,
+            events: vec![event.clone()],
+            from: Some(d.placement),
+            to,
+        };
+        let from = d.placement.status;
+        self.ctx
+            .store
+            .commit(Unit::new().write_deliveries(vec![write]))
+            .await?;
+        crate::metrics::delivery_moved(Some(from), Some(to.status));
+        self.delivery.apply(event)?;
+        Ok(())
+    }
+
+    async fn attempt(&mut self, due_ms: u64) -> Result<(), DeliveryError> {
+        let now = now_ms();
+        match self.delivery.placement.due_ms {
+            Some(due) if due == due_ms && due <= now => {}
+            Some(due) if due == due_ms => return Ok(()),
+            // The queue entry is stale (the delivery moved on): drop it.
+            _ => {
+                let stale = Timed {
+                    at_ms: due_ms,
+                    id: self.delivery.record.id.clone(),
+                };
+                self.ctx.store.drop_due(&stale)?;
+                return Ok(());
+            }
+        }
+        let record = &self.delivery.record;
+        let planned = PlannedDelivery {
+            id: record.id.clone(),
+            action: record.action.clone(),
+            url: record.url.clone(),
+            body: record.body.clone(),
+        };
+        let (status, attempt) = self
+            .ctx
+            .dispatcher
+            .attempt(
+                &record.tenant,
+                &record.decision_id,
+                &planned,
+                self.ctx.settings.attempt_timeout,
+            )
+            .await;
+        let next = self.ctx.settings.next_step(
+            status,
+            self.delivery.series_attempts + 1,
+            &attempt,
+            now_ms(),
+        );
+        tracing::info!(delivery = %record.id, attempt = self.delivery.attempts.len() + 1, code = ?attempt.code, error = ?attempt.error, next = ?next, "retry attempt");
+        failpoint::hit("delivery.after_attempt");
+        let number = self.delivery.attempts.len() + 1;
+        crate::metrics::DELIVERY_ATTEMPTS
+            .with_label_values(&[crate::metrics::attempt_label(number), outcome_label(next)])
+            .inc();
+        // Until this record is durable the attempt is not counted: a crash here makes it again,
+        // with the same webhook-id and bytes.
+        self.record(DeliveryEvent::Answered { attempt, next }, placement(next))
+            .await
+    }
+}
+
+/// What a delivery actor starts from.
+pub struct DeliveryArgs {
+    /// The delivery it owns.
+    pub id: String,
+    /// Shared context.
+    pub ctx: Arc<DeliveryContext>,
+}
+
+impl Actor for DeliveryActor {
+    type Msg = DeliveryMsg;
+    type State = DeliveryActorState;
+    type Arguments = DeliveryArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<DeliveryMsg>,
+        args: DeliveryArgs,
+    ) -> Result<DeliveryActorState, ActorProcessingErr> {
+        let delivery = args
+            .ctx
+            .load(&args.id)?
+            .ok_or(DeliveryError::Missing(args.id))?;
+        Ok(DeliveryActorState {
+            delivery,
+            idle: IdleTimer::start(&myself, args.ctx.settings.idle_timeout, || {
+                DeliveryMsg::IdleCheck
+            }),
+            ctx: args.ctx,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<DeliveryMsg>,
+        message: DeliveryMsg,
+        state: &mut DeliveryActorState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            DeliveryMsg::IdleCheck => {
+                if state.idle.expired(&myself, false) {
+                    myself.stop(Some("idle".into()));
+                }
+                return Ok(());
+            }
+            DeliveryMsg::Attempt { due_ms } => state.attempt(due_ms).await?,
+            DeliveryMsg::Redeliver(reply) => {
+                let status = state.delivery.placement.status;
+                if matches!(status, DeliveryStatus::Failed | DeliveryStatus::Dead) {
+                    let at_ms = now_ms();
+                    let to = Placement {
+                        status: DeliveryStatus::Queued,
+                        due_ms: Some(at_ms),
+                    };
+                    state
+                        .record(DeliveryEvent::Redelivered { at_ms }, to)
+                        .await?;
+                    let _ = reply.send(Ok(state.delivery.view()));
+                    let _ = myself.cast(DeliveryMsg::Attempt { due_ms: at_ms });
+                } else {
+                    let _ = reply.send(Err(status));
+                }
+            }
+        }
+        state.idle.touch(&myself);
+        if state.delivery.placement.due_ms.is_none() {
+            // Final: nothing more for this actor to do.
+            myself.stop(Some("final".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Why a redelivery was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RedeliverError {
+    /// No such delivery.
+    #[error("no such delivery")]
+    NotFound,
+    /// Only failed or dead deliveries may be redelivered.
+    #[error("the delivery is {}", .0.as_str())]
+    NotFinal(DeliveryStatus),
+    /// The actor could not take the request.
+    #[error(transparent)]
+    Actor(#[from] RegistryError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// How often a message may find its actor stopping under it before giving up.
+const MAX_ROUNDS: usize = 64;
+
+/// The way to delivery actors: finds or starts a delivery's actor and hands it a message.
+pub struct Deliveries {
+    family: Family,
+    ctx: Arc<DeliveryContext>,
+}
+
+impl Deliveries {
+    /// Starts the delivery supervisor. `instance` makes actor names unique when several
+    /// servers share a process (ractor's registry is process-wide).
+    pub async fn start(instance: &str, ctx: Arc<DeliveryContext>) -> Result<Self, RegistryError> {
+        Ok(Deliveries {
+            family: Family::start(instance, "delivery", usize::MAX).await?,
+            ctx,
+        })
+    }
+
+    async fn actor(&self, id: &str) -> Result<ActorRef<DeliveryMsg>, RegistryError> {
+        let args = || DeliveryArgs {
+            id: id.to_string(),
+            ctx: self.ctx.clone(),
+        };
+        self.family
+            .actor(&self.family.name(id), || DeliveryActor, args)
+            .await
+    }
+
+    /// Wakes the actor of a delivery whose queue entry is due at `due_ms`.
+    pub async fn wake(&self, id: &str, due_ms: u64) -> Result<(), RegistryError> {
+        for _ in 0..MAX_ROUNDS {
+            let actor = self.actor(id).await?;
+            // A cast to an actor that stopped in between fails: look it up again.
+            if actor.cast(DeliveryMsg::Attempt { due_ms }).is_ok() {
+                return Ok(());
+            }
+            tokio::task::yield_now().await;
+        }
+        Err(RegistryError::Unavailable)
+    }
+
+    /// A delivery as stored, if it exists.
+    pub fn load(&self, id: &str) -> Result<Option<DeliveryState>, DeliveryError> {
+        self.ctx.load(id)
+    }
+
+    /// Starts a new series of attempts for a failed or dead delivery.
+    pub async fn redeliver(&self, id: &str) -> Result<DeliveryView, RedeliverError> {
+        if !self.ctx.store.delivery_exists(id)? {
+            return Err(RedeliverError::NotFound);
+        }
+        for _ in 0..MAX_ROUNDS {
+            let actor = self.actor(id).await?;
+            match actor.call(DeliveryMsg::Redeliver, None).await {
+                Ok(ractor::rpc::CallResult::Success(Ok(view))) => return Ok(view),
+                Ok(ractor::rpc::CallResult::Success(Err(status))) => {
+                    return Err(RedeliverError::NotFinal(status))
+                }
+                // Stopped before handling it (a redelivery is idempotent on a queued delivery).
+                _ => tokio::task::yield_now().await,
+            }
+        }
+        Err(RegistryError::Unavailable.into())
+    }
+
+    /// The delivery actors' family (liveness, failures).
+    pub fn family(&self) -> &Family {
+        &self.family
+    }
+
+    /// Stops every delivery actor and the supervisor.
+    pub async fn shutdown(&self) {
+        self.family.shutdown().await;
+    }
+}

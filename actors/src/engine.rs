@@ -1,0 +1,303 @@
+//! The engine: the one handle the HTTP front uses. Built once from its settings, it owns the
+//! store, the claim and delivery actor families, the retry worker and the sweeper, and stops
+//! them in order. Its operations are the service's: submit a keyed signal (to its claim actor),
+//! process a keyless one, read, list and redeliver a tenant's deliveries, sweep. Everything the
+//! service makes durable is made durable below this handle, each thing in one place: a claim and
+//! its recovery point in the claim actor, an attempt in the delivery actor, a keyless signal's
+//! deliveries in [`Engine::keyless`], and what the deliveries API shows in [`Engine::read`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use idem_schemas::timefmt::now_ms;
+use idem_schemas::{Decision, DeliveryStatus, DeliveryView, StoredResponse};
+
+use crate::claim::{ClaimContext, ClaimSettings, Claims, Reply, Submission};
+use crate::delivery::{
+    new_logs, Deliveries, DeliveryContext, DeliveryError, DeliverySettings, RedeliverError,
+};
+use crate::dispatch::{ClientError, Dispatcher, Keyring};
+use crate::store::sled::SledStore;
+use crate::store::{ClaimId, Store, StoreError, Unit};
+use crate::supervise::RegistryError;
+
+/// What the engine is built from.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Where the embedded store keeps its files.
+    pub data_dir: PathBuf,
+    /// How long a key and its result live after the claim; final deliveries are kept as long.
+    pub key_ttl: Duration,
+    /// After this, an `in_flight` claim may be taken over even from a live holder.
+    pub in_flight_timeout: Duration,
+    /// An actor with nothing to do for this long stops.
+    pub idle_actor_timeout: Duration,
+    /// At most this many claim actors run at once.
+    pub max_live_actors: usize,
+    /// How often expired claims and deliveries are swept.
+    pub sweep_interval: Duration,
+    /// The deadline of each callback attempt.
+    pub inline_timeout: Duration,
+    /// Attempts after the first of a series.
+    pub max_retries: u32,
+    /// Time between attempts.
+    pub retry_interval: Duration,
+}
+
+/// Why the engine failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A delivery could not be read.
+    #[error(transparent)]
+    Delivery(#[from] DeliveryError),
+    /// The actors could not start.
+    #[error(transparent)]
+    Actors(#[from] RegistryError),
+    /// The callback client could not be built.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// A response could not be serialised.
+    #[error("cannot serialise the response: {0}")]
+    Response(#[from] serde_json::Error),
+}
+
+/// A page of a tenant's deliveries.
+#[derive(Debug)]
+pub struct DeliveryList {
+    /// The deliveries, in (status, id) order.
+    pub data: Vec<DeliveryView>,
+    /// Where the next page starts, if there is one.
+    pub next_after: Option<(DeliveryStatus, String)>,
+}
+
+/// What `/metrics` reads at scrape time.
+#[derive(Debug, Clone, Copy)]
+pub struct Gauges {
+    /// Claim actors alive.
+    pub live_claims: usize,
+    /// Delivery actors alive.
+    pub live_deliveries: usize,
+    /// Deliveries waiting for a retry.
+    pub queued: u64,
+    /// When the longest-waiting queued delivery was created (unix milliseconds).
+    pub oldest_queued_created_ms: Option<u64>,
+}
+
+impl Gauges {
+    /// How old the longest-waiting queued delivery is, in whole seconds (0 when none).
+    pub fn oldest_queued_age_s(&self) -> u64 {
+        self.oldest_queued_created_ms
+            .map_or(0, |created| now_ms().saturating_sub(created) / 1000)
+    }
+}
+
+/// The service's core: store, actors and background tasks.
+pub struct Engine {
+    store: Arc<dyn Store>,
+    dispatcher: Arc<Dispatcher>,
+    delivery_settings: DeliverySettings,
+    claims: Claims,
+    deliveries: Arc<Deliveries>,
+    retry_worker: tokio::task::JoinHandle<()>,
+    sweeper: tokio::task::JoinHandle<()>,
+}
+
+/// A number no other process of this store had: claims made under another epoch have no live
+/// holder and may be taken over at once.
+fn process_epoch() -> u64 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ (u64::from(std::process::id()) << 40)
+}
+
+impl Engine {
+    /// Opens the store in `config.data_dir` and starts the actors and background tasks;
+    /// callbacks are signed with the secrets `keyring` gives.
+    pub async fn start(
+        config: EngineConfig,
+        keyring: Arc<dyn Keyring>,
+    ) -> Result<Self, EngineError> {
+        let store: Arc<dyn Store> = SledStore::open(&config.data_dir)?;
+        crate::metrics::count_deliveries(store.count_by_status()?);
+        let dispatcher = Arc::new(Dispatcher::new(keyring, config.inline_timeout)?);
+        let epoch = process_epoch();
+        // Actor names are unique per engine: ractor's registry is process-wide.
+        let instance = format!("idem-{epoch:x}");
+        let delivery_settings = DeliverySettings {
+            max_retries: config.max_retries,
+            retry_interval: config.retry_interval,
+            attempt_timeout: config.inline_timeout,
+            idle_timeout: config.idle_actor_timeout,
+            retention: config.key_ttl,
+        };
+        let deliveries = Arc::new(
+            Deliveries::start(
+                &instance,
+                Arc::new(DeliveryContext {
+                    store: store.clone(),
+                    dispatcher: dispatcher.clone(),
+                    settings: delivery_settings.clone(),
+                }),
+            )
+            .await?,
+        );
+        let claims = Claims::start(
+            &instance,
+            Arc::new(ClaimContext {
+                store: store.clone(),
+                dispatcher: dispatcher.clone(),
+                deliveries: delivery_settings.clone(),
+                settings: ClaimSettings {
+                    key_ttl: config.key_ttl,
+                    in_flight_timeout: config.in_flight_timeout,
+                    idle_timeout: config.idle_actor_timeout,
+                    max_live_actors: config.max_live_actors,
+                    holder: epoch,
+                },
+            }),
+        )
+        .await?;
+        let retry_worker = crate::retry_worker::spawn(
+            store.clone(),
+            deliveries.clone(),
+            crate::retry_worker::tick_for(config.retry_interval),
+        );
+        let sweeper =
+            crate::sweeper::spawn(store.clone(), config.sweep_interval, config.retry_interval);
+        Ok(Engine {
+            store,
+            dispatcher,
+            delivery_settings,
+            claims,
+            deliveries,
+            retry_worker,
+            sweeper,
+        })
+    }
+
+    /// A keyed signal: its claim actor decides what this request gets.
+    pub async fn submit(&self, id: &ClaimId, sub: Submission) -> Result<Reply, RegistryError> {
+        self.claims.submit(id, sub).await
+    }
+
+    /// A keyless signal: processed every time (at-least-once), through the same dispatch code
+    /// as a keyed one; the response to send.
+    pub async fn keyless(&self, decision: &Decision) -> Result<StoredResponse, EngineError> {
+        let outcomes = self.dispatcher.dispatch(decision).await;
+        // Queued callbacks are durable in the retry queue before the response says so.
+        let logs = new_logs(decision, &outcomes, &self.delivery_settings);
+        self.store
+            .commit(Unit::new().write_deliveries(logs))
+            .await?;
+        let body = serde_json::to_vec(&decision.response(&outcomes))?;
+        Ok(StoredResponse { status: 201, body })
+    }
+
+    /// `tenant`'s delivery `id` (another tenant's is as missing as a missing one).
+    pub async fn delivery(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<DeliveryView>, EngineError> {
+        let view = self
+            .deliveries
+            .load(id)?
+            .filter(|d| d.record.tenant == tenant)
+            .map(|d| d.view());
+        self.read().await?;
+        Ok(view)
+    }
+
+    /// A page of `tenant`'s deliveries with `status` (every status when `None`), after the
+    /// cursor `after`, at most `limit`.
+    pub async fn list_deliveries(
+        &self,
+        tenant: &str,
+        status: Option<DeliveryStatus>,
+        after: Option<(DeliveryStatus, &str)>,
+        limit: usize,
+    ) -> Result<DeliveryList, EngineError> {
+        let ids = self
+            .store
+            .list_deliveries(tenant, status, after, limit + 1)?;
+        let has_more = ids.len() > limit;
+        let mut data = Vec::with_capacity(limit);
+        let mut last = None;
+        for (status, id) in ids.into_iter().take(limit) {
+            if let Some(d) = self.deliveries.load(&id)? {
+                data.push(d.view());
+            }
+            last = Some((status, id));
+        }
+        self.read().await?;
+        Ok(DeliveryList {
+            data,
+            next_after: last.filter(|_| has_more),
+        })
+    }
+
+    /// Starts a new series of attempts for `tenant`'s failed or dead delivery `id`.
+    pub async fn redeliver(&self, tenant: &str, id: &str) -> Result<DeliveryView, RedeliverError> {
+        let owned = self
+            .deliveries
+            .load(id)
+            .map_err(|e| match e {
+                DeliveryError::Store(e) => RedeliverError::Store(e),
+                _ => RedeliverError::NotFound,
+            })?
+            .is_some_and(|d| d.record.tenant == tenant);
+        if !owned {
+            return Err(RedeliverError::NotFound);
+        }
+        self.deliveries.redeliver(id).await
+    }
+
+    /// Returns once every write made before it is durable. A delivery's record is in the store
+    /// a moment before its actor's commit returns; what the deliveries API shows must not be
+    /// undone by a crash in that moment, so each read makes what it read durable before it
+    /// answers.
+    async fn read(&self) -> Result<(), StoreError> {
+        self.store.commit(Unit::new()).await.map(drop)
+    }
+
+    /// Deletes what has expired now (the sweeper does this every `sweep_interval`), and
+    /// returns once that is durable.
+    pub async fn sweep(&self) -> Result<(), StoreError> {
+        let requeue = self.delivery_settings.retry_interval;
+        while crate::sweeper::sweep_once(&*self.store, requeue)? > 0 {}
+        self.read().await
+    }
+
+    /// The figures `/metrics` reads at scrape time.
+    pub fn gauges(&self) -> Gauges {
+        Gauges {
+            live_claims: self.claims.family().live(),
+            live_deliveries: self.deliveries.family().live(),
+            queued: self.store.queued().unwrap_or(0),
+            oldest_queued_created_ms: self
+                .store
+                .oldest_queued()
+                .ok()
+                .flatten()
+                .map(|record| record.created_at_ms),
+        }
+    }
+
+    /// Stops the background tasks and the actors, in order, then makes the store durable one
+    /// last time. Call once the HTTP front has stopped taking requests.
+    pub async fn shutdown(&self) -> Result<(), StoreError> {
+        // No new attempts start; the claim actors finish what they hold, then the delivery
+        // actors; the sweeper last, as it only deletes.
+        self.retry_worker.abort();
+        self.claims.shutdown().await;
+        self.deliveries.shutdown().await;
+        self.sweeper.abort();
+        self.read().await
+    }
+}

@@ -1,0 +1,279 @@
+//! The storage seam: what the actors ask of a store, in their own words. A claim store keeps
+//! each key's claim log and decides who holds a claim: starting a claim returns either the new
+//! claim or the one that already holds the key, and an append to a generation that is no longer
+//! the key's current one is refused as fenced, so a stale writer can never overwrite a newer
+//! one. A delivery store keeps each callback's log, the durable retry queue and the tenant's
+//! listing. Writes are made in a [`Unit`] of work, which the store applies and makes durable as
+//! a whole (its group commit batches many units into one sync) before it reports what the unit
+//! came to. `sled` is the embedded implementation.
+
+pub mod sled;
+
+use std::sync::Arc;
+
+use idem_schemas::{ClaimEvent, DeliveryEvent, DeliveryRecord, DeliveryStatus};
+
+use crate::codec::CodecError;
+
+/// Identifies a claim: a tenant and the keyed digest of an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClaimId {
+    /// The tenant's name.
+    pub tenant: String,
+    /// HMAC-SHA-256 of the key under the server's `key_secret`.
+    pub digest: [u8; 32],
+}
+
+/// The current generation of a claim's log, as loaded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimLog {
+    /// Its events, in order.
+    pub events: Vec<ClaimEvent>,
+    /// Where the next append goes.
+    pub head: LogHead,
+}
+
+/// One generation of a claim's log as its writer last read or wrote it: the generation it was
+/// granted (the fencing token of every later write) and where its next record goes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogHead {
+    /// The claim.
+    pub id: ClaimId,
+    /// The generation (`claimed_at_ms` of its `Claimed` event).
+    pub generation: u64,
+    /// When the generation expires (unix milliseconds).
+    pub expires_at_ms: u64,
+    /// How many writes the log holds.
+    pub next: u32,
+}
+
+/// Where a delivery sits in the indexes: its status, and while queued, when it is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// The status.
+    pub status: DeliveryStatus,
+    /// Due time (unix milliseconds) while queued.
+    pub due_ms: Option<u64>,
+}
+
+/// A write to one delivery's log: records `first_seq..` and its move in the indexes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryWrite {
+    /// The tenant the delivery belongs to.
+    pub tenant: String,
+    /// The delivery.
+    pub id: String,
+    /// The sequence number of the first record (0 creates the delivery).
+    pub first_seq: u32,
+    /// The records.
+    pub events: Vec<DeliveryEvent>,
+    /// Where it was (none for a new delivery).
+    pub from: Option<Placement>,
+    /// Where it goes.
+    pub to: Placement,
+}
+
+/// What a unit's claim write is.
+#[derive(Debug, Clone, PartialEq)]
+enum ClaimWrite {
+    /// Start a generation with `events`, the first of them its `Claimed`.
+    Start(ClaimId, Vec<ClaimEvent>),
+    /// Append `events` to the generation at the head.
+    Append(LogHead, Vec<ClaimEvent>),
+}
+
+/// A unit of work: the records one step writes, applied in order (a decision's new delivery
+/// logs before the claim record that names them) and made durable together by one commit.
+#[derive(Debug, Default)]
+#[must_use = "a unit is written only when committed"]
+pub struct Unit {
+    deliveries: Vec<DeliveryWrite>,
+    /// New deliveries may exist already (a take-over after a crash): those are left alone.
+    skip_existing: bool,
+    claim: Option<ClaimWrite>,
+}
+
+impl Unit {
+    /// An empty unit: committing it returns once every write made before is durable.
+    pub fn new() -> Self {
+        Unit::default()
+    }
+
+    /// Starts a new generation of `id`'s claim with `events` (the first is its `Claimed`).
+    /// Refused, as [`Written::Held`], while another unexpired generation holds the key.
+    pub fn start_claim(mut self, id: ClaimId, events: Vec<ClaimEvent>) -> Self {
+        self.claim = Some(ClaimWrite::Start(id, events));
+        self
+    }
+
+    /// Appends `events` to the generation at `head` as one write. Refused, as
+    /// [`Written::Fenced`], when that generation is no longer the key's current one or its log
+    /// has moved past `head`.
+    pub fn append_claim(mut self, head: LogHead, events: Vec<ClaimEvent>) -> Self {
+        self.claim = Some(ClaimWrite::Append(head, events));
+        self
+    }
+
+    /// Writes delivery logs (new ones, and answers to attempts or redeliveries).
+    pub fn write_deliveries(mut self, writes: Vec<DeliveryWrite>) -> Self {
+        self.deliveries.extend(writes);
+        self
+    }
+
+    /// New deliveries in this unit that exist already are left as they are (finishing a claim
+    /// an earlier process may have half-written).
+    pub fn skipping_existing(mut self) -> Self {
+        self.skip_existing = true;
+        self
+    }
+}
+
+/// What a committed unit's claim write came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Written {
+    /// The unit wrote no claim record.
+    Nothing,
+    /// The generation was started: its head, and the events written.
+    Claimed(LogHead, Vec<ClaimEvent>),
+    /// Another generation holds the key: its log (nothing of the unit was written).
+    Held(ClaimLog),
+    /// The events were appended: the new head, and the events.
+    Appended(LogHead, Vec<ClaimEvent>),
+    /// The generation appended to is no longer the key's current one: nothing of the unit was
+    /// written.
+    Fenced,
+}
+
+/// Why the store failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The embedded database refused an operation.
+    #[error("store: {0}")]
+    Sled(#[from] ::sled::Error),
+    /// A file operation or sync failed: the write may not be durable.
+    #[error("store: {0}")]
+    Io(Arc<std::io::Error>),
+    /// A record did not decode or encode.
+    #[error("store: {0}")]
+    Codec(Arc<CodecError>),
+    /// The group commit has stopped (the store is shutting down).
+    #[error("store: the group commit has stopped")]
+    Stopped,
+    /// A new generation was written without its `Claimed` event first.
+    #[error("store: a claim log must start with its claim")]
+    NotAClaim,
+    /// A stored key or log has an impossible shape.
+    #[error("store: malformed entry in {0}")]
+    Malformed(&'static str),
+    /// The data directory was written in another format: what was found there.
+    #[error(
+        "store: the data directory holds {0}, this idem reads and writes format {format}; \
+         start it on an empty data_dir",
+        format = sled::FORMAT
+    )]
+    Format(String),
+}
+
+impl From<std::io::Error> for StoreError {
+    fn from(e: std::io::Error) -> Self {
+        StoreError::Io(Arc::new(e))
+    }
+}
+
+impl From<CodecError> for StoreError {
+    fn from(e: CodecError) -> Self {
+        StoreError::Codec(Arc::new(e))
+    }
+}
+
+/// Claim logs: one log per generation of a key; writes go through a [`Unit`].
+pub trait ClaimStore: Send + Sync {
+    /// The key's current generation, if it has one that has not expired at `now_ms`.
+    fn load_claim(&self, id: &ClaimId, now_ms: u64) -> Result<Option<ClaimLog>, StoreError>;
+
+    /// Marks the generation at `head` completed, if it is still the key's current one. Written
+    /// now, durable with a later commit: losing it leaves the recovery point, which answers the
+    /// same bytes.
+    fn complete_claim(&self, head: &LogHead) -> Result<(), StoreError>;
+
+    /// Deletes up to `limit` records of generations expired before `now_ms`; how many.
+    fn sweep_claims(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError>;
+}
+
+/// A due-index or retention-index entry: when, and which delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timed {
+    /// The time of the entry (unix milliseconds).
+    pub at_ms: u64,
+    /// The delivery.
+    pub id: String,
+}
+
+/// Delivery logs and their indexes; writes go through a [`Unit`].
+pub trait DeliveryStore: Send + Sync {
+    /// A delivery's log, if it exists.
+    fn load_delivery(&self, id: &str) -> Result<Option<Vec<DeliveryEvent>>, StoreError>;
+
+    /// Whether a delivery exists.
+    fn delivery_exists(&self, id: &str) -> Result<bool, StoreError>;
+
+    /// Up to `limit` queued deliveries due at or before `now_ms`, oldest first.
+    fn due(&self, now_ms: u64, limit: usize) -> Result<Vec<Timed>, StoreError>;
+
+    /// Forgets a due entry that no longer matches its delivery.
+    fn drop_due(&self, due: &Timed) -> Result<(), StoreError>;
+
+    /// Ids of `tenant`'s deliveries with `status` (every status when `None`), in (status, id)
+    /// order, after the cursor `after`, at most `limit`.
+    fn list_deliveries(
+        &self,
+        tenant: &str,
+        status: Option<DeliveryStatus>,
+        after: Option<(DeliveryStatus, &str)>,
+        limit: usize,
+    ) -> Result<Vec<(DeliveryStatus, String)>, StoreError>;
+
+    /// Forgets up to `limit` final deliveries whose retention ended before `now_ms`; one still
+    /// queued is looked at again at `requeue_ms`. Returns the statuses of those forgotten.
+    fn expire_deliveries(
+        &self,
+        now_ms: u64,
+        requeue_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<DeliveryStatus>, StoreError>;
+
+    /// How many deliveries are queued.
+    fn queued(&self) -> Result<u64, StoreError>;
+
+    /// The record of the longest-waiting queued delivery, if any.
+    fn oldest_queued(&self) -> Result<Option<DeliveryRecord>, StoreError>;
+
+    /// How many deliveries have each status, in [`DeliveryStatus::ALL`] order (read once at
+    /// start, for the gauges, which then follow each write).
+    fn count_by_status(&self) -> Result<[u64; 4], StoreError>;
+}
+
+/// Told what a unit came to once it is durable (or why it is not); called on the store's
+/// commit thread, so it only hands the news on.
+pub type Then = Box<dyn FnOnce(Result<Written, StoreError>) + Send>;
+
+/// A store: claims, deliveries, and the commit that makes a unit durable.
+pub trait Store: ClaimStore + DeliveryStore {
+    /// Applies `unit` and calls `then` once it is durable, with what it came to. Every unit
+    /// committed before is durable no later.
+    fn commit_then(&self, unit: Unit, then: Then);
+}
+
+impl dyn Store {
+    /// Applies `unit` and returns what it came to once it is durable.
+    pub async fn commit(&self, unit: Unit) -> Result<Written, StoreError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.commit_then(
+            unit,
+            Box::new(move |outcome| {
+                let _ = tx.send(outcome);
+            }),
+        );
+        rx.await.map_err(|_| StoreError::Stopped)?
+    }
+}

@@ -1,0 +1,204 @@
+//! Claim logs in sled. A key's current generation is named by its index entry in `claims`; its
+//! log is a few entries of `claim_logs`, one per write, keyed so that logs are stored in the
+//! order they expire, which is the order they are made: the leaves a request writes are the few
+//! newest ones, which stay in sled's cache, a lookup by key descends only the small index, and
+//! an append writes only its own records. A log's last record, `completed`, is a flag on its
+//! index entry rather than an entry of its own: rewriting a small value that exists costs sled
+//! far less than one more entry in leaves it consolidates and splits.
+//!
+//! The index decides who holds a key: a new generation is written only while no unexpired one
+//! is named there (a compare-and-swap against what was read), and an append only while the index
+//! still names the appender's generation and its log ends where the appender last wrote. Within
+//! one process a key has one writer (its claim actor), and sled's lock on the data directory
+//! keeps other processes out, so these checks refuse stale writers rather than settle races.
+//! The sweeper walks `claim_logs` from its oldest entry and removes what expired; an expired
+//! generation reads as no claim at all.
+
+use idem_schemas::ClaimEvent;
+
+use super::keys::{claim_key, log_entry, log_key, log_prefix, split_log_key, split_records, Index};
+use super::SledStore;
+use crate::codec;
+use crate::store::{ClaimId, ClaimLog, ClaimStore, LogHead, StoreError, Written};
+
+impl ClaimStore for SledStore {
+    fn load_claim(&self, id: &ClaimId, now_ms: u64) -> Result<Option<ClaimLog>, StoreError> {
+        let Some(index) = self.claims.get(claim_key(id))? else {
+            return Ok(None);
+        };
+        let index = Index::parse(&index)?;
+        // An expired claim is no claim (the key is free again), whatever the sweeper has or has
+        // not removed of it yet.
+        if index.expires_at_ms <= now_ms {
+            return Ok(None);
+        }
+        let mut head = LogHead {
+            id: id.clone(),
+            generation: index.generation,
+            expires_at_ms: index.expires_at_ms,
+            next: 0,
+        };
+        let prefix = log_prefix(&head);
+        let mut events = Vec::new();
+        for item in self.claim_logs.scan_prefix(&prefix) {
+            let (key, value) = item?;
+            if key.get(prefix.len()..) != Some(&head.next.to_be_bytes()[..]) {
+                return Err(StoreError::Malformed("claim_logs"));
+            }
+            for record in split_records(&value)? {
+                events.push(codec::decode(record)?);
+            }
+            head.next += 1;
+        }
+        // An index naming a log that is not there, before its expiry, is damage, not a free key.
+        if head.next == 0 {
+            return Err(StoreError::Malformed("claims"));
+        }
+        // A log written without actions carries `completed` in its one entry.
+        if index.completed && events.last() != Some(&ClaimEvent::Completed) {
+            events.push(ClaimEvent::Completed);
+        }
+        Ok(Some(ClaimLog { events, head }))
+    }
+
+    fn complete_claim(&self, head: &LogHead) -> Result<(), StoreError> {
+        let current = Index::of(head);
+        let completed = Index {
+            completed: true,
+            ..current
+        };
+        // Only while the index still names this log: a newer generation is left alone.
+        let _ = self.claims.compare_and_swap(
+            claim_key(&head.id),
+            Some(current.value()),
+            Some(completed.value()),
+        )?;
+        Ok(())
+    }
+
+    fn sweep_claims(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        let mut swept = 0;
+        for key in self
+            .claim_logs
+            .range(..now_ms.to_be_bytes().to_vec())
+            .keys()
+            .take(limit)
+        {
+            let key = key?;
+            let (expires_at_ms, claim, generation, seq) = split_log_key(&key)?;
+            if seq == 0 {
+                // The index first: a crash that loses the log's removal leaves it to the next
+                // sweep, never an index entry nothing will come back for. It goes only if it
+                // still names this log (completed or not).
+                let this = Index {
+                    expires_at_ms,
+                    generation,
+                    completed: false,
+                };
+                if let Some(found) = self.claims.get(claim)? {
+                    if Index::parse(&found)?.same_log(&this) {
+                        let _ = self.claims.compare_and_swap(
+                            claim,
+                            Some(found),
+                            None as Option<&[u8]>,
+                        )?;
+                    }
+                }
+            }
+            self.claim_logs.remove(&key)?;
+            swept += 1;
+        }
+        Ok(swept)
+    }
+}
+
+impl SledStore {
+    /// Starts a generation of `id` with `events`, unless an unexpired one holds the key.
+    pub(super) fn start_claim(
+        &self,
+        id: ClaimId,
+        events: Vec<ClaimEvent>,
+    ) -> Result<Written, StoreError> {
+        let Some(ClaimEvent::Claimed(claim)) = events.first() else {
+            return Err(StoreError::NotAClaim);
+        };
+        let now_ms = claim.claimed_at_ms;
+        let head = LogHead {
+            id,
+            generation: claim.claimed_at_ms,
+            expires_at_ms: claim.expires_at_ms,
+            next: 1,
+        };
+        let key = claim_key(&head.id);
+        let current = self.claims.get(&key)?;
+        if let Some(found) = &current {
+            if Index::parse(found)?.expires_at_ms > now_ms && fencing() {
+                return self.held(&head.id, now_ms);
+            }
+        }
+        // The log first, only where nothing is (a writer of the same generation would be there
+        // already); the index last, only if it still names what was read: a crash between the
+        // two leaves a log nothing names, swept in time, never an index naming no log.
+        let first = log_key(&log_prefix(&head), 0);
+        let written = self.claim_logs.compare_and_swap(
+            &first,
+            None as Option<&[u8]>,
+            Some(log_entry(&events)?),
+        )?;
+        if written.is_err() && fencing() {
+            return self.held(&head.id, now_ms);
+        }
+        let named = self
+            .claims
+            .compare_and_swap(&key, current, Some(Index::of(&head).value()))?;
+        if named.is_err() && fencing() {
+            self.claim_logs.remove(&first)?;
+            return self.held(&head.id, now_ms);
+        }
+        Ok(Written::Claimed(head, events))
+    }
+
+    /// Appends `events` to the generation at `head`, which the caller found current
+    /// ([`SledStore::is_current`]); fenced if its log has moved past `head`.
+    pub(super) fn append_claim(
+        &self,
+        head: LogHead,
+        events: Vec<ClaimEvent>,
+    ) -> Result<Written, StoreError> {
+        // Written only where nothing is: one descent that checks and writes.
+        let appended = self.claim_logs.compare_and_swap(
+            log_key(&log_prefix(&head), head.next),
+            None as Option<&[u8]>,
+            Some(log_entry(&events)?),
+        )?;
+        if appended.is_err() {
+            return Ok(Written::Fenced);
+        }
+        let next = head.next + 1;
+        Ok(Written::Appended(LogHead { next, ..head }, events))
+    }
+
+    /// Whether the key's index still names the generation at `head` (sabotage aside).
+    pub(super) fn is_current(&self, head: &LogHead) -> Result<bool, StoreError> {
+        let found = match self.claims.get(claim_key(&head.id))? {
+            Some(found) => Index::parse(&found)?,
+            None => return Ok(!fencing()),
+        };
+        Ok(found.same_log(&Index::of(head)) || !fencing())
+    }
+
+    /// What holds the key, for a start that lost to it.
+    fn held(&self, id: &ClaimId, now_ms: u64) -> Result<Written, StoreError> {
+        Ok(match self.load_claim(id, now_ms)? {
+            Some(log) => Written::Held(log),
+            // What won has expired or been swept meanwhile: the start lost all the same.
+            None => Written::Fenced,
+        })
+    }
+}
+
+/// Whether the store refuses stale writers: always, except in a sabotaged run (failpoints
+/// builds only), which switches fencing off to show that the simulation's checker catches it.
+fn fencing() -> bool {
+    !crate::failpoint::switched_on("sabotage")
+}

@@ -1,0 +1,225 @@
+//! Delivery logs in sled. A delivery's records live under `id ‖ 0 ‖ seq`. Three indexes follow
+//! each delivery: the due index (`due_at ‖ id`, only while queued) is the durable retry queue the
+//! worker reads from its oldest entry; the status index (`tenant ‖ status ‖ id`) serves the
+//! tenant's listing; the retention index (`expires_at ‖ id`) is walked by the sweeper.
+
+use idem_schemas::{DeliveryEvent, DeliveryRecord, DeliveryStatus};
+
+use super::keys::{
+    delivery_key, delivery_prefix, split_time_key, status_byte, status_key, tenant_prefix, time_key,
+};
+use super::SledStore;
+use crate::codec;
+use crate::store::{DeliveryStore, DeliveryWrite, StoreError, Timed};
+
+impl DeliveryStore for SledStore {
+    fn load_delivery(&self, id: &str) -> Result<Option<Vec<DeliveryEvent>>, StoreError> {
+        let mut events = Vec::new();
+        for record in self.deliveries.scan_prefix(delivery_prefix(id)) {
+            let (_, value) = record?;
+            events.push(codec::decode(&value)?);
+        }
+        Ok((!events.is_empty()).then_some(events))
+    }
+
+    fn delivery_exists(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(self.deliveries.contains_key(delivery_key(id, 0))?)
+    }
+
+    fn due(&self, now_ms: u64, limit: usize) -> Result<Vec<Timed>, StoreError> {
+        time_index(&self.due, "delivery_due", now_ms.saturating_add(1), limit)
+    }
+
+    fn drop_due(&self, due: &Timed) -> Result<(), StoreError> {
+        self.due.remove(time_key(due.at_ms, &due.id))?;
+        Ok(())
+    }
+
+    fn list_deliveries(
+        &self,
+        tenant: &str,
+        status: Option<DeliveryStatus>,
+        after: Option<(DeliveryStatus, &str)>,
+        limit: usize,
+    ) -> Result<Vec<(DeliveryStatus, String)>, StoreError> {
+        let statuses: Vec<DeliveryStatus> = match status {
+            Some(s) => vec![s],
+            None => DeliveryStatus::ALL.to_vec(),
+        };
+        let mut out = Vec::new();
+        for st in statuses {
+            if let Some((after_status, _)) = after {
+                if status_byte(st) < status_byte(after_status) {
+                    continue;
+                }
+            }
+            let mut prefix = tenant_prefix(tenant);
+            prefix.push(status_byte(st));
+            let start = match after {
+                Some((after_status, id)) if after_status == st => {
+                    let mut k = status_key(tenant, st, id);
+                    k.push(0);
+                    k
+                }
+                _ => prefix.clone(),
+            };
+            for entry in self.by_status.range(start..) {
+                let (key, _) = entry?;
+                if !key.starts_with(&prefix) || out.len() >= limit {
+                    break;
+                }
+                let id = String::from_utf8(key[prefix.len()..].to_vec())
+                    .map_err(|_| StoreError::Malformed("delivery_status"))?;
+                out.push((st, id));
+            }
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    fn expire_deliveries(
+        &self,
+        now_ms: u64,
+        requeue_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<DeliveryStatus>, StoreError> {
+        let mut forgotten = Vec::new();
+        for expired in time_index(&self.delivery_expiry, "delivery_expiry", now_ms, limit)? {
+            match self.listed(&expired.id)? {
+                // Still queued: looked at again later.
+                Some((_, DeliveryStatus::Queued)) => {
+                    self.delivery_expiry
+                        .insert(time_key(requeue_ms, &expired.id), &[])?;
+                }
+                Some((tenant, status)) => {
+                    let mut batch = ::sled::Batch::default();
+                    for key in self
+                        .deliveries
+                        .scan_prefix(delivery_prefix(&expired.id))
+                        .keys()
+                    {
+                        batch.remove(key?);
+                    }
+                    self.deliveries.apply_batch(batch)?;
+                    self.by_status
+                        .remove(status_key(&tenant, status, &expired.id))?;
+                    forgotten.push(status);
+                }
+                None => {}
+            }
+            self.delivery_expiry
+                .remove(time_key(expired.at_ms, &expired.id))?;
+        }
+        Ok(forgotten)
+    }
+
+    fn queued(&self) -> Result<u64, StoreError> {
+        Ok(self.due.len() as u64)
+    }
+
+    fn oldest_queued(&self) -> Result<Option<DeliveryRecord>, StoreError> {
+        let Some(first) = self.due.iter().keys().next() else {
+            return Ok(None);
+        };
+        let oldest = split_time_key(&first?, "delivery_due")?;
+        Ok(self
+            .load_delivery(&oldest.id)?
+            .and_then(|events| match events.into_iter().next() {
+                Some(DeliveryEvent::Created(record)) => Some(record),
+                _ => None,
+            }))
+    }
+
+    fn count_by_status(&self) -> Result<[u64; 4], StoreError> {
+        let mut counts = [0; 4];
+        for key in self.by_status.iter().keys() {
+            let key = key?;
+            let tenant_len = key.first().copied().unwrap_or(0) as usize;
+            if let Some(count) = key
+                .get(1 + tenant_len)
+                .and_then(|&byte| counts.get_mut(byte as usize))
+            {
+                *count += 1;
+            }
+        }
+        Ok(counts)
+    }
+}
+
+impl SledStore {
+    /// A delivery's tenant and the status it is listed under, if it exists.
+    fn listed(&self, id: &str) -> Result<Option<(String, DeliveryStatus)>, StoreError> {
+        let Some(first) = self.deliveries.get(delivery_key(id, 0))? else {
+            return Ok(None);
+        };
+        let DeliveryEvent::Created(record) = codec::decode(&first)? else {
+            return Err(StoreError::Malformed("deliveries"));
+        };
+        for status in DeliveryStatus::ALL {
+            if self
+                .by_status
+                .contains_key(status_key(&record.tenant, status, id))?
+            {
+                return Ok(Some((record.tenant, status)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Writes a delivery's records and moves it in the indexes. With `skip_existing`, a new
+    /// delivery that exists already is left alone.
+    pub(super) fn write_delivery(
+        &self,
+        write: &DeliveryWrite,
+        skip_existing: bool,
+    ) -> Result<(), StoreError> {
+        if write.first_seq == 0 && skip_existing && self.delivery_exists(&write.id)? {
+            return Ok(());
+        }
+        let (id, to) = (&write.id, write.to);
+        // The new index entries first: a crash part-way leaves a delivery findable twice (and
+        // the stale entry is ignored), never not at all.
+        self.by_status
+            .insert(status_key(&write.tenant, to.status, id), &[])?;
+        if let Some(due) = to.due_ms {
+            self.due.insert(time_key(due, id), &[])?;
+        }
+        for (n, event) in write.events.iter().enumerate() {
+            if let DeliveryEvent::Created(record) = event {
+                self.delivery_expiry
+                    .insert(time_key(record.expires_at_ms, id), &[])?;
+            }
+            self.deliveries.insert(
+                delivery_key(id, write.first_seq + n as u32),
+                codec::encode(event)?,
+            )?;
+        }
+        if let Some(from) = write.from {
+            if from.status != to.status {
+                self.by_status
+                    .remove(status_key(&write.tenant, from.status, id))?;
+            }
+            if let Some(due) = from.due_ms.filter(|d| Some(*d) != to.due_ms) {
+                self.due.remove(time_key(due, id))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Up to `limit` entries `time ‖ id` of a time index with `time` before `until`, oldest first.
+fn time_index(
+    tree: &::sled::Tree,
+    name: &'static str,
+    until: u64,
+    limit: usize,
+) -> Result<Vec<Timed>, StoreError> {
+    let mut out = Vec::new();
+    for entry in tree.range(..time_key(until, "")).take(limit) {
+        let (key, _) = entry?;
+        out.push(split_time_key(&key, name)?);
+    }
+    Ok(out)
+}

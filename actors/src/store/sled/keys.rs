@@ -1,0 +1,204 @@
+//! How the sled store lays out its keys and values. Every key is built and taken apart here, so
+//! the layout of the data directory (its format) is read in one place.
+//!
+//! - `claims`: `claim → expires_at ‖ generation [‖ COMPLETED]`, the index naming each key's
+//!   current log; `claim` is `tenant length ‖ tenant ‖ digest`.
+//! - `claim_logs`: `expires_at ‖ claim ‖ generation ‖ seq → (u32 length ‖ record)*`, one entry
+//!   per write, in the order they expire.
+//! - `deliveries`: `delivery id ‖ 0 ‖ seq → record`.
+//! - `delivery_due` and `delivery_expiry`: `time ‖ delivery id`, the retry queue and the
+//!   retention index.
+//! - `delivery_status`: `tenant length ‖ tenant ‖ status ‖ delivery id`, the tenant's listing.
+
+use idem_schemas::{ClaimEvent, DeliveryStatus};
+
+use crate::codec;
+use crate::store::{ClaimId, LogHead, StoreError, Timed};
+
+/// A claim's index key: `tenant length ‖ tenant ‖ digest`.
+pub fn claim_key(id: &ClaimId) -> Vec<u8> {
+    let tenant = id.tenant.as_bytes();
+    let mut key = Vec::with_capacity(1 + tenant.len() + 32);
+    // Tenant names are at most 64 bytes (config validation), so the length fits one byte.
+    key.push(tenant.len() as u8);
+    key.extend_from_slice(tenant);
+    key.extend_from_slice(&id.digest);
+    key
+}
+
+/// The prefix of a claim generation's log entries: `expires_at ‖ claim ‖ generation`.
+pub fn log_prefix(head: &LogHead) -> Vec<u8> {
+    let claim = claim_key(&head.id);
+    let mut key = Vec::with_capacity(24 + claim.len());
+    key.extend_from_slice(&head.expires_at_ms.to_be_bytes());
+    key.extend_from_slice(&claim);
+    key.extend_from_slice(&head.generation.to_be_bytes());
+    key
+}
+
+/// The key of entry `seq` of the log at `prefix`.
+pub fn log_key(prefix: &[u8], seq: u32) -> Vec<u8> {
+    [prefix, &seq.to_be_bytes()].concat()
+}
+
+/// A log entry's key split into `(expires_at, claim, generation, seq)`.
+pub fn split_log_key(key: &[u8]) -> Result<(u64, &[u8], u64, u32), StoreError> {
+    let malformed = StoreError::Malformed("claim_logs");
+    let (expiry, rest) = key.split_first_chunk::<8>().ok_or(malformed.clone())?;
+    let (rest, seq) = rest.split_last_chunk::<4>().ok_or(malformed.clone())?;
+    let (claim, generation) = rest.split_last_chunk::<8>().ok_or(malformed.clone())?;
+    if claim.is_empty() {
+        return Err(malformed);
+    }
+    Ok((
+        u64::from_be_bytes(*expiry),
+        claim,
+        u64::from_be_bytes(*generation),
+        u32::from_be_bytes(*seq),
+    ))
+}
+
+/// `events` as one log entry: `(u32 length ‖ record)*`.
+pub fn log_entry(events: &[ClaimEvent]) -> Result<Vec<u8>, StoreError> {
+    let mut value = Vec::new();
+    for event in events {
+        let record = codec::encode(event)?;
+        value.extend_from_slice(&(record.len() as u32).to_be_bytes());
+        value.extend_from_slice(&record);
+    }
+    Ok(value)
+}
+
+/// A log entry split into its records.
+pub fn split_records(value: &[u8]) -> Result<Vec<&[u8]>, StoreError> {
+    let mut records = Vec::new();
+    let mut rest = value;
+    while !rest.is_empty() {
+        let malformed = StoreError::Malformed("claim_logs");
+        let (len, tail) = rest.split_first_chunk::<4>().ok_or(malformed.clone())?;
+        let (record, tail) = tail
+            .split_at_checked(u32::from_be_bytes(*len) as usize)
+            .ok_or(malformed)?;
+        records.push(record);
+        rest = tail;
+    }
+    Ok(records)
+}
+
+/// The byte that follows an index entry's value when its log is completed.
+pub const COMPLETED: u8 = 1;
+
+/// An index entry: which generation of a key is current, and whether it completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Index {
+    /// When the generation expires.
+    pub expires_at_ms: u64,
+    /// The generation.
+    pub generation: u64,
+    /// Whether its log is completed.
+    pub completed: bool,
+}
+
+impl Index {
+    /// The index entry of the log at `head`, not completed.
+    pub fn of(head: &LogHead) -> Self {
+        Index {
+            expires_at_ms: head.expires_at_ms,
+            generation: head.generation,
+            completed: false,
+        }
+    }
+
+    /// As stored: `expires_at ‖ generation [‖ COMPLETED]`.
+    pub fn value(&self) -> Vec<u8> {
+        let mut value = Vec::with_capacity(17);
+        value.extend_from_slice(&self.expires_at_ms.to_be_bytes());
+        value.extend_from_slice(&self.generation.to_be_bytes());
+        if self.completed {
+            value.push(COMPLETED);
+        }
+        value
+    }
+
+    /// Parses a stored index entry.
+    pub fn parse(value: &[u8]) -> Result<Self, StoreError> {
+        let malformed = StoreError::Malformed("claims");
+        let (expiry, rest) = value.split_first_chunk::<8>().ok_or(malformed.clone())?;
+        let (generation, flag) = rest.split_first_chunk::<8>().ok_or(malformed.clone())?;
+        let completed = match flag {
+            [] => false,
+            [COMPLETED] => true,
+            _ => return Err(malformed),
+        };
+        Ok(Index {
+            expires_at_ms: u64::from_be_bytes(*expiry),
+            generation: u64::from_be_bytes(*generation),
+            completed,
+        })
+    }
+
+    /// Whether this entry names the same generation as `other` (completed or not).
+    pub fn same_log(&self, other: &Index) -> bool {
+        self.expires_at_ms == other.expires_at_ms && self.generation == other.generation
+    }
+}
+
+/// The byte of a status in the listing index.
+pub fn status_byte(s: DeliveryStatus) -> u8 {
+    match s {
+        DeliveryStatus::Queued => 0,
+        DeliveryStatus::Delivered => 1,
+        DeliveryStatus::Failed => 2,
+        DeliveryStatus::Dead => 3,
+    }
+}
+
+/// `tenant length ‖ tenant`, the start of a tenant's listing.
+pub fn tenant_prefix(tenant: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(1 + tenant.len() + 40);
+    key.push(tenant.len() as u8);
+    key.extend_from_slice(tenant.as_bytes());
+    key
+}
+
+/// A listing entry: `tenant length ‖ tenant ‖ status ‖ id`.
+pub fn status_key(tenant: &str, status: DeliveryStatus, id: &str) -> Vec<u8> {
+    let mut key = tenant_prefix(tenant);
+    key.push(status_byte(status));
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// A time index entry: `time ‖ id`.
+pub fn time_key(at_ms: u64, id: &str) -> Vec<u8> {
+    let mut key = at_ms.to_be_bytes().to_vec();
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// A time index entry back into its parts.
+pub fn split_time_key(key: &[u8], tree: &'static str) -> Result<Timed, StoreError> {
+    let (time, id) = key
+        .split_first_chunk::<8>()
+        .ok_or(StoreError::Malformed(tree))?;
+    let id = String::from_utf8(id.to_vec()).map_err(|_| StoreError::Malformed(tree))?;
+    Ok(Timed {
+        at_ms: u64::from_be_bytes(*time),
+        id,
+    })
+}
+
+/// The prefix of a delivery's records: `id ‖ 0`.
+pub fn delivery_prefix(id: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(id.len() + 5);
+    key.extend_from_slice(id.as_bytes());
+    key.push(0);
+    key
+}
+
+/// The key of a delivery's record `seq`.
+pub fn delivery_key(id: &str, seq: u32) -> Vec<u8> {
+    let mut key = delivery_prefix(id);
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}

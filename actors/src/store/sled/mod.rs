@@ -1,0 +1,99 @@
+//! The embedded store: sled trees on a local data directory (see `keys` for their layout), one
+//! process at a time (sled locks the directory). A unit is applied to sled's trees in the
+//! committing thread, then made durable by the group commit (`commit`), which calls back once
+//! sled's flush and an `fdatasync` have covered it; units become durable in the order they were
+//! applied.
+
+mod claims;
+mod commit;
+mod deliveries;
+mod format;
+mod keys;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use format::FORMAT;
+
+use crate::store::{ClaimWrite, Store, StoreError, Then, Unit, Written};
+use commit::GroupCommit;
+
+/// The embedded store.
+pub struct SledStore {
+    db: ::sled::Db,
+    /// `claim → expires_at ‖ generation [‖ completed]`: which log is a key's current one.
+    claims: ::sled::Tree,
+    /// The claim logs, in expiry order.
+    claim_logs: ::sled::Tree,
+    /// The delivery logs.
+    deliveries: ::sled::Tree,
+    /// The retry queue: queued deliveries by due time.
+    due: ::sled::Tree,
+    /// The tenants' listing: deliveries by tenant and status.
+    by_status: ::sled::Tree,
+    /// Deliveries by the end of their retention.
+    delivery_expiry: ::sled::Tree,
+    commits: GroupCommit,
+}
+
+impl SledStore {
+    /// Opens (or creates) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<Arc<Self>, StoreError> {
+        std::fs::create_dir_all(dir)?;
+        let db = format::open(dir)?;
+        Ok(Arc::new(SledStore {
+            claims: db.open_tree("claims")?,
+            claim_logs: db.open_tree("claim_logs")?,
+            deliveries: db.open_tree("deliveries")?,
+            due: db.open_tree("delivery_due")?,
+            by_status: db.open_tree("delivery_status")?,
+            delivery_expiry: db.open_tree("delivery_expiry")?,
+            commits: GroupCommit::start(db.clone(), dir)?,
+            db,
+        }))
+    }
+
+    /// How many keys have a claim index entry (for tests).
+    pub fn claim_count(&self) -> usize {
+        self.claims.len()
+    }
+
+    /// Bytes the store occupies on disk, as sled reports it.
+    pub fn size_on_disk(&self) -> Result<u64, StoreError> {
+        Ok(self.db.size_on_disk()?)
+    }
+
+    /// Applies a unit to the trees (memory until the next commit): what its claim write came
+    /// to. A fenced or refused claim write leaves the unit's deliveries unwritten.
+    fn apply(&self, unit: Unit) -> Result<Written, StoreError> {
+        if let Some(ClaimWrite::Append(head, _)) = &unit.claim {
+            if !self.is_current(head)? {
+                return Ok(Written::Fenced);
+            }
+        }
+        // A decision's delivery logs before the claim record that names them: no later durable.
+        for write in &unit.deliveries {
+            self.write_delivery(write, unit.skip_existing)?;
+        }
+        match unit.claim {
+            None => Ok(Written::Nothing),
+            Some(ClaimWrite::Start(id, events)) => self.start_claim(id, events),
+            Some(ClaimWrite::Append(head, events)) => self.append_claim(head, events),
+        }
+    }
+}
+
+impl Store for SledStore {
+    fn commit_then(&self, unit: Unit, then: Then) {
+        match self.apply(unit) {
+            // A refused write waits for the commit too: the claim that holds the key may have
+            // been written a moment ago and is answered from only once it is durable.
+            Ok(written) => self
+                .commits
+                .commit_then(Box::new(move |outcome| then(outcome.map(|()| written)))),
+            Err(e) => then(Err(e)),
+        }
+    }
+}

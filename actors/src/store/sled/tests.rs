@@ -1,0 +1,333 @@
+//! The sled store against a real data directory: who holds a claim, fencing, completion,
+//! sweeping, damage, and the format check.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use idem_schemas::timefmt::now_ms;
+use idem_schemas::{
+    Claim, ClaimEvent, Decision, DeliveryEvent, DeliveryRecord, DeliveryStatus, StoredResponse,
+    Verdict,
+};
+
+use super::format::{FORMAT_KEY, SEGMENT_BYTES};
+use super::keys::{claim_key, log_key, log_prefix};
+use super::{SledStore, FORMAT};
+use crate::store::{
+    ClaimId, ClaimStore, DeliveryStore, DeliveryWrite, LogHead, Placement, Store, StoreError, Unit,
+    Written,
+};
+
+/// A claim id of `tenant` whose digest is `byte` repeated.
+fn claim_id(tenant: &str, byte: u8) -> ClaimId {
+    ClaimId {
+        tenant: tenant.into(),
+        digest: [byte; 32],
+    }
+}
+
+fn claimed(at: u64, ttl: u64) -> ClaimEvent {
+    ClaimEvent::Claimed(Claim {
+        fingerprint: [7; 32],
+        holder: 1,
+        claimed_at_ms: at,
+        expires_at_ms: at + ttl,
+        decision: Decision {
+            id: format!("dec_{at}"),
+            tenant: "acme".into(),
+            signal_type: "sim_swap".into(),
+            verdict: Verdict::Deny,
+            subject_hash: "ab".into(),
+            created_at_ms: at,
+            deliveries: vec![],
+        },
+    })
+}
+
+fn done() -> ClaimEvent {
+    ClaimEvent::Dispatched {
+        outcomes: vec![],
+        response: StoredResponse {
+            status: 201,
+            body: b"{}".to_vec(),
+        },
+    }
+}
+
+fn open(dir: &Path) -> Arc<SledStore> {
+    SledStore::open(dir).expect("open")
+}
+
+async fn commit(store: &Arc<SledStore>, unit: Unit) -> Written {
+    let store: Arc<dyn Store> = store.clone();
+    store.commit(unit).await.expect("commit")
+}
+
+/// Starts a generation and returns its head, which must be granted.
+async fn start(store: &Arc<SledStore>, id: &ClaimId, event: ClaimEvent) -> LogHead {
+    match commit(store, Unit::new().start_claim(id.clone(), vec![event])).await {
+        Written::Claimed(head, _) => head,
+        other => panic!("claim refused: {other:?}"),
+    }
+}
+
+async fn append(store: &Arc<SledStore>, head: &LogHead, event: ClaimEvent) -> Written {
+    commit(store, Unit::new().append_claim(head.clone(), vec![event])).await
+}
+
+#[tokio::test]
+async fn the_key_is_held_until_its_generation_expires() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let id = claim_id("acme", 1);
+    let other = claim_id("acme2", 1);
+    let t = now_ms();
+    {
+        let store = open(dir.path());
+        assert_eq!(store.load_claim(&id, t).expect("load"), None);
+        let head = start(&store, &id, claimed(t, 1_000)).await;
+        let Written::Appended(appended, _) = append(&store, &head, done()).await else {
+            panic!("append refused");
+        };
+        // While it holds the key, a new generation is refused with the log that holds it.
+        let held = commit(
+            &store,
+            Unit::new().start_claim(id.clone(), vec![claimed(t + 10, 60_000)]),
+        )
+        .await;
+        let Written::Held(log) = held else {
+            panic!("a held key was claimed again: {held:?}");
+        };
+        assert_eq!(log.events, vec![claimed(t, 1_000), done()]);
+        assert_eq!(log.head, appended);
+        // Once it has expired, the key is free for a new generation.
+        start(&store, &id, claimed(t + 1_000, 60_000)).await;
+        start(&store, &other, claimed(t + 20, 60_000)).await;
+    }
+    let store = open(dir.path());
+    let log = store
+        .load_claim(&id, t + 1_000)
+        .expect("load")
+        .expect("present");
+    assert_eq!(log.head.generation, t + 1_000);
+    assert_eq!(log.events, vec![claimed(t + 1_000, 60_000)]);
+
+    // Once only the first generation has expired, the sweep removes its two entries and
+    // nothing else; the key's index entry names the newer generation and stays.
+    assert_eq!(store.sweep_claims(t + 1_001, 100).expect("sweep"), 2);
+    assert_eq!(store.claim_count(), 2);
+    assert!(store.load_claim(&id, t + 1_001).expect("load").is_some());
+    assert_eq!(store.sweep_claims(t + 100_000, 100).expect("sweep"), 2);
+    assert_eq!(store.claim_count(), 0);
+    assert!(store.claim_logs.is_empty());
+    assert_eq!(store.load_claim(&other, t).expect("load"), None);
+}
+
+#[tokio::test]
+async fn completion_flags_the_index_entry_of_its_own_log_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let id = claim_id("acme", 4);
+    let t = now_ms();
+    let first = {
+        let store = open(dir.path());
+        let head = start(&store, &id, claimed(t, 1_000)).await;
+        let Written::Appended(head, _) = append(&store, &head, done()).await else {
+            panic!("append refused");
+        };
+        store.complete_claim(&head).expect("complete");
+        commit(&store, Unit::new()).await;
+        head
+    };
+    let store = open(dir.path());
+    let log = store.load_claim(&id, t).expect("load").expect("present");
+    assert_eq!(
+        log.events,
+        vec![claimed(t, 1_000), done(), ClaimEvent::Completed]
+    );
+
+    // A newer generation is not completed by the older log's completion.
+    start(&store, &id, claimed(t + 1_000, 60_000)).await;
+    store.complete_claim(&first).expect("stale complete");
+    let log = store
+        .load_claim(&id, t + 1_000)
+        .expect("load")
+        .expect("present");
+    assert_eq!(log.events, vec![claimed(t + 1_000, 60_000)]);
+
+    // The sweep takes a completed log's index entry with it, and only that one.
+    let other = claim_id("acme", 5);
+    let head = start(&store, &other, claimed(t, 1_000)).await;
+    let Written::Appended(head, _) = append(&store, &head, done()).await else {
+        panic!("append refused");
+    };
+    store.complete_claim(&head).expect("complete");
+    assert_eq!(store.claim_count(), 2);
+    assert_eq!(store.sweep_claims(t + 1_001, 100).expect("sweep"), 4);
+    assert_eq!(store.claim_count(), 1);
+    assert_eq!(store.load_claim(&other, t).expect("load"), None);
+    assert!(store.load_claim(&id, t + 1_001).expect("load").is_some());
+}
+
+/// A delivery log that a recovery point's unit creates.
+fn delivery(id: &str, at: u64) -> DeliveryWrite {
+    DeliveryWrite {
+        tenant: "acme".into(),
+        id: id.into(),
+        first_seq: 0,
+        events: vec![DeliveryEvent::Created(DeliveryRecord {
+            id: id.into(),
+            tenant: "acme".into(),
+            decision_id: "dec_1".into(),
+            action: "lock_account".into(),
+            url: "http://127.0.0.1:9/".into(),
+            body: b"{}".to_vec(),
+            created_at_ms: at,
+            expires_at_ms: at + 60_000,
+        })],
+        from: None,
+        to: Placement {
+            status: DeliveryStatus::Queued,
+            due_ms: Some(at),
+        },
+    }
+}
+
+#[tokio::test]
+async fn stale_writers_are_fenced_and_write_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let id = claim_id("acme", 2);
+    let t = now_ms();
+    let first = start(&store, &id, claimed(t, 1_000)).await;
+    let Written::Appended(second, _) = append(&store, &first, done()).await else {
+        panic!("append refused");
+    };
+    let log = store.load_claim(&id, t).expect("load").expect("present");
+    assert_eq!(log.events, vec![claimed(t, 1_000), done()]);
+    assert_eq!(log.head, second);
+
+    // A stale head (the log moved on): fenced, nothing written.
+    assert_eq!(append(&store, &first, done()).await, Written::Fenced);
+    assert_eq!(
+        store.load_claim(&id, t).expect("load").expect("present"),
+        log
+    );
+
+    // A generation no longer the key's current one: fenced, and the unit's deliveries with it.
+    start(&store, &id, claimed(t + 1_000, 60_000)).await;
+    let stale = Unit::new()
+        .write_deliveries(vec![delivery("msg_stale", t)])
+        .append_claim(second.clone(), vec![ClaimEvent::Completed]);
+    assert_eq!(commit(&store, stale).await, Written::Fenced);
+    assert!(!store.delivery_exists("msg_stale").expect("exists"));
+    assert_eq!(store.due(t + 1, 10).expect("due"), vec![]);
+
+    // An expired generation reads as none before it is swept, and an append after the sweep
+    // is fenced.
+    let gone = claim_id("acme", 3);
+    let head = start(&store, &gone, claimed(t - 100, 50)).await;
+    assert_eq!(store.load_claim(&gone, t).expect("load"), None);
+    assert_eq!(store.sweep_claims(t, 10).expect("sweep"), 1);
+    assert_eq!(append(&store, &head, done()).await, Written::Fenced);
+    assert_eq!(store.claim_count(), 1);
+}
+
+#[tokio::test]
+async fn damage_is_reported_never_decoded_into_a_wrong_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let id = claim_id("acme", 6);
+    let t = now_ms();
+    let head = start(&store, &id, claimed(t, 60_000)).await;
+    append(&store, &head, done()).await;
+    let prefix = log_prefix(&head);
+    let entry_key = |seq| log_key(&prefix, seq);
+    let malformed = |table| matches!(store.load_claim(&id, t), Err(StoreError::Malformed(found)) if found == table);
+    // An entry cut short.
+    let value = store
+        .claim_logs
+        .get(entry_key(1))
+        .expect("get")
+        .expect("entry");
+    store
+        .claim_logs
+        .insert(entry_key(1), &value[..value.len() - 3])
+        .expect("insert");
+    assert!(malformed("claim_logs"));
+    // A gap in the entries.
+    store.claim_logs.remove(entry_key(1)).expect("remove");
+    store
+        .claim_logs
+        .insert(entry_key(2), value)
+        .expect("insert");
+    assert!(malformed("claim_logs"));
+    // An index entry of the wrong size.
+    let index = store
+        .claims
+        .get(claim_key(&id))
+        .expect("get")
+        .expect("index");
+    store
+        .claims
+        .insert(claim_key(&id), &[1, 2])
+        .expect("insert");
+    assert!(malformed("claims"));
+    // An index naming a missing log.
+    store.claims.insert(claim_key(&id), index).expect("insert");
+    for seq in 0..3 {
+        store.claim_logs.remove(entry_key(seq)).expect("remove");
+    }
+    assert!(malformed("claims"));
+}
+
+#[test]
+fn a_data_directory_of_another_format_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    drop(SledStore::open(dir.path()).expect("new"));
+    drop(SledStore::open(dir.path()).expect("same format"));
+
+    let sled_at = |path: &Path, segment: usize| {
+        ::sled::Config::new()
+            .path(path)
+            .segment_size(segment)
+            .open()
+            .expect("sled")
+    };
+    let refusal = |path: &Path| {
+        let Err(StoreError::Format(found)) = SledStore::open(path) else {
+            panic!("{} is not refused as another format", path.display());
+        };
+        found
+    };
+
+    // Written with sled's default segment size, as formats 2 and before were.
+    let older = tempfile::tempdir().expect("tempdir");
+    {
+        let db = sled_at(older.path(), 512 * 1024);
+        db.insert(FORMAT_KEY, &[2]).expect("insert");
+        db.flush().expect("flush");
+    }
+    assert!(refusal(older.path()).starts_with("an older format"));
+
+    // Written before formats were marked: trees, no mark.
+    let old = tempfile::tempdir().expect("tempdir");
+    {
+        let db = sled_at(old.path(), SEGMENT_BYTES);
+        db.open_tree("claims")
+            .expect("tree")
+            .insert(b"k", b"v")
+            .expect("insert");
+        db.flush().expect("flush");
+    }
+    assert!(refusal(old.path()).starts_with("an unmarked store"));
+
+    // Marked with another format.
+    let other = tempfile::tempdir().expect("tempdir");
+    {
+        let db = sled_at(other.path(), SEGMENT_BYTES);
+        db.insert(FORMAT_KEY, &[FORMAT + 1]).expect("insert");
+        db.flush().expect("flush");
+    }
+    assert_eq!(refusal(other.path()), format!("format {}", FORMAT + 1));
+    let refused = SledStore::open(other.path()).err().expect("refused");
+    assert!(refused.to_string().contains("empty data_dir"), "{refused}");
+}
