@@ -1,6 +1,7 @@
 //! The bench's report: the figures of one scenario's run (requests/s, its ratio to `keyless` in
-//! the same run, latency percentiles, statuses, the server's peak RSS and data-dir bytes), their
-//! medians over several runs, and how both are printed and written as JSON.
+//! the same run, latency percentiles, statuses, the server's peak RSS and data-dir bytes, and for
+//! the storm its losers' p99 as a ratio to idem's own 404 floor in the same run), their medians
+//! over several runs, and how both are printed and written as JSON.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -21,6 +22,9 @@ pub struct Row {
     pub disk: u64,
     /// What the table's columns do not say.
     pub note: String,
+    /// The storm's: the p99 of the same bursts sent in the same run to a path idem does not
+    /// serve (its HTTP stack's own floor, a 404); the row's p99 is also given as a ratio to it.
+    pub floor_p99: Option<Duration>,
 }
 
 /// The table's header line.
@@ -50,6 +54,8 @@ pub struct Figures {
     name: String,
     rate: f64,
     ratio: Option<f64>,
+    /// The row's p99 over its `floor_p99` (the storm's losers over idem's own 404).
+    floor_ratio: Option<f64>,
     /// p50, p90, p99 and max latency, in ms.
     latency_ms: [f64; 4],
     requests: u64,
@@ -67,6 +73,10 @@ impl Figures {
             name: row.name.clone(),
             rate: s.rate(),
             ratio: keyless.map(|k| s.rate() / k),
+            floor_ratio: row
+                .floor_p99
+                .filter(|floor| !floor.is_zero())
+                .map(|floor| s.percentile(99.0).as_secs_f64() / floor.as_secs_f64()),
             latency_ms: [50.0, 90.0, 99.0, 100.0].map(|p| ms(s.percentile(p))),
             requests: s.requests,
             rss: row.rss,
@@ -87,10 +97,12 @@ impl Figures {
             }
         }
         let ratios: Vec<f64> = runs.clone().filter_map(|r| r.ratio).collect();
+        let floor_ratios: Vec<f64> = runs.clone().filter_map(|r| r.floor_ratio).collect();
         Figures {
             name: first.map_or_else(String::new, |f| f.name.clone()),
             rate: of(&|f| f.rate),
             ratio: (!ratios.is_empty()).then(|| median(ratios)),
+            floor_ratio: (!floor_ratios.is_empty()).then(|| median(floor_ratios)),
             latency_ms: [0, 1, 2, 3].map(|i| of(&|f| f.latency_ms[i])),
             requests: of(&|f| f.requests as f64) as u64,
             rss: of(&|f| f.rss as f64) as u64,
@@ -100,7 +112,8 @@ impl Figures {
         }
     }
 
-    /// One line of the table.
+    /// One line of the table, and under it the p99's ratio to idem's own 404 floor if the row
+    /// has one.
     pub fn print(&self) {
         let ratio = self.ratio.map_or(String::new(), |r| format!("{r:.2}x"));
         let statuses: Vec<String> = self
@@ -123,6 +136,9 @@ impl Figures {
             self.disk / (1 << 20),
             statuses.join(" ")
         );
+        if let Some(r) = self.floor_ratio {
+            println!("  {} losers p99 / idem's own 404 p99: {r:.2}x", self.name);
+        }
     }
 
     /// The row's note, if it has one, under the table.
@@ -139,6 +155,7 @@ impl Figures {
             "name": self.name,
             "requests_per_s": self.rate,
             "ratio_to_keyless": self.ratio,
+            "p99_ratio_to_404_floor": self.floor_ratio,
             "requests": self.requests,
             "p50_ms": p50,
             "p90_ms": p90,
@@ -183,6 +200,7 @@ mod tests {
             rss: requests << 20,
             disk: 0,
             note: String::new(),
+            floor_p99: None,
         }
     }
 
@@ -213,5 +231,40 @@ mod tests {
         assert_eq!(unique.statuses.get(&201), Some(&156));
         assert_eq!(unique.latency_ms, [5.0, 6.0, 6.0, 6.0]);
         assert_eq!(unique.rss, 50 << 20);
+    }
+
+    #[test]
+    fn the_storm_p99_is_a_ratio_to_its_404_floor_and_its_median_is_of_each_runs_ratio() {
+        // Three runs: losers' p99 of 40, 30 and 60 ms against 404 floors of 20, 30 and 40 ms, so
+        // ratios of 2.0, 1.0 and 1.5: the median is 1.5 (the ratio of the median p99s, 40 over
+        // 30, would say 1.33).
+        let runs: Vec<Figures> = [(40, 20), (30, 30), (60, 40)]
+            .iter()
+            .map(|&(p99, floor)| {
+                let mut storm = row("storm", 3, &[1, 2, p99], 409);
+                storm.floor_p99 = Some(Duration::from_millis(floor));
+                Figures::of(&storm, Some(100.0))
+            })
+            .collect();
+        let close =
+            |ratio: Option<f64>, expected: f64| ratio.is_some_and(|r| (r - expected).abs() < 1e-9);
+        for (figures, expected) in runs.iter().zip([2.0, 1.0, 1.5]) {
+            assert!(
+                close(figures.floor_ratio, expected),
+                "{:?}",
+                figures.floor_ratio
+            );
+        }
+        let storm = Figures::median(runs.iter());
+        assert!(close(storm.floor_ratio, 1.5), "{:?}", storm.floor_ratio);
+        assert!(close(storm.json()["p99_ratio_to_404_floor"].as_f64(), 1.5));
+        // A row without a floor (or with a floor of nothing) has no such ratio.
+        let keyless = Figures::of(&row("keyless", 3, &[1, 2, 3], 201), Some(3.0));
+        assert_eq!(keyless.floor_ratio, None);
+        assert!(keyless.json()["p99_ratio_to_404_floor"].is_null());
+        let mut zero = row("storm", 3, &[1, 2, 3], 409);
+        zero.floor_p99 = Some(Duration::ZERO);
+        assert_eq!(Figures::of(&zero, None).floor_ratio, None);
+        assert_eq!(Figures::median([keyless].iter()).floor_ratio, None);
     }
 }

@@ -1,10 +1,49 @@
 //! The system under load: a real `idem serve` (release build, no failpoints) on a temp data
-//! directory, and a fast in-process receiver for its callbacks. Also reads the server's peak RSS
-//! and the data directory's size on disk.
+//! directory with the bench tenant's config, optionally under a wrapper command (valgrind for
+//! `--callgrind`), and a fast in-process receiver for its callbacks. Also reads the server's peak
+//! RSS and the data directory's size on disk.
 
+use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+
+use crate::signals::{CALLBACK_SECRET, SIGNING_SECRET};
+
+/// A fresh idem on a temp dir `dir`, calling `receiver`; `key_ttl` for the window scenario. With
+/// a non-empty `wrapper` (a program and its arguments), idem runs as that program's last argument.
+pub fn start_idem(
+    binary: &Path,
+    dir: &Path,
+    receiver: SocketAddr,
+    key_ttl: &str,
+    wrapper: &[OsString],
+) -> Result<Idem, String> {
+    let data = dir.join("data");
+    let config = format!(
+        r#"
+listen = "127.0.0.1:0"
+data_dir = "{data}"
+[idempotency]
+key_secret = "bench-key-secret-0123456789abcdef"
+key_ttl = "{key_ttl}"
+sweep_interval = "1s"
+[tenants.acme]
+api_key = "sk_bench"
+signing_secret = "{SIGNING_SECRET}"
+callback_secret = "{CALLBACK_SECRET}"
+[tenants.acme.playbooks.sim_swap]
+decision = "deny"
+actions = [ {{ name = "lock_account", url = "http://{receiver}/lock" }} ]
+[tenants.acme.playbooks.noop]
+decision = "allow"
+actions = []
+"#,
+        data = data.display()
+    );
+    Idem::start(binary, dir, &data, &config, wrapper).map_err(|e| e.to_string())
+}
 
 /// A running idem.
 pub struct Idem {
@@ -18,16 +57,18 @@ pub struct Idem {
 }
 
 impl Idem {
-    /// Starts `binary serve` with `config`, whose `data_dir` is `data_dir`.
+    /// Starts `binary serve` with `config`, whose `data_dir` is `data_dir`, under `wrapper` if
+    /// it is not empty.
     pub fn start(
         binary: &Path,
         dir: &Path,
         data_dir: &Path,
         config: &str,
+        wrapper: &[OsString],
     ) -> std::io::Result<Idem> {
         let path = dir.join("idem.toml");
         std::fs::write(&path, config)?;
-        let (child, base) = devtools::serve(binary, &path, &[], Stdio::inherit())?;
+        let (child, base) = devtools::serve_under(wrapper, binary, &path, &[], Stdio::inherit())?;
         let addr = base
             .trim_start_matches("http://")
             .parse()
@@ -38,6 +79,16 @@ impl Idem {
             addr,
             data_dir: data_dir.to_path_buf(),
         })
+    }
+
+    /// The server's process id (the wrapper's, which is the same process under valgrind).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `http://127.0.0.1:port/v1/signals`.
+    pub fn signals_url(&self) -> String {
+        format!("{}/v1/signals", self.base)
     }
 
     /// Peak resident set size of the server, in bytes (VmHWM).

@@ -3,6 +3,7 @@
 //! build must not replace the normal release binary), starting `idem serve` until it prints the
 //! address it listens on, and reading a value off its `/metrics` page.
 
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -43,14 +44,39 @@ pub fn serve(
     env: &[(&str, &str)],
     stderr: Stdio,
 ) -> std::io::Result<(Child, String)> {
-    let mut child = Command::new(binary)
+    serve_under(&[], binary, config, env, stderr)
+}
+
+/// As [`serve`], with idem run as the last argument of `wrapper` (a program and its arguments,
+/// such as valgrind) when it is not empty.
+pub fn serve_under(
+    wrapper: &[OsString],
+    binary: &Path,
+    config: &Path,
+    env: &[(&str, &str)],
+    stderr: Stdio,
+) -> std::io::Result<(Child, String)> {
+    let mut command = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(binary);
+            command
+        }
+        None => Command::new(binary),
+    };
+    let program = command.get_program().to_owned();
+    let mut child = command
         .args(["serve", "--config"])
         .arg(config)
         .env("RUST_LOG", "warn")
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(stderr)
-        .spawn()?;
+        .spawn()
+        .map_err(|e| {
+            let program = Path::new(&program).display();
+            std::io::Error::new(e.kind(), format!("cannot run {program}: {e}"))
+        })?;
     let stdout = child
         .stdout
         .take()

@@ -1,4 +1,4 @@
-//! The baseline: the seed's own design on PostgreSQL. Per request, the same three durable
+//! `pg`, the baseline: the seed's own design on PostgreSQL. Per request, the same three durable
 //! writes idem makes — the claim (`INSERT … ON CONFLICT DO NOTHING RETURNING`), the recovery
 //! point and the completion (two `UPDATE`s) — each its own transaction with
 //! `synchronous_commit = on`, one connection per worker.
@@ -9,7 +9,9 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio_postgres::{Client, NoTls};
 
+use super::Context;
 use crate::load::{drive, Stats};
+use crate::report::Row;
 
 const DSN: &str = "host=127.0.0.1 user=postgres dbname=test";
 
@@ -23,8 +25,21 @@ async fn connect() -> Result<Client, String> {
     Ok(client)
 }
 
+/// The scenario: the bench's concurrency, duration and rate against the local PostgreSQL.
+pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
+    let stats = claims(ctx.args.concurrency, ctx.args.duration, ctx.args.rate).await?;
+    Ok(Row {
+        name: "pg".into(),
+        rss: 0,
+        disk: 0,
+        stats,
+        note: "PostgreSQL: INSERT ON CONFLICT + 2 UPDATEs, synchronous_commit on".into(),
+        floor_p99: None,
+    })
+}
+
 /// Runs the claim → recovery point → completion writes at `concurrency` for `duration`.
-pub async fn run(
+async fn claims(
     concurrency: usize,
     duration: Duration,
     rate: Option<f64>,

@@ -1,0 +1,39 @@
+//! `keyless`: signed `sim_swap` signals without an idempotency key, as fast as answered (or
+//! paced by `--rate`): the floor of HTTP, auth, signature, playbook, one callback and its durable
+//! delivery log (one group commit), which the other scenarios' rates are a ratio to.
+
+use super::{with_storage_written, Context};
+use crate::callgrind::{self, Counters, Measured};
+use crate::report::Row;
+use crate::server::Idem;
+use crate::signals::signal;
+
+/// The scenario.
+pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
+    let idem = ctx.start_idem("24h")?;
+    let (http, url) = (ctx.http.clone(), idem.signals_url());
+    Ok(with_storage_written(ctx, &idem, "keyless", move |n| {
+        request(http.clone(), url.clone(), n)
+    })
+    .await)
+}
+
+/// `--callgrind`: the same requests.
+pub async fn instructions(
+    idem: &Idem,
+    http: reqwest::Client,
+    counters: &Counters,
+    requests: u64,
+) -> Result<Measured, String> {
+    let url = idem.signals_url();
+    let stats = callgrind::after_warm_up(counters, requests, move |n| {
+        request(http.clone(), url.clone(), n)
+    })
+    .await?;
+    Ok(stats.into())
+}
+
+/// Signal `n`, without a key; its status.
+async fn request(http: reqwest::Client, url: String, n: u64) -> u16 {
+    signal(&http, &url, "sim_swap", n, None).await.0
+}

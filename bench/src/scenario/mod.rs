@@ -1,0 +1,175 @@
+//! The scenarios, one module each, and running a list of them: each gets a fresh temp dir (and,
+//! if it runs idem, a fresh idem on it) and a fresh HTTP client, and prints its row as it ends.
+
+mod ceiling;
+mod keyless;
+mod pg;
+mod replay;
+mod storm;
+mod unique;
+mod window;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use crate::args::Args;
+use crate::callgrind::{Counters, Measured};
+use crate::load::drive;
+use crate::report::{Figures, Row};
+use crate::server::{start_idem, Idem};
+use crate::signals::client;
+
+/// A scenario (`--scenario`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// No key: the floor of HTTP, auth, signature, playbook, one callback, its durable
+    /// delivery log (one group commit)
+    Keyless,
+    /// Every request a new key: claim, dispatch, complete (two group commits)
+    Unique,
+    /// Every request a completed key (1000 keys)
+    Replay,
+    /// --storm-keys keys x --storm-copies simultaneous copies, after one unmeasured burst;
+    /// latencies are the losers'; the same bursts then go to the trivial server and to idem's
+    /// 404 (the floors)
+    Storm,
+    /// --window-keys keys of a playbook without actions: RSS, disk per key and replay latency
+    /// with the window full, then the size after expiry
+    Window,
+    /// The seed design's three durable writes on the local PostgreSQL (the baseline)
+    Pg,
+    /// The load generator against a trivial in-process server: its own limit
+    Ceiling,
+}
+
+impl Scenario {
+    /// Its name, as on the command line and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Keyless => "keyless",
+            Scenario::Unique => "unique",
+            Scenario::Replay => "replay",
+            Scenario::Storm => "storm",
+            Scenario::Window => "window",
+            Scenario::Pg => "pg",
+            Scenario::Ceiling => "ceiling",
+        }
+    }
+
+    /// Whether `--callgrind` measures it (it sends requests through idem's signal path).
+    pub fn has_callgrind(self) -> bool {
+        matches!(
+            self,
+            Scenario::Keyless | Scenario::Unique | Scenario::Replay | Scenario::Storm
+        )
+    }
+}
+
+/// What a scenario runs with.
+pub struct Context<'a> {
+    /// The command line.
+    pub args: &'a Args,
+    /// The idem binary.
+    pub binary: &'a Path,
+    /// The in-process receiver idem's callbacks go to (also the trivial server).
+    pub receiver: SocketAddr,
+    /// The scenario's own temp dir.
+    pub dir: &'a Path,
+    /// The scenario's own HTTP client.
+    pub http: reqwest::Client,
+}
+
+impl Context<'_> {
+    /// A fresh idem on the scenario's dir, its keys kept for `key_ttl`.
+    pub fn start_idem(&self, key_ttl: &str) -> Result<Idem, String> {
+        start_idem(self.binary, self.dir, self.receiver, key_ttl, &[])
+    }
+}
+
+/// Runs each scenario of `args` once, in order, printing each row as it completes; the window
+/// scenario's own figures go into `extra`.
+pub async fn run_scenarios(
+    args: &Args,
+    binary: &Path,
+    receiver: SocketAddr,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<Row>, String> {
+    let mut rows = Vec::new();
+    for scenario in args.scenarios() {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let ctx = Context {
+            args,
+            binary,
+            receiver,
+            dir: dir.path(),
+            http: client(),
+        };
+        let row = match scenario {
+            Scenario::Keyless => keyless::run(&ctx).await?,
+            Scenario::Unique => unique::run(&ctx).await?,
+            Scenario::Replay => replay::run(&ctx).await?,
+            Scenario::Storm => storm::run(&ctx).await?,
+            Scenario::Window => window::run(&ctx, extra).await?,
+            Scenario::Pg => pg::run(&ctx).await?,
+            Scenario::Ceiling => ceiling::run(&ctx).await?,
+        };
+        Figures::of(&row, None).print();
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// `--callgrind`: sends `scenario`'s warm-up to `idem`, zeroes `counters`, sends its measured
+/// requests (`requests` of them, but for the storm's fixed bursts).
+pub async fn instructions(
+    scenario: Scenario,
+    idem: &Idem,
+    counters: &Counters,
+    requests: u64,
+) -> Result<Measured, String> {
+    let http = client();
+    match scenario {
+        Scenario::Keyless => keyless::instructions(idem, http, counters, requests).await,
+        Scenario::Unique => unique::instructions(idem, http, counters, requests).await,
+        Scenario::Replay => replay::instructions(idem, http, counters, requests).await,
+        Scenario::Storm => storm::instructions(idem, counters).await,
+        Scenario::Window | Scenario::Pg | Scenario::Ceiling => {
+            Err(format!("--callgrind does not measure {}", scenario.name()))
+        }
+    }
+}
+
+/// `keyless` and `unique`: `send(n)` from the bench's closed-loop workers against `idem` for the
+/// bench's duration (paced by `--rate` if given), and what the server wrote to storage per
+/// request.
+async fn with_storage_written<F, Fut>(ctx: &Context<'_>, idem: &Idem, name: &str, send: F) -> Row
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = u16> + Send,
+{
+    let written = idem.storage_bytes_written();
+    let stats = drive(
+        ctx.args.concurrency,
+        ctx.args.duration,
+        None,
+        ctx.args.rate,
+        send,
+    )
+    .await;
+    // What each request cost the disk: sled rewrites leaves and relocates pages, so this is
+    // several times the records' own bytes, and it moves with the number of entries a request
+    // writes more than with their size.
+    let written = idem.storage_bytes_written().saturating_sub(written);
+    Row {
+        name: name.into(),
+        rss: idem.peak_rss(),
+        disk: idem.disk_bytes(),
+        note: format!(
+            "the server wrote {} bytes to storage per request",
+            written / stats.requests.max(1)
+        ),
+        stats,
+        floor_p99: None,
+    }
+}

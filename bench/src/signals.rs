@@ -1,0 +1,67 @@
+//! Signed signals: the bench tenant's secrets, a signal's body and headers signed as idem expects
+//! them, sending one through an HTTP client, and the client itself.
+
+use idem_schemas::signature::Secret;
+
+/// The bench tenant's signing secret (requests to idem are signed with it).
+pub const SIGNING_SECRET: &str = "whsec_YmVuY2gtc2lnbmluZy1zZWNyZXQ=";
+/// The bench tenant's callback secret (idem signs its callbacks with it).
+pub const CALLBACK_SECRET: &str = "whsec_YmVuY2gtY2FsbGJhY2stc2VjcmV0";
+
+/// A signed signal `n` of `signal_type`: its body and headers.
+pub fn signed(
+    signal_type: &str,
+    n: u64,
+    key: Option<&str>,
+) -> (String, Vec<(&'static str, String)>) {
+    let body =
+        format!(r#"{{"type":"{signal_type}","subject":"+4477009{n:08}","metadata":{{"n":{n}}}}}"#);
+    let id = key.map_or_else(|| format!("evt-{n}"), str::to_string);
+    let ts = idem_schemas::timefmt::now_ms() as i64 / 1000;
+    let sig = Secret::parse(SIGNING_SECRET)
+        .map(|s| s.sign(&id, ts, body.as_bytes()))
+        .unwrap_or_default();
+    let mut headers = vec![
+        ("authorization", "Bearer sk_bench".to_string()),
+        ("content-type", "application/json".to_string()),
+        ("webhook-id", id),
+        ("webhook-timestamp", ts.to_string()),
+        ("webhook-signature", sig),
+    ];
+    if let Some(k) = key {
+        headers.push(("idempotency-key", k.to_string()));
+    }
+    (body, headers)
+}
+
+/// Sends one signed signal; its status (0 when no answer) and whether it was a replay.
+pub async fn signal(
+    http: &reqwest::Client,
+    url: &str,
+    signal_type: &str,
+    n: u64,
+    key: Option<&str>,
+) -> (u16, bool) {
+    let (body, headers) = signed(signal_type, n, key);
+    let mut r = http.post(url).body(body);
+    for (name, value) in headers {
+        r = r.header(name, value);
+    }
+    match r.send().await {
+        Ok(resp) => {
+            let replayed = resp.headers().contains_key("idempotent-replayed");
+            let status = resp.status().as_u16();
+            let _ = resp.bytes().await;
+            (status, replayed)
+        }
+        Err(_) => (0, false),
+    }
+}
+
+/// An HTTP client whose pool keeps a connection per worker.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(2048)
+        .build()
+        .unwrap_or_default()
+}
