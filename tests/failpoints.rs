@@ -1,7 +1,9 @@
 //! Every recovery point under fire (built with `--features failpoints`): the process is killed
 //! on the spot at each named point, or the actor running the step panics, and the retry that
-//! follows recovers as CONTRACT section 4 says — one decision, one set of side effects, with the
-//! same ids and bytes wherever an action had to run again.
+//! follows recovers as the durability order promises (docs/ARCHITECTURE.md): the claim taken
+//! over at once, one decision, one set of side effects, the actions re-run with the same ids and
+//! bytes before the recovery point and nothing re-run after it, an unrecorded retry attempt made
+//! again.
 #![cfg(feature = "failpoints")]
 
 mod common;
