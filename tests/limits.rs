@@ -20,10 +20,9 @@ async fn a_tenant_over_its_rate_limit_gets_429_and_others_do_not() {
     let idem = Idem::start(dir.path(), &cfg);
     let client = Client::new(&idem.base);
     let body = r#"{"type":"port_out","subject":"x"}"#;
-    let mut statuses = Vec::new();
-    for _ in 0..5 {
-        statuses.push(client.signal(Req::new(&sim_swap("+1555")).beta()).await);
-    }
+    // One burst, sent at once: how long each request takes to process does not refill it.
+    let burst = (0..5).map(|_| client.signal(Req::new(&sim_swap("+1555")).beta()));
+    let statuses = futures::future::join_all(burst).await;
     let ok = statuses.iter().filter(|r| r.status == 201).count();
     let limited: Vec<&Resp> = statuses.iter().filter(|r| r.status == 429).collect();
     assert_eq!(ok, 3, "the burst is one second's worth");

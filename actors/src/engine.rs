@@ -124,7 +124,7 @@ impl Engine {
         keyring: Arc<dyn Keyring>,
     ) -> Result<Self, EngineError> {
         let store: Arc<dyn Store> = SledStore::open(&config.data_dir)?;
-        crate::metrics::count_deliveries(store.count_by_status()?);
+        crate::metrics::count_deliveries(store.count_by_status().await?);
         let dispatcher = Arc::new(Dispatcher::new(keyring, config.inline_timeout)?);
         let epoch = process_epoch();
         // Actor names are unique per engine: ractor's registry is process-wide.
@@ -207,7 +207,8 @@ impl Engine {
     ) -> Result<Option<DeliveryView>, EngineError> {
         let view = self
             .deliveries
-            .load(id)?
+            .load(id)
+            .await?
             .filter(|d| d.record.tenant == tenant)
             .map(|d| d.view());
         self.read().await?;
@@ -225,12 +226,13 @@ impl Engine {
     ) -> Result<DeliveryList, EngineError> {
         let ids = self
             .store
-            .list_deliveries(tenant, status, after, limit + 1)?;
+            .list_deliveries(tenant, status, after, limit + 1)
+            .await?;
         let has_more = ids.len() > limit;
         let mut data = Vec::with_capacity(limit);
         let mut last = None;
         for (status, id) in ids.into_iter().take(limit) {
-            if let Some(d) = self.deliveries.load(&id)? {
+            if let Some(d) = self.deliveries.load(&id).await? {
                 data.push(d.view());
             }
             last = Some((status, id));
@@ -247,6 +249,7 @@ impl Engine {
         let owned = self
             .deliveries
             .load(id)
+            .await
             .map_err(|e| match e {
                 DeliveryError::Store(e) => RedeliverError::Store(e),
                 _ => RedeliverError::NotFound,
@@ -269,20 +272,26 @@ impl Engine {
     /// Deletes what has expired now (the sweeper does this every `sweep_interval`), and
     /// returns once that is durable.
     pub async fn sweep(&self) -> Result<(), StoreError> {
-        let requeue = self.delivery_settings.retry_interval;
-        while crate::sweeper::sweep_once(&*self.store, requeue)? > 0 {}
+        let (store, requeue) = (self.store.clone(), self.delivery_settings.retry_interval);
+        tokio::task::spawn_blocking(move || {
+            while crate::sweeper::sweep_once(&*store, requeue)? > 0 {}
+            Ok::<_, StoreError>(())
+        })
+        .await
+        .map_err(|e| StoreError::from(std::io::Error::other(e)))??;
         self.read().await
     }
 
     /// The figures `/metrics` reads at scrape time.
-    pub fn gauges(&self) -> Gauges {
+    pub async fn gauges(&self) -> Gauges {
         Gauges {
             live_claims: self.claims.family().live(),
             live_deliveries: self.deliveries.family().live(),
-            queued: self.store.queued().unwrap_or(0),
+            queued: self.store.queued().await.unwrap_or(0),
             oldest_queued_created_ms: self
                 .store
                 .oldest_queued()
+                .await
                 .ok()
                 .flatten()
                 .map(|record| record.created_at_ms),

@@ -30,7 +30,7 @@ pub fn spawn(
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             interval.tick().await;
-            let due = match store.due(now_ms(), BATCH) {
+            let due = match store.due(now_ms(), BATCH).await {
                 Ok(due) => due,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the retry queue");
@@ -40,8 +40,8 @@ pub fn spawn(
             for entry in due {
                 if let Err(e) = deliveries.wake(&entry.id, entry.at_ms).await {
                     tracing::warn!(delivery = %entry.id, error = %e, "cannot wake delivery");
-                    if matches!(deliveries.load(&entry.id), Ok(None)) {
-                        let _ = store.drop_due(&entry);
+                    if matches!(deliveries.load(&entry.id).await, Ok(None)) {
+                        let _ = store.drop_due(&entry).await;
                     }
                 }
             }

@@ -84,7 +84,7 @@ pub async fn time_requests(request: Request, next: Next) -> Response {
 
 /// `GET /metrics`.
 pub async fn render(State(app): State<Arc<App>>) -> Response {
-    let gauges = app.engine.gauges();
+    let gauges = app.engine.gauges().await;
     LIVE_ACTORS
         .with_label_values(&["claim"])
         .set(gauges.live_claims as i64);

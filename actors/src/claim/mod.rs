@@ -513,7 +513,7 @@ impl Actor for ClaimActor {
         myself: ActorRef<ClaimMsg>,
         args: ClaimArgs,
     ) -> Result<ClaimState, ActorProcessingErr> {
-        let log = args.ctx.store.load_claim(&args.id, now_ms())?;
+        let log = args.ctx.store.load_claim(&args.id, now_ms()).await?;
         // Sabotage (failpoints builds only): the claim in the store is ignored, as if claims
         // lived only in memory.
         let log = log.filter(|_| !crate::failpoint::switched_on("sabotage"));

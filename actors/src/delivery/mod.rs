@@ -47,8 +47,8 @@ pub enum DeliveryError {
 
 impl DeliveryContext {
     /// A delivery as stored, if it exists.
-    pub fn load(&self, id: &str) -> Result<Option<DeliveryState>, DeliveryError> {
-        match self.store.load_delivery(id)? {
+    pub async fn load(&self, id: &str) -> Result<Option<DeliveryState>, DeliveryError> {
+        match self.store.load_delivery(id).await? {
             None => Ok(None),
             Some(events) => Ok(Some(DeliveryState::fold(events)?)),
         }
@@ -111,7 +111,7 @@ impl DeliveryActorState {
                     at_ms: due_ms,
                     id: self.delivery.record.id.clone(),
                 };
-                self.ctx.store.drop_due(&stale)?;
+                self.ctx.store.drop_due(&stale).await?;
                 return Ok(());
             }
         }
@@ -171,7 +171,8 @@ impl Actor for DeliveryActor {
     ) -> Result<DeliveryActorState, ActorProcessingErr> {
         let delivery = args
             .ctx
-            .load(&args.id)?
+            .load(&args.id)
+            .await?
             .ok_or(DeliveryError::Missing(args.id))?;
         Ok(DeliveryActorState {
             delivery,
@@ -283,13 +284,13 @@ impl Deliveries {
     }
 
     /// A delivery as stored, if it exists.
-    pub fn load(&self, id: &str) -> Result<Option<DeliveryState>, DeliveryError> {
-        self.ctx.load(id)
+    pub async fn load(&self, id: &str) -> Result<Option<DeliveryState>, DeliveryError> {
+        self.ctx.load(id).await
     }
 
     /// Starts a new series of attempts for a failed or dead delivery.
     pub async fn redeliver(&self, id: &str) -> Result<DeliveryView, RedeliverError> {
-        if !self.ctx.store.delivery_exists(id)? {
+        if !self.ctx.store.delivery_exists(id).await? {
             return Err(RedeliverError::NotFound);
         }
         for _ in 0..MAX_ROUNDS {

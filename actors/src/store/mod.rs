@@ -9,6 +9,8 @@
 
 pub mod sled;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use idem_schemas::{ClaimEvent, DeliveryEvent, DeliveryRecord, DeliveryStatus};
@@ -186,17 +188,22 @@ impl From<CodecError> for StoreError {
     }
 }
 
+/// What a store's read answers with: a future, so that a store across the network can wait
+/// without holding a thread (the embedded one answers at once).
+pub type Read<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
 /// Claim logs: one log per generation of a key; writes go through a [`Unit`].
 pub trait ClaimStore: Send + Sync {
     /// The key's current generation, if it has one that has not expired at `now_ms`.
-    fn load_claim(&self, id: &ClaimId, now_ms: u64) -> Result<Option<ClaimLog>, StoreError>;
+    fn load_claim<'a>(&'a self, id: &'a ClaimId, now_ms: u64) -> Read<'a, Option<ClaimLog>>;
 
     /// Marks the generation at `head` completed, if it is still the key's current one. Written
-    /// now, durable with a later commit: losing it leaves the recovery point, which answers the
-    /// same bytes.
+    /// (or queued) now, durable with a later commit: losing it leaves the recovery point, which
+    /// answers the same bytes.
     fn complete_claim(&self, head: &LogHead) -> Result<(), StoreError>;
 
-    /// Deletes up to `limit` records of generations expired before `now_ms`; how many.
+    /// Deletes up to `limit` records of generations expired before `now_ms`; how many. It
+    /// blocks: call it from a blocking thread.
     fn sweep_claims(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError>;
 }
 
@@ -212,29 +219,30 @@ pub struct Timed {
 /// Delivery logs and their indexes; writes go through a [`Unit`].
 pub trait DeliveryStore: Send + Sync {
     /// A delivery's log, if it exists.
-    fn load_delivery(&self, id: &str) -> Result<Option<Vec<DeliveryEvent>>, StoreError>;
+    fn load_delivery<'a>(&'a self, id: &'a str) -> Read<'a, Option<Vec<DeliveryEvent>>>;
 
     /// Whether a delivery exists.
-    fn delivery_exists(&self, id: &str) -> Result<bool, StoreError>;
+    fn delivery_exists<'a>(&'a self, id: &'a str) -> Read<'a, bool>;
 
     /// Up to `limit` queued deliveries due at or before `now_ms`, oldest first.
-    fn due(&self, now_ms: u64, limit: usize) -> Result<Vec<Timed>, StoreError>;
+    fn due(&self, now_ms: u64, limit: usize) -> Read<'_, Vec<Timed>>;
 
     /// Forgets a due entry that no longer matches its delivery.
-    fn drop_due(&self, due: &Timed) -> Result<(), StoreError>;
+    fn drop_due<'a>(&'a self, due: &'a Timed) -> Read<'a, ()>;
 
     /// Ids of `tenant`'s deliveries with `status` (every status when `None`), in (status, id)
     /// order, after the cursor `after`, at most `limit`.
-    fn list_deliveries(
-        &self,
-        tenant: &str,
+    fn list_deliveries<'a>(
+        &'a self,
+        tenant: &'a str,
         status: Option<DeliveryStatus>,
-        after: Option<(DeliveryStatus, &str)>,
+        after: Option<(DeliveryStatus, &'a str)>,
         limit: usize,
-    ) -> Result<Vec<(DeliveryStatus, String)>, StoreError>;
+    ) -> Read<'a, Vec<(DeliveryStatus, String)>>;
 
     /// Forgets up to `limit` final deliveries whose retention ended before `now_ms`; one still
-    /// queued is looked at again at `requeue_ms`. Returns the statuses of those forgotten.
+    /// queued is looked at again at `requeue_ms`. Returns the statuses of those forgotten. It
+    /// blocks: call it from a blocking thread.
     fn expire_deliveries(
         &self,
         now_ms: u64,
@@ -243,14 +251,14 @@ pub trait DeliveryStore: Send + Sync {
     ) -> Result<Vec<DeliveryStatus>, StoreError>;
 
     /// How many deliveries are queued.
-    fn queued(&self) -> Result<u64, StoreError>;
+    fn queued(&self) -> Read<'_, u64>;
 
     /// The record of the longest-waiting queued delivery, if any.
-    fn oldest_queued(&self) -> Result<Option<DeliveryRecord>, StoreError>;
+    fn oldest_queued(&self) -> Read<'_, Option<DeliveryRecord>>;
 
     /// How many deliveries have each status, in [`DeliveryStatus::ALL`] order (read once at
     /// start, for the gauges, which then follow each write).
-    fn count_by_status(&self) -> Result<[u64; 4], StoreError>;
+    fn count_by_status(&self) -> Read<'_, [u64; 4]>;
 }
 
 /// Told what a unit came to once it is durable (or why it is not); called on the store's

@@ -19,46 +19,11 @@ use idem_schemas::ClaimEvent;
 use super::keys::{claim_key, log_entry, log_key, log_prefix, split_log_key, split_records, Index};
 use super::SledStore;
 use crate::codec;
-use crate::store::{ClaimId, ClaimLog, ClaimStore, LogHead, StoreError, Written};
+use crate::store::{ClaimId, ClaimLog, ClaimStore, LogHead, Read, StoreError, Written};
 
 impl ClaimStore for SledStore {
-    fn load_claim(&self, id: &ClaimId, now_ms: u64) -> Result<Option<ClaimLog>, StoreError> {
-        let Some(index) = self.claims.get(claim_key(id))? else {
-            return Ok(None);
-        };
-        let index = Index::parse(&index)?;
-        // An expired claim is no claim (the key is free again), whatever the sweeper has or has
-        // not removed of it yet.
-        if index.expires_at_ms <= now_ms {
-            return Ok(None);
-        }
-        let mut head = LogHead {
-            id: id.clone(),
-            generation: index.generation,
-            expires_at_ms: index.expires_at_ms,
-            next: 0,
-        };
-        let prefix = log_prefix(&head);
-        let mut events = Vec::new();
-        for item in self.claim_logs.scan_prefix(&prefix) {
-            let (key, value) = item?;
-            if key.get(prefix.len()..) != Some(&head.next.to_be_bytes()[..]) {
-                return Err(StoreError::Malformed("claim_logs"));
-            }
-            for record in split_records(&value)? {
-                events.push(codec::decode(record)?);
-            }
-            head.next += 1;
-        }
-        // An index naming a log that is not there, before its expiry, is damage, not a free key.
-        if head.next == 0 {
-            return Err(StoreError::Malformed("claims"));
-        }
-        // A log written without actions carries `completed` in its one entry.
-        if index.completed && events.last() != Some(&ClaimEvent::Completed) {
-            events.push(ClaimEvent::Completed);
-        }
-        Ok(Some(ClaimLog { events, head }))
+    fn load_claim<'a>(&'a self, id: &'a ClaimId, now_ms: u64) -> Read<'a, Option<ClaimLog>> {
+        Box::pin(std::future::ready(self.read_claim(id, now_ms)))
     }
 
     fn complete_claim(&self, head: &LogHead) -> Result<(), StoreError> {
@@ -113,6 +78,50 @@ impl ClaimStore for SledStore {
 }
 
 impl SledStore {
+    /// The key's current generation, if it has one that has not expired at `now_ms`.
+    pub(super) fn read_claim(
+        &self,
+        id: &ClaimId,
+        now_ms: u64,
+    ) -> Result<Option<ClaimLog>, StoreError> {
+        let Some(index) = self.claims.get(claim_key(id))? else {
+            return Ok(None);
+        };
+        let index = Index::parse(&index)?;
+        // An expired claim is no claim (the key is free again), whatever the sweeper has or has
+        // not removed of it yet.
+        if index.expires_at_ms <= now_ms {
+            return Ok(None);
+        }
+        let mut head = LogHead {
+            id: id.clone(),
+            generation: index.generation,
+            expires_at_ms: index.expires_at_ms,
+            next: 0,
+        };
+        let prefix = log_prefix(&head);
+        let mut events = Vec::new();
+        for item in self.claim_logs.scan_prefix(&prefix) {
+            let (key, value) = item?;
+            if key.get(prefix.len()..) != Some(&head.next.to_be_bytes()[..]) {
+                return Err(StoreError::Malformed("claim_logs"));
+            }
+            for record in split_records(&value)? {
+                events.push(codec::decode(record)?);
+            }
+            head.next += 1;
+        }
+        // An index naming a log that is not there, before its expiry, is damage, not a free key.
+        if head.next == 0 {
+            return Err(StoreError::Malformed("claims"));
+        }
+        // A log written without actions carries `completed` in its one entry.
+        if index.completed && events.last() != Some(&ClaimEvent::Completed) {
+            events.push(ClaimEvent::Completed);
+        }
+        Ok(Some(ClaimLog { events, head }))
+    }
+
     /// Starts a generation of `id` with `events`, unless an unexpired one holds the key.
     pub(super) fn start_claim(
         &self,
@@ -189,7 +198,7 @@ impl SledStore {
 
     /// What holds the key, for a start that lost to it.
     fn held(&self, id: &ClaimId, now_ms: u64) -> Result<Written, StoreError> {
-        Ok(match self.load_claim(id, now_ms)? {
+        Ok(match self.read_claim(id, now_ms)? {
             Some(log) => Written::Held(log),
             // What won has expired or been swept meanwhile: the start lost all the same.
             None => Written::Fenced,

@@ -10,10 +10,13 @@ use super::keys::{
 };
 use super::SledStore;
 use crate::codec;
-use crate::store::{DeliveryStore, DeliveryWrite, StoreError, Timed};
+use std::future::ready;
 
-impl DeliveryStore for SledStore {
-    fn load_delivery(&self, id: &str) -> Result<Option<Vec<DeliveryEvent>>, StoreError> {
+use crate::store::{DeliveryStore, DeliveryWrite, Read, StoreError, Timed};
+
+impl SledStore {
+    /// A delivery's log, if it exists.
+    pub(super) fn read_delivery(&self, id: &str) -> Result<Option<Vec<DeliveryEvent>>, StoreError> {
         let mut events = Vec::new();
         for record in self.deliveries.scan_prefix(delivery_prefix(id)) {
             let (_, value) = record?;
@@ -22,20 +25,24 @@ impl DeliveryStore for SledStore {
         Ok((!events.is_empty()).then_some(events))
     }
 
-    fn delivery_exists(&self, id: &str) -> Result<bool, StoreError> {
+    /// Whether a delivery exists.
+    pub(super) fn exists(&self, id: &str) -> Result<bool, StoreError> {
         Ok(self.deliveries.contains_key(delivery_key(id, 0))?)
     }
 
-    fn due(&self, now_ms: u64, limit: usize) -> Result<Vec<Timed>, StoreError> {
+    /// Up to `limit` queued deliveries due at or before `now_ms`, oldest first.
+    pub(super) fn read_due(&self, now_ms: u64, limit: usize) -> Result<Vec<Timed>, StoreError> {
         time_index(&self.due, "delivery_due", now_ms.saturating_add(1), limit)
     }
 
-    fn drop_due(&self, due: &Timed) -> Result<(), StoreError> {
+    /// Forgets a due entry.
+    fn remove_due(&self, due: &Timed) -> Result<(), StoreError> {
         self.due.remove(time_key(due.at_ms, &due.id))?;
         Ok(())
     }
 
-    fn list_deliveries(
+    /// A page of a tenant's listing (see `DeliveryStore::list_deliveries`).
+    fn read_listing(
         &self,
         tenant: &str,
         status: Option<DeliveryStatus>,
@@ -79,7 +86,8 @@ impl DeliveryStore for SledStore {
         Ok(out)
     }
 
-    fn expire_deliveries(
+    /// Forgets final deliveries past their retention (see `DeliveryStore::expire_deliveries`).
+    fn expire(
         &self,
         now_ms: u64,
         requeue_ms: u64,
@@ -115,24 +123,27 @@ impl DeliveryStore for SledStore {
         Ok(forgotten)
     }
 
-    fn queued(&self) -> Result<u64, StoreError> {
+    /// How many deliveries are queued.
+    fn read_queued(&self) -> Result<u64, StoreError> {
         Ok(self.due.len() as u64)
     }
 
-    fn oldest_queued(&self) -> Result<Option<DeliveryRecord>, StoreError> {
+    /// The record of the longest-waiting queued delivery.
+    fn read_oldest_queued(&self) -> Result<Option<DeliveryRecord>, StoreError> {
         let Some(first) = self.due.iter().keys().next() else {
             return Ok(None);
         };
         let oldest = split_time_key(&first?, "delivery_due")?;
         Ok(self
-            .load_delivery(&oldest.id)?
+            .read_delivery(&oldest.id)?
             .and_then(|events| match events.into_iter().next() {
                 Some(DeliveryEvent::Created(record)) => Some(record),
                 _ => None,
             }))
     }
 
-    fn count_by_status(&self) -> Result<[u64; 4], StoreError> {
+    /// Deliveries by status, in `DeliveryStatus::ALL` order.
+    fn read_counts(&self) -> Result<[u64; 4], StoreError> {
         let mut counts = [0; 4];
         for key in self.by_status.iter().keys() {
             let key = key?;
@@ -146,9 +157,7 @@ impl DeliveryStore for SledStore {
         }
         Ok(counts)
     }
-}
 
-impl SledStore {
     /// A delivery's tenant and the status it is listed under, if it exists.
     fn listed(&self, id: &str) -> Result<Option<(String, DeliveryStatus)>, StoreError> {
         let Some(first) = self.deliveries.get(delivery_key(id, 0))? else {
@@ -175,7 +184,7 @@ impl SledStore {
         write: &DeliveryWrite,
         skip_existing: bool,
     ) -> Result<(), StoreError> {
-        if write.first_seq == 0 && skip_existing && self.delivery_exists(&write.id)? {
+        if write.first_seq == 0 && skip_existing && self.exists(&write.id)? {
             return Ok(());
         }
         let (id, to) = (&write.id, write.to);
@@ -206,6 +215,56 @@ impl SledStore {
             }
         }
         Ok(())
+    }
+}
+
+/// The embedded store answers at once: each read is done when it is asked for.
+impl DeliveryStore for SledStore {
+    fn load_delivery<'a>(&'a self, id: &'a str) -> Read<'a, Option<Vec<DeliveryEvent>>> {
+        Box::pin(ready(self.read_delivery(id)))
+    }
+
+    fn delivery_exists<'a>(&'a self, id: &'a str) -> Read<'a, bool> {
+        Box::pin(ready(self.exists(id)))
+    }
+
+    fn due(&self, now_ms: u64, limit: usize) -> Read<'_, Vec<Timed>> {
+        Box::pin(ready(self.read_due(now_ms, limit)))
+    }
+
+    fn drop_due<'a>(&'a self, due: &'a Timed) -> Read<'a, ()> {
+        Box::pin(ready(self.remove_due(due)))
+    }
+
+    fn list_deliveries<'a>(
+        &'a self,
+        tenant: &'a str,
+        status: Option<DeliveryStatus>,
+        after: Option<(DeliveryStatus, &'a str)>,
+        limit: usize,
+    ) -> Read<'a, Vec<(DeliveryStatus, String)>> {
+        Box::pin(ready(self.read_listing(tenant, status, after, limit)))
+    }
+
+    fn expire_deliveries(
+        &self,
+        now_ms: u64,
+        requeue_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<DeliveryStatus>, StoreError> {
+        self.expire(now_ms, requeue_ms, limit)
+    }
+
+    fn queued(&self) -> Read<'_, u64> {
+        Box::pin(ready(self.read_queued()))
+    }
+
+    fn oldest_queued(&self) -> Read<'_, Option<DeliveryRecord>> {
+        Box::pin(ready(self.read_oldest_queued()))
+    }
+
+    fn count_by_status(&self) -> Read<'_, [u64; 4]> {
+        Box::pin(ready(self.read_counts()))
     }
 }
 

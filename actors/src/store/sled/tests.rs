@@ -14,8 +14,7 @@ use super::format::{FORMAT_KEY, SEGMENT_BYTES};
 use super::keys::{claim_key, log_key, log_prefix};
 use super::{SledStore, FORMAT};
 use crate::store::{
-    ClaimId, ClaimStore, DeliveryStore, DeliveryWrite, LogHead, Placement, Store, StoreError, Unit,
-    Written,
+    ClaimId, ClaimStore, DeliveryWrite, LogHead, Placement, Store, StoreError, Unit, Written,
 };
 
 /// A claim id of `tenant` whose digest is `byte` repeated.
@@ -83,7 +82,7 @@ async fn the_key_is_held_until_its_generation_expires() {
     let t = now_ms();
     {
         let store = open(dir.path());
-        assert_eq!(store.load_claim(&id, t).expect("load"), None);
+        assert_eq!(store.read_claim(&id, t).expect("load"), None);
         let head = start(&store, &id, claimed(t, 1_000)).await;
         let Written::Appended(appended, _) = append(&store, &head, done()).await else {
             panic!("append refused");
@@ -105,7 +104,7 @@ async fn the_key_is_held_until_its_generation_expires() {
     }
     let store = open(dir.path());
     let log = store
-        .load_claim(&id, t + 1_000)
+        .read_claim(&id, t + 1_000)
         .expect("load")
         .expect("present");
     assert_eq!(log.head.generation, t + 1_000);
@@ -115,11 +114,11 @@ async fn the_key_is_held_until_its_generation_expires() {
     // nothing else; the key's index entry names the newer generation and stays.
     assert_eq!(store.sweep_claims(t + 1_001, 100).expect("sweep"), 2);
     assert_eq!(store.claim_count(), 2);
-    assert!(store.load_claim(&id, t + 1_001).expect("load").is_some());
+    assert!(store.read_claim(&id, t + 1_001).expect("load").is_some());
     assert_eq!(store.sweep_claims(t + 100_000, 100).expect("sweep"), 2);
     assert_eq!(store.claim_count(), 0);
     assert!(store.claim_logs.is_empty());
-    assert_eq!(store.load_claim(&other, t).expect("load"), None);
+    assert_eq!(store.read_claim(&other, t).expect("load"), None);
 }
 
 #[tokio::test]
@@ -138,7 +137,7 @@ async fn completion_flags_the_index_entry_of_its_own_log_only() {
         head
     };
     let store = open(dir.path());
-    let log = store.load_claim(&id, t).expect("load").expect("present");
+    let log = store.read_claim(&id, t).expect("load").expect("present");
     assert_eq!(
         log.events,
         vec![claimed(t, 1_000), done(), ClaimEvent::Completed]
@@ -148,7 +147,7 @@ async fn completion_flags_the_index_entry_of_its_own_log_only() {
     start(&store, &id, claimed(t + 1_000, 60_000)).await;
     store.complete_claim(&first).expect("stale complete");
     let log = store
-        .load_claim(&id, t + 1_000)
+        .read_claim(&id, t + 1_000)
         .expect("load")
         .expect("present");
     assert_eq!(log.events, vec![claimed(t + 1_000, 60_000)]);
@@ -163,8 +162,8 @@ async fn completion_flags_the_index_entry_of_its_own_log_only() {
     assert_eq!(store.claim_count(), 2);
     assert_eq!(store.sweep_claims(t + 1_001, 100).expect("sweep"), 4);
     assert_eq!(store.claim_count(), 1);
-    assert_eq!(store.load_claim(&other, t).expect("load"), None);
-    assert!(store.load_claim(&id, t + 1_001).expect("load").is_some());
+    assert_eq!(store.read_claim(&other, t).expect("load"), None);
+    assert!(store.read_claim(&id, t + 1_001).expect("load").is_some());
 }
 
 /// A delivery log that a recovery point's unit creates.
@@ -201,14 +200,14 @@ async fn stale_writers_are_fenced_and_write_nothing() {
     let Written::Appended(second, _) = append(&store, &first, done()).await else {
         panic!("append refused");
     };
-    let log = store.load_claim(&id, t).expect("load").expect("present");
+    let log = store.read_claim(&id, t).expect("load").expect("present");
     assert_eq!(log.events, vec![claimed(t, 1_000), done()]);
     assert_eq!(log.head, second);
 
     // A stale head (the log moved on): fenced, nothing written.
     assert_eq!(append(&store, &first, done()).await, Written::Fenced);
     assert_eq!(
-        store.load_claim(&id, t).expect("load").expect("present"),
+        store.read_claim(&id, t).expect("load").expect("present"),
         log
     );
 
@@ -218,14 +217,14 @@ async fn stale_writers_are_fenced_and_write_nothing() {
         .write_deliveries(vec![delivery("msg_stale", t)])
         .append_claim(second.clone(), vec![ClaimEvent::Completed]);
     assert_eq!(commit(&store, stale).await, Written::Fenced);
-    assert!(!store.delivery_exists("msg_stale").expect("exists"));
-    assert_eq!(store.due(t + 1, 10).expect("due"), vec![]);
+    assert!(!store.exists("msg_stale").expect("exists"));
+    assert_eq!(store.read_due(t + 1, 10).expect("due"), vec![]);
 
     // An expired generation reads as none before it is swept, and an append after the sweep
     // is fenced.
     let gone = claim_id("acme", 3);
     let head = start(&store, &gone, claimed(t - 100, 50)).await;
-    assert_eq!(store.load_claim(&gone, t).expect("load"), None);
+    assert_eq!(store.read_claim(&gone, t).expect("load"), None);
     assert_eq!(store.sweep_claims(t, 10).expect("sweep"), 1);
     assert_eq!(append(&store, &head, done()).await, Written::Fenced);
     assert_eq!(store.claim_count(), 1);
@@ -241,7 +240,7 @@ async fn damage_is_reported_never_decoded_into_a_wrong_state() {
     append(&store, &head, done()).await;
     let prefix = log_prefix(&head);
     let entry_key = |seq| log_key(&prefix, seq);
-    let malformed = |table| matches!(store.load_claim(&id, t), Err(StoreError::Malformed(found)) if found == table);
+    let malformed = |table| matches!(store.read_claim(&id, t), Err(StoreError::Malformed(found)) if found == table);
     // An entry cut short.
     let value = store
         .claim_logs
