@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use idem_actors::store::Backend;
 use idem_schemas::signature::Secret;
 use idem_schemas::Verdict;
 use serde::Deserialize;
@@ -19,8 +20,10 @@ pub const MAX_ACTIONS: usize = 16;
 pub struct Config {
     /// Address to listen on; port 0 picks a free port.
     pub listen: SocketAddr,
-    /// Where the embedded store lives.
+    /// Where the embedded store lives (the sled backend).
     pub data_dir: PathBuf,
+    /// Which store holds claims and deliveries.
+    pub store: Backend,
     /// Claim windows and the key digest secret.
     pub idempotency: Idempotency,
     /// Callback delivery.
@@ -187,7 +190,17 @@ struct RawConfig {
     #[serde(default)]
     http: RawHttp,
     #[serde(default)]
+    store: RawStore,
+    #[serde(default)]
     tenants: BTreeMap<String, RawTenant>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    backend: Option<String>,
+    url: Option<String>,
+    pool_size: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -308,6 +321,8 @@ impl Config {
         if data_dir.as_os_str().is_empty() {
             return Err(invalid("data_dir", "must not be empty"));
         }
+
+        let store = store(raw.store, &data_dir)?;
 
         let i = raw.idempotency;
         let key_secret =
@@ -472,12 +487,59 @@ impl Config {
         Ok(Config {
             listen,
             data_dir,
+            store,
             idempotency,
             delivery,
             signatures,
             http,
             tenants,
         })
+    }
+}
+
+/// The most connections one node may hold to the database.
+const MAX_POOL: u32 = 1024;
+
+/// `[store]`: sled in `data_dir` (the default), or PostgreSQL at `url`. Checked without
+/// connecting.
+fn store(raw: RawStore, data_dir: &Path) -> Result<Backend, ConfigError> {
+    match raw.backend.as_deref().unwrap_or("sled") {
+        "sled" => {
+            if raw.url.is_some() || raw.pool_size.is_some() {
+                return Err(invalid(
+                    "store.url",
+                    "url and pool_size are for backend = \"postgres\"; sled lives in data_dir",
+                ));
+            }
+            Ok(Backend::Sled {
+                data_dir: data_dir.to_path_buf(),
+            })
+        }
+        "postgres" => {
+            let url = raw.url.ok_or_else(|| {
+                invalid(
+                    "store.url",
+                    "is required with backend = \"postgres\", e.g. \"postgres://postgres@127.0.0.1:5432/idem\"",
+                )
+            })?;
+            idem_actors::store::postgres::check_url(&url)
+                .map_err(|why| invalid("store.url", why))?;
+            let pool_size = raw.pool_size.unwrap_or(16);
+            if !(1..=MAX_POOL).contains(&pool_size) {
+                return Err(invalid(
+                    "store.pool_size",
+                    format!("must be 1 to {MAX_POOL} connections"),
+                ));
+            }
+            Ok(Backend::Postgres {
+                url,
+                pool_size: pool_size as usize,
+            })
+        }
+        other => Err(invalid(
+            "store.backend",
+            format!("{other:?} is not a backend: use \"sled\" or \"postgres\""),
+        )),
     }
 }
 
@@ -530,6 +592,47 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
         let acme = &c.tenants["acme"];
         assert!(acme.signing_secrets.is_empty());
         assert_eq!(acme.playbooks["sim_swap"].decision, Verdict::Deny);
+    }
+
+    #[test]
+    fn the_store_is_sled_in_data_dir_unless_postgres_is_named() {
+        let c = Config::parse(MINIMAL).expect("valid");
+        assert_eq!(
+            c.store,
+            Backend::Sled {
+                data_dir: PathBuf::from("data")
+            }
+        );
+        let url = "postgres://postgres@127.0.0.1:5432/idem";
+        let pg = |section: &str| format!("[store]\n{section}\n{MINIMAL}");
+        let c =
+            Config::parse(&pg(&format!("backend = \"postgres\"\nurl = \"{url}\""))).expect("valid");
+        assert_eq!(
+            c.store,
+            Backend::Postgres {
+                url: url.into(),
+                pool_size: 16
+            }
+        );
+        assert!(
+            !format!("{:?}", c.store).contains("postgres@"),
+            "the URL is not printed"
+        );
+        let refused = [
+            ("backend = \"postgres\"", "store.url"),
+            ("backend = \"postgres\"\nurl = \"mysql://x\"", "store.url"),
+            (
+                &format!("backend = \"postgres\"\nurl = \"{url}\"\npool_size = 0"),
+                "store.pool_size",
+            ),
+            ("backend = \"redis\"", "store.backend"),
+            (&format!("url = \"{url}\""), "store.url"),
+            ("pool = 3", "pool"),
+        ];
+        for (section, key) in refused {
+            let e = err(&pg(section));
+            assert!(e.contains(key), "{section:?}: {e}");
+        }
     }
 
     #[test]

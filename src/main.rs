@@ -99,6 +99,12 @@ fn main() -> ExitCode {
             idem_actors::failpoint::setup_from_env();
             match serve(config, path) {
                 Ok(()) => ExitCode::SUCCESS,
+                // A database this idem must not read: one line, and the configuration's status.
+                Err(e) if refused_store(&e) => {
+                    tracing::error!("{e:#}");
+                    eprintln!("idem: {e:#}");
+                    ExitCode::from(2)
+                }
                 Err(e) => {
                     tracing::error!("{e:#}");
                     eprintln!("idem: {e:#}");
@@ -201,6 +207,18 @@ fn receive(options: idem::receive::Options) -> anyhow::Result<()> {
         shutdown_signal(),
     ))?;
     Ok(())
+}
+
+/// Whether `e` is a store this idem refuses to use (a schema newer than it knows, a data
+/// directory of another format): not a crash to restart from, but a setup to fix.
+fn refused_store(e: &anyhow::Error) -> bool {
+    use idem_actors::{EngineError, StoreError};
+    matches!(
+        e.downcast_ref::<idem::serve::ServeError>(),
+        Some(idem::serve::ServeError::Engine(EngineError::Store(
+            StoreError::Schema { .. } | StoreError::Format(_)
+        )))
+    )
 }
 
 async fn shutdown_signal() {

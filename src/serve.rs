@@ -55,7 +55,7 @@ impl Keyring for ConfigKeyring {
 fn engine_config(config: &Config) -> EngineConfig {
     let (i, d) = (&config.idempotency, &config.delivery);
     EngineConfig {
-        data_dir: config.data_dir.clone(),
+        store: config.store.clone(),
         key_ttl: i.key_ttl,
         in_flight_timeout: i.in_flight_timeout,
         idle_actor_timeout: i.idle_actor_timeout,
@@ -96,7 +96,7 @@ pub async fn run(
         engine,
     });
     on_listen(addr);
-    tracing::info!(%addr, data_dir = %config.data_dir.display(), "serving");
+    tracing::info!(%addr, store = ?config.store, "serving");
     http::server::serve(
         listener,
         http::router(app.clone()),
@@ -120,6 +120,7 @@ fn restart_only(a: &Config, b: &Config) -> Vec<&'static str> {
     [
         ("listen", a.listen != b.listen),
         ("data_dir", a.data_dir != b.data_dir),
+        ("store", a.store != b.store),
         (
             "http.read_timeout",
             a.http.read_timeout != b.http.read_timeout,

@@ -152,24 +152,19 @@ async fn neither_key_nor_subject_is_stored_or_sent_in_clear() {
     let keyless = client.signal(Req::new(&sim_swap(subject)).beta()).await;
     assert_eq!(keyless.status, 201);
     let logs = idem.stderr();
-    let (status, _) = idem.terminate().await;
+    let (status, config_path) = idem.terminate().await;
     assert!(status.success());
 
-    let files = files_under(&dir.path().join("data"));
+    let files = stored(&config_path, &dir.path().join("data"));
     assert!(
         files.iter().map(|(_, b)| b.len()).sum::<usize>() > 0,
         "the store wrote something"
     );
     for (path, bytes) in &files {
-        assert!(
-            !contains(bytes, key.as_bytes()),
-            "raw key found in {}",
-            path.display()
-        );
+        assert!(!contains(bytes, key.as_bytes()), "raw key found in {path}");
         assert!(
             !contains(bytes, subject.as_bytes()),
-            "raw subject found in {}",
-            path.display()
+            "raw subject found in {path}"
         );
         assert!(!contains(bytes, subject.trim_start_matches('+').as_bytes()));
     }

@@ -30,6 +30,9 @@ pub enum CodecError {
     /// Bytes follow the decoded record.
     #[error("corrupt record: {0} trailing bytes")]
     Trailing(usize),
+    /// An entry ends inside a record's length or bytes.
+    #[error("corrupt entry: cut short")]
+    Cut,
     /// The value could not be encoded.
     #[error("cannot encode record: {0}")]
     Encode(#[from] bincode::error::EncodeError),
@@ -53,6 +56,32 @@ pub fn decode<T: DeserializeOwned>(record: &[u8]) -> Result<T, CodecError> {
         return Err(CodecError::Trailing(payload.len() - read));
     }
     Ok(value)
+}
+
+/// Several records as one entry, `(u32 length ‖ record)*`: what one write appends to a log.
+pub fn encode_entry<T: Serialize>(values: &[T]) -> Result<Vec<u8>, CodecError> {
+    let mut entry = Vec::new();
+    for value in values {
+        let record = encode(value)?;
+        entry.extend_from_slice(&(record.len() as u32).to_be_bytes());
+        entry.extend_from_slice(&record);
+    }
+    Ok(entry)
+}
+
+/// The records of an entry written by [`encode_entry`], decoded.
+pub fn decode_entry<T: DeserializeOwned>(entry: &[u8]) -> Result<Vec<T>, CodecError> {
+    let mut values = Vec::new();
+    let mut rest = entry;
+    while !rest.is_empty() {
+        let (len, tail) = rest.split_first_chunk::<4>().ok_or(CodecError::Cut)?;
+        let (record, tail) = tail
+            .split_at_checked(u32::from_be_bytes(*len) as usize)
+            .ok_or(CodecError::Cut)?;
+        values.push(decode(record)?);
+        rest = tail;
+    }
+    Ok(values)
 }
 
 #[cfg(test)]

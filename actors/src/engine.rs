@@ -6,7 +6,6 @@
 //! its recovery point in the claim actor, an attempt in the delivery actor, a keyless signal's
 //! deliveries in [`Engine::keyless`], and what the deliveries API shows in [`Engine::read`].
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,15 +17,14 @@ use crate::delivery::{
     new_logs, Deliveries, DeliveryContext, DeliveryError, DeliverySettings, RedeliverError,
 };
 use crate::dispatch::{ClientError, Dispatcher, Keyring};
-use crate::store::sled::SledStore;
-use crate::store::{ClaimId, Store, StoreError, Unit};
+use crate::store::{Backend, ClaimId, Store, StoreError, Unit};
 use crate::supervise::RegistryError;
 
 /// What the engine is built from.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// Where the embedded store keeps its files.
-    pub data_dir: PathBuf,
+    /// The store: sled in a data directory, or PostgreSQL.
+    pub store: Backend,
     /// How long a key and its result live after the claim; final deliveries are kept as long.
     pub key_ttl: Duration,
     /// After this, an `in_flight` claim may be taken over even from a live holder.
@@ -117,13 +115,13 @@ fn process_epoch() -> u64 {
 }
 
 impl Engine {
-    /// Opens the store in `config.data_dir` and starts the actors and background tasks;
+    /// Opens the store and starts the actors and background tasks;
     /// callbacks are signed with the secrets `keyring` gives.
     pub async fn start(
         config: EngineConfig,
         keyring: Arc<dyn Keyring>,
     ) -> Result<Self, EngineError> {
-        let store: Arc<dyn Store> = SledStore::open(&config.data_dir)?;
+        let store = crate::store::open(&config.store).await?;
         crate::metrics::count_deliveries(store.count_by_status().await?);
         let dispatcher = Arc::new(Dispatcher::new(keyring, config.inline_timeout)?);
         let epoch = process_epoch();

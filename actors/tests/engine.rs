@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use idem_actors::store::Backend;
 use idem_actors::{ClaimId, Engine, EngineConfig, Keyring, Reply, Submission};
 use idem_schemas::signature::Secret;
 use idem_schemas::{Decision, Verdict};
@@ -19,7 +20,9 @@ impl Keyring for NoSecrets {
 
 fn config(dir: &std::path::Path) -> EngineConfig {
     EngineConfig {
-        data_dir: dir.to_path_buf(),
+        store: Backend::Sled {
+            data_dir: dir.to_path_buf(),
+        },
         key_ttl: Duration::from_millis(300),
         in_flight_timeout: Duration::from_secs(30),
         idle_actor_timeout: Duration::from_secs(60),

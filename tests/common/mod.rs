@@ -229,9 +229,78 @@ async fn receive(
     response
 }
 
+/// The store the tests run against: sled in their data directory (the default), or, with
+/// `IDEM_TEST_STORE=postgres`, a fresh database of the PostgreSQL server at
+/// `IDEM_TEST_POSTGRES_URL` (default: this machine's, `postgres://postgres@127.0.0.1:5432`) for
+/// each config, so tests run in parallel. A server that does not answer fails the test.
+pub fn store_section() -> String {
+    match std::env::var("IDEM_TEST_STORE").as_deref() {
+        Err(_) | Ok("sled") => String::new(),
+        Ok("postgres") => format!(
+            "[store]\nbackend = \"postgres\"\nurl = \"{}\"\npool_size = 4\n",
+            fresh_database()
+        ),
+        Ok(other) => panic!("IDEM_TEST_STORE={other:?}: use sled or postgres"),
+    }
+}
+
+/// Creates an empty database on the test server; its URL.
+pub fn fresh_database() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let server = std::env::var("IDEM_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+    let server = server.trim_end_matches('/').to_string();
+    let name = format!(
+        "idem_test_{}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        idem_schemas::timefmt::now_ms()
+    );
+    let admin = format!("{server}/postgres");
+    let create = format!("CREATE DATABASE {name}");
+    // Its own thread and runtime: the caller may be inside a test's runtime.
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+                .await
+                .unwrap_or_else(|e| panic!("PostgreSQL at {admin} does not answer: {e}"));
+            tokio::spawn(connection);
+            client
+                .batch_execute(&create)
+                .await
+                .unwrap_or_else(|e| panic!("cannot create the test database: {e}"));
+        });
+    })
+    .join()
+    .expect("create the test database");
+    format!("{server}/{name}")
+}
+
 /// A config for tests: tenant `acme` (signed requests), tenant `beta` (API key only), both with
 /// a `sim_swap` playbook whose actions call `receiver`. `extra` is added to `[idempotency]`.
+/// The store is the one [`store_section`] names.
 pub fn config(
+    data_dir: &Path,
+    receiver: &Receiver,
+    idempotency_extra: &str,
+    delivery: &str,
+) -> String {
+    config_on(
+        &store_section(),
+        data_dir,
+        receiver,
+        idempotency_extra,
+        delivery,
+    )
+}
+
+/// [`config`] on the store of `store` (a `[store]` section, or nothing for sled).
+pub fn config_on(
+    store: &str,
     data_dir: &Path,
     receiver: &Receiver,
     idempotency_extra: &str,
@@ -242,6 +311,7 @@ pub fn config(
 listen = "127.0.0.1:0"
 data_dir = "{data}"
 
+{store}
 [idempotency]
 key_secret = "{KEY_SECRET}"
 {idempotency_extra}
@@ -574,6 +644,53 @@ fn uuid_like() -> String {
         idem_schemas::timefmt::now_ms(),
         N.fetch_add(1, Ordering::SeqCst)
     )
+}
+
+/// Everything the store of the config at `config_path` holds, as (where, bytes): every file of
+/// its data directory `data_dir` on sled, every row's columns on PostgreSQL.
+pub fn stored(config_path: &Path, data_dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let config = std::fs::read_to_string(config_path).expect("read config");
+    let url = config
+        .lines()
+        .find_map(|l| l.strip_prefix("url = \""))
+        .and_then(|l| l.strip_suffix('"'));
+    let Some(url) = url.map(str::to_string) else {
+        return files_under(data_dir)
+            .into_iter()
+            .map(|(path, bytes)| (path.display().to_string(), bytes))
+            .collect();
+    };
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .expect("connect to the test database");
+            tokio::spawn(connection);
+            let mut out = Vec::new();
+            for (table, text, bytes) in [
+                ("idem_claims", "tenant", "digest || log"),
+                ("idem_deliveries", "id || ' ' || tenant", "log"),
+            ] {
+                let rows = client
+                    .query(&format!("SELECT {text}, {bytes} FROM {table}"), &[])
+                    .await
+                    .expect("read the table");
+                for row in rows {
+                    let text: String = row.get(0);
+                    let mut bytes: Vec<u8> = row.get(1);
+                    bytes.extend_from_slice(text.as_bytes());
+                    out.push((table.to_string(), bytes));
+                }
+            }
+            out
+        })
+    })
+    .join()
+    .expect("read the test database")
 }
 
 /// Every file under `dir`, read whole.

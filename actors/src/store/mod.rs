@@ -7,6 +7,7 @@
 //! a whole (its group commit batches many units into one sync) before it reports what the unit
 //! came to. `sled` is the embedded implementation.
 
+pub mod postgres;
 pub mod sled;
 
 use std::future::Future;
@@ -167,6 +168,23 @@ pub enum StoreError {
     /// A stored key or log has an impossible shape.
     #[error("store: malformed entry in {0}")]
     Malformed(&'static str),
+    /// The database failed or could not be reached.
+    #[error("store: postgres: {0}")]
+    Postgres(Arc<tokio_postgres::Error>),
+    /// No connection to the database could be had.
+    #[error("store: postgres pool: {0}")]
+    Pool(String),
+    /// The database's schema is newer than this idem knows.
+    #[error(
+        "store: the database's schema is version {found}, newer than version {known} that this \
+         idem knows; run a newer idem"
+    )]
+    Schema {
+        /// The version found in the database.
+        found: i32,
+        /// The newest version this idem knows.
+        known: i32,
+    },
     /// The data directory was written in another format: what was found there.
     #[error(
         "store: the data directory holds {0}, this idem reads and writes format {format}; \
@@ -182,6 +200,12 @@ impl From<std::io::Error> for StoreError {
     }
 }
 
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        StoreError::Postgres(Arc::new(e))
+    }
+}
+
 impl From<CodecError> for StoreError {
     fn from(e: CodecError) -> Self {
         StoreError::Codec(Arc::new(e))
@@ -191,6 +215,57 @@ impl From<CodecError> for StoreError {
 /// What a store's read answers with: a future, so that a store across the network can wait
 /// without holding a thread (the embedded one answers at once).
 pub type Read<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// Which store the engine runs on.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// sled, embedded, in a data directory of this machine.
+    Sled {
+        /// Where its files live.
+        data_dir: std::path::PathBuf,
+    },
+    /// PostgreSQL.
+    Postgres {
+        /// The connection URL.
+        url: String,
+        /// Connections this node holds.
+        pool_size: usize,
+    },
+}
+
+impl std::fmt::Debug for Backend {
+    /// Leaves the URL out: it may carry a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backend::Sled { data_dir } => {
+                f.debug_struct("Sled").field("data_dir", data_dir).finish()
+            }
+            Backend::Postgres { pool_size, .. } => f
+                .debug_struct("Postgres")
+                .field("url", &"..")
+                .field("pool_size", pool_size)
+                .finish(),
+        }
+    }
+}
+
+/// Opens the store `backend` names.
+pub async fn open(backend: &Backend) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match backend {
+        Backend::Sled { data_dir } => sled::SledStore::open(data_dir)?,
+        Backend::Postgres { url, pool_size } => postgres::PgStore::open(url, *pool_size).await?,
+    })
+}
+
+/// A delivery status as stored: its place in [`DeliveryStatus::ALL`].
+pub fn status_number(status: DeliveryStatus) -> u8 {
+    match status {
+        DeliveryStatus::Queued => 0,
+        DeliveryStatus::Delivered => 1,
+        DeliveryStatus::Failed => 2,
+        DeliveryStatus::Dead => 3,
+    }
+}
 
 /// Claim logs: one log per generation of a key; writes go through a [`Unit`].
 pub trait ClaimStore: Send + Sync {

@@ -16,7 +16,7 @@
 
 use idem_schemas::ClaimEvent;
 
-use super::keys::{claim_key, log_entry, log_key, log_prefix, split_log_key, split_records, Index};
+use super::keys::{claim_key, log_key, log_prefix, split_log_key, Index};
 use super::SledStore;
 use crate::codec;
 use crate::store::{ClaimId, ClaimLog, ClaimStore, LogHead, Read, StoreError, Written};
@@ -106,9 +106,9 @@ impl SledStore {
             if key.get(prefix.len()..) != Some(&head.next.to_be_bytes()[..]) {
                 return Err(StoreError::Malformed("claim_logs"));
             }
-            for record in split_records(&value)? {
-                events.push(codec::decode(record)?);
-            }
+            events.extend(
+                codec::decode_entry(&value).map_err(|_| StoreError::Malformed("claim_logs"))?,
+            );
             head.next += 1;
         }
         // An index naming a log that is not there, before its expiry, is damage, not a free key.
@@ -152,7 +152,7 @@ impl SledStore {
         let written = self.claim_logs.compare_and_swap(
             &first,
             None as Option<&[u8]>,
-            Some(log_entry(&events)?),
+            Some(codec::encode_entry(&events)?),
         )?;
         if written.is_err() && fencing() {
             return self.held(&head.id, now_ms);
@@ -178,7 +178,7 @@ impl SledStore {
         let appended = self.claim_logs.compare_and_swap(
             log_key(&log_prefix(&head), head.next),
             None as Option<&[u8]>,
-            Some(log_entry(&events)?),
+            Some(codec::encode_entry(&events)?),
         )?;
         if appended.is_err() {
             return Ok(Written::Fenced);

@@ -10,9 +10,8 @@
 //!   retention index.
 //! - `delivery_status`: `tenant length ‖ tenant ‖ status ‖ delivery id`, the tenant's listing.
 
-use idem_schemas::{ClaimEvent, DeliveryStatus};
+use idem_schemas::DeliveryStatus;
 
-use crate::codec;
 use crate::store::{ClaimId, LogHead, StoreError, Timed};
 
 /// A claim's index key: `tenant length ‖ tenant ‖ digest`.
@@ -56,33 +55,6 @@ pub fn split_log_key(key: &[u8]) -> Result<(u64, &[u8], u64, u32), StoreError> {
         u64::from_be_bytes(*generation),
         u32::from_be_bytes(*seq),
     ))
-}
-
-/// `events` as one log entry: `(u32 length ‖ record)*`.
-pub fn log_entry(events: &[ClaimEvent]) -> Result<Vec<u8>, StoreError> {
-    let mut value = Vec::new();
-    for event in events {
-        let record = codec::encode(event)?;
-        value.extend_from_slice(&(record.len() as u32).to_be_bytes());
-        value.extend_from_slice(&record);
-    }
-    Ok(value)
-}
-
-/// A log entry split into its records.
-pub fn split_records(value: &[u8]) -> Result<Vec<&[u8]>, StoreError> {
-    let mut records = Vec::new();
-    let mut rest = value;
-    while !rest.is_empty() {
-        let malformed = StoreError::Malformed("claim_logs");
-        let (len, tail) = rest.split_first_chunk::<4>().ok_or(malformed.clone())?;
-        let (record, tail) = tail
-            .split_at_checked(u32::from_be_bytes(*len) as usize)
-            .ok_or(malformed)?;
-        records.push(record);
-        rest = tail;
-    }
-    Ok(records)
 }
 
 /// The byte that follows an index entry's value when its log is completed.
@@ -145,12 +117,7 @@ impl Index {
 
 /// The byte of a status in the listing index.
 pub fn status_byte(s: DeliveryStatus) -> u8 {
-    match s {
-        DeliveryStatus::Queued => 0,
-        DeliveryStatus::Delivered => 1,
-        DeliveryStatus::Failed => 2,
-        DeliveryStatus::Dead => 3,
-    }
+    crate::store::status_number(s)
 }
 
 /// `tenant length ‖ tenant`, the start of a tenant's listing.

@@ -1,0 +1,334 @@
+//! Group commit on PostgreSQL: one task per node takes every unit queued so far and writes the
+//! batch in one transaction, each kind of write as one multi-row statement (`unnest` of arrays),
+//! then tells each unit what it came to. The transaction's commit is the durable point
+//! (`synchronous_commit` on, the server's default): a claim or recovery point is on the
+//! database's disk before the waiter hears of it, so before any callback or answer it guards.
+//! The database decides every write: a start inserts the key's row or replaces an expired one
+//! (`ON CONFLICT … DO UPDATE … WHERE` expired), otherwise the unit is answered with the row that
+//! holds the key; an append updates the row only where its generation and count of writes are
+//! the writer's (zero rows: fenced, and none of the unit is written).
+
+use std::collections::{HashMap, HashSet};
+
+use deadpool_postgres::Pool;
+use idem_schemas::DeliveryEvent;
+use tokio::sync::mpsc;
+
+use super::claims::{claim_log, COLUMNS};
+use crate::codec;
+use crate::store::{
+    status_number, ClaimId, ClaimWrite, DeliveryWrite, LogHead, StoreError, Then, Unit, Written,
+};
+
+/// The most units one transaction takes.
+const MAX_BATCH: usize = 512;
+
+/// What the group commit is asked to do.
+pub(super) enum Job {
+    /// Write a unit and say what it came to.
+    Unit(Unit, Then),
+    /// Mark a generation completed; no one waits for it.
+    Complete(LogHead),
+}
+
+/// The group commit task: runs until every sender is gone.
+pub(super) async fn run(pool: Pool, mut jobs: mpsc::UnboundedReceiver<Job>) {
+    while let Some(first) = jobs.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let mut units = Vec::new();
+        let mut thens = Vec::new();
+        let mut completions = Vec::new();
+        for job in batch {
+            match job {
+                Job::Unit(unit, then) => {
+                    units.push(unit);
+                    thens.push(then);
+                }
+                Job::Complete(head) => completions.push(head),
+            }
+        }
+        let timer = crate::metrics::FLUSH_SECONDS.start_timer();
+        let outcome = commit(&pool, units, &completions).await;
+        timer.observe_duration();
+        match outcome {
+            Ok(written) => {
+                for (then, written) in thens.into_iter().zip(written) {
+                    then(Ok(written));
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "group commit failed");
+                for then in thens {
+                    then(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// A claim row's key.
+type Key = (String, Vec<u8>);
+
+fn key(id: &ClaimId) -> Key {
+    (id.tenant.clone(), id.digest.to_vec())
+}
+
+/// Writes `units` and `completions` in one transaction; what each unit came to.
+async fn commit(
+    pool: &Pool,
+    units: Vec<Unit>,
+    completions: &[LogHead],
+) -> Result<Vec<Written>, StoreError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let mut written: Vec<Option<Written>> = vec![None; units.len()];
+
+    // Appends first: a fenced unit writes nothing, its deliveries included.
+    let appends: Vec<(usize, &LogHead, &Vec<idem_schemas::ClaimEvent>)> = units
+        .iter()
+        .enumerate()
+        .filter_map(|(n, u)| match &u.claim {
+            Some(ClaimWrite::Append(head, events)) => Some((n, head, events)),
+            _ => None,
+        })
+        .collect();
+    if !appends.is_empty() {
+        let mut tenants = Vec::new();
+        let mut digests = Vec::new();
+        let mut generations = Vec::new();
+        let mut nexts = Vec::new();
+        let mut entries = Vec::new();
+        for (_, head, events) in &appends {
+            tenants.push(head.id.tenant.as_str());
+            digests.push(&head.id.digest[..]);
+            generations.push(head.generation as i64);
+            nexts.push(head.next as i32);
+            entries.push(codec::encode_entry(events)?);
+        }
+        let rows = tx
+            .query(
+                "UPDATE idem_claims c SET log = c.log || u.entry, writes = c.writes + 1 \
+                 FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::int4[], $5::bytea[]) \
+                 AS u(tenant, digest, generation, next, entry) \
+                 WHERE c.tenant = u.tenant AND c.digest = u.digest \
+                 AND c.generation = u.generation AND c.writes = u.next \
+                 RETURNING c.tenant, c.digest",
+                &[&tenants, &digests, &generations, &nexts, &entries],
+            )
+            .await?;
+        let done: HashSet<Key> = rows
+            .iter()
+            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .collect::<Result<_, StoreError>>()?;
+        for (n, head, events) in appends {
+            written[n] = Some(match done.contains(&key(&head.id)) {
+                true => Written::Appended(
+                    LogHead {
+                        next: head.next + 1,
+                        ..head.clone()
+                    },
+                    events.clone(),
+                ),
+                false => Written::Fenced,
+            });
+        }
+    }
+
+    // Deliveries of the units not fenced.
+    let deliveries: Vec<(usize, &DeliveryWrite, bool)> = units
+        .iter()
+        .enumerate()
+        .filter(|(n, _)| written[*n] != Some(Written::Fenced))
+        .flat_map(|(n, u)| u.deliveries.iter().map(move |d| (n, d, u.skip_existing)))
+        .collect();
+    write_deliveries(&tx, &deliveries, &mut written).await?;
+
+    // Starts, each key at most once per statement.
+    let mut starts: Vec<(usize, &ClaimId, &Vec<idem_schemas::ClaimEvent>)> = units
+        .iter()
+        .enumerate()
+        .filter_map(|(n, u)| match &u.claim {
+            Some(ClaimWrite::Start(id, events)) => Some((n, id, events)),
+            _ => None,
+        })
+        .collect();
+    while !starts.is_empty() {
+        let mut seen = HashSet::new();
+        let (round, later): (Vec<_>, Vec<_>) = starts
+            .into_iter()
+            .partition(|(_, id, _)| seen.insert(key(id)));
+        start_claims(&tx, &round, &mut written).await?;
+        starts = later;
+    }
+
+    if !completions.is_empty() {
+        let tenants: Vec<&str> = completions.iter().map(|h| h.id.tenant.as_str()).collect();
+        let digests: Vec<&[u8]> = completions.iter().map(|h| &h.id.digest[..]).collect();
+        let generations: Vec<i64> = completions.iter().map(|h| h.generation as i64).collect();
+        tx.execute(
+            "UPDATE idem_claims c SET completed = true \
+             FROM unnest($1::text[], $2::bytea[], $3::int8[]) AS u(tenant, digest, generation) \
+             WHERE c.tenant = u.tenant AND c.digest = u.digest AND c.generation = u.generation",
+            &[&tenants, &digests, &generations],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(written
+        .into_iter()
+        .map(|w| w.unwrap_or(Written::Nothing))
+        .collect())
+}
+
+/// New delivery logs (left alone where they exist: a take-over may meet an earlier process's),
+/// and records appended to existing ones where their count is the writer's.
+async fn write_deliveries(
+    tx: &deadpool_postgres::Transaction<'_>,
+    writes: &[(usize, &DeliveryWrite, bool)],
+    written: &mut [Option<Written>],
+) -> Result<(), StoreError> {
+    let (new, appended): (Vec<_>, Vec<_>) = writes.iter().partition(|(_, w, _)| w.first_seq == 0);
+    if !new.is_empty() {
+        let mut ids = Vec::new();
+        let mut tenants = Vec::new();
+        let mut statuses = Vec::new();
+        let mut dues = Vec::new();
+        let mut expiries = Vec::new();
+        let mut logs = Vec::new();
+        let mut records = Vec::new();
+        for (_, w, _) in &new {
+            let expires_at_ms = w.events.iter().find_map(|e| match e {
+                DeliveryEvent::Created(record) => Some(record.expires_at_ms as i64),
+                _ => None,
+            });
+            ids.push(w.id.as_str());
+            tenants.push(w.tenant.as_str());
+            statuses.push(status_number(w.to.status) as i16);
+            dues.push(w.to.due_ms.map(|d| d as i64));
+            expiries.push(expires_at_ms.ok_or(StoreError::Malformed("idem_deliveries"))?);
+            logs.push(codec::encode_entry(&w.events)?);
+            records.push(w.events.len() as i32);
+        }
+        tx.execute(
+            "INSERT INTO idem_deliveries (id, tenant, status, due_ms, expires_at_ms, log, records) \
+             SELECT * FROM unnest($1::text[], $2::text[], $3::int2[], $4::int8[], $5::int8[], \
+             $6::bytea[], $7::int4[]) ON CONFLICT (id) DO NOTHING",
+            &[&ids, &tenants, &statuses, &dues, &expiries, &logs, &records],
+        )
+        .await?;
+    }
+    if !appended.is_empty() {
+        let mut ids = Vec::new();
+        let mut firsts = Vec::new();
+        let mut counts = Vec::new();
+        let mut entries = Vec::new();
+        let mut statuses = Vec::new();
+        let mut dues = Vec::new();
+        for (_, w, _) in &appended {
+            ids.push(w.id.as_str());
+            firsts.push(w.first_seq as i32);
+            counts.push(w.events.len() as i32);
+            entries.push(codec::encode_entry(&w.events)?);
+            statuses.push(status_number(w.to.status) as i16);
+            dues.push(w.to.due_ms.map(|d| d as i64));
+        }
+        let rows = tx
+            .query(
+                "UPDATE idem_deliveries d SET log = d.log || u.entry, records = d.records + u.count, \
+                 status = u.status, due_ms = u.due \
+                 FROM unnest($1::text[], $2::int4[], $3::int4[], $4::bytea[], $5::int2[], \
+                 $6::int8[]) AS u(id, first, count, entry, status, due) \
+                 WHERE d.id = u.id AND d.records = u.first RETURNING d.id",
+                &[&ids, &firsts, &counts, &entries, &statuses, &dues],
+            )
+            .await?;
+        let done: HashSet<String> = rows
+            .iter()
+            .map(|row| row.try_get(0))
+            .collect::<Result<_, _>>()?;
+        // A record whose delivery has moved on (another writer) is refused like a fenced claim.
+        for (n, w, _) in appended {
+            if !done.contains(&w.id) {
+                written[n] = Some(Written::Fenced);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Starts one generation per key of `round`: inserted, or replacing an expired one; the others
+/// are answered with the row that holds the key.
+async fn start_claims(
+    tx: &deadpool_postgres::Transaction<'_>,
+    round: &[(usize, &ClaimId, &Vec<idem_schemas::ClaimEvent>)],
+    written: &mut [Option<Written>],
+) -> Result<(), StoreError> {
+    let mut tenants = Vec::new();
+    let mut digests = Vec::new();
+    let mut generations = Vec::new();
+    let mut expiries = Vec::new();
+    let mut entries = Vec::new();
+    let mut heads = HashMap::new();
+    for (n, id, events) in round {
+        let Some(idem_schemas::ClaimEvent::Claimed(claim)) = events.first() else {
+            return Err(StoreError::NotAClaim);
+        };
+        tenants.push(id.tenant.as_str());
+        digests.push(&id.digest[..]);
+        generations.push(claim.claimed_at_ms as i64);
+        expiries.push(claim.expires_at_ms as i64);
+        entries.push(codec::encode_entry(events)?);
+        let head = LogHead {
+            id: (*id).clone(),
+            generation: claim.claimed_at_ms,
+            expires_at_ms: claim.expires_at_ms,
+            next: 1,
+        };
+        heads.insert(key(id), (*n, head, claim.claimed_at_ms));
+    }
+    // The generation is the claim's time: the key is free when its row expired by then.
+    let rows = tx
+        .query(
+            "INSERT INTO idem_claims (tenant, digest, generation, expires_at_ms, log, writes) \
+             SELECT tenant, digest, generation, expires_at_ms, entry, 1 \
+             FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::int8[], $5::bytea[]) \
+             AS u(tenant, digest, generation, expires_at_ms, entry) \
+             ON CONFLICT (tenant, digest) DO UPDATE SET generation = EXCLUDED.generation, \
+             expires_at_ms = EXCLUDED.expires_at_ms, log = EXCLUDED.log, writes = 1, \
+             completed = false \
+             WHERE idem_claims.expires_at_ms <= EXCLUDED.generation \
+             RETURNING tenant, digest",
+            &[&tenants, &digests, &generations, &expiries, &entries],
+        )
+        .await?;
+    for row in rows {
+        let won: Key = (row.try_get(0)?, row.try_get(1)?);
+        if let Some((n, head, _)) = heads.remove(&won) {
+            let Some((_, _, events)) = round.iter().find(|(m, ..)| *m == n) else {
+                continue;
+            };
+            written[n] = Some(Written::Claimed(head, (*events).clone()));
+        }
+    }
+    // The rest lost to a generation that holds the key: answered from its row.
+    for ((tenant, digest), (n, head, now_ms)) in heads {
+        let row = tx
+            .query_opt(
+                &format!("SELECT {COLUMNS} FROM idem_claims WHERE tenant = $1 AND digest = $2"),
+                &[&tenant, &digest],
+            )
+            .await?;
+        let log = match row {
+            Some(row) => claim_log(&head.id, &row, now_ms)?,
+            None => None,
+        };
+        written[n] = Some(log.map_or(Written::Fenced, Written::Held));
+    }
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! The database's schema, created and migrated at start. Migrations are embedded and numbered;
+//! they run in one transaction under an advisory lock, so nodes starting together on an empty
+//! database serialise on it and all come up. A database whose schema is newer than this idem
+//! knows is refused: reading it could misread a claim as free.
+
+use tokio_postgres::Client;
+
+use crate::store::StoreError;
+
+/// The advisory lock migrations hold (any fixed number; this one spells "idem").
+const MIGRATION_LOCK: i64 = 0x6964_656d;
+
+/// The migrations, in order: the schema's version is how many have run.
+const MIGRATIONS: &[&str] = &[
+    // 1: claims (one row per key: its current generation and log) and deliveries (one row per
+    // callback: its log, its place in the retry queue and the listing).
+    r#"
+    CREATE TABLE idem_claims (
+        tenant        text    NOT NULL,
+        digest        bytea   NOT NULL,
+        generation    bigint  NOT NULL,
+        expires_at_ms bigint  NOT NULL,
+        log           bytea   NOT NULL,
+        writes        integer NOT NULL,
+        completed     boolean NOT NULL DEFAULT false,
+        PRIMARY KEY (tenant, digest)
+    );
+    CREATE INDEX idem_claims_expiry ON idem_claims (expires_at_ms);
+    CREATE TABLE idem_deliveries (
+        id            text     PRIMARY KEY,
+        tenant        text     NOT NULL,
+        status        smallint NOT NULL,
+        due_ms        bigint,
+        expires_at_ms bigint   NOT NULL,
+        log           bytea    NOT NULL,
+        records       integer  NOT NULL
+    );
+    CREATE INDEX idem_deliveries_due ON idem_deliveries (due_ms) WHERE due_ms IS NOT NULL;
+    CREATE INDEX idem_deliveries_listing ON idem_deliveries (tenant, status, id);
+    CREATE INDEX idem_deliveries_expiry ON idem_deliveries (expires_at_ms);
+    "#,
+];
+
+/// The schema version this idem reads and writes.
+pub const VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// Brings the database's schema to [`VERSION`], or refuses a newer one.
+pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS idem_schema (version integer NOT NULL)")
+        .await?;
+    let found: i32 = tx
+        .query_opt("SELECT version FROM idem_schema", &[])
+        .await?
+        .map_or(0, |row| row.get(0));
+    if found > VERSION {
+        return Err(StoreError::Schema {
+            found,
+            known: VERSION,
+        });
+    }
+    for (n, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        tracing::info!(version = n + 1, "migrating the database schema");
+        tx.batch_execute(migration).await?;
+    }
+    if found == 0 {
+        tx.execute("INSERT INTO idem_schema (version) VALUES ($1)", &[&VERSION])
+            .await?;
+    } else if found < VERSION {
+        tx.execute("UPDATE idem_schema SET version = $1", &[&VERSION])
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}

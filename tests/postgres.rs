@@ -1,0 +1,100 @@
+//! The PostgreSQL store's own behaviour, on this machine's server (a fresh database per test):
+//! nodes starting together on an empty database all come up and share one schema, and a
+//! database whose schema is newer than this idem knows is refused with exit status 2 and one
+//! line naming both versions. (Every contract test also runs on PostgreSQL: `scripts/test`.)
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::*;
+
+fn on_postgres(url: &str) -> String {
+    format!("[store]\nbackend = \"postgres\"\nurl = \"{url}\"\npool_size = 4\n")
+}
+
+/// Runs `query` on the database at `url`.
+fn sql(url: &str, query: &str) {
+    let out = Command::new("psql")
+        .args([url, "-v", "ON_ERROR_STOP=1", "-Atqc", query])
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "{query}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn nodes_starting_together_on_an_empty_database_all_come_up() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let url = fresh_database();
+    let cfg = config_on(
+        &on_postgres(&url),
+        &dir.path().join("data"),
+        &receiver,
+        "",
+        "",
+    );
+    let nodes: Vec<_> = (0..3)
+        .map(|n| {
+            let node_dir = dir.path().join(format!("node{n}"));
+            std::fs::create_dir_all(&node_dir).expect("dir");
+            let path = node_dir.join("idem.toml");
+            std::fs::write(&path, &cfg).expect("config");
+            std::thread::spawn(move || Idem::start_with(path, &[]))
+        })
+        .collect();
+    let nodes: Vec<Idem> = nodes
+        .into_iter()
+        .map(|n| n.join().expect("node started"))
+        .collect();
+    // One schema, and each node serves: a key claimed through one is a replay through another.
+    let key = unique("pg");
+    let body = sim_swap("+1555");
+    let first = Client::new(&nodes[0].base)
+        .signal(Req::new(&body).key(&key).acme_signed(&key))
+        .await;
+    assert_eq!(first.status, 201);
+    let again = Client::new(&nodes[2].base)
+        .signal(Req::new(&body).key(&key).acme_signed(&key))
+        .await;
+    assert_eq!(again.status, 201);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.body, first.body);
+}
+
+#[tokio::test]
+async fn a_database_with_a_newer_schema_is_refused_with_exit_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let url = fresh_database();
+    sql(&url, "CREATE TABLE idem_schema (version integer NOT NULL)");
+    sql(&url, "INSERT INTO idem_schema (version) VALUES (99)");
+    let cfg = config_on(
+        &on_postgres(&url),
+        &dir.path().join("data"),
+        &receiver,
+        "",
+        "",
+    );
+    let path = dir.path().join("idem.toml");
+    std::fs::write(&path, cfg).expect("config");
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run idem");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("version 99") && stderr.contains("version 1 "),
+        "{stderr}"
+    );
+}
