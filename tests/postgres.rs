@@ -6,6 +6,7 @@
 mod common;
 
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use common::*;
 
@@ -97,4 +98,105 @@ async fn a_database_with_a_newer_schema_is_refused_with_exit_2() {
         stderr.contains("version 99") && stderr.contains("version 1 "),
         "{stderr}"
     );
+}
+
+/// Three nodes on one database, each given `cfg`.
+fn three_nodes(dir: &std::path::Path, cfg: &str) -> Vec<Idem> {
+    (0..3)
+        .map(|n| {
+            let node_dir = dir.join(format!("node{n}"));
+            std::fs::create_dir_all(&node_dir).expect("dir");
+            Idem::start(&node_dir, cfg)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn copies_of_a_key_spread_over_nodes_make_one_decision() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let url = fresh_database();
+    let cfg = config_on(
+        &on_postgres(&url),
+        &dir.path().join("data"),
+        &receiver,
+        "",
+        "",
+    );
+    let nodes = three_nodes(dir.path(), &cfg);
+    let clients: Vec<Client> = nodes.iter().map(|n| Client::new(&n.base)).collect();
+    let keys: Vec<String> = (0..8).map(|n| unique(&format!("spread{n}"))).collect();
+    let body = sim_swap("+1555");
+    let mut sends = Vec::new();
+    for key in &keys {
+        for copy in 0..9 {
+            let (client, body) = (&clients[copy % 3], &body);
+            sends.push(async move {
+                let r = client
+                    .signal(Req::new(body).key(key).acme_signed(key))
+                    .await;
+                (key.clone(), r)
+            });
+        }
+    }
+    let answers = futures::future::join_all(sends).await;
+    for key in &keys {
+        let mine: Vec<&Resp> = answers
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, r)| r)
+            .collect();
+        assert!(mine.iter().all(|r| r.status == 201 || r.status == 409));
+        let bodies: std::collections::HashSet<&Vec<u8>> = mine
+            .iter()
+            .filter(|r| r.status == 201)
+            .map(|r| &r.body)
+            .collect();
+        assert_eq!(bodies.len(), 1, "one decision for {key}");
+        let firsts = mine
+            .iter()
+            .filter(|r| r.status == 201 && !r.replayed())
+            .count();
+        assert_eq!(firsts, 1, "one first processing for {key}");
+    }
+    // One callback per action and decision: no node took over a live node's claim.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.seen().len(), keys.len() * 2);
+}
+
+#[tokio::test]
+async fn a_live_nodes_claim_is_not_taken_over_by_another() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    receiver.answer("/lock", 200, Duration::from_millis(1500));
+    let url = fresh_database();
+    let cfg = config_on(
+        &on_postgres(&url),
+        &dir.path().join("data"),
+        &receiver,
+        "",
+        "",
+    );
+    let nodes = three_nodes(dir.path(), &cfg);
+    let (a, b) = (Client::new(&nodes[0].base), Client::new(&nodes[1].base));
+    let key = unique("live");
+    let body = sim_swap("+1555");
+    let first = {
+        let (body, key) = (body.clone(), key.clone());
+        let a = Client::new(&nodes[0].base);
+        tokio::spawn(async move { a.signal(Req::new(&body).key(&key).acme_signed(&key)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let meanwhile = b.signal(Req::new(&body).key(&key).acme_signed(&key)).await;
+    assert_eq!(
+        meanwhile.status, 409,
+        "the holder lives: in flight, not taken over"
+    );
+    let first = first.await.expect("first");
+    assert_eq!(first.status, 201);
+    let replay = b.signal(Req::new(&body).key(&key).acme_signed(&key)).await;
+    assert!(replay.replayed());
+    assert_eq!(replay.body, first.body);
+    let _ = a;
+    assert_eq!(receiver.seen().len(), 2, "each action once");
 }

@@ -17,7 +17,7 @@ use crate::delivery::{
     new_logs, Deliveries, DeliveryContext, DeliveryError, DeliverySettings, RedeliverError,
 };
 use crate::dispatch::{ClientError, Dispatcher, Keyring};
-use crate::store::{Backend, ClaimId, Store, StoreError, Unit};
+use crate::store::{Backend, ClaimId, Node, Store, StoreError, Unit};
 use crate::supervise::RegistryError;
 
 /// What the engine is built from.
@@ -121,10 +121,15 @@ impl Engine {
         config: EngineConfig,
         keyring: Arc<dyn Keyring>,
     ) -> Result<Self, EngineError> {
-        let store = crate::store::open(&config.store).await?;
+        let epoch = process_epoch();
+        let node = Node {
+            epoch,
+            in_flight_timeout: config.in_flight_timeout,
+            attempt_timeout: config.inline_timeout,
+        };
+        let store = crate::store::open(&config.store, node).await?;
         crate::metrics::count_deliveries(store.count_by_status().await?);
         let dispatcher = Arc::new(Dispatcher::new(keyring, config.inline_timeout)?);
-        let epoch = process_epoch();
         // Actor names are unique per engine: ractor's registry is process-wide.
         let instance = format!("idem-{epoch:x}");
         let delivery_settings = DeliverySettings {

@@ -38,7 +38,7 @@ pub fn spawn(
                 }
             };
             for entry in due {
-                if let Err(e) = deliveries.wake(&entry.id, entry.at_ms).await {
+                if let Err(e) = deliveries.wake(&entry).await {
                     tracing::warn!(delivery = %entry.id, error = %e, "cannot wake delivery");
                     if matches!(deliveries.load(&entry.id).await, Ok(None)) {
                         let _ = store.drop_due(&entry).await;

@@ -326,16 +326,16 @@ impl ClaimActor {
             Step::InFlight => Reply::InFlight,
             Step::Mismatch => Reply::Mismatch,
             Step::Claim => return Self::claim(myself, state, &sub, reply, now),
+            // The holder looks gone from here; the store has the last word (on a shared store,
+            // the holder may be another node that lives).
             Step::TakeOver => {
-                tracing::info!(tenant = %state.id.tenant, "taking over a claim whose holder is gone");
-                crate::metrics::CLAIM_TRANSITIONS
-                    .with_label_values(&["taken_over"])
-                    .inc();
+                let head = state.head.clone().ok_or(Invariant::NoClaim("take over"))?;
                 state.first = Some(First {
                     reply,
                     fingerprint: sub.fingerprint,
                 });
-                return Self::start_dispatch(myself, state, true);
+                state.commit(myself, Unit::new().take_over_claim(head));
+                return Ok(());
             }
             // The recovery point is durable, and with it the delivery logs (written before it,
             // in the same unit): complete with the recorded response. It was stored before this
@@ -449,8 +449,8 @@ impl ClaimActor {
                     state.fold(event)?;
                 }
             }
-            // Another generation holds the key (the store has the last word): this request is
-            // answered as any other request for it would be now.
+            // Another generation holds the key, or the holder of this one lives (the store has
+            // the last word): this request is answered from what the store holds.
             Written::Held(log) => {
                 state.adopt(log.events, log.head)?;
                 let Some(first) = state.first.take() else {
@@ -465,11 +465,23 @@ impl ClaimActor {
                 ) {
                     Step::Replay(response) => Reply::Replayed(response),
                     Step::Mismatch => Reply::Mismatch,
-                    // In flight, or in a state the next request will resolve.
+                    // In flight (a take-over the store refused: the holder lives), or in a
+                    // state the next request will resolve.
                     _ => Reply::InFlight,
                 };
                 let _ = first.reply.send(answer);
                 return Ok(());
+            }
+            // The stored decision's callbacks run again, with the same ids and bytes, under the
+            // generation the store granted: the old holder's writes are fenced.
+            Written::TakenOver(head) => {
+                tracing::info!(tenant = %state.id.tenant, "took over a claim whose holder is gone");
+                crate::metrics::CLAIM_TRANSITIONS
+                    .with_label_values(&["taken_over"])
+                    .inc();
+                state.generation = head.generation;
+                state.head = Some(head);
+                return Self::start_dispatch(myself, state, true);
             }
             Written::Fenced => return Err(ClaimError::Fenced),
             Written::Nothing => return Err(Invariant::NoClaim("commit").into()),

@@ -16,7 +16,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use crate::dispatch::Dispatcher;
 use crate::failpoint;
 use crate::idle::IdleTimer;
-use crate::store::{DeliveryWrite, Placement, Store, StoreError, Timed, Unit};
+use crate::store::{DeliveryWrite, Placement, Store, StoreError, Timed, Unit, Written};
 use crate::supervise::{Family, RegistryError};
 pub use state::{new_logs, DeliverySettings, DeliveryState, InvalidDeliveryLog};
 use state::{outcome_label, placement};
@@ -43,6 +43,9 @@ pub enum DeliveryError {
     /// No such delivery.
     #[error("no delivery {0}")]
     Missing(String),
+    /// The delivery moved on under this writer (another node recorded, or its lease ended).
+    #[error("the delivery was written by another holder; it is read again")]
+    Fenced,
 }
 
 impl DeliveryContext {
@@ -61,6 +64,8 @@ pub enum DeliveryMsg {
     Attempt {
         /// The due time of the queue entry that woke the actor.
         due_ms: u64,
+        /// The lease this node holds on the attempt, where the store leases them.
+        lease: Option<u64>,
     },
     /// Start a new series of attempts (failed or dead deliveries only).
     Redeliver(RpcReplyPort<Result<DeliveryView, DeliveryStatus>>),
@@ -79,28 +84,48 @@ pub struct DeliveryActorState {
 }
 
 impl DeliveryActorState {
-    /// Records `event`, moving the delivery to `to`, and returns once it is durable.
-    async fn record(&mut self, event: DeliveryEvent, to: Placement) -> Result<(), DeliveryError> {
+    /// Records `event`, moving the delivery to `to`, under `lease` if one guards the write,
+    /// and returns once it is durable.
+    async fn record(
+        &mut self,
+        event: DeliveryEvent,
+        to: Placement,
+        lease: Option<u64>,
+    ) -> Result<(), DeliveryError> {
         let d = &self.delivery;
         let write = DeliveryWrite {
             tenant: d.record.tenant.clone(),
             id: d.record.id.clone(),
+            lease,
             first_seq: d.next_seq,
             events: vec![event.clone()],
             from: Some(d.placement),
             to,
         };
         let from = d.placement.status;
-        self.ctx
+        let written = self
+            .ctx
             .store
             .commit(Unit::new().write_deliveries(vec![write]))
             .await?;
+        if written == Written::Fenced {
+            return Err(DeliveryError::Fenced);
+        }
         crate::metrics::delivery_moved(Some(from), Some(to.status));
         self.delivery.apply(event)?;
         Ok(())
     }
 
-    async fn attempt(&mut self, due_ms: u64) -> Result<(), DeliveryError> {
+    async fn attempt(&mut self, due_ms: u64, lease: Option<u64>) -> Result<(), DeliveryError> {
+        if lease.is_some() {
+            // Other nodes may have written since this actor read the delivery: read it again.
+            let id = &self.delivery.record.id;
+            self.delivery = self
+                .ctx
+                .load(id)
+                .await?
+                .ok_or_else(|| DeliveryError::Missing(id.clone()))?;
+        }
         let now = now_ms();
         match self.delivery.placement.due_ms {
             Some(due) if due == due_ms && due <= now => {}
@@ -110,6 +135,7 @@ impl DeliveryActorState {
                 let stale = Timed {
                     at_ms: due_ms,
                     id: self.delivery.record.id.clone(),
+                    lease,
                 };
                 self.ctx.store.drop_due(&stale).await?;
                 return Ok(());
@@ -146,8 +172,12 @@ impl DeliveryActorState {
             .inc();
         // Until this record is durable the attempt is not counted: a crash here makes it again,
         // with the same webhook-id and bytes.
-        self.record(DeliveryEvent::Answered { attempt, next }, placement(next))
-            .await
+        self.record(
+            DeliveryEvent::Answered { attempt, next },
+            placement(next),
+            lease,
+        )
+        .await
     }
 }
 
@@ -196,7 +226,7 @@ impl Actor for DeliveryActor {
                 }
                 return Ok(());
             }
-            DeliveryMsg::Attempt { due_ms } => state.attempt(due_ms).await?,
+            DeliveryMsg::Attempt { due_ms, lease } => state.attempt(due_ms, lease).await?,
             DeliveryMsg::Redeliver(reply) => {
                 let status = state.delivery.placement.status;
                 if matches!(status, DeliveryStatus::Failed | DeliveryStatus::Dead) {
@@ -205,11 +235,12 @@ impl Actor for DeliveryActor {
                         status: DeliveryStatus::Queued,
                         due_ms: Some(at_ms),
                     };
+                    // Due at once: the next tick of a retry worker (of any node, under a lease)
+                    // makes the attempt.
                     state
-                        .record(DeliveryEvent::Redelivered { at_ms }, to)
+                        .record(DeliveryEvent::Redelivered { at_ms }, to, None)
                         .await?;
                     let _ = reply.send(Ok(state.delivery.view()));
-                    let _ = myself.cast(DeliveryMsg::Attempt { due_ms: at_ms });
                 } else {
                     let _ = reply.send(Err(status));
                 }
@@ -270,12 +301,16 @@ impl Deliveries {
             .await
     }
 
-    /// Wakes the actor of a delivery whose queue entry is due at `due_ms`.
-    pub async fn wake(&self, id: &str, due_ms: u64) -> Result<(), RegistryError> {
+    /// Wakes the actor of a delivery whose queue entry `due` is due.
+    pub async fn wake(&self, due: &Timed) -> Result<(), RegistryError> {
         for _ in 0..MAX_ROUNDS {
-            let actor = self.actor(id).await?;
+            let actor = self.actor(&due.id).await?;
+            let attempt = DeliveryMsg::Attempt {
+                due_ms: due.at_ms,
+                lease: due.lease,
+            };
             // A cast to an actor that stopped in between fails: look it up again.
-            if actor.cast(DeliveryMsg::Attempt { due_ms }).is_ok() {
+            if actor.cast(attempt).is_ok() {
                 return Ok(());
             }
             tokio::task::yield_now().await;

@@ -191,6 +191,7 @@ pub fn new_logs(
         logs.push(DeliveryWrite {
             tenant: decision.tenant.clone(),
             id: planned.id.clone(),
+            lease: None,
             first_seq: 0,
             events: vec![
                 DeliveryEvent::Created(record),

@@ -66,6 +66,9 @@ pub struct DeliveryWrite {
     pub tenant: String,
     /// The delivery.
     pub id: String,
+    /// The lease its writer holds (from [`DeliveryStore::due`]), which fences the write; none
+    /// for a write no lease guards (a new delivery, a redelivery of a final one).
+    pub lease: Option<u64>,
     /// The sequence number of the first record (0 creates the delivery).
     pub first_seq: u32,
     /// The records.
@@ -83,6 +86,8 @@ enum ClaimWrite {
     Start(ClaimId, Vec<ClaimEvent>),
     /// Append `events` to the generation at the head.
     Append(LogHead, Vec<ClaimEvent>),
+    /// Take over the in-flight generation at the head from a holder that is gone.
+    TakeOver(LogHead),
 }
 
 /// A unit of work: the records one step writes, applied in order (a decision's new delivery
@@ -117,6 +122,15 @@ impl Unit {
         self
     }
 
+    /// Takes over the in-flight generation at `head`, whose holder is gone: granted as
+    /// [`Written::TakenOver`] when the store finds the holder gone too (its node's heartbeat
+    /// expired, or the claim in flight for `in_flight_timeout`), refused as [`Written::Held`]
+    /// otherwise. Every write of the old holder is fenced from then on.
+    pub fn take_over_claim(mut self, head: LogHead) -> Self {
+        self.claim = Some(ClaimWrite::TakeOver(head));
+        self
+    }
+
     /// Writes delivery logs (new ones, and answers to attempts or redeliveries).
     pub fn write_deliveries(mut self, writes: Vec<DeliveryWrite>) -> Self {
         self.deliveries.extend(writes);
@@ -142,6 +156,8 @@ pub enum Written {
     Held(ClaimLog),
     /// The events were appended: the new head, and the events.
     Appended(LogHead, Vec<ClaimEvent>),
+    /// The generation was taken over: the head every later write of it must carry.
+    TakenOver(LogHead),
     /// The generation appended to is no longer the key's current one: nothing of the unit was
     /// written.
     Fenced,
@@ -249,11 +265,13 @@ impl std::fmt::Debug for Backend {
     }
 }
 
-/// Opens the store `backend` names.
-pub async fn open(backend: &Backend) -> Result<Arc<dyn Store>, StoreError> {
+/// Opens the store `backend` names, for `node`.
+pub async fn open(backend: &Backend, node: Node) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match backend {
         Backend::Sled { data_dir } => sled::SledStore::open(data_dir)?,
-        Backend::Postgres { url, pool_size } => postgres::PgStore::open(url, *pool_size).await?,
+        Backend::Postgres { url, pool_size } => {
+            postgres::PgStore::open(url, *pool_size, node).await?
+        }
     })
 }
 
@@ -289,6 +307,20 @@ pub struct Timed {
     pub at_ms: u64,
     /// The delivery.
     pub id: String,
+    /// The lease taken on it with this entry, where the store leases due deliveries (several
+    /// nodes share it): the token that fences the attempt's record.
+    pub lease: Option<u64>,
+}
+
+/// The node a store is opened for: who it is, and how long a claim may stay in flight.
+#[derive(Debug, Clone, Copy)]
+pub struct Node {
+    /// This process's epoch, the holder of the claims it makes.
+    pub epoch: u64,
+    /// After this, an in-flight claim may be taken over even from a live holder.
+    pub in_flight_timeout: std::time::Duration,
+    /// How long an attempt may take: a delivery's lease outlasts it.
+    pub attempt_timeout: std::time::Duration,
 }
 
 /// Delivery logs and their indexes; writes go through a [`Unit`].
@@ -299,7 +331,8 @@ pub trait DeliveryStore: Send + Sync {
     /// Whether a delivery exists.
     fn delivery_exists<'a>(&'a self, id: &'a str) -> Read<'a, bool>;
 
-    /// Up to `limit` queued deliveries due at or before `now_ms`, oldest first.
+    /// Up to `limit` queued deliveries due at or before `now_ms`, oldest first. A store shared
+    /// by several nodes leases each to the caller, so no two nodes attempt it at once.
     fn due(&self, now_ms: u64, limit: usize) -> Read<'_, Vec<Timed>>;
 
     /// Forgets a due entry that no longer matches its delivery.

@@ -17,7 +17,8 @@ use tokio::sync::mpsc;
 use super::claims::{claim_log, COLUMNS};
 use crate::codec;
 use crate::store::{
-    status_number, ClaimId, ClaimWrite, DeliveryWrite, LogHead, StoreError, Then, Unit, Written,
+    status_number, ClaimId, ClaimWrite, DeliveryWrite, LogHead, Node, StoreError, Then, Unit,
+    Written,
 };
 
 /// The most units one transaction takes.
@@ -32,7 +33,7 @@ pub(super) enum Job {
 }
 
 /// The group commit task: runs until every sender is gone.
-pub(super) async fn run(pool: Pool, mut jobs: mpsc::UnboundedReceiver<Job>) {
+pub(super) async fn run(pool: Pool, node: Node, mut jobs: mpsc::UnboundedReceiver<Job>) {
     while let Some(first) = jobs.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -54,7 +55,7 @@ pub(super) async fn run(pool: Pool, mut jobs: mpsc::UnboundedReceiver<Job>) {
             }
         }
         let timer = crate::metrics::FLUSH_SECONDS.start_timer();
-        let outcome = commit(&pool, units, &completions).await;
+        let outcome = commit(&pool, node, units, &completions).await;
         timer.observe_duration();
         match outcome {
             Ok(written) => {
@@ -82,6 +83,7 @@ fn key(id: &ClaimId) -> Key {
 /// Writes `units` and `completions` in one transaction; what each unit came to.
 async fn commit(
     pool: &Pool,
+    node: Node,
     units: Vec<Unit>,
     completions: &[LogHead],
 ) -> Result<Vec<Written>, StoreError> {
@@ -137,6 +139,14 @@ async fn commit(
                 ),
                 false => Written::Fenced,
             });
+        }
+    }
+
+    // Take-overs: granted by the database when the holder's node is gone or the claim has been
+    // in flight too long, by its clock; a new generation fences every write of the old holder.
+    for (n, unit) in units.iter().enumerate() {
+        if let Some(ClaimWrite::TakeOver(head)) = &unit.claim {
+            written[n] = Some(take_over(&tx, node, head).await?);
         }
     }
 
@@ -230,8 +240,10 @@ async fn write_deliveries(
         let mut entries = Vec::new();
         let mut statuses = Vec::new();
         let mut dues = Vec::new();
+        let mut leases = Vec::new();
         for (_, w, _) in &appended {
             ids.push(w.id.as_str());
+            leases.push(w.lease.map(|l| l as i64));
             firsts.push(w.first_seq as i32);
             counts.push(w.events.len() as i32);
             entries.push(codec::encode_entry(&w.events)?);
@@ -241,11 +253,12 @@ async fn write_deliveries(
         let rows = tx
             .query(
                 "UPDATE idem_deliveries d SET log = d.log || u.entry, records = d.records + u.count, \
-                 status = u.status, due_ms = u.due \
+                 status = u.status, due_ms = u.due, lease_until = NULL \
                  FROM unnest($1::text[], $2::int4[], $3::int4[], $4::bytea[], $5::int2[], \
-                 $6::int8[]) AS u(id, first, count, entry, status, due) \
-                 WHERE d.id = u.id AND d.records = u.first RETURNING d.id",
-                &[&ids, &firsts, &counts, &entries, &statuses, &dues],
+                 $6::int8[], $7::int8[]) AS u(id, first, count, entry, status, due, lease) \
+                 WHERE d.id = u.id AND d.records = u.first \
+                 AND (u.lease IS NULL OR d.lease_token = u.lease) RETURNING d.id",
+                &[&ids, &firsts, &counts, &entries, &statuses, &dues, &leases],
             )
             .await?;
         let done: HashSet<String> = rows
@@ -262,6 +275,53 @@ async fn write_deliveries(
     Ok(())
 }
 
+/// Takes over the generation at `head` for `node`, if its holder's node is gone or it has been
+/// in flight for `in_flight_timeout`, both by the database's clock; otherwise what holds it.
+async fn take_over(
+    tx: &deadpool_postgres::Transaction<'_>,
+    node: Node,
+    head: &LogHead,
+) -> Result<Written, StoreError> {
+    let row = tx
+        .query_opt(
+            "UPDATE idem_claims c SET generation = c.generation + 1, holder = $5, \
+             held_since = clock_timestamp() \
+             WHERE c.tenant = $1 AND c.digest = $2 AND c.generation = $3 AND c.writes = $4 \
+             AND (c.held_since <= clock_timestamp() - $6::float8 * interval '1 millisecond' \
+             OR NOT EXISTS (SELECT 1 FROM idem_nodes n WHERE n.epoch = c.holder \
+             AND n.heartbeat_at > clock_timestamp() - $7::float8 * interval '1 millisecond')) \
+             RETURNING c.generation",
+            &[
+                &head.id.tenant,
+                &&head.id.digest[..],
+                &(head.generation as i64),
+                &(head.next as i32),
+                &(node.epoch as i64),
+                &(node.in_flight_timeout.as_millis() as f64),
+                &(super::liveness(node.in_flight_timeout).as_millis() as f64),
+            ],
+        )
+        .await?;
+    if let Some(row) = row {
+        let generation: i64 = row.try_get(0)?;
+        return Ok(Written::TakenOver(LogHead {
+            generation: generation as u64,
+            ..head.clone()
+        }));
+    }
+    let row = tx
+        .query_opt(
+            &format!("SELECT {COLUMNS} FROM idem_claims WHERE tenant = $1 AND digest = $2"),
+            &[&head.id.tenant, &&head.id.digest[..]],
+        )
+        .await?;
+    let log = match row {
+        Some(row) => claim_log(&head.id, &row, idem_schemas::timefmt::now_ms())?,
+        None => None,
+    };
+    Ok(log.map_or(Written::Fenced, Written::Held))
+}
+
 /// Starts one generation per key of `round`: inserted, or replacing an expired one; the others
 /// are answered with the row that holds the key.
 async fn start_claims(
@@ -274,6 +334,7 @@ async fn start_claims(
     let mut generations = Vec::new();
     let mut expiries = Vec::new();
     let mut entries = Vec::new();
+    let mut holders = Vec::new();
     let mut heads = HashMap::new();
     for (n, id, events) in round {
         let Some(idem_schemas::ClaimEvent::Claimed(claim)) = events.first() else {
@@ -284,6 +345,7 @@ async fn start_claims(
         generations.push(claim.claimed_at_ms as i64);
         expiries.push(claim.expires_at_ms as i64);
         entries.push(codec::encode_entry(events)?);
+        holders.push(claim.holder as i64);
         let head = LogHead {
             id: (*id).clone(),
             generation: claim.claimed_at_ms,
@@ -295,16 +357,24 @@ async fn start_claims(
     // The generation is the claim's time: the key is free when its row expired by then.
     let rows = tx
         .query(
-            "INSERT INTO idem_claims (tenant, digest, generation, expires_at_ms, log, writes) \
-             SELECT tenant, digest, generation, expires_at_ms, entry, 1 \
-             FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::int8[], $5::bytea[]) \
-             AS u(tenant, digest, generation, expires_at_ms, entry) \
+            "INSERT INTO idem_claims \
+             (tenant, digest, generation, expires_at_ms, log, writes, holder) \
+             SELECT tenant, digest, generation, expires_at_ms, entry, 1, holder \
+             FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::int8[], $5::bytea[], \
+             $6::int8[]) AS u(tenant, digest, generation, expires_at_ms, entry, holder) \
              ON CONFLICT (tenant, digest) DO UPDATE SET generation = EXCLUDED.generation, \
              expires_at_ms = EXCLUDED.expires_at_ms, log = EXCLUDED.log, writes = 1, \
-             completed = false \
+             completed = false, holder = EXCLUDED.holder, held_since = clock_timestamp() \
              WHERE idem_claims.expires_at_ms <= EXCLUDED.generation \
              RETURNING tenant, digest",
-            &[&tenants, &digests, &generations, &expiries, &entries],
+            &[
+                &tenants,
+                &digests,
+                &generations,
+                &expiries,
+                &entries,
+                &holders,
+            ],
         )
         .await?;
     for row in rows {

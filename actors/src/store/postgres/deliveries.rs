@@ -42,14 +42,24 @@ impl DeliveryStore for PgStore {
         })
     }
 
+    /// Leases what is due: rows locked by another node's lease query are skipped, and a row
+    /// whose lease is live is not due to anyone else; the token fences the attempt's record.
     fn due(&self, now_ms: u64, limit: usize) -> Read<'_, Vec<Timed>> {
         Box::pin(async move {
             let client = self.client().await?;
             let rows = client
                 .query(
-                    "SELECT due_ms, id FROM idem_deliveries WHERE due_ms <= $1 \
-                     ORDER BY due_ms LIMIT $2",
-                    &[&(now_ms as i64), &(limit as i64)],
+                    "UPDATE idem_deliveries d SET lease_token = d.lease_token + 1, \
+                     lease_until = clock_timestamp() + $3::float8 * interval '1 millisecond' \
+                     WHERE d.id IN (SELECT id FROM idem_deliveries WHERE due_ms <= $1 \
+                     AND (lease_until IS NULL OR lease_until < clock_timestamp()) \
+                     ORDER BY due_ms LIMIT $2 FOR UPDATE SKIP LOCKED) \
+                     RETURNING d.due_ms, d.id, d.lease_token",
+                    &[
+                        &(now_ms as i64),
+                        &(limit as i64),
+                        &(self.lease().as_millis() as f64),
+                    ],
                 )
                 .await?;
             rows.iter()
@@ -57,6 +67,7 @@ impl DeliveryStore for PgStore {
                     Ok(Timed {
                         at_ms: row.try_get::<_, i64>(0)? as u64,
                         id: row.try_get(1)?,
+                        lease: Some(row.try_get::<_, i64>(2)? as u64),
                     })
                 })
                 .collect()

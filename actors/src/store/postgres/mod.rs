@@ -17,7 +17,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio::sync::mpsc;
 use tokio_postgres::NoTls;
 
-use crate::store::{LogHead, Store, StoreError, Then, Unit};
+use crate::store::{LogHead, Node, Store, StoreError, Then, Unit};
 use batch::Job;
 
 /// Checks a connection URL without connecting: why it cannot be used, if it cannot.
@@ -30,6 +30,8 @@ pub fn check_url(url: &str) -> Result<(), String> {
 /// The PostgreSQL store of one node.
 pub struct PgStore {
     pool: Pool,
+    /// Who this node is, and its time windows.
+    node: Node,
     /// The group commit's queue.
     jobs: mpsc::UnboundedSender<Job>,
     /// The runtime the blocking calls (the sweeps) run their queries on.
@@ -37,9 +39,9 @@ pub struct PgStore {
 }
 
 impl PgStore {
-    /// Connects to `url` with up to `pool_size` connections, migrates the schema, and starts the
-    /// group commit.
-    pub async fn open(url: &str, pool_size: usize) -> Result<Arc<Self>, StoreError> {
+    /// Connects to `url` with up to `pool_size` connections, migrates the schema, says this
+    /// node is alive, and starts the group commit and the heartbeat.
+    pub async fn open(url: &str, pool_size: usize, node: Node) -> Result<Arc<Self>, StoreError> {
         let config: tokio_postgres::Config = url.parse()?;
         let manager = Manager::from_config(
             config,
@@ -55,14 +57,30 @@ impl PgStore {
         {
             let mut client = pool.get().await?;
             schema::migrate(&mut client).await?;
+            heartbeat(&client, node.epoch).await?;
         }
         let (jobs, queue) = mpsc::unbounded_channel();
-        tokio::spawn(batch::run(pool.clone(), queue));
-        Ok(Arc::new(PgStore {
+        tokio::spawn(batch::run(pool.clone(), node, queue));
+        let store = Arc::new(PgStore {
             pool,
+            node,
             jobs,
             runtime: tokio::runtime::Handle::current(),
-        }))
+        });
+        tokio::spawn(beat(Arc::downgrade(&store)));
+        Ok(store)
+    }
+
+    /// How long a node's heartbeat stays fresh: past it, the node is gone and its in-flight
+    /// claims may be taken over at once.
+    pub(super) fn node_timeout(&self) -> std::time::Duration {
+        liveness(self.node.in_flight_timeout)
+    }
+
+    /// How long a lease on a due delivery lasts: past the attempt's deadline, with room to
+    /// record its answer.
+    pub(super) fn lease(&self) -> std::time::Duration {
+        self.node.attempt_timeout * 2 + std::time::Duration::from_secs(1)
     }
 
     /// A pooled connection.
@@ -75,6 +93,57 @@ impl PgStore {
         self.jobs
             .send(Job::Complete(head.clone()))
             .map_err(|_| StoreError::Stopped)
+    }
+}
+
+/// A node's heartbeat lasts a quarter of `in_flight_timeout`, between a quarter of a second and
+/// five seconds: a node gone is noticed well before its claims would time out.
+pub(super) fn liveness(in_flight_timeout: std::time::Duration) -> std::time::Duration {
+    (in_flight_timeout / 4).clamp(
+        std::time::Duration::from_millis(250),
+        std::time::Duration::from_secs(5),
+    )
+}
+
+/// Says, by the database's clock, that node `epoch` is alive.
+async fn heartbeat(client: &tokio_postgres::Client, epoch: u64) -> Result<(), StoreError> {
+    client
+        .execute(
+            "INSERT INTO idem_nodes (epoch, heartbeat_at) VALUES ($1, clock_timestamp()) \
+             ON CONFLICT (epoch) DO UPDATE SET heartbeat_at = clock_timestamp()",
+            &[&(epoch as i64)],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Beats four times per heartbeat's life while the store is open; forgets nodes gone for an
+/// hour.
+async fn beat(store: std::sync::Weak<PgStore>) {
+    let Some(period) = store.upgrade().map(|s| s.node_timeout() / 4) else {
+        return;
+    };
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(store) = store.upgrade() else {
+            return;
+        };
+        let beaten = async {
+            let client = store.client().await?;
+            heartbeat(&client, store.node.epoch).await?;
+            client
+                .execute(
+                    "DELETE FROM idem_nodes WHERE heartbeat_at < clock_timestamp() - interval '1 hour'",
+                    &[],
+                )
+                .await?;
+            Ok::<_, StoreError>(())
+        };
+        if let Err(e) = beaten.await {
+            tracing::warn!(error = %e, "heartbeat failed");
+        }
     }
 }
 

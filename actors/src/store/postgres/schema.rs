@@ -12,18 +12,25 @@ const MIGRATION_LOCK: i64 = 0x6964_656d;
 
 /// The migrations, in order: the schema's version is how many have run.
 const MIGRATIONS: &[&str] = &[
-    // 1: claims (one row per key: its current generation and log) and deliveries (one row per
-    // callback: its log, its place in the retry queue and the listing).
+    // 1: claims (one row per key: its current generation, holder and log), deliveries (one row
+    // per callback: its log, its place in the retry queue and the listing, its lease) and nodes
+    // (each node's heartbeat, by the database's clock).
     r#"
     CREATE TABLE idem_claims (
-        tenant        text    NOT NULL,
-        digest        bytea   NOT NULL,
-        generation    bigint  NOT NULL,
-        expires_at_ms bigint  NOT NULL,
-        log           bytea   NOT NULL,
-        writes        integer NOT NULL,
-        completed     boolean NOT NULL DEFAULT false,
+        tenant        text        NOT NULL,
+        digest        bytea       NOT NULL,
+        generation    bigint      NOT NULL,
+        expires_at_ms bigint      NOT NULL,
+        log           bytea       NOT NULL,
+        writes        integer     NOT NULL,
+        completed     boolean     NOT NULL DEFAULT false,
+        holder        bigint      NOT NULL,
+        held_since    timestamptz NOT NULL DEFAULT clock_timestamp(),
         PRIMARY KEY (tenant, digest)
+    );
+    CREATE TABLE idem_nodes (
+        epoch        bigint      PRIMARY KEY,
+        heartbeat_at timestamptz NOT NULL
     );
     CREATE INDEX idem_claims_expiry ON idem_claims (expires_at_ms);
     CREATE TABLE idem_deliveries (
@@ -33,7 +40,9 @@ const MIGRATIONS: &[&str] = &[
         due_ms        bigint,
         expires_at_ms bigint   NOT NULL,
         log           bytea    NOT NULL,
-        records       integer  NOT NULL
+        records       integer  NOT NULL,
+        lease_until   timestamptz,
+        lease_token   bigint   NOT NULL DEFAULT 0
     );
     CREATE INDEX idem_deliveries_due ON idem_deliveries (due_ms) WHERE due_ms IS NOT NULL;
     CREATE INDEX idem_deliveries_listing ON idem_deliveries (tenant, status, id);

@@ -152,6 +152,7 @@ pub fn split_time_key(key: &[u8], tree: &'static str) -> Result<Timed, StoreErro
     Ok(Timed {
         at_ms: u64::from_be_bytes(*time),
         id,
+        lease: None,
     })
 }
 

@@ -81,6 +81,12 @@ impl SledStore {
             None => Ok(Written::Nothing),
             Some(ClaimWrite::Start(id, events)) => self.start_claim(id, events),
             Some(ClaimWrite::Append(head, events)) => self.append_claim(head, events),
+            // One process holds the directory: a holder that is not this process is gone, and
+            // this process's own holder is gone once its actor failed. Nothing to bump.
+            Some(ClaimWrite::TakeOver(head)) => Ok(match self.is_current(&head)? {
+                true => Written::TakenOver(head),
+                false => Written::Fenced,
+            }),
         }
     }
 }

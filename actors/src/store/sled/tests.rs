@@ -171,6 +171,7 @@ fn delivery(id: &str, at: u64) -> DeliveryWrite {
     DeliveryWrite {
         tenant: "acme".into(),
         id: id.into(),
+        lease: None,
         first_seq: 0,
         events: vec![DeliveryEvent::Created(DeliveryRecord {
             id: id.into(),
