@@ -73,10 +73,10 @@ async fn a_claim_whose_process_died_mid_dispatch_resumes_with_the_same_decision_
     receiver.answer("/case", 200, Duration::ZERO);
     let idem = Idem::start_with(config, &[]);
     let client = Client::new(&idem.base);
-    // The holder's process is gone, so the claim is taken over at once, not after 30 s.
-    let resumed = client
-        .signal(Req::new(&body).key(&key).acme_signed(&key))
-        .await;
+    // The holder's process is gone, so the claim is taken over at once (on PostgreSQL, once its
+    // heartbeat has expired), not after 30 s.
+    let resumed =
+        retry_after_crash(|| client.signal(Req::new(&body).key(&key).acme_signed(&key))).await;
     assert_eq!(
         resumed.status,
         201,

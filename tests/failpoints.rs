@@ -67,16 +67,13 @@ async fn crash_with(point: &str, body: String) -> Crash {
 }
 
 impl Crash {
-    /// The retry. On a store shared by nodes (PostgreSQL), the crashed node's claim is taken over
-    /// once its heartbeat has expired (the database cannot tell a crashed node from a slow one
-    /// before that): until then the retry is in flight (409), so it is sent again.
+    /// The retry, once the crashed holder's claim can be taken over.
     async fn retry(&self) -> Resp {
         let client = Client::new(&self.idem.base);
-        let send = || client.signal(Req::new(&self.body).key(&self.key).acme_signed(&self.key));
-        if std::env::var("IDEM_TEST_STORE").as_deref() != Ok("postgres") {
-            return send().await;
-        }
-        eventually(Duration::from_secs(15), send, |r| r.status != 409).await
+        retry_after_crash(|| {
+            client.signal(Req::new(&self.body).key(&self.key).acme_signed(&self.key))
+        })
+        .await
     }
 
     /// After the retry: exactly `expect` callbacks in all, every webhook-id with one body.

@@ -244,6 +244,22 @@ pub fn store_section() -> String {
     }
 }
 
+/// The retry that `send` makes after its server was killed mid-claim and started again. On sled
+/// the claim is taken over at once (the process that held it is gone); on PostgreSQL once the
+/// killed node's heartbeat has expired (the database cannot tell a crashed node from a slow
+/// one before that), so until then it is in flight (409) and sent again.
+pub async fn retry_after_crash<F, Fut>(send: F) -> Resp
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Resp>,
+{
+    let mut send = send;
+    if std::env::var("IDEM_TEST_STORE").as_deref() != Ok("postgres") {
+        return send().await;
+    }
+    eventually(Duration::from_secs(15), send, |r| r.status != 409).await
+}
+
 /// Creates an empty database on the test server; its URL.
 pub fn fresh_database() -> String {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
