@@ -10,6 +10,7 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 
 use crate::scenario::Scenario;
+use crate::server::StoreKind;
 
 /// The scenarios run when `--scenario` is not given.
 const DEFAULT_SCENARIOS: [Scenario; 6] = [
@@ -84,6 +85,17 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1000,
           value_parser = RangedU64ValueParser::<usize>::new().range(2..))]
     pub storm_copies: usize,
+
+    /// Stores idem runs on, comma-separated: `sled` (embedded) and `postgres` (a fresh database
+    /// of the local server, postgres://postgres@127.0.0.1:5432, for each scenario); each
+    /// scenario that runs idem runs once per store, the postgres rows named `… (postgres)`
+    #[arg(
+        long = "store",
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "sled"
+    )]
+    pub stores: Vec<StoreKind>,
 
     /// The idem binary to run [default: build it, release, into target/bench]
     #[arg(long, value_name = "PATH", value_parser = existing_file)]

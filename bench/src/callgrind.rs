@@ -123,7 +123,7 @@ pub fn start(binary: &Path, dir: &Path, receiver: SocketAddr) -> Result<(Idem, C
         OsString::from("--tool=callgrind"),
         out_flag,
     ];
-    let idem = start_idem(binary, dir, receiver, "24h", &wrapper)?;
+    let idem = start_idem(binary, dir, "", receiver, "24h", &wrapper)?;
     let counters = Counters {
         pid: idem.pid(),
         out,

@@ -11,11 +11,56 @@ use std::process::{Child, Stdio};
 
 use crate::signals::{CALLBACK_SECRET, SIGNING_SECRET};
 
-/// A fresh idem on a temp dir `dir`, calling `receiver`; `key_ttl` for the window scenario. With
-/// a non-empty `wrapper` (a program and its arguments), idem runs as that program's last argument.
+/// The store an idem of the bench runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    /// sled, embedded in the scenario's temp dir
+    Sled,
+    /// PostgreSQL: a fresh database of the local server
+    Postgres,
+}
+
+/// The local PostgreSQL server the `postgres` store and the `pg` baseline use.
+pub const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432";
+
+/// A fresh database on the local PostgreSQL server (those of earlier runs dropped first); its
+/// URL.
+pub async fn fresh_database() -> Result<String, String> {
+    let admin = format!("{POSTGRES}/postgres");
+    let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| format!("PostgreSQL at {admin}: {e}"))?;
+    tokio::spawn(connection);
+    let sql = |e: tokio_postgres::Error| format!("PostgreSQL at {admin}: {e}");
+    let old = client
+        .query(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'idem\\_bench\\_%'",
+            &[],
+        )
+        .await
+        .map_err(sql)?;
+    for row in old {
+        let name: String = row.get(0);
+        // One still in use (another bench running) is left.
+        let _ = client
+            .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\""))
+            .await;
+    }
+    let name = format!("idem_bench_{}", idem_schemas::timefmt::now_ms());
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .map_err(sql)?;
+    Ok(format!("{POSTGRES}/{name}"))
+}
+
+/// A fresh idem on a temp dir `dir` and `store` (a `[store]` section: empty for sled), calling
+/// `receiver`; `key_ttl` for the window scenario. With a non-empty `wrapper` (a program and its
+/// arguments), idem runs as that program's last argument.
 pub fn start_idem(
     binary: &Path,
     dir: &Path,
+    store: &str,
     receiver: SocketAddr,
     key_ttl: &str,
     wrapper: &[OsString],
@@ -25,6 +70,7 @@ pub fn start_idem(
         r#"
 listen = "127.0.0.1:0"
 data_dir = "{data}"
+{store}
 [idempotency]
 key_secret = "bench-key-secret-0123456789abcdef"
 key_ttl = "{key_ttl}"

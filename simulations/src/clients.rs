@@ -115,9 +115,10 @@ pub fn request(
     r
 }
 
-/// Runs the plan with `clients` concurrent clients, each pausing up to `think` between jobs.
+/// Runs the plan with `clients` concurrent clients, each pausing up to `think` between jobs;
+/// each request goes to one of `bases` (the nodes) at random, so a key's copies spread over them.
 pub async fn run(
-    base: &str,
+    bases: &[String],
     plan: Vec<Job>,
     clients: usize,
     seed: u64,
@@ -127,7 +128,7 @@ pub async fn run(
     let queue = Arc::new(Mutex::new(VecDeque::from(plan)));
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let (queue, base) = (queue.clone(), base.to_string());
+        let (queue, bases) = (queue.clone(), bases.to_vec());
         let mut rng = Rng::new(seed ^ (c as u64 + 1).wrapping_mul(0x1234_5678_9abc));
         tasks.push(tokio::spawn(async move {
             let http = reqwest::Client::new();
@@ -135,7 +136,7 @@ pub async fn run(
             loop {
                 let next = queue.lock().map(|mut q| q.pop_front()).unwrap_or(None);
                 let Some(job) = next else { break };
-                send_until_answered(&http, &base, &job, &mut rng, &mut out).await;
+                send_until_answered(&http, &bases, &job, &mut rng, &mut out).await;
                 let pause = rng.range(0, 2 * think.as_millis() as u64 + 1);
                 tokio::time::sleep(Duration::from_millis(pause)).await;
             }
@@ -162,7 +163,7 @@ pub async fn run(
 
 async fn send_until_answered(
     http: &reqwest::Client,
-    base: &str,
+    bases: &[String],
     job: &Job,
     rng: &mut Rng,
     out: &mut Outcome,
@@ -172,6 +173,7 @@ async fn send_until_answered(
     while Instant::now() < deadline {
         attempt += 1;
         out.requests += 1;
+        let base = &bases[rng.range(0, bases.len() as u64) as usize];
         match request(http, base, job, attempt).send().await {
             Ok(r) => {
                 let status = r.status().as_u16();

@@ -5,11 +5,16 @@
 //! the actor running that step). Then the checker verifies the exactly-once invariants:
 //!
 //! `cargo run --release -p simulations -- --seed N [--keys 60] [--keyless 10] [--clients 12]
-//! [--crashes 4] [--seconds 8] [--sabotage] [--idem PATH]` spreads the load over about
-//! `--seconds`, SIGKILLs the process `--crashes` times within it, prints what it injected and ends with
-//! `invariants: <checked> checked, <violated> violated`; it exits 0 only with none violated.
+//! [--crashes 4] [--seconds 8] [--nodes 1] [--store sled|postgres] [--sabotage] [--idem PATH]`
+//! spreads the load over about `--seconds`, injects `--crashes` faults within it, prints what it
+//! injected and ends with `invariants: <checked> checked, <violated> violated`; it exits 0 only
+//! with none violated. On sled a fault is a SIGKILL of the process. With `--store postgres`
+//! (a fresh database on the local server) and `--nodes N`, every request goes to a node at
+//! random, so each key's copies spread over them, and a fault is one of: a SIGKILL of a node, a
+//! SIGSTOP of a node past its heartbeat and leases then SIGCONT (its late writes must change
+//! nothing), or the database connections of every node killed (`pg_terminate_backend`).
 //! `--sabotage` turns on idem's `sabotage` switch (every request gets a fresh claim actor that
-//! ignores the claim on disk: no serialisation, no durable claim): the checker must then find
+//! ignores the stored claim, and the store's fencing is off): the checker must then find
 //! violations.
 
 mod check;
@@ -55,6 +60,8 @@ pub struct Args {
     pub seconds: u64,
     pub sabotage: bool,
     pub idem: Option<PathBuf>,
+    pub nodes: usize,
+    pub postgres: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -67,6 +74,8 @@ fn parse_args() -> Result<Args, String> {
         seconds: 8,
         sabotage: false,
         idem: None,
+        nodes: 1,
+        postgres: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -84,8 +93,19 @@ fn parse_args() -> Result<Args, String> {
             "--seconds" => args.seconds = number(value("--seconds")?, "--seconds")?.max(1),
             "--sabotage" => args.sabotage = true,
             "--idem" => args.idem = Some(PathBuf::from(value("--idem")?)),
+            "--nodes" => args.nodes = number(value("--nodes")?, "--nodes")?.max(1) as usize,
+            "--store" => {
+                args.postgres = match value("--store")?.as_str() {
+                    "sled" => false,
+                    "postgres" => true,
+                    other => return Err(format!("--store {other}: use sled or postgres")),
+                }
+            }
             other => return Err(format!("unknown argument {other}")),
         }
+    }
+    if args.nodes > 1 && !args.postgres {
+        return Err("--nodes above 1 needs --store postgres (sled is one process's)".into());
     }
     Ok(args)
 }
@@ -135,25 +155,89 @@ async fn main() -> ExitCode {
     }
 }
 
+/// A fresh database on the local PostgreSQL server for the run; its URL.
+async fn fresh_database(seed: u64) -> Result<String, String> {
+    let admin = format!("{POSTGRES}/postgres");
+    let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| format!("PostgreSQL at {admin}: {e}"))?;
+    tokio::spawn(connection);
+    let name = format!(
+        "idem_sim_{seed}_{}_{}",
+        std::process::id(),
+        idem_schemas::timefmt::now_ms()
+    );
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .map_err(|e| format!("cannot create the run's database: {e}"))?;
+    Ok(format!("{POSTGRES}/{name}"))
+}
+
+/// Kills every database connection of idem's nodes (not the caller's own).
+async fn terminate_backends(url: &str) -> Result<u64, String> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(connection);
+    let rows = client
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(rows.len() as u64)
+}
+
+/// The local PostgreSQL server `--store postgres` runs on.
+const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432";
+
+/// A fault the chaos injects.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    /// SIGKILL of a node, restarted at once with new failpoints.
+    Kill,
+    /// SIGSTOP of a node past its heartbeat and leases, then SIGCONT.
+    Stall,
+    /// Every node's database connections killed.
+    Disconnect,
+}
+
 async fn run(args: Args) -> Result<usize, String> {
     let binary = match &args.idem {
         Some(path) => path.clone(),
         None => devtools::build_idem(&["failpoints"], "failpoints")?,
     };
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let port = free_port().map_err(|e| e.to_string())?;
     let secret = Secret::parse(CALLBACK_SECRET).map_err(|e| e.to_string())?;
     let receiver = receiver::Receiver::start(args.seed, secret, Duration::from_millis(600))
         .await
         .map_err(|e| e.to_string())?;
-    let config = dir.path().join("idem.toml");
     let recv = format!("http://{}", receiver.addr);
-    std::fs::write(
-        &config,
-        format!(
-            r#"
+    let database = match args.postgres {
+        true => Some(fresh_database(args.seed).await?),
+        false => None,
+    };
+    let store = match &database {
+        Some(url) => format!("[store]\nbackend = \"postgres\"\nurl = \"{url}\"\npool_size = 4\n"),
+        None => String::new(),
+    };
+    let mut bases = Vec::new();
+    let mut nodes = Vec::new();
+    for n in 0..args.nodes {
+        let port = free_port().map_err(|e| e.to_string())?;
+        let node_dir = dir.path().join(format!("node{n}"));
+        std::fs::create_dir_all(&node_dir).map_err(|e| e.to_string())?;
+        let config = node_dir.join("idem.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"
 listen = "127.0.0.1:{port}"
 data_dir = "{data}"
+{store}
 [idempotency]
 key_secret = "simulation-key-secret-0123456789"
 in_flight_timeout = "1s"
@@ -173,101 +257,150 @@ actions = [ {{ name = "lock_account", url = "{recv}/lock" }}, {{ name = "open_ca
 decision = "review"
 actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
 "#,
-            data = dir.path().join("data").display(),
-        ),
-    )
-    .map_err(|e| e.to_string())?;
+                data = node_dir.join("data").display(),
+            ),
+        )
+        .map_err(|e| e.to_string())?;
+        bases.push(format!("http://127.0.0.1:{port}"));
+        nodes.push(IdemProcess::new(&binary, &config, &node_dir));
+    }
 
     println!(
-        "seed {}: {} keys, {} keyless signals, {} clients, {} SIGKILLs over ~{} s{}",
+        "seed {}: {} keys, {} keyless signals, {} clients, {} {} over ~{} s{}{}",
         args.seed,
         args.keys,
         args.keyless,
         args.clients,
         args.crashes,
+        if args.postgres { "faults" } else { "SIGKILLs" },
         args.seconds,
+        match args.postgres {
+            true => format!(", {} nodes on PostgreSQL", args.nodes),
+            false => String::new(),
+        },
         if args.sabotage {
-            ", SABOTAGE: claims neither serialised nor durable"
+            ", SABOTAGE: claims neither serialised nor fenced"
         } else {
             ""
         }
     );
     let mut rng = Rng::new(args.seed);
-    let process = Arc::new(Mutex::new(IdemProcess::new(&binary, &config, dir.path())));
-    process
-        .lock()
-        .map_err(|_| "poisoned")?
-        .start(&failpoints(&mut rng, args.sabotage))
-        .map_err(|e| e.to_string())?;
+    for node in &mut nodes {
+        node.start(&failpoints(&mut rng, args.sabotage))
+            .map_err(|e| e.to_string())?;
+    }
+    let nodes = Arc::new(Mutex::new(nodes));
 
-    // Chaos: SIGKILL at random times; restart whatever died, with new random failpoints.
+    // Chaos: faults at random times on random nodes; restart whatever died, with new random
+    // failpoints.
     let stop = Arc::new(AtomicBool::new(false));
-    let kills = Arc::new(AtomicUsize::new(0));
+    let injected = Arc::new(Mutex::new(Vec::new()));
     let failpoint_deaths = Arc::new(AtomicUsize::new(0));
     let chaos = {
-        let (process, stop, kills, deaths) = (
-            process.clone(),
+        let (nodes, stop, injected, deaths) = (
+            nodes.clone(),
             stop.clone(),
-            kills.clone(),
+            injected.clone(),
             failpoint_deaths.clone(),
         );
-        let (crashes, sabotage) = (args.crashes, args.sabotage);
-        // Kills spread over the run: one per slot, at a random point of its slot.
+        let (crashes, sabotage, database) = (args.crashes, args.sabotage, database.clone());
+        let runtime = tokio::runtime::Handle::current();
+        // Faults spread over the run: one per slot, at a random point of its slot.
         let slot = args.seconds * 1000 / (args.crashes as u64 + 1);
         let mut rng = Rng::new(args.seed.wrapping_mul(31).wrapping_add(7));
         std::thread::spawn(move || {
-            let mut next_kill =
+            let mut next_fault =
                 Instant::now() + Duration::from_millis(rng.range(slot / 2, slot + 1));
+            let done = |injected: &Mutex<Vec<Fault>>| injected.lock().map_or(0, |f| f.len());
             while !stop.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(20));
-                let Ok(mut p) = process.lock() else { return };
-                if !p.alive() {
-                    deaths.fetch_add(1, Ordering::SeqCst);
-                    // After a few, incarnations run clean so the run always makes progress.
-                    let fps = if p.starts < 3 * crashes + 6 {
-                        failpoints(&mut rng, sabotage)
-                    } else {
-                        String::new()
-                    };
-                    let _ = p.start(&fps);
-                } else if kills.load(Ordering::SeqCst) < crashes && Instant::now() >= next_kill {
-                    p.kill();
-                    kills.fetch_add(1, Ordering::SeqCst);
-                    let _ = p.start(&failpoints(&mut rng, sabotage));
-                    next_kill = Instant::now()
-                        + Duration::from_millis(rng.range(slot / 2, slot * 3 / 2 + 1));
+                let Ok(mut nodes) = nodes.lock() else { return };
+                let count = nodes.len();
+                for node in nodes.iter_mut() {
+                    if !node.alive() {
+                        deaths.fetch_add(1, Ordering::SeqCst);
+                        // After a few, incarnations run clean so the run always makes progress.
+                        let fps = if node.starts < 3 * crashes + 6 {
+                            failpoints(&mut rng, sabotage)
+                        } else {
+                            String::new()
+                        };
+                        let _ = node.start(&fps);
+                    }
                 }
+                if done(&injected) >= crashes || Instant::now() < next_fault {
+                    continue;
+                }
+                let fault = match &database {
+                    None => Fault::Kill,
+                    Some(_) => {
+                        [Fault::Kill, Fault::Stall, Fault::Disconnect][rng.range(0, 3) as usize]
+                    }
+                };
+                let node = &mut nodes[rng.range(0, count as u64) as usize];
+                match (fault, &database) {
+                    (Fault::Kill, _) => {
+                        node.kill();
+                        let _ = node.start(&failpoints(&mut rng, sabotage));
+                    }
+                    (Fault::Stall, _) => {
+                        // Past its heartbeat (a quarter of in_flight_timeout), its in-flight
+                        // claims (in_flight_timeout) and its leases (two attempt deadlines and
+                        // a second): others take over, and what it writes on waking is fenced.
+                        node.pause();
+                        std::thread::sleep(Duration::from_millis(2_000));
+                        node.resume();
+                    }
+                    (Fault::Disconnect, Some(url)) => {
+                        let _ = runtime.block_on(terminate_backends(url));
+                    }
+                    (Fault::Disconnect, None) => {}
+                }
+                if let Ok(mut f) = injected.lock() {
+                    f.push(fault);
+                }
+                next_fault =
+                    Instant::now() + Duration::from_millis(rng.range(slot / 2, slot * 3 / 2 + 1));
             }
         })
     };
 
-    let base = format!("http://127.0.0.1:{port}");
     let plan = clients::plan(&args, &mut rng);
     // Think time between a client's jobs, so the load spans about `--seconds`.
     let think =
         Duration::from_millis(args.seconds * 1000 * args.clients as u64 / plan.len().max(1) as u64);
-    let outcome = clients::run(&base, plan, args.clients, args.seed, think).await;
+    let outcome = clients::run(&bases, plan, args.clients, args.seed, think).await;
 
     stop.store(true, Ordering::SeqCst);
     let _ = chaos.join();
-    // Settle: a clean incarnation and a receiver without faults; deliveries run to their end.
+    // Settle: clean incarnations and a receiver without faults; deliveries run to their end.
     receiver.faulty.store(false, Ordering::SeqCst);
     {
-        let mut p = process.lock().map_err(|_| "poisoned")?;
-        p.kill();
-        p.start("").map_err(|e| e.to_string())?;
+        let mut nodes = nodes.lock().map_err(|_| "poisoned")?;
+        for node in nodes.iter_mut() {
+            node.kill();
+            node.start("").map_err(|e| e.to_string())?;
+        }
     }
-    let report = check::check(&base, &outcome, &receiver).await;
+    let report = check::check(&bases[0], &outcome, &receiver).await;
 
-    let p = process.lock().map_err(|_| "poisoned")?;
+    let nodes = nodes.lock().map_err(|_| "poisoned")?;
     let faults = receiver.faults.lock().map_err(|_| "poisoned")?.clone();
     let count = |f: receiver::Fault| faults.iter().filter(|x| **x == f).count();
+    let injected = injected.lock().map_err(|_| "poisoned")?.clone();
+    let of = |f: Fault| injected.iter().filter(|x| **x == f).count();
     println!(
-        "injected: {} SIGKILLs, {} deaths at failpoints, {} actor panics, {} incarnations",
-        kills.load(Ordering::SeqCst),
+        "injected: {} SIGKILLs, {} stalls, {} disconnects, {} deaths at failpoints, {} actor \
+         panics, {} incarnations",
+        of(Fault::Kill),
+        of(Fault::Stall),
+        of(Fault::Disconnect),
         failpoint_deaths.load(Ordering::SeqCst),
-        p.count_in_logs("actor failed"),
-        p.starts
+        nodes
+            .iter()
+            .map(|n| n.count_in_logs("actor failed"))
+            .sum::<usize>(),
+        nodes.iter().map(|n| n.starts).sum::<usize>()
     );
     println!(
         "receiver: {} callbacks; faults: {} 503, {} 429, {} hangs, {} resets, {} slow bodies",

@@ -52,6 +52,26 @@ impl IdemProcess {
         }
     }
 
+    /// SIGSTOP: the process stalls (its heartbeat, its leases and its writes with it) until
+    /// [`IdemProcess::resume`].
+    pub fn pause(&mut self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT: a stalled process goes on from where it was, its late writes included.
+    pub fn resume(&mut self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&mut self, signal: i32) {
+        if let Some(child) = &self.child {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(child.id() as i32, signal);
+            }
+        }
+    }
+
     /// SIGKILL, as a crash would.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

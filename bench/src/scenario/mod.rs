@@ -17,7 +17,7 @@ use crate::args::Args;
 use crate::callgrind::{Counters, Measured};
 use crate::load::drive;
 use crate::report::{Figures, Row};
-use crate::server::{start_idem, Idem};
+use crate::server::{fresh_database, start_idem, Idem, StoreKind};
 use crate::signals::client;
 
 /// A scenario (`--scenario`).
@@ -78,12 +78,21 @@ pub struct Context<'a> {
     pub dir: &'a Path,
     /// The scenario's own HTTP client.
     pub http: reqwest::Client,
+    /// The `[store]` section of its idem's config (empty: sled).
+    pub store: String,
 }
 
 impl Context<'_> {
     /// A fresh idem on the scenario's dir, its keys kept for `key_ttl`.
     pub fn start_idem(&self, key_ttl: &str) -> Result<Idem, String> {
-        start_idem(self.binary, self.dir, self.receiver, key_ttl, &[])
+        start_idem(
+            self.binary,
+            self.dir,
+            &self.store,
+            self.receiver,
+            key_ttl,
+            &[],
+        )
     }
 }
 
@@ -97,25 +106,43 @@ pub async fn run_scenarios(
 ) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     for scenario in args.scenarios() {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let ctx = Context {
-            args,
-            binary,
-            receiver,
-            dir: dir.path(),
-            http: client(),
+        // The baseline and the ceiling run no idem: once, whatever the stores.
+        let stores = match scenario {
+            Scenario::Pg | Scenario::Ceiling => &[StoreKind::Sled][..],
+            _ => &args.stores[..],
         };
-        let row = match scenario {
-            Scenario::Keyless => keyless::run(&ctx).await?,
-            Scenario::Unique => unique::run(&ctx).await?,
-            Scenario::Replay => replay::run(&ctx).await?,
-            Scenario::Storm => storm::run(&ctx).await?,
-            Scenario::Window => window::run(&ctx, extra).await?,
-            Scenario::Pg => pg::run(&ctx).await?,
-            Scenario::Ceiling => ceiling::run(&ctx).await?,
-        };
-        Figures::of(&row, None).print();
-        rows.push(row);
+        for &store in stores {
+            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+            let section = match store {
+                StoreKind::Sled => String::new(),
+                StoreKind::Postgres => format!(
+                    "[store]\nbackend = \"postgres\"\nurl = \"{}\"\n",
+                    fresh_database().await?
+                ),
+            };
+            let ctx = Context {
+                args,
+                binary,
+                receiver,
+                dir: dir.path(),
+                http: client(),
+                store: section,
+            };
+            let mut row = match scenario {
+                Scenario::Keyless => keyless::run(&ctx).await?,
+                Scenario::Unique => unique::run(&ctx).await?,
+                Scenario::Replay => replay::run(&ctx).await?,
+                Scenario::Storm => storm::run(&ctx).await?,
+                Scenario::Window => window::run(&ctx, extra).await?,
+                Scenario::Pg => pg::run(&ctx).await?,
+                Scenario::Ceiling => ceiling::run(&ctx).await?,
+            };
+            if store == StoreKind::Postgres {
+                row.name = format!("{} (postgres)", row.name);
+            }
+            Figures::of(&row, None).print();
+            rows.push(row);
+        }
     }
     Ok(rows)
 }

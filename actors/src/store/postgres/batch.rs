@@ -90,6 +90,12 @@ async fn commit(
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     let mut written: Vec<Option<Written>> = vec![None; units.len()];
+    // Sabotage (failpoints builds only): fencing off, so that chaos across nodes can show its
+    // checker catches what fencing prevents.
+    let fenced = match crate::failpoint::switched_on("sabotage") {
+        true => "true",
+        false => "c.generation = u.generation AND c.writes = u.next",
+    };
 
     // Appends first: a fenced unit writes nothing, its deliveries included.
     let appends: Vec<(usize, &LogHead, &Vec<idem_schemas::ClaimEvent>)> = units
@@ -115,12 +121,13 @@ async fn commit(
         }
         let rows = tx
             .query(
-                "UPDATE idem_claims c SET log = c.log || u.entry, writes = c.writes + 1 \
-                 FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::int4[], $5::bytea[]) \
-                 AS u(tenant, digest, generation, next, entry) \
-                 WHERE c.tenant = u.tenant AND c.digest = u.digest \
-                 AND c.generation = u.generation AND c.writes = u.next \
-                 RETURNING c.tenant, c.digest",
+                &format!(
+                    "UPDATE idem_claims c SET log = c.log || u.entry, writes = c.writes + 1 \
+                     FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::int4[], $5::bytea[]) \
+                     AS u(tenant, digest, generation, next, entry) \
+                     WHERE c.tenant = u.tenant AND c.digest = u.digest AND {fenced} \
+                     RETURNING c.tenant, c.digest"
+                ),
                 &[&tenants, &digests, &generations, &nexts, &entries],
             )
             .await?;
@@ -282,15 +289,22 @@ async fn take_over(
     node: Node,
     head: &LogHead,
 ) -> Result<Written, StoreError> {
+    let gone = match crate::failpoint::switched_on("sabotage") {
+        true => "($6::float8 IS NOT NULL OR $7::float8 IS NOT NULL)",
+        false => {
+            "(c.held_since <= clock_timestamp() - $6::float8 * interval '1 millisecond' \
+                  OR NOT EXISTS (SELECT 1 FROM idem_nodes n WHERE n.epoch = c.holder \
+                  AND n.heartbeat_at > clock_timestamp() - $7::float8 * interval '1 millisecond'))"
+        }
+    };
     let row = tx
         .query_opt(
-            "UPDATE idem_claims c SET generation = c.generation + 1, holder = $5, \
+            &format!(
+                "UPDATE idem_claims c SET generation = c.generation + 1, holder = $5, \
              held_since = clock_timestamp() \
              WHERE c.tenant = $1 AND c.digest = $2 AND c.generation = $3 AND c.writes = $4 \
-             AND (c.held_since <= clock_timestamp() - $6::float8 * interval '1 millisecond' \
-             OR NOT EXISTS (SELECT 1 FROM idem_nodes n WHERE n.epoch = c.holder \
-             AND n.heartbeat_at > clock_timestamp() - $7::float8 * interval '1 millisecond')) \
-             RETURNING c.generation",
+             AND {gone} RETURNING c.generation"
+            ),
             &[
                 &head.id.tenant,
                 &&head.id.digest[..],
@@ -355,9 +369,14 @@ async fn start_claims(
         heads.insert(key(id), (*n, head, claim.claimed_at_ms));
     }
     // The generation is the claim's time: the key is free when its row expired by then.
+    let held = match crate::failpoint::switched_on("sabotage") {
+        true => "true",
+        false => "idem_claims.expires_at_ms <= EXCLUDED.generation",
+    };
     let rows = tx
         .query(
-            "INSERT INTO idem_claims \
+            &format!(
+                "INSERT INTO idem_claims \
              (tenant, digest, generation, expires_at_ms, log, writes, holder) \
              SELECT tenant, digest, generation, expires_at_ms, entry, 1, holder \
              FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::int8[], $5::bytea[], \
@@ -365,8 +384,8 @@ async fn start_claims(
              ON CONFLICT (tenant, digest) DO UPDATE SET generation = EXCLUDED.generation, \
              expires_at_ms = EXCLUDED.expires_at_ms, log = EXCLUDED.log, writes = 1, \
              completed = false, holder = EXCLUDED.holder, held_since = clock_timestamp() \
-             WHERE idem_claims.expires_at_ms <= EXCLUDED.generation \
-             RETURNING tenant, digest",
+             WHERE {held} RETURNING tenant, digest"
+            ),
             &[
                 &tenants,
                 &digests,
