@@ -32,9 +32,25 @@ pub(super) enum Job {
     Complete(LogHead),
 }
 
+/// How many batches are written at once: while they are, the next units queue up into a
+/// larger batch. Each is a transaction of its own; a unit's writer waits for its commit, so no
+/// two batches of a node write the same claim or delivery.
+const IN_FLIGHT: usize = 4;
+
+/// How often a batch is written again when the database aborted it for a deadlock (batches of
+/// several nodes can lock the same rows in another order).
+const DEADLOCK_RETRIES: usize = 3;
+
 /// The group commit task: runs until every sender is gone.
 pub(super) async fn run(pool: Pool, node: Node, mut jobs: mpsc::UnboundedReceiver<Job>) {
-    while let Some(first) = jobs.recv().await {
+    let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    loop {
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        let Some(first) = jobs.recv().await else {
+            return;
+        };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
@@ -54,22 +70,37 @@ pub(super) async fn run(pool: Pool, node: Node, mut jobs: mpsc::UnboundedReceive
                 Job::Complete(head) => completions.push(head),
             }
         }
-        let timer = crate::metrics::FLUSH_SECONDS.start_timer();
-        let outcome = commit(&pool, node, units, &completions).await;
-        timer.observe_duration();
-        match outcome {
-            Ok(written) => {
-                for (then, written) in thens.into_iter().zip(written) {
-                    then(Ok(written));
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let timer = crate::metrics::FLUSH_SECONDS.start_timer();
+            let mut outcome = commit(&pool, node, &units, &completions).await;
+            for _ in 0..DEADLOCK_RETRIES {
+                match &outcome {
+                    Err(StoreError::Postgres(e))
+                        if e.code()
+                            == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED) =>
+                    {
+                        outcome = commit(&pool, node, &units, &completions).await;
+                    }
+                    _ => break,
                 }
             }
-            Err(e) => {
-                tracing::error!(error = %e, "group commit failed");
-                for then in thens {
-                    then(Err(e.clone()));
+            timer.observe_duration();
+            drop(permit);
+            match outcome {
+                Ok(written) => {
+                    for (then, written) in thens.into_iter().zip(written) {
+                        then(Ok(written));
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "group commit failed");
+                    for then in thens {
+                        then(Err(e.clone()));
+                    }
                 }
             }
-        }
+        });
     }
 }
 
@@ -84,7 +115,7 @@ fn key(id: &ClaimId) -> Key {
 async fn commit(
     pool: &Pool,
     node: Node,
-    units: Vec<Unit>,
+    units: &[Unit],
     completions: &[LogHead],
 ) -> Result<Vec<Written>, StoreError> {
     let mut client = pool.get().await?;
@@ -98,7 +129,9 @@ async fn commit(
     };
 
     // Appends first: a fenced unit writes nothing, its deliveries included.
-    let appends: Vec<(usize, &LogHead, &Vec<idem_schemas::ClaimEvent>)> = units
+    // Every statement takes its rows in key order, so batches of several nodes lock them in the
+    // same order (and rarely deadlock; a batch aborted for one is written again).
+    let mut appends: Vec<(usize, &LogHead, &Vec<idem_schemas::ClaimEvent>)> = units
         .iter()
         .enumerate()
         .filter_map(|(n, u)| match &u.claim {
@@ -106,6 +139,7 @@ async fn commit(
             _ => None,
         })
         .collect();
+    appends.sort_by_key(|a| key(&a.1.id));
     if !appends.is_empty() {
         let mut tenants = Vec::new();
         let mut digests = Vec::new();
@@ -119,18 +153,18 @@ async fn commit(
             nexts.push(head.next as i32);
             entries.push(codec::encode_entry(events)?);
         }
-        let rows = tx
-            .query(
-                &format!(
-                    "UPDATE idem_claims c SET log = c.log || u.entry, writes = c.writes + 1 \
+        let rows = super::rows(
+            &tx,
+            &format!(
+                "UPDATE idem_claims c SET log = c.log || u.entry, writes = c.writes + 1 \
                      FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::int4[], $5::bytea[]) \
                      AS u(tenant, digest, generation, next, entry) \
                      WHERE c.tenant = u.tenant AND c.digest = u.digest AND {fenced} \
                      RETURNING c.tenant, c.digest"
-                ),
-                &[&tenants, &digests, &generations, &nexts, &entries],
-            )
-            .await?;
+            ),
+            &[&tenants, &digests, &generations, &nexts, &entries],
+        )
+        .await?;
         let done: HashSet<Key> = rows
             .iter()
             .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
@@ -177,18 +211,22 @@ async fn commit(
         .collect();
     while !starts.is_empty() {
         let mut seen = HashSet::new();
-        let (round, later): (Vec<_>, Vec<_>) = starts
+        let (mut round, later): (Vec<_>, Vec<_>) = starts
             .into_iter()
             .partition(|(_, id, _)| seen.insert(key(id)));
+        round.sort_by_key(|a| key(a.1));
         start_claims(&tx, &round, &mut written).await?;
         starts = later;
     }
 
     if !completions.is_empty() {
+        let mut completions = completions.to_vec();
+        completions.sort_by_key(|a| key(&a.id));
         let tenants: Vec<&str> = completions.iter().map(|h| h.id.tenant.as_str()).collect();
         let digests: Vec<&[u8]> = completions.iter().map(|h| &h.id.digest[..]).collect();
         let generations: Vec<i64> = completions.iter().map(|h| h.generation as i64).collect();
-        tx.execute(
+        super::run(
+            &tx,
             "UPDATE idem_claims c SET completed = true \
              FROM unnest($1::text[], $2::bytea[], $3::int8[]) AS u(tenant, digest, generation) \
              WHERE c.tenant = u.tenant AND c.digest = u.digest AND c.generation = u.generation",
@@ -210,7 +248,11 @@ async fn write_deliveries(
     writes: &[(usize, &DeliveryWrite, bool)],
     written: &mut [Option<Written>],
 ) -> Result<(), StoreError> {
-    let (new, appended): (Vec<_>, Vec<_>) = writes.iter().partition(|(_, w, _)| w.first_seq == 0);
+    type Write<'w> = &'w (usize, &'w DeliveryWrite, bool);
+    let (mut new, mut appended): (Vec<Write>, Vec<Write>) =
+        writes.iter().partition(|(_, w, _)| w.first_seq == 0);
+    new.sort_by_key(|a| &a.1.id);
+    appended.sort_by_key(|a| &a.1.id);
     if !new.is_empty() {
         let mut ids = Vec::new();
         let mut tenants = Vec::new();
@@ -232,8 +274,7 @@ async fn write_deliveries(
             logs.push(codec::encode_entry(&w.events)?);
             records.push(w.events.len() as i32);
         }
-        tx.execute(
-            "INSERT INTO idem_deliveries (id, tenant, status, due_ms, expires_at_ms, log, records) \
+        super::run(tx,             "INSERT INTO idem_deliveries (id, tenant, status, due_ms, expires_at_ms, log, records) \
              SELECT * FROM unnest($1::text[], $2::text[], $3::int2[], $4::int8[], $5::int8[], \
              $6::bytea[], $7::int4[]) ON CONFLICT (id) DO NOTHING",
             &[&ids, &tenants, &statuses, &dues, &expiries, &logs, &records],
@@ -257,17 +298,17 @@ async fn write_deliveries(
             statuses.push(status_number(w.to.status) as i16);
             dues.push(w.to.due_ms.map(|d| d as i64));
         }
-        let rows = tx
-            .query(
-                "UPDATE idem_deliveries d SET log = d.log || u.entry, records = d.records + u.count, \
+        let rows = super::rows(
+            tx,
+            "UPDATE idem_deliveries d SET log = d.log || u.entry, records = d.records + u.count, \
                  status = u.status, due_ms = u.due, lease_until = NULL \
                  FROM unnest($1::text[], $2::int4[], $3::int4[], $4::bytea[], $5::int2[], \
                  $6::int8[], $7::int8[]) AS u(id, first, count, entry, status, due, lease) \
                  WHERE d.id = u.id AND d.records = u.first \
                  AND (u.lease IS NULL OR d.lease_token = u.lease) RETURNING d.id",
-                &[&ids, &firsts, &counts, &entries, &statuses, &dues, &leases],
-            )
-            .await?;
+            &[&ids, &firsts, &counts, &entries, &statuses, &dues, &leases],
+        )
+        .await?;
         let done: HashSet<String> = rows
             .iter()
             .map(|row| row.try_get(0))
@@ -275,7 +316,7 @@ async fn write_deliveries(
         // A record whose delivery has moved on (another writer) is refused like a fenced claim.
         for (n, w, _) in appended {
             if !done.contains(&w.id) {
-                written[n] = Some(Written::Fenced);
+                written[*n] = Some(Written::Fenced);
             }
         }
     }
@@ -297,25 +338,25 @@ async fn take_over(
                   AND n.heartbeat_at > clock_timestamp() - $7::float8 * interval '1 millisecond'))"
         }
     };
-    let row = tx
-        .query_opt(
-            &format!(
-                "UPDATE idem_claims c SET generation = c.generation + 1, holder = $5, \
+    let row = super::row(
+        tx,
+        &format!(
+            "UPDATE idem_claims c SET generation = c.generation + 1, holder = $5, \
              held_since = clock_timestamp() \
              WHERE c.tenant = $1 AND c.digest = $2 AND c.generation = $3 AND c.writes = $4 \
              AND {gone} RETURNING c.generation"
-            ),
-            &[
-                &head.id.tenant,
-                &&head.id.digest[..],
-                &(head.generation as i64),
-                &(head.next as i32),
-                &(node.epoch as i64),
-                &(node.in_flight_timeout.as_millis() as f64),
-                &(super::liveness(node.in_flight_timeout).as_millis() as f64),
-            ],
-        )
-        .await?;
+        ),
+        &[
+            &head.id.tenant,
+            &&head.id.digest[..],
+            &(head.generation as i64),
+            &(head.next as i32),
+            &(node.epoch as i64),
+            &(node.in_flight_timeout.as_millis() as f64),
+            &(super::liveness(node.in_flight_timeout).as_millis() as f64),
+        ],
+    )
+    .await?;
     if let Some(row) = row {
         let generation: i64 = row.try_get(0)?;
         return Ok(Written::TakenOver(LogHead {
@@ -323,12 +364,12 @@ async fn take_over(
             ..head.clone()
         }));
     }
-    let row = tx
-        .query_opt(
-            &format!("SELECT {COLUMNS} FROM idem_claims WHERE tenant = $1 AND digest = $2"),
-            &[&head.id.tenant, &&head.id.digest[..]],
-        )
-        .await?;
+    let row = super::row(
+        tx,
+        &format!("SELECT {COLUMNS} FROM idem_claims WHERE tenant = $1 AND digest = $2"),
+        &[&head.id.tenant, &&head.id.digest[..]],
+    )
+    .await?;
     let log = match row {
         Some(row) => claim_log(&head.id, &row, idem_schemas::timefmt::now_ms())?,
         None => None,
@@ -373,10 +414,10 @@ async fn start_claims(
         true => "true",
         false => "idem_claims.expires_at_ms <= EXCLUDED.generation",
     };
-    let rows = tx
-        .query(
-            &format!(
-                "INSERT INTO idem_claims \
+    let rows = super::rows(
+        tx,
+        &format!(
+            "INSERT INTO idem_claims \
              (tenant, digest, generation, expires_at_ms, log, writes, holder) \
              SELECT tenant, digest, generation, expires_at_ms, entry, 1, holder \
              FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::int8[], $5::bytea[], \
@@ -385,17 +426,17 @@ async fn start_claims(
              expires_at_ms = EXCLUDED.expires_at_ms, log = EXCLUDED.log, writes = 1, \
              completed = false, holder = EXCLUDED.holder, held_since = clock_timestamp() \
              WHERE {held} RETURNING tenant, digest"
-            ),
-            &[
-                &tenants,
-                &digests,
-                &generations,
-                &expiries,
-                &entries,
-                &holders,
-            ],
-        )
-        .await?;
+        ),
+        &[
+            &tenants,
+            &digests,
+            &generations,
+            &expiries,
+            &entries,
+            &holders,
+        ],
+    )
+    .await?;
     for row in rows {
         let won: Key = (row.try_get(0)?, row.try_get(1)?);
         if let Some((n, head, _)) = heads.remove(&won) {
@@ -407,12 +448,12 @@ async fn start_claims(
     }
     // The rest lost to a generation that holds the key: answered from its row.
     for ((tenant, digest), (n, head, now_ms)) in heads {
-        let row = tx
-            .query_opt(
-                &format!("SELECT {COLUMNS} FROM idem_claims WHERE tenant = $1 AND digest = $2"),
-                &[&tenant, &digest],
-            )
-            .await?;
+        let row = super::row(
+            tx,
+            &format!("SELECT {COLUMNS} FROM idem_claims WHERE tenant = $1 AND digest = $2"),
+            &[&tenant, &digest],
+        )
+        .await?;
         let log = match row {
             Some(row) => claim_log(&head.id, &row, now_ms)?,
             None => None,

@@ -49,12 +49,12 @@ impl ClaimStore for PgStore {
     fn load_claim<'a>(&'a self, id: &'a ClaimId, now_ms: u64) -> Read<'a, Option<ClaimLog>> {
         Box::pin(async move {
             let client = self.client().await?;
-            let row = client
-                .query_opt(
-                    &format!("SELECT {COLUMNS} FROM idem_claims WHERE tenant = $1 AND digest = $2"),
-                    &[&id.tenant, &&id.digest[..]],
-                )
-                .await?;
+            let row = super::row(
+                &client,
+                &format!("SELECT {COLUMNS} FROM idem_claims WHERE tenant = $1 AND digest = $2"),
+                &[&id.tenant, &&id.digest[..]],
+            )
+            .await?;
             match row {
                 Some(row) => claim_log(id, &row, now_ms),
                 None => Ok(None),
@@ -69,13 +69,13 @@ impl ClaimStore for PgStore {
     fn sweep_claims(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
         self.runtime.block_on(async {
             let client = self.client().await?;
-            let swept = client
-                .execute(
-                    "DELETE FROM idem_claims WHERE ctid IN \
+            let swept = super::run(
+                &client,
+                "DELETE FROM idem_claims WHERE ctid IN \
                      (SELECT ctid FROM idem_claims WHERE expires_at_ms <= $1 LIMIT $2)",
-                    &[&(now_ms as i64), &(limit as i64)],
-                )
-                .await?;
+                &[&(now_ms as i64), &(limit as i64)],
+            )
+            .await?;
             Ok(swept as usize)
         })
     }

@@ -25,9 +25,12 @@ impl DeliveryStore for PgStore {
     fn load_delivery<'a>(&'a self, id: &'a str) -> Read<'a, Option<Vec<DeliveryEvent>>> {
         Box::pin(async move {
             let client = self.client().await?;
-            let row = client
-                .query_opt("SELECT log FROM idem_deliveries WHERE id = $1", &[&id])
-                .await?;
+            let row = super::row(
+                &client,
+                "SELECT log FROM idem_deliveries WHERE id = $1",
+                &[&id],
+            )
+            .await?;
             row.map(|row| events(row.try_get(0)?)).transpose()
         })
     }
@@ -35,9 +38,12 @@ impl DeliveryStore for PgStore {
     fn delivery_exists<'a>(&'a self, id: &'a str) -> Read<'a, bool> {
         Box::pin(async move {
             let client = self.client().await?;
-            let row = client
-                .query_opt("SELECT 1 FROM idem_deliveries WHERE id = $1", &[&id])
-                .await?;
+            let row = super::row(
+                &client,
+                "SELECT 1 FROM idem_deliveries WHERE id = $1",
+                &[&id],
+            )
+            .await?;
             Ok(row.is_some())
         })
     }
@@ -47,21 +53,21 @@ impl DeliveryStore for PgStore {
     fn due(&self, now_ms: u64, limit: usize) -> Read<'_, Vec<Timed>> {
         Box::pin(async move {
             let client = self.client().await?;
-            let rows = client
-                .query(
-                    "UPDATE idem_deliveries d SET lease_token = d.lease_token + 1, \
+            let rows = super::rows(
+                &client,
+                "UPDATE idem_deliveries d SET lease_token = d.lease_token + 1, \
                      lease_until = clock_timestamp() + $3::float8 * interval '1 millisecond' \
                      WHERE d.id IN (SELECT id FROM idem_deliveries WHERE due_ms <= $1 \
                      AND (lease_until IS NULL OR lease_until < clock_timestamp()) \
                      ORDER BY due_ms LIMIT $2 FOR UPDATE SKIP LOCKED) \
                      RETURNING d.due_ms, d.id, d.lease_token",
-                    &[
-                        &(now_ms as i64),
-                        &(limit as i64),
-                        &(self.lease().as_millis() as f64),
-                    ],
-                )
-                .await?;
+                &[
+                    &(now_ms as i64),
+                    &(limit as i64),
+                    &(self.lease().as_millis() as f64),
+                ],
+            )
+            .await?;
             rows.iter()
                 .map(|row| {
                     Ok(Timed {
@@ -94,14 +100,14 @@ impl DeliveryStore for PgStore {
                 Some((s, id)) => (status_number(s) as i16, id),
                 None => (-1, ""),
             };
-            let rows = client
-                .query(
-                    "SELECT status, id FROM idem_deliveries \
+            let rows = super::rows(
+                &client,
+                "SELECT status, id FROM idem_deliveries \
                      WHERE tenant = $1 AND ($2::smallint IS NULL OR status = $2) \
                      AND (status, id) > ($3, $4) ORDER BY status, id LIMIT $5",
-                    &[&tenant, &only, &after_status, &after_id, &(limit as i64)],
-                )
-                .await?;
+                &[&tenant, &only, &after_status, &after_id, &(limit as i64)],
+            )
+            .await?;
             rows.iter()
                 .map(|row| Ok((status(row.try_get(0)?)?, row.try_get(1)?)))
                 .collect()
@@ -119,21 +125,22 @@ impl DeliveryStore for PgStore {
             let tx = client.transaction().await?;
             let (now, limit) = (now_ms as i64, limit as i64);
             // Still queued at the end of its retention: looked at again later.
-            tx.execute(
+            super::run(
+                &tx,
                 "UPDATE idem_deliveries SET expires_at_ms = $3 WHERE id IN \
                  (SELECT id FROM idem_deliveries WHERE expires_at_ms < $1 AND status = 0 \
                  LIMIT $2)",
                 &[&now, &limit, &(requeue_ms as i64)],
             )
             .await?;
-            let rows = tx
-                .query(
-                    "DELETE FROM idem_deliveries WHERE id IN \
+            let rows = super::rows(
+                &tx,
+                "DELETE FROM idem_deliveries WHERE id IN \
                      (SELECT id FROM idem_deliveries WHERE expires_at_ms < $1 AND status <> 0 \
                      LIMIT $2) RETURNING status",
-                    &[&now, &limit],
-                )
-                .await?;
+                &[&now, &limit],
+            )
+            .await?;
             tx.commit().await?;
             rows.iter().map(|row| status(row.try_get(0)?)).collect()
         })
@@ -142,9 +149,13 @@ impl DeliveryStore for PgStore {
     fn queued(&self) -> Read<'_, u64> {
         Box::pin(async move {
             let client = self.client().await?;
-            let row = client
-                .query_one("SELECT count(*) FROM idem_deliveries WHERE status = 0", &[])
-                .await?;
+            let row = super::row(
+                &client,
+                "SELECT count(*) FROM idem_deliveries WHERE status = 0",
+                &[],
+            )
+            .await?;
+            let row = row.ok_or(StoreError::Malformed("idem_deliveries"))?;
             Ok(row.try_get::<_, i64>(0)? as u64)
         })
     }
@@ -152,13 +163,13 @@ impl DeliveryStore for PgStore {
     fn oldest_queued(&self) -> Read<'_, Option<DeliveryRecord>> {
         Box::pin(async move {
             let client = self.client().await?;
-            let row = client
-                .query_opt(
-                    "SELECT log FROM idem_deliveries WHERE due_ms IS NOT NULL \
+            let row = super::row(
+                &client,
+                "SELECT log FROM idem_deliveries WHERE due_ms IS NOT NULL \
                      ORDER BY due_ms LIMIT 1",
-                    &[],
-                )
-                .await?;
+                &[],
+            )
+            .await?;
             let Some(row) = row else {
                 return Ok(None);
             };
@@ -172,12 +183,12 @@ impl DeliveryStore for PgStore {
     fn count_by_status(&self) -> Read<'_, [u64; 4]> {
         Box::pin(async move {
             let client = self.client().await?;
-            let rows = client
-                .query(
-                    "SELECT status, count(*) FROM idem_deliveries GROUP BY status",
-                    &[],
-                )
-                .await?;
+            let rows = super::rows(
+                &client,
+                "SELECT status, count(*) FROM idem_deliveries GROUP BY status",
+                &[],
+            )
+            .await?;
             let mut counts = [0; 4];
             for row in rows {
                 let n = status_number(status(row.try_get(0)?)?) as usize;

@@ -13,9 +13,11 @@ pub mod schema;
 
 use std::sync::Arc;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio::sync::mpsc;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
+use tokio_postgres::Row;
 
 use crate::store::{LogHead, Node, Store, StoreError, Then, Unit};
 use batch::Job;
@@ -94,6 +96,37 @@ impl PgStore {
             .send(Job::Complete(head.clone()))
             .map_err(|_| StoreError::Stopped)
     }
+}
+
+/// `sql`'s rows, its statement prepared once per connection: parsing and planning every query
+/// again cost the database more than running it.
+pub(super) async fn rows(
+    client: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>, StoreError> {
+    let statement = client.prepare_cached(sql).await?;
+    Ok(client.query(&statement, params).await?)
+}
+
+/// `sql`'s row, if it has one (see [`rows`]).
+pub(super) async fn row(
+    client: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Option<Row>, StoreError> {
+    let statement = client.prepare_cached(sql).await?;
+    Ok(client.query_opt(&statement, params).await?)
+}
+
+/// Runs `sql`; how many rows it touched (see [`rows`]).
+pub(super) async fn run(
+    client: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<u64, StoreError> {
+    let statement = client.prepare_cached(sql).await?;
+    Ok(client.execute(&statement, params).await?)
 }
 
 /// A node's heartbeat lasts a quarter of `in_flight_timeout`, between a quarter of a second and
