@@ -109,7 +109,9 @@ async fn load(args: &Args, binary: &Path, receiver: std::net::SocketAddr) -> Res
         }
         runs.push(figures);
     }
-    let summary: Vec<Figures> = (0..args.scenarios().len())
+    // Every run has the same rows: one per scenario and store.
+    let rows = runs.first().map_or(0, Vec::len);
+    let summary: Vec<Figures> = (0..rows)
         .map(|i| Figures::median(runs.iter().map(|run| &run[i])))
         .collect();
     println!();
