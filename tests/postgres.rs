@@ -27,8 +27,8 @@ fn sql(url: &str, query: &str) {
     );
 }
 
-#[tokio::test]
-async fn nodes_starting_together_on_an_empty_database_all_come_up() {
+/// A temp dir, a receiver, a fresh database and a config on it.
+async fn on_a_fresh_database() -> (tempfile::TempDir, Receiver, String, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
     let url = fresh_database();
@@ -39,6 +39,12 @@ async fn nodes_starting_together_on_an_empty_database_all_come_up() {
         "",
         "",
     );
+    (dir, receiver, url, cfg)
+}
+
+#[tokio::test]
+async fn nodes_starting_together_on_an_empty_database_all_come_up() {
+    let (dir, _receiver, _, cfg) = on_a_fresh_database().await;
     let nodes: Vec<_> = (0..3)
         .map(|n| {
             let node_dir = dir.path().join(format!("node{n}"));
@@ -113,16 +119,7 @@ fn three_nodes(dir: &std::path::Path, cfg: &str) -> Vec<Idem> {
 
 #[tokio::test]
 async fn copies_of_a_key_spread_over_nodes_make_one_decision() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let url = fresh_database();
-    let cfg = config_on(
-        &on_postgres(&url),
-        &dir.path().join("data"),
-        &receiver,
-        "",
-        "",
-    );
+    let (dir, receiver, _, cfg) = on_a_fresh_database().await;
     let nodes = three_nodes(dir.path(), &cfg);
     let clients: Vec<Client> = nodes.iter().map(|n| Client::new(&n.base)).collect();
     let keys: Vec<String> = (0..8).map(|n| unique(&format!("spread{n}"))).collect();
@@ -166,17 +163,8 @@ async fn copies_of_a_key_spread_over_nodes_make_one_decision() {
 
 #[tokio::test]
 async fn a_live_nodes_claim_is_not_taken_over_by_another() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
+    let (dir, receiver, _, cfg) = on_a_fresh_database().await;
     receiver.answer("/lock", 200, Duration::from_millis(1500));
-    let url = fresh_database();
-    let cfg = config_on(
-        &on_postgres(&url),
-        &dir.path().join("data"),
-        &receiver,
-        "",
-        "",
-    );
     let nodes = three_nodes(dir.path(), &cfg);
     let (a, b) = (Client::new(&nodes[0].base), Client::new(&nodes[1].base));
     let key = unique("live");

@@ -260,6 +260,32 @@ where
     eventually(Duration::from_secs(15), send, |r| r.status != 409).await
 }
 
+/// Runs `work` with a client of the database at `url`, on a thread and runtime of its own (the
+/// caller may be inside a test's runtime). A server that does not answer fails the test.
+pub fn with_postgres<T, F, Fut>(url: &str, work: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce(tokio_postgres::Client) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T>,
+{
+    let url = url.to_string();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap_or_else(|e| panic!("PostgreSQL at {url} does not answer: {e}"));
+            tokio::spawn(connection);
+            work(client).await
+        })
+    })
+    .join()
+    .expect("the database work")
+}
+
 /// Creates an empty database on the test server; its URL.
 pub fn fresh_database() -> String {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -272,27 +298,13 @@ pub fn fresh_database() -> String {
         NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         idem_schemas::timefmt::now_ms()
     );
-    let admin = format!("{server}/postgres");
     let create = format!("CREATE DATABASE {name}");
-    // Its own thread and runtime: the caller may be inside a test's runtime.
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        runtime.block_on(async {
-            let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
-                .await
-                .unwrap_or_else(|e| panic!("PostgreSQL at {admin} does not answer: {e}"));
-            tokio::spawn(connection);
-            client
-                .batch_execute(&create)
-                .await
-                .unwrap_or_else(|e| panic!("cannot create the test database: {e}"));
-        });
-    })
-    .join()
-    .expect("create the test database");
+    with_postgres(&format!("{server}/postgres"), |client| async move {
+        client
+            .batch_execute(&create)
+            .await
+            .unwrap_or_else(|e| panic!("cannot create the test database: {e}"));
+    });
     format!("{server}/{name}")
 }
 
@@ -676,37 +688,25 @@ pub fn stored(config_path: &Path, data_dir: &Path) -> Vec<(String, Vec<u8>)> {
             .map(|(path, bytes)| (path.display().to_string(), bytes))
             .collect();
     };
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        runtime.block_on(async {
-            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+    with_postgres(&url, |client| async move {
+        let mut out = Vec::new();
+        for (table, text, bytes) in [
+            ("idem_claims", "tenant", "digest || log"),
+            ("idem_deliveries", "id || ' ' || tenant", "log"),
+        ] {
+            let rows = client
+                .query(&format!("SELECT {text}, {bytes} FROM {table}"), &[])
                 .await
-                .expect("connect to the test database");
-            tokio::spawn(connection);
-            let mut out = Vec::new();
-            for (table, text, bytes) in [
-                ("idem_claims", "tenant", "digest || log"),
-                ("idem_deliveries", "id || ' ' || tenant", "log"),
-            ] {
-                let rows = client
-                    .query(&format!("SELECT {text}, {bytes} FROM {table}"), &[])
-                    .await
-                    .expect("read the table");
-                for row in rows {
-                    let text: String = row.get(0);
-                    let mut bytes: Vec<u8> = row.get(1);
-                    bytes.extend_from_slice(text.as_bytes());
-                    out.push((table.to_string(), bytes));
-                }
+                .expect("read the table");
+            for row in rows {
+                let text: String = row.get(0);
+                let mut bytes: Vec<u8> = row.get(1);
+                bytes.extend_from_slice(text.as_bytes());
+                out.push((table.to_string(), bytes));
             }
-            out
-        })
+        }
+        out
     })
-    .join()
-    .expect("read the test database")
 }
 
 /// Every file under `dir`, read whole.
