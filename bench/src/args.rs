@@ -97,6 +97,12 @@ pub struct Args {
     )]
     pub stores: Vec<StoreKind>,
 
+    /// With the postgres store: nodes on its database (unique, replay and storm spread their
+    /// requests over them; a storm's copies of each key go to every node)
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    pub nodes: usize,
+
     /// The idem binary to run [default: build it, release, into target/bench]
     #[arg(long, value_name = "PATH", value_parser = existing_file)]
     pub idem: Option<PathBuf>,
@@ -125,6 +131,12 @@ impl Args {
         T: Into<OsString> + Clone,
     {
         let args = Args::try_parse_from(argv)?;
+        if args.nodes > 1 && !args.stores.contains(&StoreKind::Postgres) {
+            return Err(Args::command().error(
+                ErrorKind::ArgumentConflict,
+                "--nodes above 1 needs --store postgres: nodes share a database",
+            ));
+        }
         if args.callgrind {
             if let Some(bad) = args.scenarios().into_iter().find(|s| !s.has_callgrind()) {
                 return Err(Args::command().error(
@@ -252,6 +264,16 @@ mod tests {
         );
         let args = parse(&["--duration", "10s"]).expect("10s parses");
         assert_eq!(args.duration, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn nodes_share_a_postgres_store() {
+        let err = parse(&["--nodes", "3"]).err();
+        assert_eq!(err.map(|e| e.kind()), Some(ErrorKind::ArgumentConflict));
+        let args = parse(&["--store", "sled,postgres", "--nodes", "3"]).expect("parses");
+        assert_eq!(args.nodes, 3);
+        assert_eq!(args.stores, vec![StoreKind::Sled, StoreKind::Postgres]);
+        assert!(parse(&["--nodes", "0", "--store", "postgres"]).is_err());
     }
 
     #[test]

@@ -80,6 +80,8 @@ pub struct Context<'a> {
     pub http: reqwest::Client,
     /// The `[store]` section of its idem's config (empty: sled).
     pub store: String,
+    /// How many idem nodes share that store (1 on sled).
+    pub nodes: usize,
 }
 
 impl Context<'_> {
@@ -93,6 +95,17 @@ impl Context<'_> {
             key_ttl,
             &[],
         )
+    }
+
+    /// [`Context::start_idem`] on each of the scenario's nodes (one config, one store).
+    pub fn start_nodes(&self, key_ttl: &str) -> Result<Vec<Idem>, String> {
+        (0..self.nodes)
+            .map(|n| {
+                let dir = self.dir.join(format!("node{n}"));
+                std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+                start_idem(self.binary, &dir, &self.store, self.receiver, key_ttl, &[])
+            })
+            .collect()
     }
 }
 
@@ -120,6 +133,10 @@ pub async fn run_scenarios(
                     fresh_database().await?
                 ),
             };
+            let nodes = match store {
+                StoreKind::Sled => 1,
+                StoreKind::Postgres => args.nodes,
+            };
             let ctx = Context {
                 args,
                 binary,
@@ -127,6 +144,7 @@ pub async fn run_scenarios(
                 dir: dir.path(),
                 http: client(),
                 store: section,
+                nodes,
             };
             let mut row = match scenario {
                 Scenario::Keyless => keyless::run(&ctx).await?,
@@ -137,8 +155,16 @@ pub async fn run_scenarios(
                 Scenario::Pg => pg::run(&ctx).await?,
                 Scenario::Ceiling => ceiling::run(&ctx).await?,
             };
-            if store == StoreKind::Postgres {
-                row.name = format!("{} (postgres)", row.name);
+            let spread = matches!(
+                scenario,
+                Scenario::Unique | Scenario::Replay | Scenario::Storm
+            );
+            match store {
+                StoreKind::Postgres if nodes > 1 && spread => {
+                    row.name = format!("{} (postgres, {nodes} nodes)", row.name)
+                }
+                StoreKind::Postgres => row.name = format!("{} (postgres)", row.name),
+                StoreKind::Sled => {}
             }
             Figures::of(&row, None).print();
             rows.push(row);

@@ -16,15 +16,17 @@ const KEYS: u64 = 1000;
 
 /// The scenario.
 pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
-    let idem = ctx.start_idem("24h")?;
-    complete_keys(&idem, &ctx.http, ctx.args.concurrency).await;
-    let (http, url) = (ctx.http.clone(), idem.signals_url());
+    let nodes = ctx.start_nodes("24h")?;
+    let idem = &nodes[0];
+    complete_keys(idem, &ctx.http, ctx.args.concurrency).await;
+    let http = ctx.http.clone();
+    let urls: Vec<String> = nodes.iter().map(Idem::signals_url).collect();
     let stats = drive(
         ctx.args.concurrency,
         ctx.args.duration,
         None,
         ctx.args.rate,
-        move |n| replay(http.clone(), url.clone(), n),
+        move |n| replay(http.clone(), urls[n as usize % urls.len()].clone(), n),
     )
     .await;
     Ok(Row {

@@ -26,14 +26,18 @@ const CALLGRIND_COPIES: usize = 200;
 /// The scenario.
 pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
     let (keys, copies) = (ctx.args.storm_keys, ctx.args.storm_copies);
-    let idem = ctx.start_idem("24h")?;
-    let signals = storm(idem.addr, "/v1/signals", keys, copies).await?;
+    let nodes = ctx.start_nodes("24h")?;
+    let idem = &nodes[0];
+    let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.addr).collect();
+    let signals = storm(&addrs, "/v1/signals", keys, copies).await?;
     // The same bursts against the trivial server: what 1000 simultaneous requests cost the load
     // generator and the loopback alone on these cores; and against a path idem does not serve:
     // its HTTP stack's own floor (hyper, the router, the timing middleware, a 404), without the
     // ingest handler or the claim.
-    let floor = storm(ctx.receiver, "/ceiling", keys, copies).await?.losers;
-    let http_floor = storm(idem.addr, "/v1/nowhere", keys, copies).await?.losers;
+    let floor = storm(&[ctx.receiver], "/ceiling", keys, copies)
+        .await?
+        .losers;
+    let http_floor = storm(&addrs, "/v1/nowhere", keys, copies).await?.losers;
     Ok(Row {
         name: "storm".into(),
         rss: idem.peak_rss(),
@@ -90,11 +94,22 @@ struct Bursts {
     answers: u64,
 }
 
-/// `keys` bursts of `copies` simultaneous copies of one keyed signal to `path` on `addr`, one
+/// `keys` bursts of `copies` simultaneous copies of one keyed signal to `path` on `addrs`, one
 /// connection per copy, after one burst that opens the connections (a sender's pool is warm in a
-/// real storm).
-async fn storm(addr: SocketAddr, path: &str, keys: u64, copies: usize) -> Result<Bursts, String> {
-    let mut conns = connect(addr, copies).await?;
+/// real storm). With several `addrs` (nodes), the connections, and so each burst's copies, are
+/// spread over them.
+async fn storm(
+    addrs: &[SocketAddr],
+    path: &str,
+    keys: u64,
+    copies: usize,
+) -> Result<Bursts, String> {
+    let mut conns = Vec::with_capacity(copies);
+    for (n, &addr) in addrs.iter().enumerate() {
+        let share = copies / addrs.len() + usize::from(n < copies % addrs.len());
+        conns.extend(connect(addr, share).await?);
+    }
+    let addr = addrs[0];
     burst(&mut conns, addr, path, 0).await;
     Ok(bursts(&mut conns, addr, path, keys).await)
 }

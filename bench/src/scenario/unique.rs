@@ -9,11 +9,13 @@ use crate::signals::signal;
 
 /// The scenario.
 pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
-    let idem = ctx.start_idem("24h")?;
-    let (http, url) = (ctx.http.clone(), idem.signals_url());
+    let nodes = ctx.start_nodes("24h")?;
+    let http = ctx.http.clone();
+    let urls: Vec<String> = nodes.iter().map(Idem::signals_url).collect();
     let run_id = idem_schemas::timefmt::now_ms();
-    Ok(with_storage_written(ctx, &idem, "unique", move |n| {
-        request(http.clone(), url.clone(), run_id, n)
+    Ok(with_storage_written(ctx, &nodes[0], "unique", move |n| {
+        let url = urls[n as usize % urls.len()].clone();
+        request(http.clone(), url, run_id, n)
     })
     .await)
 }
