@@ -312,10 +312,19 @@ actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
             let mut next_fault =
                 Instant::now() + Duration::from_millis(rng.range(slot / 2, slot + 1));
             let done = |injected: &Mutex<Vec<Fault>>| injected.lock().map_or(0, |f| f.len());
+            // Stalled nodes, and when each is to go on.
+            let mut stalled: Vec<(usize, Instant)> = Vec::new();
             while !stop.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(20));
                 let Ok(mut nodes) = nodes.lock() else { return };
                 let count = nodes.len();
+                stalled.retain(|&(n, until)| {
+                    let due = Instant::now() >= until;
+                    if due {
+                        nodes[n].resume();
+                    }
+                    !due
+                });
                 for node in nodes.iter_mut() {
                     if !node.alive() {
                         deaths.fetch_add(1, Ordering::SeqCst);
@@ -337,7 +346,8 @@ actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
                         [Fault::Kill, Fault::Stall, Fault::Disconnect][rng.range(0, 3) as usize]
                     }
                 };
-                let node = &mut nodes[rng.range(0, count as u64) as usize];
+                let picked = rng.range(0, count as u64) as usize;
+                let node = &mut nodes[picked];
                 match (fault, &database) {
                     (Fault::Kill, _) => {
                         node.kill();
@@ -348,8 +358,7 @@ actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
                         // claims (in_flight_timeout) and its leases (two attempt deadlines and
                         // a second): others take over, and what it writes on waking is fenced.
                         node.pause();
-                        std::thread::sleep(Duration::from_millis(2_000));
-                        node.resume();
+                        stalled.push((picked, Instant::now() + Duration::from_millis(2_000)));
                     }
                     (Fault::Disconnect, Some(url)) => {
                         let _ = runtime.block_on(terminate_backends(url));
@@ -361,6 +370,11 @@ actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
                 }
                 next_fault =
                     Instant::now() + Duration::from_millis(rng.range(slot / 2, slot * 3 / 2 + 1));
+            }
+            if let Ok(mut nodes) = nodes.lock() {
+                for (n, _) in stalled {
+                    nodes[n].resume();
+                }
             }
         })
     };
