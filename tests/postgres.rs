@@ -174,7 +174,8 @@ async fn a_live_nodes_claim_is_not_taken_over_by_another() {
         let a = Client::new(&nodes[0].base);
         tokio::spawn(async move { a.signal(Req::new(&body).key(&key).acme_signed(&key)).await })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A's callback has reached the receiver, which holds its answer: A's claim is in flight.
+    receiver.wait_for(1).await;
     let meanwhile = b.signal(Req::new(&body).key(&key).acme_signed(&key)).await;
     assert_eq!(
         meanwhile.status, 409,

@@ -301,8 +301,8 @@ impl Engine {
         }
     }
 
-    /// Stops the background tasks and the actors, in order, then makes the store durable one
-    /// last time. Call once the HTTP front has stopped taking requests.
+    /// Stops the background tasks and the actors, in order, then makes everything written
+    /// durable. Call once the HTTP front has stopped taking requests.
     pub async fn shutdown(&self) -> Result<(), StoreError> {
         // No new attempts start; the claim actors finish what they hold, then the delivery
         // actors; the sweeper last, as it only deletes.

@@ -323,11 +323,9 @@ impl Deliveries {
         self.ctx.load(id).await
     }
 
-    /// Starts a new series of attempts for a failed or dead delivery.
+    /// Starts a new series of attempts for a failed or dead delivery, which the caller found
+    /// in the store (the engine, checking it is the tenant's).
     pub async fn redeliver(&self, id: &str) -> Result<DeliveryView, RedeliverError> {
-        if !self.ctx.store.delivery_exists(id).await? {
-            return Err(RedeliverError::NotFound);
-        }
         for _ in 0..MAX_ROUNDS {
             let actor = self.actor(id).await?;
             match actor.call(DeliveryMsg::Redeliver, None).await {

@@ -328,9 +328,6 @@ pub trait DeliveryStore: Send + Sync {
     /// A delivery's log, if it exists.
     fn load_delivery<'a>(&'a self, id: &'a str) -> Read<'a, Option<Vec<DeliveryEvent>>>;
 
-    /// Whether a delivery exists.
-    fn delivery_exists<'a>(&'a self, id: &'a str) -> Read<'a, bool>;
-
     /// Up to `limit` queued deliveries due at or before `now_ms`, oldest first. A store shared
     /// by several nodes leases each to the caller, so no two nodes attempt it at once.
     fn due(&self, now_ms: u64, limit: usize) -> Read<'_, Vec<Timed>>;

@@ -407,7 +407,7 @@ async fn start_claims(
             expires_at_ms: claim.expires_at_ms,
             next: 1,
         };
-        heads.insert(key(id), (*n, head, claim.claimed_at_ms));
+        heads.insert(key(id), (*n, head, claim.claimed_at_ms, *events));
     }
     // The generation is the claim's time: the key is free when its row expired by then.
     let held = match crate::failpoint::switched_on("sabotage") {
@@ -439,15 +439,12 @@ async fn start_claims(
     .await?;
     for row in rows {
         let won: Key = (row.try_get(0)?, row.try_get(1)?);
-        if let Some((n, head, _)) = heads.remove(&won) {
-            let Some((_, _, events)) = round.iter().find(|(m, ..)| *m == n) else {
-                continue;
-            };
-            written[n] = Some(Written::Claimed(head, (*events).clone()));
+        if let Some((n, head, _, events)) = heads.remove(&won) {
+            written[n] = Some(Written::Claimed(head, events.clone()));
         }
     }
     // The rest lost to a generation that holds the key: answered from its row.
-    for ((tenant, digest), (n, head, now_ms)) in heads {
+    for ((tenant, digest), (n, head, now_ms, _)) in heads {
         let row = super::row(
             tx,
             &format!("SELECT {COLUMNS} FROM idem_claims WHERE tenant = $1 AND digest = $2"),

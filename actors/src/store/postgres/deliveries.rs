@@ -35,19 +35,6 @@ impl DeliveryStore for PgStore {
         })
     }
 
-    fn delivery_exists<'a>(&'a self, id: &'a str) -> Read<'a, bool> {
-        Box::pin(async move {
-            let client = self.client().await?;
-            let row = super::row(
-                &client,
-                "SELECT 1 FROM idem_deliveries WHERE id = $1",
-                &[&id],
-            )
-            .await?;
-            Ok(row.is_some())
-        })
-    }
-
     /// Leases what is due: rows locked by another node's lease query are skipped, and a row
     /// whose lease is live is not due to anyone else; the token fences the attempt's record.
     fn due(&self, now_ms: u64, limit: usize) -> Read<'_, Vec<Timed>> {

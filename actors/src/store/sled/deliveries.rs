@@ -224,10 +224,6 @@ impl DeliveryStore for SledStore {
         Box::pin(ready(self.read_delivery(id)))
     }
 
-    fn delivery_exists<'a>(&'a self, id: &'a str) -> Read<'a, bool> {
-        Box::pin(ready(self.exists(id)))
-    }
-
     fn due(&self, now_ms: u64, limit: usize) -> Read<'_, Vec<Timed>> {
         Box::pin(ready(self.read_due(now_ms, limit)))
     }
