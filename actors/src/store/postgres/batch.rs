@@ -35,7 +35,7 @@ pub(super) enum Job {
 /// How many batches are written at once: while they are, the next units queue up into a
 /// larger batch. Each is a transaction of its own; a unit's writer waits for its commit, so no
 /// two batches of a node write the same claim or delivery.
-const IN_FLIGHT: usize = 4;
+const IN_FLIGHT: usize = 2;
 
 /// How often a batch is written again when the database aborted it for a deadlock (batches of
 /// several nodes can lock the same rows in another order).
@@ -44,20 +44,7 @@ const DEADLOCK_RETRIES: usize = 3;
 /// The group commit task: runs until every sender is gone.
 pub(super) async fn run(pool: Pool, node: Node, mut jobs: mpsc::UnboundedReceiver<Job>) {
     let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
-    loop {
-        let Ok(permit) = in_flight.clone().acquire_owned().await else {
-            return;
-        };
-        let Some(first) = jobs.recv().await else {
-            return;
-        };
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
+    while let Some((permit, batch)) = super::next_batch(&mut jobs, &in_flight, MAX_BATCH).await {
         let mut units = Vec::new();
         let mut thens = Vec::new();
         let mut completions = Vec::new();

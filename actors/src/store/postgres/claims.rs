@@ -1,9 +1,16 @@
 //! Claims in PostgreSQL: one row per key, holding its current generation. Reads here; the
 //! writes (start, append, complete) are made by the group commit (`batch`), which decides them
 //! in the database: a start inserts the row or replaces an expired one, and an append updates it
-//! only where the generation and the count of writes are the ones the writer holds.
+//! only where the generation and the count of writes are the ones the writer holds. Loads are
+//! batched like writes: the loads asked for while one query runs go to the database together as
+//! the next query, so a burst of new keys costs a few round trips, not one each.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use deadpool_postgres::Pool;
 use idem_schemas::ClaimEvent;
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_postgres::Row;
 
 use super::PgStore;
@@ -45,20 +52,78 @@ pub(super) fn claim_log(
     }))
 }
 
+/// A load waiting for its batch: the key, the time it is read at, and where its log goes.
+pub(super) type Load = (
+    ClaimId,
+    u64,
+    oneshot::Sender<Result<Option<ClaimLog>, StoreError>>,
+);
+
+/// The most keys one load query reads.
+const MAX_LOADS: usize = 512;
+
+/// How many load queries run at once.
+const LOADS_IN_FLIGHT: usize = 2;
+
+/// The load batcher: runs until every sender is gone.
+pub(super) async fn run_loads(pool: Pool, mut loads: mpsc::UnboundedReceiver<Load>) {
+    let in_flight = Arc::new(Semaphore::new(LOADS_IN_FLIGHT));
+    while let Some((permit, batch)) = super::next_batch(&mut loads, &in_flight, MAX_LOADS).await {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let rows = load_rows(&pool, &batch).await;
+            drop(permit);
+            match rows {
+                Ok(mut rows) => {
+                    for (id, now_ms, reply) in batch {
+                        let log = match rows.remove(&(id.tenant.clone(), id.digest.to_vec())) {
+                            Some(row) => claim_log(&id, &row, now_ms),
+                            None => Ok(None),
+                        };
+                        let _ = reply.send(log);
+                    }
+                }
+                Err(e) => {
+                    for (_, _, reply) in batch {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// The rows of the keys of `batch` that exist, by key.
+async fn load_rows(
+    pool: &Pool,
+    batch: &[Load],
+) -> Result<HashMap<(String, Vec<u8>), Row>, StoreError> {
+    let tenants: Vec<&str> = batch.iter().map(|(id, _, _)| id.tenant.as_str()).collect();
+    let digests: Vec<&[u8]> = batch.iter().map(|(id, _, _)| &id.digest[..]).collect();
+    let client = pool.get().await?;
+    let rows = super::rows(
+        &client,
+        &format!(
+            "SELECT {COLUMNS}, c.tenant, c.digest FROM idem_claims c \
+             JOIN unnest($1::text[], $2::bytea[]) AS u(tenant, digest) \
+             ON c.tenant = u.tenant AND c.digest = u.digest"
+        ),
+        &[&tenants, &digests],
+    )
+    .await?;
+    rows.into_iter()
+        .map(|row| Ok(((row.try_get(5)?, row.try_get(6)?), row)))
+        .collect()
+}
+
 impl ClaimStore for PgStore {
     fn load_claim<'a>(&'a self, id: &'a ClaimId, now_ms: u64) -> Read<'a, Option<ClaimLog>> {
         Box::pin(async move {
-            let client = self.client().await?;
-            let row = super::row(
-                &client,
-                &format!("SELECT {COLUMNS} FROM idem_claims WHERE tenant = $1 AND digest = $2"),
-                &[&id.tenant, &&id.digest[..]],
-            )
-            .await?;
-            match row {
-                Some(row) => claim_log(id, &row, now_ms),
-                None => Ok(None),
-            }
+            let (reply, log) = oneshot::channel();
+            self.loads
+                .send((id.clone(), now_ms, reply))
+                .map_err(|_| StoreError::Stopped)?;
+            log.await.map_err(|_| StoreError::Stopped)?
         })
     }
 

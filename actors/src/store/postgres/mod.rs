@@ -1,6 +1,7 @@
 //! The PostgreSQL store: claims and deliveries in two tables (see `schema`), so that several
-//! idem nodes can share one database. Reads take a pooled connection each; every write goes
-//! through the group commit (`batch`), one task per node that gathers the units queued so far
+//! idem nodes can share one database. A claim's load is batched with the loads asked for
+//! meanwhile (`claims`), other reads take a pooled connection each; every write goes through the
+//! group commit (`batch`), one task per node that gathers the units queued so far
 //! and writes them as multi-row statements in one transaction: the database's commit is the
 //! durable point, many requests' records per commit. A claim row holds a key's current
 //! generation and its log (the log's entries concatenated, with their count); a delivery row its
@@ -36,6 +37,8 @@ pub struct PgStore {
     node: Node,
     /// The group commit's queue.
     jobs: mpsc::UnboundedSender<Job>,
+    /// The claim loads' queue.
+    loads: mpsc::UnboundedSender<claims::Load>,
     /// The runtime the blocking calls (the sweeps) run their queries on.
     runtime: tokio::runtime::Handle,
 }
@@ -63,10 +66,13 @@ impl PgStore {
         }
         let (jobs, queue) = mpsc::unbounded_channel();
         tokio::spawn(batch::run(pool.clone(), node, queue));
+        let (loads, asked) = mpsc::unbounded_channel();
+        tokio::spawn(claims::run_loads(pool.clone(), asked));
         let store = Arc::new(PgStore {
             pool,
             node,
             jobs,
+            loads,
             runtime: tokio::runtime::Handle::current(),
         });
         tokio::spawn(beat(Arc::downgrade(&store)));
@@ -127,6 +133,25 @@ pub(super) async fn run(
 ) -> Result<u64, StoreError> {
     let statement = client.prepare_cached(sql).await?;
     Ok(client.execute(&statement, params).await?)
+}
+
+/// The next batch of `queue` once one of `in_flight`'s permits is free: the first item to come
+/// and every one queued behind it, up to `max`, with the permit to hold while it is written;
+/// `None` once every sender is gone.
+pub(super) async fn next_batch<T>(
+    queue: &mut mpsc::UnboundedReceiver<T>,
+    in_flight: &Arc<tokio::sync::Semaphore>,
+    max: usize,
+) -> Option<(tokio::sync::OwnedSemaphorePermit, Vec<T>)> {
+    let permit = in_flight.clone().acquire_owned().await.ok()?;
+    let mut batch = vec![queue.recv().await?];
+    while batch.len() < max {
+        match queue.try_recv() {
+            Ok(item) => batch.push(item),
+            Err(_) => break,
+        }
+    }
+    Some((permit, batch))
 }
 
 /// A node's heartbeat lasts a quarter of `in_flight_timeout`, between a quarter of a second and
