@@ -30,7 +30,8 @@ pub struct Report {
 }
 
 impl Report {
-    fn expect(&mut self, ok: bool, violation: impl FnOnce() -> String) {
+    /// Counts one check, and its violation if `ok` is false.
+    pub fn expect(&mut self, ok: bool, violation: impl FnOnce() -> String) {
         self.checked += 1;
         if !ok {
             self.violations.push(violation());
@@ -197,7 +198,8 @@ pub async fn check(base: &str, outcome: &Outcome, receiver: &Receiver) -> Report
     report
 }
 
-fn decision_id(body: &[u8]) -> String {
+/// The `decision_id` of a decision's body.
+pub fn decision_id(body: &[u8]) -> String {
     serde_json::from_slice::<Value>(body)
         .ok()
         .and_then(|v| v["decision_id"].as_str().map(str::to_string))

@@ -12,7 +12,8 @@
 //! (a fresh database on the local server) and `--nodes N`, every request goes to a node at
 //! random, so each key's copies spread over them, and a fault is one of: a SIGKILL of a node, a
 //! SIGSTOP of a node past its heartbeat and leases then SIGCONT (its late writes must change
-//! nothing), or the database connections of every node killed (`pg_terminate_backend`).
+//! nothing), or the database connections of every node killed (`pg_terminate_backend`); the
+//! checker then also reads the database (`stored`): no write of a fenced-out holder is visible.
 //! `--sabotage` turns on idem's `sabotage` switch (every request gets a fresh claim actor that
 //! ignores the stored claim, and the store's fencing is off): the checker must then find
 //! violations.
@@ -22,6 +23,7 @@ mod clients;
 mod process;
 mod receiver;
 mod rng;
+mod stored;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -396,7 +398,10 @@ actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
             node.start("").map_err(|e| e.to_string())?;
         }
     }
-    let report = check::check(&bases[0], &outcome, &receiver).await;
+    let mut report = check::check(&bases[0], &outcome, &receiver).await;
+    if let Some(url) = &database {
+        stored::check(url, &outcome, &mut report).await;
+    }
 
     let nodes = nodes.lock().map_err(|_| "poisoned")?;
     let faults = receiver.faults.lock().map_err(|_| "poisoned")?.clone();
