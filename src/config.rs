@@ -327,7 +327,17 @@ impl Config {
         let i = raw.idempotency;
         let key_secret =
             match i.key_secret {
-                Some(s) if !s.is_empty() => s.into_bytes(),
+                Some(s) if s.len() >= MIN_KEY_SECRET => s.into_bytes(),
+                Some(s) if !s.is_empty() => {
+                    return Err(invalid(
+                        "idempotency.key_secret",
+                        format!(
+                        "is {} bytes; it keys the digests of keys and subjects, so it must be at \
+                         least {MIN_KEY_SECRET} random bytes",
+                        s.len()
+                    ),
+                    ))
+                }
                 _ => return Err(invalid(
                     "idempotency.key_secret",
                     "is required: a long random string that keys the digests of idempotency keys",
@@ -398,6 +408,12 @@ impl Config {
                 .api_key
                 .filter(|k| !k.is_empty())
                 .ok_or_else(|| invalid(format!("{key}.api_key"), "is required"))?;
+            if api_key.chars().count() < MIN_API_KEY {
+                return Err(invalid(
+                    format!("{key}.api_key"),
+                    format!("is shorter than {MIN_API_KEY} characters: use a long random token"),
+                ));
+            }
             if let Some(other) = api_keys.insert(api_key.clone(), name.clone()) {
                 return Err(invalid(
                     format!("{key}.api_key"),
@@ -448,14 +464,11 @@ impl Config {
                             format!("{:?} is used twice in this playbook", action.name),
                         ));
                     }
-                    match reqwest::Url::parse(&action.url) {
-                        Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
-                        _ => {
-                            return Err(invalid(
-                                format!("{akey}.url"),
-                                format!("{:?} is not an http(s) URL", action.url),
-                            ))
-                        }
+                    if !callback_url(&action.url) {
+                        return Err(invalid(
+                            format!("{akey}.url"),
+                            format!("{:?} is not an http(s) URL with a host", action.url),
+                        ));
                     }
                 }
                 if !p.actions.is_empty() && callback_secrets.is_empty() {
@@ -499,6 +512,25 @@ impl Config {
 
 /// The most connections one node may hold to the database.
 const MAX_POOL: u32 = 1024;
+
+/// The fewest bytes a `key_secret` may have: it is the HMAC key of every stored digest.
+const MIN_KEY_SECRET: usize = 32;
+
+/// The fewest characters an `api_key` may have.
+const MIN_API_KEY: usize = 16;
+
+/// An http(s) URL with its host where the host goes: the URL parser reads `http:///x` (no
+/// host) as host `x`, and every callback to it would fail until dead.
+fn callback_url(raw: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(raw) else {
+        return false;
+    };
+    let authority = raw.split_once("://").map_or("", |(_, rest)| rest);
+    matches!(url.scheme(), "http" | "https")
+        && url.host_str().is_some_and(|h| !h.is_empty())
+        && !authority.is_empty()
+        && !authority.starts_with(['/', '\\', '?', '#'])
+}
 
 /// `[store]`: sled in `data_dir` (the default), or PostgreSQL at `url`. Checked without
 /// connecting.
@@ -564,7 +596,7 @@ mod tests {
 key_secret = "0123456789abcdef0123456789abcdef"
 
 [tenants.acme]
-api_key = "sk_test"
+api_key = "sk_test_0123456789"
 callback_secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 [tenants.acme.playbooks.sim_swap]
@@ -651,6 +683,7 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
         );
         let e = err(&MINIMAL.replace("http://127.0.0.1:9000/lock", "ftp://x"));
         assert!(e.contains("actions[0].url"), "{e}");
+        assert!(!e.contains('\n'), "one line: {e}");
         let e = err(&format!("listen = \"nowhere\"\n{MINIMAL}"));
         assert!(e.starts_with("config: listen:"), "{e}");
         let e = err(&MINIMAL.replace("[idempotency]", "[idempotency]\nkey_ttl = \"soon\""));
@@ -664,12 +697,51 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
     }
 
     #[test]
+    fn weak_or_unusable_values_are_refused_by_name() {
+        let weak = [
+            (
+                MINIMAL.replace("0123456789abcdef0123456789abcdef", "abc"),
+                "idempotency.key_secret",
+            ),
+            (
+                MINIMAL.replace("0123456789abcdef0123456789abcdef", &"k".repeat(31)),
+                "idempotency.key_secret",
+            ),
+            (
+                MINIMAL.replace("sk_test_0123456789", "sk_short"),
+                "tenants.acme.api_key",
+            ),
+            (
+                MINIMAL.replace("http://127.0.0.1:9000/lock", "http:///lock"),
+                "actions[0].url",
+            ),
+            (
+                MINIMAL.replace("http://127.0.0.1:9000/lock", "http:lock"),
+                "actions[0].url",
+            ),
+            (
+                MINIMAL.replace("http://127.0.0.1:9000/lock", "https://"),
+                "actions[0].url",
+            ),
+        ];
+        for (text, key) in weak {
+            let e = err(&text);
+            assert!(e.contains(key) && !e.contains('\n'), "{key}: {e}");
+        }
+        let at_the_limits = MINIMAL
+            .replace("0123456789abcdef0123456789abcdef", &"k".repeat(32))
+            .replace("sk_test_0123456789", &"a".repeat(16))
+            .replace("http://127.0.0.1:9000/lock", "https://hooks.example/lock");
+        Config::parse(&at_the_limits).expect("32-byte secret, 16-character key, a host");
+    }
+
+    #[test]
     fn debug_output_carries_no_secret() {
         let c = Config::parse(MINIMAL).expect("valid");
         let shown = format!("{c:?}");
         assert!(shown.contains("sim_swap"), "{shown}");
         for secret in [
-            "sk_test",
+            "sk_test_0123456789",
             "0123456789abcdef",
             "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
         ] {

@@ -1,6 +1,7 @@
 //! `idem serve`: builds the engine from the configuration, serves HTTP until a shutdown signal,
 //! then stops taking requests, lets those in flight finish, and shuts the engine down (actors
 //! stopped in order, the store made durable one last time). SIGHUP reloads the configuration.
+//! A store that fails for good stops the service the same way, and `idem serve` exits non-zero.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -34,6 +35,11 @@ pub enum ServeError {
     /// The HTTP server failed.
     #[error("http server: {0}")]
     Http(std::io::Error),
+    /// The store failed for good while serving; a restart recovers from what is durable.
+    #[error(
+        "the store failed for good ({0}); exiting so that a restart recovers from what is durable"
+    )]
+    Halted(idem_actors::StoreError),
 }
 
 /// Callback secrets from the configuration in force (a reload rotates them at once).
@@ -97,13 +103,36 @@ pub async fn run(
     });
     on_listen(addr);
     tracing::info!(%addr, store = ?config.store, "serving");
+    // A store that failed for good stops the service as a shutdown signal would: the requests
+    // in flight are answered (500, retry with the same key), then the process exits non-zero.
+    let mut halted = app.engine.halted();
+    let stop = async move {
+        let halt = async {
+            if halted.wait_for(Option::is_some).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            () = shutdown => {}
+            () = halt => {}
+        }
+    };
     http::server::serve(
         listener,
         http::router(app.clone()),
         config.http.read_timeout,
-        shutdown,
+        stop,
     )
     .await;
+    let halted = app.engine.halted().borrow().clone();
+    if let Some(e) = halted {
+        tracing::error!(error = %e, "the store failed for good: exiting");
+        if let Some(reloader) = reloader {
+            reloader.abort();
+        }
+        let _ = app.engine.shutdown().await;
+        return Err(ServeError::Halted(e));
+    }
 
     tracing::info!("shutting down: requests finished, stopping the engine");
     if let Some(reloader) = reloader {

@@ -81,7 +81,7 @@ async fn a_request_signed_by_idem_sign_is_accepted() {
         .signal(
             Req::new(&body)
                 .key(&key)
-                .header("authorization", "Bearer sk_acme")
+                .header("authorization", "Bearer sk_acme_test_key")
                 .header("webhook-id", &key)
                 .header("webhook-timestamp", &ts)
                 .header("webhook-signature", sig.trim()),
@@ -118,6 +118,18 @@ fn check_config_accepts_the_example_and_refuses_bad_keys_in_one_line() {
                 "",
             ),
             "idempotency.key_secret",
+        ),
+        (
+            text.replace("change-me-to-a-long-random-string-0123456789abcdef", "abc"),
+            "idempotency.key_secret",
+        ),
+        (
+            text.replace("sk_live_acme_example", "sk_live"),
+            "tenants.acme.api_key",
+        ),
+        (
+            text.replace("http://127.0.0.1:9000/hooks/lock", "http:///hooks/lock"),
+            "tenants.acme.playbooks.sim_swap.actions[0].url",
         ),
     ] {
         let path = dir.path().join("bad.toml");

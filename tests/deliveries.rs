@@ -188,7 +188,7 @@ async fn a_delivery_that_always_fails_dies_after_its_retries_and_can_be_redelive
         .send(
             "GET",
             &format!("/v1/deliveries/{id}"),
-            Req::new("").header("authorization", "Bearer sk_acme"),
+            Req::new("").header("authorization", "Bearer sk_acme_test_key"),
         )
         .await;
     assert_eq!(other.status, 404);
@@ -197,7 +197,7 @@ async fn a_delivery_that_always_fails_dies_after_its_retries_and_can_be_redelive
         .send(
             "POST",
             &format!("/v1/deliveries/{id}/redeliver"),
-            Req::new("").header("authorization", "Bearer sk_acme"),
+            Req::new("").header("authorization", "Bearer sk_acme_test_key"),
         )
         .await;
     assert_eq!(other.status, 404);

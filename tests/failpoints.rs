@@ -3,7 +3,8 @@
 //! follows recovers as the durability order promises (docs/ARCHITECTURE.md): the claim taken
 //! over at once, one decision, one set of side effects, the actions re-run with the same ids and
 //! bytes before the recovery point and nothing re-run after it, an unrecorded retry attempt made
-//! again.
+//! again. A group commit whose sync fails halts the store: the process exits by itself, and its
+//! restart replays every answered key.
 #![cfg(feature = "failpoints")]
 
 mod common;
@@ -282,4 +283,47 @@ async fn a_panicking_actor_fails_its_request_and_the_key_recovers() {
             "{point}: the supervisor saw it"
         );
     }
+}
+
+#[tokio::test]
+async fn a_failed_sync_halts_the_store_and_a_restart_replays_every_answered_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    // sled's group commit (on PostgreSQL the database keeps its own disk: tests/postgres.rs).
+    let cfg = config_on("", &dir.path().join("data"), &receiver, "", DELIVERY);
+    // The group commit's 40th sync returns an I/O error, as a failing disk's fdatasync would.
+    let mut idem = Idem::start_env(
+        dir.path(),
+        &cfg,
+        &[("FAILPOINTS", "store.sync=40*off->return")],
+    );
+    let health = Client::new(&idem.base)
+        .send("GET", "/healthz", Req::new(""))
+        .await;
+    assert_eq!(health.status, 200, "a store that writes is healthy");
+    let (answered, refused) = send_until_refused(&idem.base, 500).await;
+    let (failed, answer) = refused.expect("the failed sync fails a request");
+    assert!(!answered.is_empty(), "syncs before the failure succeeded");
+    if let Some(r) = answer {
+        assert_eq!(r.status, 500, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    }
+    let status = idem.exited().await;
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "the process exits by itself, non-zero: {status:?}"
+    );
+    assert!(
+        idem.stderr().contains("failed for good"),
+        "it says why: {}",
+        idem.stderr()
+    );
+    let idem = Idem::start_with(idem.config_path.clone(), &[]);
+    assert_replays(&idem.base, &answered).await;
+    let client = Client::new(&idem.base);
+    let r = retry_after_crash(|| client.signal(failed.request())).await;
+    assert_eq!(r.status, 201, "the failed request's retry is decided");
+    let again = client.signal(failed.request()).await;
+    assert!(again.replayed() && again.body == r.body, "and decided once");
 }

@@ -13,8 +13,8 @@ async fn a_tenant_over_its_rate_limit_gets_429_and_others_do_not() {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
     let cfg = config(&dir.path().join("data"), &receiver, "", "").replace(
-        "[tenants.beta]\napi_key = \"sk_beta\"",
-        "[tenants.beta]\napi_key = \"sk_beta\"\nrate_limit = 3",
+        "[tenants.beta]\napi_key = \"sk_beta_test_key\"",
+        "[tenants.beta]\napi_key = \"sk_beta_test_key\"\nrate_limit = 3",
     );
     assert!(cfg.contains("rate_limit = 3"));
     let idem = Idem::start(dir.path(), &cfg);
@@ -99,7 +99,7 @@ async fn an_unannounced_oversized_body_is_refused() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = idem.base.trim_start_matches("http://").to_string();
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let head = "POST /v1/signals HTTP/1.1\r\nhost: idem\r\ncontent-type: application/json\r\nauthorization: Bearer sk_beta\r\ntransfer-encoding: chunked\r\n\r\n";
+    let head = "POST /v1/signals HTTP/1.1\r\nhost: idem\r\ncontent-type: application/json\r\nauthorization: Bearer sk_beta_test_key\r\ntransfer-encoding: chunked\r\n\r\n";
     stream.write_all(head.as_bytes()).await.expect("head");
     let chunk = format!("400\r\n{}\r\n", " ".repeat(1024));
     for _ in 0..80 {
@@ -161,7 +161,7 @@ async fn slow_and_oversized_requests_are_cut_off_while_others_are_served() {
         .await
         .expect("connect");
     stream
-        .write_all(b"POST /v1/signals HTTP/1.1\r\nhost: idem\r\ncontent-type: application/json\r\nauthorization: Bearer sk_beta\r\ncontent-length: 100\r\n\r\n{\"type\":")
+        .write_all(b"POST /v1/signals HTTP/1.1\r\nhost: idem\r\ncontent-type: application/json\r\nauthorization: Bearer sk_beta_test_key\r\ncontent-length: 100\r\n\r\n{\"type\":")
         .await
         .expect("write");
     let mut answer = vec![0u8; 256];

@@ -1,7 +1,8 @@
 //! The PostgreSQL store's own behaviour, on this machine's server (a fresh database per test):
 //! nodes starting together on an empty database all come up and share one schema, and a
 //! database whose schema is newer than this idem knows is refused with exit status 2 and one
-//! line naming both versions. (Every contract test also runs on PostgreSQL: `scripts/test`.)
+//! line naming both versions; `/healthz` answers 503 while the database cannot be reached and
+//! 200 once it can again. (Every contract test also runs on PostgreSQL: `scripts/test`.)
 
 mod common;
 
@@ -188,4 +189,63 @@ async fn a_live_nodes_claim_is_not_taken_over_by_another() {
     assert_eq!(replay.body, first.body);
     let _ = a;
     assert_eq!(receiver.seen().len(), 2, "each action once");
+}
+
+#[tokio::test]
+async fn healthz_says_while_the_database_cannot_be_reached() {
+    let (dir, _receiver, url, cfg) = on_a_fresh_database().await;
+    let idem = Idem::start(dir.path(), &cfg);
+    let client = Client::new(&idem.base);
+    let (answered, refused) = send_until_refused(&idem.base, 5).await;
+    assert!(refused.is_none());
+    assert_eq!(
+        client.send("GET", "/healthz", Req::new("")).await.status,
+        200
+    );
+
+    // The database goes away for idem: no new connection, the open ones cut.
+    let (server, name) = url.rsplit_once('/').expect("a database URL");
+    let admin = format!("{server}/postgres");
+    sql(
+        &admin,
+        &format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"),
+    );
+    sql(
+        &admin,
+        &format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"),
+    );
+    let down = client.send("GET", "/healthz", Req::new("")).await;
+    assert_eq!(down.status, 503, "the store cannot write");
+    assert_eq!(
+        down.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert!(
+        down.json()["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("store"),
+        "with the reason: {}",
+        String::from_utf8_lossy(&down.body)
+    );
+    let (_, refused) = send_until_refused(&idem.base, 1).await;
+    let (failed, answer) = refused.expect("no claim while the database is away");
+    let answer = answer.expect("answered, not cut off");
+    assert!(answer.status >= 500, "{}", answer.status);
+
+    // Back: the same process recovers by itself.
+    sql(
+        &admin,
+        &format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"),
+    );
+    let up = eventually(
+        Duration::from_secs(10),
+        || client.send("GET", "/healthz", Req::new("")),
+        |r| r.status == 200,
+    )
+    .await;
+    assert_eq!(up.status, 200, "healthy again once the database answers");
+    assert_replays(&idem.base, &answered).await;
+    let r = retry_after_crash(|| client.signal(failed.request())).await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
 }

@@ -93,7 +93,7 @@ data_dir = "{data}"
 [idempotency]
 key_secret = "{KEY_SECRET}"
 [tenants.beta]
-api_key = "sk_beta"
+api_key = "sk_beta_test_key"
 callback_secret = "{CALLBACK_SECRET}"
 [tenants.beta.playbooks.sim_swap]
 decision = "deny"

@@ -135,7 +135,7 @@ async fn refusals_come_in_order_with_distinct_types_and_store_nothing() {
             .signal(
                 Req::new(&body)
                     .key(&key)
-                    .header("authorization", "Bearer sk_acme"),
+                    .header("authorization", "Bearer sk_acme_test_key"),
             )
             .await,
         401,
@@ -146,7 +146,7 @@ async fn refusals_come_in_order_with_distinct_types_and_store_nothing() {
     expect(client.signal(tampered).await, 401, "invalid-signature");
     let wrong_secret = Req::new(&body)
         .key(&key)
-        .header("authorization", "Bearer sk_acme")
+        .header("authorization", "Bearer sk_acme_test_key")
         .header("webhook-id", &key)
         .header(
             "webhook-timestamp",

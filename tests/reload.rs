@@ -37,10 +37,10 @@ async fn sighup_rotates_keys_and_secrets_and_a_bad_reload_changes_nothing() {
     receiver.wait_for(1).await;
 
     let rotated = original
-        .replace(r#"api_key = "sk_beta""#, r#"api_key = "sk_beta_2""#)
+        .replace(r#"api_key = "sk_beta_test_key""#, r#"api_key = "sk_beta_test_key_2""#)
         .replace(
-            &format!("[tenants.beta]\napi_key = \"sk_beta_2\"\ncallback_secret = \"{CALLBACK_SECRET}\""),
-            &format!("[tenants.beta]\napi_key = \"sk_beta_2\"\ncallback_secret = [\"{CALLBACK_SECRET}\", \"{NEW_CALLBACK_SECRET}\"]"),
+            &format!("[tenants.beta]\napi_key = \"sk_beta_test_key_2\"\ncallback_secret = \"{CALLBACK_SECRET}\""),
+            &format!("[tenants.beta]\napi_key = \"sk_beta_test_key_2\"\ncallback_secret = [\"{CALLBACK_SECRET}\", \"{NEW_CALLBACK_SECRET}\"]"),
         );
     assert_ne!(rotated, original);
     std::fs::write(&path, &rotated).expect("write");
@@ -49,7 +49,10 @@ async fn sighup_rotates_keys_and_secrets_and_a_bad_reload_changes_nothing() {
         Duration::from_secs(5),
         || async {
             client
-                .signal(Req::new(&sim_swap("+1666")).header("authorization", "Bearer sk_beta_2"))
+                .signal(
+                    Req::new(&sim_swap("+1666"))
+                        .header("authorization", "Bearer sk_beta_test_key_2"),
+                )
                 .await
                 .status
         },
@@ -93,7 +96,7 @@ async fn sighup_rotates_keys_and_secrets_and_a_bad_reload_changes_nothing() {
     .await;
     assert!(logs.contains("reload refused"), "{logs}");
     let r = client
-        .signal(Req::new(&sim_swap("+1777")).header("authorization", "Bearer sk_beta_2"))
+        .signal(Req::new(&sim_swap("+1777")).header("authorization", "Bearer sk_beta_test_key_2"))
         .await;
     assert_eq!(r.status, 201);
 

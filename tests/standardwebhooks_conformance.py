@@ -80,7 +80,7 @@ key_secret = "conformance-key-secret-0123456789"
 [delivery]
 retry_interval = "300ms"
 [tenants.acme]
-api_key = "sk_acme"
+api_key = "sk_acme_test_key"
 signing_secret = "{SIGNING}"
 callback_secret = ["{CALLBACK_OLD}", "{CALLBACK_NEW}"]
 [tenants.acme.playbooks.sim_swap]
@@ -96,7 +96,7 @@ actions = [ {{ name = "lock_account", url = "{recv}/lock" }}, {{ name = "open_ca
             key = f"evt_{time.time_ns()}"
             now = datetime.now(tz=timezone.utc)
             signature = Webhook(SIGNING).sign(key, now, body.decode())
-            headers = {"Authorization": "Bearer sk_acme", "Content-Type": "application/json",
+            headers = {"Authorization": "Bearer sk_acme_test_key", "Content-Type": "application/json",
                        "Idempotency-Key": key, "webhook-id": key,
                        "webhook-timestamp": str(int(now.timestamp())),
                        "webhook-signature": signature}

@@ -17,8 +17,11 @@ use crate::delivery::{
     new_logs, Deliveries, DeliveryContext, DeliveryError, DeliverySettings, RedeliverError,
 };
 use crate::dispatch::{ClientError, Dispatcher, Keyring};
-use crate::store::{Backend, ClaimId, Node, Store, StoreError, Unit};
+use crate::store::{Backend, ClaimId, Halted, Node, Store, StoreError, Unit};
 use crate::supervise::RegistryError;
+
+/// How long `/healthz` waits for the store's probe to become durable.
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the engine is built from.
 #[derive(Debug, Clone)]
@@ -283,6 +286,20 @@ impl Engine {
         .await
         .map_err(|e| StoreError::from(std::io::Error::other(e)))??;
         self.read().await
+    }
+
+    /// Whether the store can make a write durable now (`/healthz`): a probe written through
+    /// the same path as every write, given [`HEALTH_TIMEOUT`] to become durable.
+    pub async fn health(&self) -> Result<(), StoreError> {
+        tokio::time::timeout(HEALTH_TIMEOUT, self.store.probe())
+            .await
+            .map_err(|_| StoreError::Unresponsive(HEALTH_TIMEOUT))?
+    }
+
+    /// Watches for the store's failure for good, after which the process must exit so that a
+    /// restart recovers from what is durable.
+    pub fn halted(&self) -> Halted {
+        self.store.halted()
     }
 
     /// The figures `/metrics` reads at scrape time.

@@ -76,7 +76,7 @@ key_secret = "bench-key-secret-0123456789abcdef"
 key_ttl = "{key_ttl}"
 sweep_interval = "1s"
 [tenants.acme]
-api_key = "sk_bench"
+api_key = "sk_bench_test_key"
 signing_secret = "{SIGNING_SECRET}"
 callback_secret = "{CALLBACK_SECRET}"
 [tenants.acme.playbooks.sim_swap]

@@ -22,7 +22,7 @@ pub fn signed(
         .map(|s| s.sign(&id, ts, body.as_bytes()))
         .unwrap_or_default();
     let mut headers = vec![
-        ("authorization", "Bearer sk_bench".to_string()),
+        ("authorization", "Bearer sk_bench_test_key".to_string()),
         ("content-type", "application/json".to_string()),
         ("webhook-id", id),
         ("webhook-timestamp", ts.to_string()),

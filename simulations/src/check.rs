@@ -105,7 +105,7 @@ pub async fn check(base: &str, outcome: &Outcome, receiver: &Receiver) -> Report
         let view = loop {
             let view = http
                 .get(format!("{base}/v1/deliveries/{id}"))
-                .header("authorization", "Bearer sk_sim")
+                .header("authorization", "Bearer sk_simulation_key")
                 .send()
                 .await;
             let view = match view {

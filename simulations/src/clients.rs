@@ -103,7 +103,7 @@ pub fn request(
     let mut r = http
         .post(format!("{base}/v1/signals"))
         .timeout(Duration::from_secs(15))
-        .header("authorization", "Bearer sk_sim")
+        .header("authorization", "Bearer sk_simulation_key")
         .header("content-type", "application/json")
         .header("webhook-id", id)
         .header("webhook-timestamp", ts.to_string())

@@ -5,7 +5,8 @@
 //! the actor running that step). Then the checker verifies the exactly-once invariants:
 //!
 //! `cargo run --release -p simulations -- --seed N [--keys 60] [--keyless 10] [--clients 12]
-//! [--crashes 4] [--seconds 8] [--nodes 1] [--store sled|postgres] [--sabotage] [--idem PATH]`
+//! [--crashes 4] [--seconds 8] [--nodes 1] [--store sled|postgres] [--disk-faults] [--sabotage]
+//! [--idem PATH]`
 //! spreads the load over about `--seconds`, injects `--crashes` faults within it, prints what it
 //! injected and ends with `invariants: <checked> checked, <violated> violated`; it exits 0 only
 //! with none violated. On sled a fault is a SIGKILL of the process. With `--store postgres`
@@ -14,7 +15,9 @@
 //! SIGSTOP of a node past its heartbeat and leases then SIGCONT (its late writes must change
 //! nothing), or the database connections of every node killed (`pg_terminate_backend`); the
 //! checker then also reads the database (`stored`): no write of a fenced-out holder is visible.
-//! `--sabotage` turns on idem's `sabotage` switch (every request gets a fresh claim actor that
+//! With `--disk-faults` (sled), half the faults restart the node with a group commit whose sync
+//! fails after a few (`store.sync`): the node must halt its store and exit by itself, and is
+//! started again. `--sabotage` turns on idem's `sabotage` switch (every request gets a fresh claim actor that
 //! ignores the stored claim, and the store's fencing is off): the checker must then find
 //! violations.
 
@@ -64,6 +67,7 @@ pub struct Args {
     pub idem: Option<PathBuf>,
     pub nodes: usize,
     pub postgres: bool,
+    pub disk_faults: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -78,6 +82,7 @@ fn parse_args() -> Result<Args, String> {
         idem: None,
         nodes: 1,
         postgres: false,
+        disk_faults: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -94,6 +99,7 @@ fn parse_args() -> Result<Args, String> {
             "--crashes" => args.crashes = number(value("--crashes")?, "--crashes")? as usize,
             "--seconds" => args.seconds = number(value("--seconds")?, "--seconds")?.max(1),
             "--sabotage" => args.sabotage = true,
+            "--disk-faults" => args.disk_faults = true,
             "--idem" => args.idem = Some(PathBuf::from(value("--idem")?)),
             "--nodes" => args.nodes = number(value("--nodes")?, "--nodes")?.max(1) as usize,
             "--store" => {
@@ -108,6 +114,9 @@ fn parse_args() -> Result<Args, String> {
     }
     if args.nodes > 1 && !args.postgres {
         return Err("--nodes above 1 needs --store postgres (sled is one process's)".into());
+    }
+    if args.disk_faults && args.postgres {
+        return Err("--disk-faults is sled's (the database keeps its own disk)".into());
     }
     Ok(args)
 }
@@ -205,6 +214,9 @@ enum Fault {
     Stall,
     /// Every node's database connections killed.
     Disconnect,
+    /// A node restarted with a group commit whose sync fails after a few (`store.sync`), as a
+    /// failing disk's would: the node must halt and exit by itself, and is restarted.
+    Disk,
 }
 
 async fn run(args: Args) -> Result<usize, String> {
@@ -249,7 +261,7 @@ inline_timeout = "300ms"
 retry_interval = "200ms"
 max_retries = {MAX_RETRIES}
 [tenants.sim]
-api_key = "sk_sim"
+api_key = "sk_simulation_key"
 signing_secret = "{SIGNING_SECRET}"
 callback_secret = "{CALLBACK_SECRET}"
 [tenants.sim.playbooks.sim_swap]
@@ -274,7 +286,11 @@ actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
         args.keyless,
         args.clients,
         args.crashes,
-        if args.postgres { "faults" } else { "SIGKILLs" },
+        if args.postgres || args.disk_faults {
+            "faults"
+        } else {
+            "SIGKILLs"
+        },
         args.seconds,
         match args.postgres {
             true => format!(", {} nodes on PostgreSQL", args.nodes),
@@ -282,6 +298,8 @@ actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
         },
         if args.sabotage {
             ", SABOTAGE: claims neither serialised nor fenced"
+        } else if args.disk_faults {
+            ", half of them disk faults"
         } else {
             ""
         }
@@ -306,6 +324,7 @@ actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
             failpoint_deaths.clone(),
         );
         let (crashes, sabotage, database) = (args.crashes, args.sabotage, database.clone());
+        let disk_faults = args.disk_faults;
         let runtime = tokio::runtime::Handle::current();
         // Faults spread over the run: one per slot, at a random point of its slot.
         let slot = args.seconds * 1000 / (args.crashes as u64 + 1);
@@ -343,6 +362,7 @@ actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
                     continue;
                 }
                 let fault = match &database {
+                    None if disk_faults && rng.chance(50) => Fault::Disk,
                     None => Fault::Kill,
                     Some(_) => {
                         [Fault::Kill, Fault::Stall, Fault::Disconnect][rng.range(0, 3) as usize]
@@ -361,6 +381,11 @@ actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
                         // a second): others take over, and what it writes on waking is fenced.
                         node.pause();
                         stalled.push((picked, Instant::now() + Duration::from_millis(2_000)));
+                    }
+                    (Fault::Disk, _) => {
+                        node.kill();
+                        let fails_after = rng.range(0, 12);
+                        let _ = node.start(&format!("store.sync={fails_after}*off->return"));
                     }
                     (Fault::Disconnect, Some(url)) => {
                         let _ = runtime.block_on(terminate_backends(url));
@@ -409,11 +434,16 @@ actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
     let injected = injected.lock().map_err(|_| "poisoned")?.clone();
     let of = |f: Fault| injected.iter().filter(|x| **x == f).count();
     println!(
-        "injected: {} SIGKILLs, {} stalls, {} disconnects, {} deaths at failpoints, {} actor \
-         panics, {} incarnations",
+        "injected: {} SIGKILLs, {} stalls, {} disconnects, {} disk faults ({} store halts), {} \
+         deaths at failpoints, {} actor panics, {} incarnations",
         of(Fault::Kill),
         of(Fault::Stall),
         of(Fault::Disconnect),
+        of(Fault::Disk),
+        nodes
+            .iter()
+            .map(|n| n.incarnations_logging("exiting so that a restart recovers"))
+            .sum::<usize>(),
         failpoint_deaths.load(Ordering::SeqCst),
         nodes
             .iter()

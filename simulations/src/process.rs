@@ -80,6 +80,14 @@ impl IdemProcess {
         }
     }
 
+    /// How many incarnations logged `needle`.
+    pub fn incarnations_logging(&self, needle: &str) -> usize {
+        (1..=self.starts)
+            .filter_map(|n| std::fs::read_to_string(self.logs.join(format!("idem-{n}.log"))).ok())
+            .filter(|log| log.contains(needle))
+            .count()
+    }
+
     /// Counts `needle` in every incarnation's log.
     pub fn count_in_logs(&self, needle: &str) -> usize {
         (1..=self.starts)

@@ -14,6 +14,8 @@ pub mod server;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use idem_actors::Engine;
@@ -76,6 +78,13 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-async fn healthz() -> &'static str {
-    "ok\n"
+/// `/healthz`: 200 once the store has made a probe durable (a write to the disk, or to the
+/// database), 503 with the reason when it cannot, so that a load balancer or supervisor acts.
+async fn healthz(State(app): State<Arc<App>>) -> Response {
+    match app.engine.health().await {
+        Ok(()) => "ok\n".into_response(),
+        Err(e) => {
+            ApiError::new(Kind::Unavailable, format!("the store cannot write: {e}")).into_response()
+        }
+    }
 }

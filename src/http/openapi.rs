@@ -95,7 +95,10 @@ fn list_deliveries() {}
 )]
 fn redeliver() {}
 
-#[utoipa::path(get, path = "/healthz", tag = "operator", responses((status = 200, description = "Serving", body = String, content_type = "text/plain")))]
+#[utoipa::path(get, path = "/healthz", tag = "operator", responses(
+    (status = 200, description = "Serving: the store made a probe durable just now", body = String, content_type = "text/plain"),
+    (status = 503, description = "The store cannot write (a failed disk, an unreachable database): the reason", body = Problem, content_type = "application/problem+json"),
+))]
 fn healthz() {}
 
 #[utoipa::path(get, path = "/metrics", tag = "operator", responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]

@@ -348,7 +348,7 @@ key_secret = "{KEY_SECRET}"
 {delivery}
 
 [tenants.acme]
-api_key = "sk_acme"
+api_key = "sk_acme_test_key"
 signing_secret = "{SIGNING_SECRET}"
 callback_secret = "{CALLBACK_SECRET}"
 
@@ -364,7 +364,7 @@ decision = "review"
 actions = []
 
 [tenants.beta]
-api_key = "sk_beta"
+api_key = "sk_beta_test_key"
 callback_secret = "{CALLBACK_SECRET}"
 
 [tenants.beta.playbooks.sim_swap]
@@ -421,13 +421,20 @@ impl Idem {
     /// Waits (up to 10 s) for the process to exit by itself; its exit status. Async, so the
     /// test's receiver keeps serving meanwhile.
     pub async fn wait_exit(mut self) -> (std::process::ExitStatus, PathBuf) {
+        let status = self.exited().await;
+        (status, self.config_path.clone())
+    }
+
+    /// Waits (up to 10 s) for the process to exit by itself; its exit status, the process's
+    /// log still readable.
+    pub async fn exited(&mut self) -> std::process::ExitStatus {
         for _ in 0..1000 {
             if let Ok(Some(status)) = self.child.try_wait() {
-                return (status, self.config_path.clone());
+                return status;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        panic!("idem did not exit");
+        panic!("idem did not exit; stderr: {}", self.stderr());
     }
 
     /// Starts `idem serve --config path` again (same data directory).
@@ -580,7 +587,7 @@ impl Req {
     }
     /// `beta`'s Bearer key (no signature needed).
     pub fn beta(self) -> Req {
-        self.header("authorization", "Bearer sk_beta")
+        self.header("authorization", "Bearer sk_beta_test_key")
     }
     /// `acme`'s Bearer key and a valid signature with `id` as webhook-id.
     pub fn acme_signed(self, id: &str) -> Req {
@@ -591,7 +598,7 @@ impl Req {
         let sig = Secret::parse(SIGNING_SECRET)
             .expect("secret")
             .sign(id, ts, &self.body);
-        self.header("authorization", "Bearer sk_acme")
+        self.header("authorization", "Bearer sk_acme_test_key")
             .header("webhook-id", id)
             .header("webhook-timestamp", &ts.to_string())
             .header("webhook-signature", &sig)
@@ -729,4 +736,62 @@ pub fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 /// True when `needle` occurs in `haystack`.
 pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A keyed signal and the answer its first request got.
+pub struct Answered {
+    pub key: String,
+    pub body: String,
+    pub first: Vec<u8>,
+}
+
+impl Answered {
+    /// The signal's request, signed anew (tenant acme).
+    pub fn request(&self) -> Req {
+        Req::new(&self.body).key(&self.key).acme_signed(&self.key)
+    }
+}
+
+/// Asserts that every signal of `answered` replays its first answer byte for byte at `base`.
+pub async fn assert_replays(base: &str, answered: &[Answered]) {
+    let client = Client::new(base);
+    for a in answered {
+        let r = client.signal(a.request()).await;
+        assert_eq!(
+            r.status,
+            201,
+            "{}: {}",
+            a.key,
+            String::from_utf8_lossy(&r.body)
+        );
+        assert!(r.replayed(), "{}: a replay", a.key);
+        assert_eq!(r.body, a.first, "{}: the same bytes", a.key);
+    }
+}
+
+/// Sends new keyed signals (tenant acme) one at a time until one is not answered 201, at most
+/// `limit`: the answered ones, then the first that was not, with its answer (none when the
+/// connection broke: the server went away).
+pub async fn send_until_refused(
+    base: &str,
+    limit: usize,
+) -> (Vec<Answered>, Option<(Answered, Option<Resp>)>) {
+    let client = Client::new(base);
+    let mut answered = Vec::new();
+    for n in 0..limit {
+        let mut a = Answered {
+            key: unique("refused"),
+            body: sim_swap(&format!("+4477{n:08}")),
+            first: Vec::new(),
+        };
+        match client.try_send("POST", "/v1/signals", a.request()).await {
+            Ok(r) if r.status == 201 => {
+                a.first = r.body;
+                answered.push(a);
+            }
+            Ok(r) => return (answered, Some((a, Some(r)))),
+            Err(_) => return (answered, Some((a, None))),
+        }
+    }
+    (answered, None)
 }

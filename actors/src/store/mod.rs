@@ -208,6 +208,13 @@ pub enum StoreError {
         format = sled::FORMAT
     )]
     Format(String),
+    /// A write or sync failed earlier, and the store cannot vouch for what it holds since: it
+    /// refuses everything until idem restarts and recovers from what is durable.
+    #[error("store: failed for good after {0}; restart idem to recover from what is durable")]
+    Halted(Arc<StoreError>),
+    /// The store did not answer in time.
+    #[error("store: no answer within {0:?}")]
+    Unresponsive(std::time::Duration),
 }
 
 impl From<std::io::Error> for StoreError {
@@ -375,7 +382,18 @@ pub trait Store: ClaimStore + DeliveryStore {
     /// Applies `unit` and calls `then` once it is durable, with what it came to. Every unit
     /// committed before is durable no later.
     fn commit_then(&self, unit: Unit, then: Then);
+
+    /// Makes a small write durable by the path every write takes: whether the store can write
+    /// now, asked of the disk or the database, never of memory.
+    fn probe(&self) -> Read<'_, ()>;
+
+    /// Watches for the store's failure for good (see [`StoreError::Halted`]); stays `None` on a
+    /// store that recovers by itself.
+    fn halted(&self) -> Halted;
 }
+
+/// A watch on a store's failure for good: `None` while it works.
+pub type Halted = tokio::sync::watch::Receiver<Option<StoreError>>;
 
 impl dyn Store {
     /// Applies `unit` and returns what it came to once it is durable.

@@ -20,7 +20,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 use tokio_postgres::Row;
 
-use crate::store::{LogHead, Node, Store, StoreError, Then, Unit};
+use crate::store::{Halted, LogHead, Node, Read, Store, StoreError, Then, Unit};
 use batch::Job;
 
 /// Checks a connection URL without connecting: why it cannot be used, if it cannot.
@@ -41,6 +41,9 @@ pub struct PgStore {
     loads: mpsc::UnboundedSender<claims::Load>,
     /// The runtime the blocking calls (the sweeps) run their queries on.
     runtime: tokio::runtime::Handle,
+    /// Never set: the database keeps its own durability, so a failed commit leaves nothing in
+    /// this process to distrust, and the store goes on once the database answers again.
+    halt: tokio::sync::watch::Sender<Option<StoreError>>,
 }
 
 impl PgStore {
@@ -74,6 +77,7 @@ impl PgStore {
             jobs,
             loads,
             runtime: tokio::runtime::Handle::current(),
+            halt: tokio::sync::watch::channel(None).0,
         });
         tokio::spawn(beat(Arc::downgrade(&store)));
         Ok(store)
@@ -212,6 +216,18 @@ impl Store for PgStore {
                 then(Err(StoreError::Stopped));
             }
         }
+    }
+
+    fn probe(&self) -> Read<'_, ()> {
+        // This node's heartbeat: a write to the database, committed.
+        Box::pin(async move {
+            let client = self.client().await?;
+            heartbeat(&client, self.node.epoch).await
+        })
+    }
+
+    fn halted(&self) -> Halted {
+        self.halt.subscribe()
     }
 }
 

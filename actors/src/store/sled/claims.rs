@@ -23,10 +23,16 @@ use crate::store::{ClaimId, ClaimLog, ClaimStore, LogHead, Read, StoreError, Wri
 
 impl ClaimStore for SledStore {
     fn load_claim<'a>(&'a self, id: &'a ClaimId, now_ms: u64) -> Read<'a, Option<ClaimLog>> {
-        Box::pin(std::future::ready(self.read_claim(id, now_ms)))
+        // Halted, sled's cache may hold records that never reached the disk: none is answered.
+        let read = self
+            .commits
+            .usable()
+            .and_then(|()| self.read_claim(id, now_ms));
+        Box::pin(std::future::ready(read))
     }
 
     fn complete_claim(&self, head: &LogHead) -> Result<(), StoreError> {
+        self.commits.usable()?;
         let current = Index::of(head);
         let completed = Index {
             completed: true,

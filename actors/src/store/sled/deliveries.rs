@@ -221,11 +221,17 @@ impl SledStore {
 /// The embedded store answers at once: each read is done when it is asked for.
 impl DeliveryStore for SledStore {
     fn load_delivery<'a>(&'a self, id: &'a str) -> Read<'a, Option<Vec<DeliveryEvent>>> {
-        Box::pin(ready(self.read_delivery(id)))
+        Box::pin(ready(
+            self.commits.usable().and_then(|()| self.read_delivery(id)),
+        ))
     }
 
     fn due(&self, now_ms: u64, limit: usize) -> Read<'_, Vec<Timed>> {
-        Box::pin(ready(self.read_due(now_ms, limit)))
+        Box::pin(ready(
+            self.commits
+                .usable()
+                .and_then(|()| self.read_due(now_ms, limit)),
+        ))
     }
 
     fn drop_due<'a>(&'a self, due: &'a Timed) -> Read<'a, ()> {
@@ -239,7 +245,11 @@ impl DeliveryStore for SledStore {
         after: Option<(DeliveryStatus, &'a str)>,
         limit: usize,
     ) -> Read<'a, Vec<(DeliveryStatus, String)>> {
-        Box::pin(ready(self.read_listing(tenant, status, after, limit)))
+        Box::pin(ready(
+            self.commits
+                .usable()
+                .and_then(|()| self.read_listing(tenant, status, after, limit)),
+        ))
     }
 
     fn expire_deliveries(

@@ -17,8 +17,9 @@ use std::sync::Arc;
 
 pub use format::FORMAT;
 
-use crate::store::{ClaimWrite, Store, StoreError, Then, Unit, Written};
+use crate::store::{ClaimWrite, Halted, Read, Store, StoreError, Then, Unit, Written};
 use commit::GroupCommit;
+use idem_schemas::timefmt::now_ms;
 
 /// The embedded store.
 pub struct SledStore {
@@ -68,6 +69,7 @@ impl SledStore {
     /// Applies a unit to the trees (memory until the next commit): what its claim write came
     /// to. A fenced or refused claim write leaves the unit's deliveries unwritten.
     fn apply(&self, unit: Unit) -> Result<Written, StoreError> {
+        self.commits.usable()?;
         if let Some(ClaimWrite::Append(head, _)) = &unit.claim {
             if !self.is_current(head)? {
                 return Ok(Written::Fenced);
@@ -102,4 +104,28 @@ impl Store for SledStore {
             Err(e) => then(Err(e)),
         }
     }
+
+    fn probe(&self) -> Read<'_, ()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let written = self
+            .commits
+            .usable()
+            .and_then(|()| Ok(self.db.insert(HEALTH_KEY, &now_ms().to_be_bytes())?));
+        match written {
+            Ok(_) => self.commits.commit_then(Box::new(move |outcome| {
+                let _ = tx.send(outcome);
+            })),
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+        }
+        Box::pin(async move { rx.await.map_err(|_| StoreError::Stopped)? })
+    }
+
+    fn halted(&self) -> Halted {
+        self.commits.halted()
+    }
 }
+
+/// Where `probe` writes (sled's default tree): the time of the last probe.
+const HEALTH_KEY: &[u8] = b"idem_health";
