@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::wire::{ActionResult, ActionStatus, DecisionResponse, DeliveryStatus, Verdict};
 
 /// A decision as fixed when its claim is made: whatever runs after a crash sends these bytes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Decision {
     /// `dec_…`, unique per claim.
     #[serde(with = "hex_text")]
@@ -32,7 +32,7 @@ pub struct Decision {
 }
 
 /// One callback of a decision: where it goes and the exact bytes it sends.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PlannedDelivery {
     /// `msg_…`: the delivery id and its `webhook-id`, derived from the decision and action.
     #[serde(with = "hex_text")]
@@ -46,7 +46,7 @@ pub struct PlannedDelivery {
 }
 
 /// The claim itself: who holds it, until when, for which payload, and its decision.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Claim {
     /// Keyed digest of the canonical request body; a retry must match it.
     pub fingerprint: [u8; 32],
@@ -61,7 +61,7 @@ pub struct Claim {
 }
 
 /// One attempt at a callback and what came of it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct AttemptRecord {
     /// When the attempt started, unix milliseconds.
     pub at_ms: u64,
@@ -76,7 +76,7 @@ pub struct AttemptRecord {
 }
 
 /// The outcome of one action's inline attempt.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ActionOutcome {
     /// The delivery's id.
     #[serde(with = "hex_text")]
@@ -88,7 +88,7 @@ pub struct ActionOutcome {
 }
 
 /// A response as it was sent, for replay byte for byte.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct StoredResponse {
     /// HTTP status.
     pub status: u16,
@@ -97,7 +97,7 @@ pub struct StoredResponse {
 }
 
 /// An event of a claim's log.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ClaimEvent {
     /// The key is claimed and the decision fixed (`in_flight`).
     Claimed(Claim),
@@ -150,7 +150,7 @@ impl Decision {
 }
 
 /// What a delivery is, stored once when it is created: the envelope bytes every attempt sends.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DeliveryRecord {
     /// `msg_…`, also the `webhook-id`.
     #[serde(with = "hex_text")]
@@ -173,7 +173,7 @@ pub struct DeliveryRecord {
 }
 
 /// Where a delivery goes after an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum NextStep {
     /// Try again at this time (unix milliseconds).
     RetryAt(u64),
@@ -206,7 +206,7 @@ impl NextStep {
 }
 
 /// An event of a delivery's log.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DeliveryEvent {
     /// The delivery exists; its bytes are fixed.
     Created(DeliveryRecord),

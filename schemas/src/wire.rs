@@ -28,7 +28,7 @@ pub struct SignalRequest {
 }
 
 /// The verdict a playbook reaches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// Let it through.
@@ -54,7 +54,7 @@ impl Verdict {
 }
 
 /// How the first attempt of one action's callback went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ActionStatus {
     /// The receiver answered 2xx.

@@ -180,7 +180,7 @@ struct First {
 }
 
 /// The response to a decision's first processing, given its actions' outcomes.
-fn first_response(
+pub fn first_response(
     decision: &Decision,
     outcomes: &[ActionOutcome],
 ) -> Result<StoredResponse, ClaimError> {

@@ -7,7 +7,7 @@
 use idem_schemas::{ActionOutcome, Claim, ClaimEvent, StoredResponse};
 
 /// Where a claim stands: the fold of its log.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Phase {
     /// Never claimed (or swept).
     Free,

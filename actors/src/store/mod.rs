@@ -8,6 +8,7 @@
 //! came to. `sled` is the embedded implementation.
 
 pub mod postgres;
+pub mod rule;
 pub mod sled;
 
 use std::future::Future;
@@ -38,7 +39,7 @@ pub struct ClaimLog {
 
 /// One generation of a claim's log as its writer last read or wrote it: the generation it was
 /// granted (the fencing token of every later write) and where its next record goes.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LogHead {
     /// The claim.
     pub id: ClaimId,

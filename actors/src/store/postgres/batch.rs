@@ -6,7 +6,8 @@
 //! The database decides every write: a start inserts the key's row or replaces an expired one
 //! (`ON CONFLICT … DO UPDATE … WHERE` expired), otherwise the unit is answered with the row that
 //! holds the key; an append updates the row only where its generation and count of writes are
-//! the writer's (zero rows: fenced, and none of the unit is written).
+//! the writer's (zero rows: fenced, and none of the unit is written). These are the rules of
+//! `store::rule`, stated in SQL.
 
 use std::collections::{HashMap, HashSet};
 

@@ -19,7 +19,7 @@ use idem_schemas::ClaimEvent;
 use super::keys::{claim_key, log_key, log_prefix, split_log_key, Index};
 use super::SledStore;
 use crate::codec;
-use crate::store::{ClaimId, ClaimLog, ClaimStore, LogHead, Read, StoreError, Written};
+use crate::store::{rule, ClaimId, ClaimLog, ClaimStore, LogHead, Read, StoreError, Written};
 
 impl ClaimStore for SledStore {
     fn load_claim<'a>(&'a self, id: &'a ClaimId, now_ms: u64) -> Read<'a, Option<ClaimLog>> {
@@ -147,7 +147,13 @@ impl SledStore {
         let key = claim_key(&head.id);
         let current = self.claims.get(&key)?;
         if let Some(found) = &current {
-            if Index::parse(found)?.expires_at_ms > now_ms && fencing() {
+            let found = Index::parse(found)?;
+            let held = rule::Current {
+                generation: found.generation,
+                expires_at_ms: found.expires_at_ms,
+                writes: 0,
+            };
+            if !rule::may_start(Some(&held), now_ms) && fencing() {
                 return self.held(&head.id, now_ms);
             }
         }
