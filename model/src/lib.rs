@@ -6,7 +6,10 @@
 //! request and commit through the functions the claim actor runs (`phase::step`, `Phase::apply`,
 //! `Phase::after_commit`, `first_response`), and the store decides through `store::rule`, as
 //! sled and PostgreSQL do. What is written here is the actor's plumbing (which message carries
-//! what) and the store's bookkeeping, not the protocol's decisions.
+//! what) and the store's bookkeeping, not the protocol's decisions. `delivery` checks the
+//! delivery lease protocol the same way.
+
+pub mod delivery;
 
 use idem_actors::claim::first_response;
 use idem_actors::claim::phase::{self, AfterCommit, Holder, Phase, Step};

@@ -2,7 +2,7 @@
 //! with compare-and-swap on its index and log keys (`sled/claims.rs`), the PostgreSQL store
 //! states them in the `WHERE` clauses of its statements (`postgres/batch.rs`), and the model
 //! checker (`model/`) runs these functions as its store, so that the protocol it checks decides
-//! as the stores do.
+//! as the stores do. The same goes for a delivery's lease and records.
 
 use crate::store::LogHead;
 
@@ -36,6 +36,20 @@ pub fn may_append(current: Option<&Current>, head: &LogHead) -> bool {
 /// fences every later write of the old holder.
 pub fn may_take_over(current: Option<&Current>, head: &LogHead, holder_gone: bool) -> bool {
     holder_gone && may_append(current, head)
+}
+
+/// Whether a due delivery may be leased: no lease on it is live. A lease grants a new token.
+pub fn may_lease(due: bool, lease_live: bool) -> bool {
+    due && !lease_live
+}
+
+/// Whether records from `first_seq`, written under `lease` (the token its writer was granted,
+/// none for a write no lease guards: a new delivery, a redelivery), may be appended to a
+/// delivery log of `records` records whose current lease token is `token`: the log ends where
+/// the writer read it, and a leased writer still holds the current lease. Otherwise the write is
+/// fenced, and nothing of it is written.
+pub fn may_record(records: u32, token: u64, first_seq: u32, lease: Option<u64>) -> bool {
+    records == first_seq && lease.is_none_or(|l| l == token)
 }
 
 #[cfg(test)]
@@ -84,5 +98,16 @@ mod tests {
             !may_take_over(Some(&current), &head(100, 1), false),
             "a live holder"
         );
+    }
+
+    #[test]
+    fn a_delivery_record_needs_its_place_and_the_current_lease() {
+        assert!(may_lease(true, false));
+        assert!(!may_lease(true, true), "a live lease");
+        assert!(!may_lease(false, false), "not due");
+        assert!(may_record(3, 7, 3, Some(7)));
+        assert!(may_record(3, 7, 3, None), "no lease guards it");
+        assert!(!may_record(3, 8, 3, Some(7)), "the lease was granted again");
+        assert!(!may_record(4, 7, 3, Some(7)), "another writer went first");
     }
 }

@@ -1,0 +1,346 @@
+//! The delivery lease protocol, checked the same way: one callback whose inline attempt failed,
+//! the retry workers of several nodes leasing it, attempting it and recording the attempt under
+//! their lease token, in any order; a lease that expires under a slow worker, a node that
+//! crashes, and the tenant's redelivery of a final delivery. The log starts as `new_logs` makes
+//! it, each attempt's outcome follows `DeliverySettings::next_step`, every log is folded with
+//! `DeliveryState`, and the store grants leases and records by `store::rule`.
+
+use std::time::Duration;
+
+use idem_actors::delivery::state::{new_logs, DeliverySettings, DeliveryState};
+use idem_actors::store::rule;
+use idem_schemas::{
+    ActionOutcome, ActionStatus, AttemptRecord, Decision, DeliveryEvent, DeliveryStatus,
+    PlannedDelivery, Verdict,
+};
+use stateright::{Model, Property};
+
+/// How far the checker goes.
+#[derive(Debug, Clone, Copy)]
+pub struct DeliveryBounds {
+    /// Nodes whose retry workers lease the delivery.
+    pub nodes: usize,
+    /// Leases that expire under their worker.
+    pub expiries: u8,
+    /// Node crashes.
+    pub crashes: u8,
+    /// The tenant's redeliveries.
+    pub redeliveries: u8,
+}
+
+/// The model; `fencing` off is the sabotage the checker must catch.
+#[derive(Debug, Clone)]
+pub struct DeliveryModel {
+    pub bounds: DeliveryBounds,
+    pub fencing: bool,
+}
+
+/// A worker's lease on the delivery, and whether it has made its attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    token: u64,
+    /// The log's length when leased: where the attempt's record goes.
+    first_seq: u32,
+    attempted: bool,
+}
+
+/// A record on its way to the store.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Record {
+    lease: Option<u64>,
+    first_seq: u32,
+    event: DeliveryEvent,
+}
+
+/// The system.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DeliverySystem {
+    /// The store's row: the log, the lease token last granted, and whether that lease is live.
+    pub log: Vec<DeliveryEvent>,
+    pub token: u64,
+    pub lease_live: bool,
+    /// Each node's worker.
+    pub workers: Vec<Option<Lease>>,
+    pub net: Vec<Record>,
+    /// Callbacks the receiver got (all of this one delivery: its id and bytes are checked).
+    pub received: Vec<(String, Vec<u8>)>,
+    /// A record written under a lease that was not the current one.
+    pub fenced_visible: bool,
+    /// Records the store refused.
+    pub fenced: u8,
+    pub expiries_left: u8,
+    pub crashes_left: u8,
+    pub redeliveries_left: u8,
+    pub now: u64,
+}
+
+/// A step.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DeliveryAction {
+    /// A node's retry worker leases the due delivery.
+    Lease(usize),
+    /// It makes its attempt; the receiver answers 2xx or not.
+    Attempt {
+        node: usize,
+        ok: bool,
+    },
+    /// A record reaches the store.
+    Record(usize),
+    /// The live lease expires.
+    Expire,
+    Crash(usize),
+    /// The tenant redelivers a final delivery.
+    Redeliver,
+}
+
+impl DeliverySystem {
+    /// Whether a worker holds the current lease and has yet to record its attempt.
+    fn holder_alive(&self) -> bool {
+        self.workers
+            .iter()
+            .flatten()
+            .any(|w| w.token == self.token && !w.attempted)
+            || self.net.iter().any(|r| r.lease == Some(self.token))
+    }
+}
+
+fn settings() -> DeliverySettings {
+    DeliverySettings {
+        max_retries: 2,
+        retry_interval: Duration::from_millis(10),
+        attempt_timeout: Duration::from_millis(5),
+        idle_timeout: Duration::from_secs(1),
+        retention: Duration::from_secs(3600),
+    }
+}
+
+fn fold(log: &[DeliveryEvent]) -> Option<DeliveryState> {
+    DeliveryState::fold(log.to_vec()).ok()
+}
+
+fn attempt(at_ms: u64, ok: bool) -> AttemptRecord {
+    AttemptRecord {
+        at_ms,
+        code: ok.then_some(200),
+        error: (!ok).then(|| "connection refused".into()),
+        latency_ms: 1,
+        retry_after_ms: None,
+    }
+}
+
+impl DeliveryModel {
+    /// The delivery's log as its decision's inline attempt leaves it: created, then queued.
+    fn created() -> Vec<DeliveryEvent> {
+        let decision = Decision {
+            id: "dec_1".into(),
+            tenant: "acme".into(),
+            signal_type: "sim_swap".into(),
+            verdict: Verdict::Deny,
+            subject_hash: String::new(),
+            created_at_ms: 1_000,
+            deliveries: vec![PlannedDelivery {
+                id: "msg_1".into(),
+                action: "lock_account".into(),
+                url: "http://receiver/lock".into(),
+                body: b"dec_1 lock_account".to_vec(),
+            }],
+        };
+        let outcomes = [ActionOutcome {
+            delivery_id: "msg_1".into(),
+            status: ActionStatus::Queued,
+            attempt: attempt(1_000, false),
+        }];
+        new_logs(&decision, &outcomes, &settings())
+            .into_iter()
+            .flat_map(|w| w.events)
+            .collect()
+    }
+}
+
+impl Model for DeliveryModel {
+    type State = DeliverySystem;
+    type Action = DeliveryAction;
+
+    fn init_states(&self) -> Vec<DeliverySystem> {
+        let b = self.bounds;
+        vec![DeliverySystem {
+            log: Self::created(),
+            token: 0,
+            lease_live: false,
+            workers: vec![None; b.nodes],
+            net: Vec::new(),
+            received: Vec::new(),
+            fenced_visible: false,
+            fenced: 0,
+            expiries_left: b.expiries,
+            crashes_left: b.crashes,
+            redeliveries_left: b.redeliveries,
+            now: 1_000,
+        }]
+    }
+
+    fn actions(&self, s: &DeliverySystem, actions: &mut Vec<DeliveryAction>) {
+        let state = fold(&s.log);
+        let status = state.as_ref().map(|d| d.placement.status);
+        for (node, worker) in s.workers.iter().enumerate() {
+            match worker {
+                // Time moves to the due time: a queued delivery is due.
+                None if rule::may_lease(status == Some(DeliveryStatus::Queued), s.lease_live) => {
+                    actions.push(DeliveryAction::Lease(node))
+                }
+                Some(lease) if !lease.attempted => {
+                    actions.push(DeliveryAction::Attempt { node, ok: true });
+                    actions.push(DeliveryAction::Attempt { node, ok: false });
+                }
+                _ => {}
+            }
+            if s.crashes_left > 0 && worker.is_some() {
+                actions.push(DeliveryAction::Crash(node));
+            }
+        }
+        for n in 0..s.net.len() {
+            actions.push(DeliveryAction::Record(n));
+        }
+        // A lease expires early under a slow worker (within the bound), and always, in time,
+        // once no worker holds it.
+        if s.lease_live && (s.expiries_left > 0 || !s.holder_alive()) {
+            actions.push(DeliveryAction::Expire);
+        }
+        let is_final = matches!(status, Some(DeliveryStatus::Failed | DeliveryStatus::Dead));
+        if is_final && s.redeliveries_left > 0 {
+            actions.push(DeliveryAction::Redeliver);
+        }
+    }
+
+    fn next_state(&self, last: &DeliverySystem, action: DeliveryAction) -> Option<DeliverySystem> {
+        let mut s = last.clone();
+        match action {
+            DeliveryAction::Lease(node) => {
+                s.token += 1;
+                s.lease_live = true;
+                s.workers[node] = Some(Lease {
+                    token: s.token,
+                    first_seq: s.log.len() as u32,
+                    attempted: false,
+                });
+            }
+            DeliveryAction::Attempt { node, ok } => {
+                let lease = s.workers[node].as_mut()?;
+                lease.attempted = true;
+                // The worker's delivery actor reads the log it leased (as the real one reloads
+                // it when leased) and attempts it.
+                let state = fold(&s.log[..lease.first_seq as usize])?;
+                s.received
+                    .push((state.record.id.clone(), state.record.body.clone()));
+                s.now += 10;
+                let attempt = attempt(s.now, ok);
+                let status = if ok {
+                    ActionStatus::Delivered
+                } else {
+                    ActionStatus::Queued
+                };
+                let next = settings().next_step(status, state.series_attempts + 1, &attempt, s.now);
+                s.net.push(Record {
+                    lease: Some(lease.token),
+                    first_seq: lease.first_seq,
+                    event: DeliveryEvent::Answered { attempt, next },
+                });
+            }
+            DeliveryAction::Record(n) => {
+                let record = s.net.remove(n);
+                let granted =
+                    rule::may_record(s.log.len() as u32, s.token, record.first_seq, record.lease);
+                if granted || !self.fencing {
+                    if record.lease.is_some_and(|l| l != s.token) {
+                        s.fenced_visible = true;
+                    }
+                    s.log.push(record.event);
+                    // The record ends the lease (PostgreSQL clears `lease_until` with it).
+                    s.lease_live = false;
+                } else {
+                    s.fenced = s.fenced.saturating_add(1);
+                }
+            }
+            DeliveryAction::Expire => {
+                if s.holder_alive() {
+                    s.expiries_left -= 1;
+                }
+                s.lease_live = false;
+            }
+            DeliveryAction::Crash(node) => {
+                s.crashes_left -= 1;
+                s.workers[node] = None;
+            }
+            DeliveryAction::Redeliver => {
+                s.redeliveries_left -= 1;
+                s.now += 10;
+                s.net.push(Record {
+                    lease: None,
+                    first_seq: s.log.len() as u32,
+                    event: DeliveryEvent::Redelivered { at_ms: s.now },
+                });
+            }
+        }
+        // A worker whose lease is gone and attempt recorded, or refused, forgets it.
+        s.workers.iter_mut().for_each(|w| {
+            if w.as_ref()
+                .is_some_and(|l| l.attempted && !s.net.iter().any(|r| r.lease == Some(l.token)))
+            {
+                *w = None;
+            }
+        });
+        s.received.sort();
+        s.received.dedup();
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(
+                "no record of a fenced-out lease is visible",
+                |_, s: &DeliverySystem| {
+                    let settled_then_answered = s.log.windows(2).any(|pair| {
+                        matches!(
+                            (&pair[0], &pair[1]),
+                            (
+                                DeliveryEvent::Answered { next, .. },
+                                DeliveryEvent::Answered { .. }
+                            ) if next.status() != DeliveryStatus::Queued
+                        )
+                    });
+                    let within_its_retries = fold(&s.log)
+                        .is_some_and(|d| d.series_attempts <= settings().max_retries + 1);
+                    !s.fenced_visible && !settled_then_answered && within_its_retries
+                },
+            ),
+            Property::always(
+                "every attempt carries the delivery's id and bytes",
+                |_, s: &DeliverySystem| {
+                    s.received
+                        .iter()
+                        .all(|(id, body)| id == "msg_1" && body == b"dec_1 lock_account")
+                },
+            ),
+            Property::eventually(
+                "the delivery ends delivered, failed or dead",
+                |_, s: &DeliverySystem| {
+                    fold(&s.log).is_some_and(|d| d.placement.status != DeliveryStatus::Queued)
+                },
+            ),
+            Property::sometimes(
+                "a worker whose lease expired is fenced out",
+                |_, s: &DeliverySystem| s.fenced > 0,
+            ),
+            Property::sometimes(
+                "a dead delivery is redelivered and delivered",
+                |_, s: &DeliverySystem| {
+                    s.log
+                        .iter()
+                        .any(|e| matches!(e, DeliveryEvent::Redelivered { .. }))
+                        && fold(&s.log)
+                            .is_some_and(|d| d.placement.status == DeliveryStatus::Delivered)
+                },
+            ),
+        ]
+    }
+}
