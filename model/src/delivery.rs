@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use idem_actors::delivery::state::{new_logs, DeliverySettings, DeliveryState};
+use idem_actors::delivery::state::{
+    attempt_after_final, new_logs, DeliverySettings, DeliveryState,
+};
 use idem_actors::store::rule;
 use idem_schemas::{
     ActionOutcome, ActionStatus, AttemptRecord, Decision, DeliveryEvent, DeliveryStatus,
@@ -299,15 +301,7 @@ impl Model for DeliveryModel {
             Property::always(
                 "no record of a fenced-out lease is visible",
                 |_, s: &DeliverySystem| {
-                    let settled_then_answered = s.log.windows(2).any(|pair| {
-                        matches!(
-                            (&pair[0], &pair[1]),
-                            (
-                                DeliveryEvent::Answered { next, .. },
-                                DeliveryEvent::Answered { .. }
-                            ) if next.status() != DeliveryStatus::Queued
-                        )
-                    });
+                    let settled_then_answered = attempt_after_final(&s.log).is_some();
                     let within_its_retries = fold(&s.log)
                         .is_some_and(|d| d.series_attempts <= settings().max_retries + 1);
                     !s.fenced_visible && !settled_then_answered && within_its_retries

@@ -292,69 +292,6 @@ impl State {
         }
     }
 
-    /// The state in a few words: each row, each node's actors, the answers, what is in flight.
-    pub fn summary(&self) -> String {
-        let rows: Vec<String> = self
-            .rows
-            .iter()
-            .map(|row| match row {
-                None => "free".into(),
-                Some(r) => format!(
-                    "{} gen {} holder {} writes {}{}",
-                    fold(&r.events).map_or("unfoldable", |p| p.name()),
-                    r.current.generation,
-                    r.holder,
-                    r.current.writes,
-                    if r.timed_out { " timed out" } else { "" }
-                ),
-            })
-            .collect();
-        let nodes: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| {
-                let actors: Vec<String> = n
-                    .actors
-                    .iter()
-                    .map(|a| match a {
-                        None => "-".into(),
-                        Some(a) => format!(
-                            "{} gen {}{}",
-                            a.phase.name(),
-                            a.generation,
-                            if a.first { " waiting" } else { "" }
-                        ),
-                    })
-                    .collect();
-                format!(
-                    "epoch {}{} [{}]",
-                    n.epoch,
-                    if n.stalled { " stalled" } else { "" },
-                    actors.join(", ")
-                )
-            })
-            .collect();
-        let answers: Vec<Vec<&str>> = self
-            .answers
-            .iter()
-            .map(|a| {
-                a.iter()
-                    .map(|a| match a {
-                        Answer::First(_) => "first",
-                        Answer::Replay(_) => "replay",
-                        Answer::Conflict => "409",
-                        Answer::Error => "500",
-                    })
-                    .collect()
-            })
-            .collect();
-        format!(
-            "rows {rows:?}; nodes {nodes:?}; answers {answers:?}; copies left {:?}; {} in flight",
-            self.copies_left,
-            self.net.len()
-        )
-    }
-
     /// Whether `key`'s client retries once more: it has no answer with the key's bytes, and no
     /// copy of it is on its way or waiting at a node.
     fn wants_final_retry(&self, key: usize) -> bool {

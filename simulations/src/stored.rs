@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 
 use idem_actors::claim::phase::Phase;
 use idem_actors::codec;
-use idem_actors::delivery::state::DeliveryState;
+use idem_actors::delivery::state::{attempt_after_final, DeliveryState};
 use idem_actors::store::status_number;
-use idem_schemas::{ClaimEvent, DeliveryEvent, DeliveryStatus};
+use idem_schemas::{ClaimEvent, DeliveryEvent};
 
 use crate::check::Report;
 use crate::clients::Outcome;
@@ -103,7 +103,7 @@ pub async fn check(url: &str, outcome: &Outcome, report: &mut Report) {
                 events.len()
             )
         });
-        report.expect(after_final(&events).is_none(), || {
+        report.expect(attempt_after_final(&events).is_none(), || {
             format!("delivery {id}: an attempt recorded after its final one (a fenced-out lease)")
         });
         match DeliveryState::fold(events) {
@@ -116,22 +116,6 @@ pub async fn check(url: &str, outcome: &Outcome, report: &mut Report) {
             Err(e) => report.expect(false, || format!("delivery {id}: {e}")),
         }
     }
-}
-
-/// The index of an attempt recorded after the delivery's final one with no redelivery between.
-fn after_final(events: &[DeliveryEvent]) -> Option<usize> {
-    let mut settled = false;
-    for (n, event) in events.iter().enumerate() {
-        match event {
-            DeliveryEvent::Answered { .. } if settled => return Some(n),
-            DeliveryEvent::Answered { next, .. } => {
-                settled = next.status() != DeliveryStatus::Queued
-            }
-            DeliveryEvent::Redelivered { .. } => settled = false,
-            DeliveryEvent::Created(_) => {}
-        }
-    }
-    None
 }
 
 async fn connect(url: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {

@@ -65,6 +65,23 @@ pub fn placement(next: NextStep) -> Placement {
     }
 }
 
+/// The index of an attempt recorded after the delivery's final one with no redelivery
+/// between: a record that only a writer whose lease was fenced out could have made.
+pub fn attempt_after_final(events: &[DeliveryEvent]) -> Option<usize> {
+    let mut settled = false;
+    for (n, event) in events.iter().enumerate() {
+        match event {
+            DeliveryEvent::Answered { .. } if settled => return Some(n),
+            DeliveryEvent::Answered { next, .. } => {
+                settled = next.status() != DeliveryStatus::Queued
+            }
+            DeliveryEvent::Redelivered { .. } => settled = false,
+            DeliveryEvent::Created(_) => {}
+        }
+    }
+    None
+}
+
 /// A delivery log that does not start with `Created`, or has it twice.
 #[derive(Debug, thiserror::Error)]
 #[error("delivery log is malformed: {0}")]
@@ -232,6 +249,26 @@ mod tests {
             latency_ms: 10,
             retry_after_ms,
         }
+    }
+
+    #[test]
+    fn an_attempt_after_a_final_one_is_found_unless_a_redelivery_came_between() {
+        let answered = |next| DeliveryEvent::Answered {
+            attempt: attempt(None, None),
+            next,
+        };
+        let retry = answered(NextStep::RetryAt(T));
+        let dead = answered(NextStep::Dead);
+        let redelivered = DeliveryEvent::Redelivered { at_ms: T };
+        assert_eq!(attempt_after_final(&[retry.clone(), dead.clone()]), None);
+        assert_eq!(
+            attempt_after_final(&[retry.clone(), dead.clone(), retry.clone()]),
+            Some(2)
+        );
+        assert_eq!(
+            attempt_after_final(&[dead.clone(), redelivered, retry.clone(), dead]),
+            None
+        );
     }
 
     #[test]

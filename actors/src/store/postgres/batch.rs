@@ -262,7 +262,9 @@ async fn write_deliveries(
             logs.push(codec::encode_entry(&w.events)?);
             records.push(w.events.len() as i32);
         }
-        super::run(tx,             "INSERT INTO idem_deliveries (id, tenant, status, due_ms, expires_at_ms, log, records) \
+        super::run(
+            tx,
+            "INSERT INTO idem_deliveries (id, tenant, status, due_ms, expires_at_ms, log, records) \
              SELECT * FROM unnest($1::text[], $2::text[], $3::int2[], $4::int8[], $5::int8[], \
              $6::bytea[], $7::int4[]) ON CONFLICT (id) DO NOTHING",
             &[&ids, &tenants, &statuses, &dues, &expiries, &logs, &records],
