@@ -32,6 +32,8 @@ pub struct Config {
     pub signatures: Signatures,
     /// The HTTP front's limits.
     pub http: Http,
+    /// Decisions kept for lookup.
+    pub decisions: Decisions,
     /// Tenants by name.
     pub tenants: HashMap<String, Tenant>,
 }
@@ -51,6 +53,10 @@ pub struct Idempotency {
     pub sweep_interval: Duration,
     /// At most this many claim actors at once; a new key beyond it gets 503.
     pub max_live_actors: usize,
+    /// The longest a request may wait for an in-flight key's answer (`Prefer: wait`).
+    pub max_wait: Duration,
+    /// At most this many requests wait on one key; beyond, 409 at once.
+    pub max_waiters: usize,
 }
 
 /// `[delivery]`.
@@ -69,6 +75,13 @@ pub struct Delivery {
 pub struct Http {
     /// How long a client may take to send a request's headers, and then its body.
     pub read_timeout: Duration,
+}
+
+/// `[decisions]`.
+#[derive(Debug, Clone)]
+pub struct Decisions {
+    /// How long a decision (keyless ones too) is kept for `GET /v1/decisions`.
+    pub retention: Duration,
 }
 
 /// `[signatures]`.
@@ -104,6 +117,8 @@ impl std::fmt::Debug for Idempotency {
             .field("idle_actor_timeout", &self.idle_actor_timeout)
             .field("sweep_interval", &self.sweep_interval)
             .field("max_live_actors", &self.max_live_actors)
+            .field("max_wait", &self.max_wait)
+            .field("max_waiters", &self.max_waiters)
             .finish()
     }
 }
@@ -128,6 +143,9 @@ pub struct Playbook {
     pub decision: Verdict,
     /// The callbacks, in order.
     pub actions: Vec<Action>,
+    /// Within this long after a decision for a subject, further signals of this type for that
+    /// subject make no new decision: they get the first one's response.
+    pub once_per_subject: Option<Duration>,
 }
 
 /// One callback of a playbook.
@@ -192,6 +210,8 @@ struct RawConfig {
     #[serde(default)]
     store: RawStore,
     #[serde(default)]
+    decisions: RawDecisions,
+    #[serde(default)]
     tenants: BTreeMap<String, RawTenant>,
 }
 
@@ -212,6 +232,8 @@ struct RawIdempotency {
     idle_actor_timeout: Option<String>,
     sweep_interval: Option<String>,
     max_live_actors: Option<i64>,
+    max_wait: Option<String>,
+    max_waiters: Option<i64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -226,6 +248,12 @@ struct RawDelivery {
 #[serde(deny_unknown_fields)]
 struct RawHttp {
     read_timeout: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawDecisions {
+    retention: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -258,6 +286,7 @@ struct RawPlaybook {
     decision: Option<String>,
     #[serde(default)]
     actions: Vec<Action>,
+    once_per_subject: Option<String>,
 }
 
 fn duration(key: &str, raw: Option<&str>, default: &str) -> Result<Duration, ConfigError> {
@@ -365,6 +394,13 @@ impl Config {
                 .ok()
                 .filter(|n| *n > 0)
                 .ok_or_else(|| invalid("idempotency.max_live_actors", "must be at least 1"))?,
+            max_wait: duration("idempotency.max_wait", i.max_wait.as_deref(), "10s")?,
+            max_waiters: usize::try_from(i.max_waiters.unwrap_or(64))
+                .ok()
+                .filter(|n| (1..=100_000).contains(n))
+                .ok_or_else(|| {
+                    invalid("idempotency.max_waiters", "must be between 1 and 100000")
+                })?,
         };
 
         let d = raw.delivery;
@@ -387,6 +423,13 @@ impl Config {
 
         let http = Http {
             read_timeout: duration("http.read_timeout", raw.http.read_timeout.as_deref(), "10s")?,
+        };
+        let decisions = Decisions {
+            retention: duration(
+                "decisions.retention",
+                raw.decisions.retention.as_deref(),
+                "30d",
+            )?,
         };
 
         if raw.tenants.is_empty() {
@@ -477,11 +520,20 @@ impl Config {
                         "is required when a playbook has actions (callbacks are signed)",
                     ));
                 }
+                let once_per_subject = match p.once_per_subject.as_deref() {
+                    None => None,
+                    Some(text) => Some(duration(
+                        &format!("{pkey}.once_per_subject"),
+                        Some(text),
+                        "",
+                    )?),
+                };
                 playbooks.insert(
                     signal_type,
                     Playbook {
                         decision,
                         actions: p.actions,
+                        once_per_subject,
                     },
                 );
             }
@@ -505,6 +557,7 @@ impl Config {
             delivery,
             signatures,
             http,
+            decisions,
             tenants,
         })
     }

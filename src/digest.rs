@@ -6,6 +6,8 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
+use crate::canonical::canonical;
+
 /// Computes the keyed digests of one server.
 #[derive(Clone)]
 pub struct Digester {
@@ -44,51 +46,93 @@ impl Digester {
         self.digest(b"idem/key/v1", tenant, key.as_bytes())
     }
 
+    /// The digest a subject's claim is known by (a playbook decided once per subject): the
+    /// signal type and the subject.
+    pub fn subject_claim(&self, tenant: &str, signal_type: &str, subject: &str) -> [u8; 32] {
+        // The type's length makes (type, subject) unambiguous.
+        let data = [
+            &(signal_type.len() as u64).to_be_bytes()[..],
+            signal_type.as_bytes(),
+            subject.as_bytes(),
+        ]
+        .concat();
+        self.digest(b"idem/subject-claim/v1", tenant, &data)
+    }
+
     /// The `subject_hash` of a subject (hex).
     pub fn subject(&self, tenant: &str, subject: &str) -> String {
         hex::encode(self.digest(b"idem/subject/v1", tenant, subject.as_bytes()))
     }
 
-    /// The fingerprint of a request body: of its canonical JSON, so a retry that re-serialises
-    /// with another key order or whitespace is the same payload.
+    /// The fingerprint of a request body: of its RFC 8785 canonical form, so a retry that
+    /// re-serialises with another member order, whitespace, escapes or number spelling is the
+    /// same payload. (`v1` was over serde_json's `to_string`.)
     pub fn fingerprint(&self, tenant: &str, body: &Value) -> [u8; 32] {
-        self.digest(b"idem/body/v1", tenant, canonical_json(body).as_bytes())
+        self.digest(b"idem/body/v2", tenant, canonical(body).as_bytes())
     }
-}
-
-/// JSON with object keys sorted and no insignificant whitespace. (serde_json's map is ordered
-/// by key, so serialising the parsed value is canonical.)
-pub fn canonical_json(v: &Value) -> String {
-    v.to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    use crate::canonical::parse;
+
+    fn json(text: &str) -> Value {
+        match parse(text.as_bytes()) {
+            Ok(v) => v,
+            Err(e) => panic!("{text}: {e}"),
+        }
+    }
+
     #[test]
-    fn canonical_form_ignores_order_and_whitespace() {
-        let a: Value = serde_json::from_str(r#"{"b":1,"a":{"y":[1,2],"x":"s"}}"#).expect("json");
-        let b: Value = serde_json::from_str("{ \"a\" : {\"x\":\"s\", \"y\":[1, 2]},\n \"b\":1 }")
-            .expect("json");
-        assert_eq!(canonical_json(&a), r#"{"a":{"x":"s","y":[1,2]},"b":1}"#);
+    fn fingerprint_ignores_order_and_whitespace() {
+        let a = json(r#"{"b":1,"a":{"y":[1,2],"x":"s"}}"#);
+        let b = json("{ \"a\" : {\"x\":\"s\", \"y\":[1, 2]},\n \"b\":1 }");
+        assert_eq!(canonical(&a), r#"{"a":{"x":"s","y":[1,2]},"b":1}"#);
         let d = Digester::new(b"secret");
         assert_eq!(d.fingerprint("acme", &a), d.fingerprint("acme", &b));
-        let c: Value = serde_json::from_str(r#"{"b":2,"a":{"y":[1,2],"x":"s"}}"#).expect("json");
+        let c = json(r#"{"b":2,"a":{"y":[1,2],"x":"s"}}"#);
         assert_ne!(d.fingerprint("acme", &a), d.fingerprint("acme", &c));
+    }
+
+    #[test]
+    fn fingerprint_ignores_number_and_string_spelling() {
+        let d = Digester::new(b"secret");
+        let one = d.fingerprint("acme", &json(r#"{"n":1,"s":"a"}"#));
+        assert_eq!(d.fingerprint("acme", &json(r#"{"n":1.0,"s":"a"}"#)), one);
+        assert_eq!(
+            d.fingerprint("acme", &json(r#"{"n":1e0,"s":"\u0061"}"#)),
+            one
+        );
+        assert_ne!(d.fingerprint("acme", &json(r#"{"n":1.5,"s":"a"}"#)), one);
+        assert_ne!(d.fingerprint("acme", &json(r#"{"n":"1","s":"a"}"#)), one);
+    }
+
+    #[test]
+    fn fingerprint_is_hmac_of_the_canonical_form() {
+        let body = json(r#"{"b":[1.0,"\u00e9"],"a":null}"#);
+        let mut fresh = Hmac::<Sha256>::new_from_slice(b"secret").expect("hmac");
+        fresh.update(b"idem/body/v2");
+        fresh.update(&4u64.to_be_bytes());
+        fresh.update(b"acme");
+        fresh.update("{\"a\":null,\"b\":[1,\"é\"]}".as_bytes());
+        let expected: [u8; 32] = fresh.finalize().into_bytes().into();
+        assert_eq!(
+            Digester::new(b"secret").fingerprint("acme", &body),
+            expected
+        );
     }
 
     #[test]
     fn canonical_form_is_a_fixed_point_for_floats() {
         // Found by the signal_body fuzz target: without correctly rounded float parsing, a body
         // re-serialised from its canonical form had another fingerprint (a retry seen as reuse).
-        let v: Value = serde_json::from_str(
-            r#"{"m":{"big":93333333300000000000000000000003246680448946580146,"x":0.1}}"#,
-        )
-        .expect("json");
-        let canonical = canonical_json(&v);
-        let again: Value = serde_json::from_str(&canonical).expect("json");
-        assert_eq!(canonical_json(&again), canonical);
+        let v = json(r#"{"m":{"big":93333333300000000000000000000003246680448946580146,"x":0.1}}"#);
+        let canonical_text = canonical(&v);
+        assert_eq!(canonical_text, r#"{"m":{"big":9.33333333e+49,"x":0.1}}"#);
+        let again = json(&canonical_text);
+        assert_eq!(canonical(&again), canonical_text);
         let d = Digester::new(b"secret");
         assert_eq!(d.fingerprint("t", &again), d.fingerprint("t", &v));
     }

@@ -216,7 +216,7 @@ fn refused_store(e: &anyhow::Error) -> bool {
     matches!(
         e.downcast_ref::<idem::serve::ServeError>(),
         Some(idem::serve::ServeError::Engine(EngineError::Store(
-            StoreError::Schema { .. } | StoreError::Format(_)
+            StoreError::Schema { .. } | StoreError::Format(_) | StoreError::OldClaims(_)
         )))
     )
 }

@@ -100,6 +100,7 @@ mod tests {
                     url: "http://127.0.0.1:1/case".into(),
                 },
             ],
+            once_per_subject: None,
         };
         let mut metadata = Map::new();
         metadata.insert("risk".into(), Value::from(97));

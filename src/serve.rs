@@ -66,6 +66,8 @@ fn engine_config(config: &Config) -> EngineConfig {
         in_flight_timeout: i.in_flight_timeout,
         idle_actor_timeout: i.idle_actor_timeout,
         max_live_actors: i.max_live_actors,
+        max_waiters: i.max_waiters,
+        decision_retention: config.decisions.retention,
         sweep_interval: i.sweep_interval,
         inline_timeout: d.inline_timeout,
         max_retries: d.max_retries,
@@ -171,6 +173,11 @@ fn restart_only(a: &Config, b: &Config) -> Vec<&'static str> {
         (
             "idempotency.max_live_actors",
             ai.max_live_actors != bi.max_live_actors,
+        ),
+        ("idempotency.max_waiters", ai.max_waiters != bi.max_waiters),
+        (
+            "decisions.retention",
+            a.decisions.retention != b.decisions.retention,
         ),
         (
             "delivery.inline_timeout",

@@ -246,7 +246,9 @@ async fn a_playbook_without_actions_still_decides() {
 
 #[tokio::test]
 async fn an_expired_key_is_free_again() {
-    let (_dir, receiver, _idem, client) = setup("key_ttl = \"2s\"").await;
+    // Decisions (and so their deliveries) kept no longer than the key.
+    let (_dir, receiver, _idem, client) =
+        setup("key_ttl = \"2s\"\n[decisions]\nretention = \"2s\"").await;
     let key = unique("ttl");
     let body = sim_swap("+1555");
     let first = client.signal(Req::new(&body).key(&key).beta()).await;
@@ -264,7 +266,8 @@ async fn an_expired_key_is_free_again() {
     let seen = receiver.wait_for(2).await;
     assert_ne!(seen[0].header("webhook-id"), seen[1].header("webhook-id"));
 
-    // The expired claim's delivery is forgotten by the sweeper too: the store follows the window.
+    // The expired claim's delivery is forgotten by the sweeper too, with its decision: the store
+    // follows the window.
     let old = first.json()["actions"][0]["delivery_id"]
         .as_str()
         .expect("id")

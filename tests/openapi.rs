@@ -52,6 +52,8 @@ async fn openapi_covers_every_endpoint_and_agrees_with_the_schema_files() {
             "/healthz",
             "/metrics",
             "/openapi.json",
+            "/v1/decisions",
+            "/v1/decisions/{id}",
             "/v1/deliveries",
             "/v1/deliveries/{id}",
             "/v1/deliveries/{id}/redeliver",
@@ -67,6 +69,7 @@ async fn openapi_covers_every_endpoint_and_agrees_with_the_schema_files() {
         .collect();
     for h in [
         "Idempotency-Key",
+        "Prefer",
         "webhook-id",
         "webhook-timestamp",
         "webhook-signature",
@@ -84,6 +87,15 @@ async fn openapi_covers_every_endpoint_and_agrees_with_the_schema_files() {
         .expect("problem types");
     assert!(problem_types.len() >= 17);
     assert!(problem_types.contains(&Value::from("urn:idem:problem:key-in-flight")));
+    assert!(problem_types.contains(&Value::from("urn:idem:problem:repeated-header")));
+    let created = &signals["responses"]["201"]["headers"];
+    for h in [
+        "Idempotent-Replayed",
+        "Preference-Applied",
+        "Idem-Deduplicated",
+    ] {
+        assert!(created.get(h).is_some(), "{h} documented on 201");
+    }
 
     let components = doc["components"]["schemas"]
         .as_object()

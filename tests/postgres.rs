@@ -2,7 +2,10 @@
 //! nodes starting together on an empty database all come up and share one schema, and a
 //! database whose schema is newer than this idem knows is refused with exit status 2 and one
 //! line naming both versions; `/healthz` answers 503 while the database cannot be reached and
-//! 200 once it can again. (Every contract test also runs on PostgreSQL: `scripts/test`.)
+//! 200 once it can again; a database of schema 1 that still holds claims is refused (their
+//! records and payload fingerprints are an older idem's); a request waiting (`Prefer: wait`) on
+//! one node for a key held by another is answered as soon as the holder's answer is durable.
+//! (Every contract test also runs on PostgreSQL: `scripts/test`.)
 
 mod common;
 
@@ -88,21 +91,11 @@ async fn a_database_with_a_newer_schema_is_refused_with_exit_2() {
         "",
         "",
     );
-    let path = dir.path().join("idem.toml");
-    std::fs::write(&path, cfg).expect("config");
-    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env("RUST_LOG", "off")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("run idem");
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (code, stderr) = serve_to_exit(dir.path(), &cfg);
+    assert_eq!(code, Some(2), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("version 99") && stderr.contains("version 1 "),
+        stderr.contains("version 99") && stderr.contains("version 2 "),
         "{stderr}"
     );
 }
@@ -248,4 +241,118 @@ async fn healthz_says_while_the_database_cannot_be_reached() {
     assert_replays(&idem.base, &answered).await;
     let r = retry_after_crash(|| client.signal(failed.request())).await;
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+}
+
+/// Runs `idem serve` on `cfg` to its exit: its status and its stderr.
+fn serve_to_exit(dir: &std::path::Path, cfg: &str) -> (Option<i32>, String) {
+    let path = dir.join("idem.toml");
+    std::fs::write(&path, cfg).expect("config");
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run idem");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_schema_1_database_holding_claims_is_refused_and_an_empty_one_migrated() {
+    let (dir, _receiver, url, cfg) = on_a_fresh_database().await;
+    // Schema 1 as an older idem left it: its tables, and one claim of its own.
+    {
+        let idem = Idem::start(dir.path(), &cfg);
+        idem.terminate().await;
+    }
+    sql(
+        &url,
+        "DROP TABLE idem_decisions; UPDATE idem_schema SET version = 1",
+    );
+    sql(
+        &url,
+        "INSERT INTO idem_claims (tenant, digest, generation, expires_at_ms, log, writes, holder) \
+         VALUES ('acme', '\\x00', 1, 9999999999999, '\\x00', 1, 1)",
+    );
+    let (code, stderr) = serve_to_exit(dir.path(), &cfg);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("schema 1 with 1 claims") && stderr.contains("new database"),
+        "{stderr}"
+    );
+    // Without claims, schema 1 is brought to this idem's.
+    sql(&url, "DELETE FROM idem_claims");
+    let idem = Idem::start(dir.path(), &cfg);
+    let key = unique("migrated");
+    let first = Client::new(&idem.base)
+        .signal(Req::new(&sim_swap("+1555")).key(&key).acme_signed(&key))
+        .await;
+    assert_eq!(first.status, 201);
+    let version = with_postgres(&url, |client| async move {
+        let row = client
+            .query_one("SELECT version FROM idem_schema", &[])
+            .await
+            .expect("version");
+        row.get::<_, i32>(0)
+    });
+    assert_eq!(version, 2);
+}
+
+#[tokio::test]
+async fn a_waiter_on_another_node_is_answered_when_the_holders_answer_is_durable() {
+    let (dir, receiver, _, cfg) = on_a_fresh_database().await;
+    let hold = Duration::from_millis(900);
+    receiver.answer("/notify", 200, hold);
+    let nodes: Vec<Idem> = (0..2)
+        .map(|n| {
+            let node_dir = dir.path().join(format!("node{n}"));
+            std::fs::create_dir_all(&node_dir).expect("dir");
+            Idem::start(&node_dir, &cfg)
+        })
+        .collect();
+    let (holder, other) = (Client::new(&nodes[0].base), Client::new(&nodes[1].base));
+    let key = unique("remote-wait");
+    let body = sim_swap("+1555").replace("\"risk\":97", "\"risk\":3");
+    let first = {
+        let (c, k, b) = (holder.clone(), key.clone(), body.clone());
+        tokio::spawn(async move {
+            let r = c.signal(Req::new(&b).beta().key(&k)).await;
+            (r, std::time::Instant::now())
+        })
+    };
+    let seen = eventually(
+        Duration::from_secs(10),
+        || async { receiver.seen_on("/notify").len() },
+        |n| *n >= 1,
+    )
+    .await;
+    assert_eq!(seen, 1, "the holder's callback never came");
+
+    let waited = other
+        .signal(Req::new(&body).beta().key(&key).header("prefer", "wait=8"))
+        .await;
+    let waiter_done = std::time::Instant::now();
+    let (first, first_done) = first.await.expect("first");
+    assert_eq!(first.status, 201);
+    assert_eq!(
+        waited.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&waited.body)
+    );
+    assert!(waited.replayed());
+    assert_eq!(waited.body, first.body);
+    assert_eq!(waited.header("preference-applied"), Some("wait=8"));
+    // Told by the holder's node, not left to its deadline.
+    let late = waiter_done.saturating_duration_since(first_done);
+    assert!(
+        late < Duration::from_millis(500),
+        "the waiter came {late:?} after the first"
+    );
+    assert_eq!(receiver.seen_on("/notify").len(), 1);
 }

@@ -10,7 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use idem_schemas::timefmt::now_ms;
-use idem_schemas::{Decision, DeliveryStatus, DeliveryView, StoredResponse};
+use idem_schemas::{
+    DecidedAction, Decision, DecisionRecord, DecisionView, DeliveryStatus, DeliveryView,
+    StoredResponse,
+};
 
 use crate::claim::{ClaimContext, ClaimSettings, Claims, Reply, Submission};
 use crate::delivery::{
@@ -36,6 +39,10 @@ pub struct EngineConfig {
     pub idle_actor_timeout: Duration,
     /// At most this many claim actors run at once.
     pub max_live_actors: usize,
+    /// At most this many requests wait on one key (`Prefer: wait`).
+    pub max_waiters: usize,
+    /// How long decisions are kept for lookup (and their deliveries, at least `key_ttl`).
+    pub decision_retention: Duration,
     /// How often expired claims and deliveries are swept.
     pub sweep_interval: Duration,
     /// The deadline of each callback attempt.
@@ -75,6 +82,15 @@ pub struct DeliveryList {
     pub next_after: Option<(DeliveryStatus, String)>,
 }
 
+/// A page of a subject's decisions, newest first.
+#[derive(Debug)]
+pub struct DecisionList {
+    /// The decisions.
+    pub data: Vec<DecisionView>,
+    /// Where the next page starts (the last decision's id), if there is one.
+    pub next_after: Option<String>,
+}
+
 /// What `/metrics` reads at scrape time.
 #[derive(Debug, Clone, Copy)]
 pub struct Gauges {
@@ -101,8 +117,11 @@ pub struct Engine {
     store: Arc<dyn Store>,
     dispatcher: Arc<Dispatcher>,
     delivery_settings: DeliverySettings,
-    claims: Claims,
+    decision_retention: Duration,
+    claims: Arc<Claims>,
     deliveries: Arc<Deliveries>,
+    /// Hands the other nodes' news of claims to the actors (on a store shared by nodes).
+    news: Option<tokio::task::JoinHandle<()>>,
     retry_worker: tokio::task::JoinHandle<()>,
     sweeper: tokio::task::JoinHandle<()>,
 }
@@ -140,7 +159,8 @@ impl Engine {
             retry_interval: config.retry_interval,
             attempt_timeout: config.inline_timeout,
             idle_timeout: config.idle_actor_timeout,
-            retention: config.key_ttl,
+            // A delivery is kept as long as its decision, whose lookup shows its status.
+            retention: config.key_ttl.max(config.decision_retention),
         };
         let deliveries = Arc::new(
             Deliveries::start(
@@ -164,11 +184,24 @@ impl Engine {
                     in_flight_timeout: config.in_flight_timeout,
                     idle_timeout: config.idle_actor_timeout,
                     max_live_actors: config.max_live_actors,
+                    max_waiters: config.max_waiters,
+                    decision_retention: config.decision_retention,
                     holder: epoch,
                 },
+                family: Default::default(),
             }),
         )
         .await?;
+        let claims = Arc::new(claims);
+        // Several nodes on one store: news of claims held elsewhere reaches the actors here.
+        let news = store.claim_news().map(|mut heard| {
+            let claims = claims.clone();
+            tokio::spawn(async move {
+                while let Some(news) = heard.recv().await {
+                    claims.hear(news);
+                }
+            })
+        });
         let retry_worker = crate::retry_worker::spawn(
             store.clone(),
             deliveries.clone(),
@@ -180,8 +213,10 @@ impl Engine {
             store,
             dispatcher,
             delivery_settings,
+            decision_retention: config.decision_retention,
             claims,
             deliveries,
+            news,
             retry_worker,
             sweeper,
         })
@@ -198,8 +233,10 @@ impl Engine {
         let outcomes = self.dispatcher.dispatch(decision).await;
         // Queued callbacks are durable in the retry queue before the response says so.
         let logs = new_logs(decision, &outcomes, &self.delivery_settings);
+        let retention = self.decision_retention.as_millis() as u64;
+        let record = DecisionRecord::of(decision, decision.created_at_ms + retention);
         self.store
-            .commit(Unit::new().write_deliveries(logs))
+            .commit(Unit::new().write_deliveries(logs).record_decision(record))
             .await?;
         let body = serde_json::to_vec(&decision.response(&outcomes))?;
         Ok(StoredResponse { status: 201, body })
@@ -247,6 +284,82 @@ impl Engine {
         Ok(DeliveryList {
             data,
             next_after: last.filter(|_| has_more),
+        })
+    }
+
+    /// `tenant`'s decision `id` with each action's current delivery status (another tenant's is
+    /// as missing as a missing one).
+    pub async fn decision(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<DecisionView>, EngineError> {
+        let Some(record) = self.store.load_decision(tenant, id, now_ms()).await? else {
+            return Ok(None);
+        };
+        let view = self.decision_view(record).await?;
+        self.read().await?;
+        Ok(Some(view))
+    }
+
+    /// A page of `tenant`'s decisions about the subject whose digest is `subject_hash` (of
+    /// `signal_type` only, if given), newest first, after the cursor `after`, at most `limit`.
+    pub async fn decisions_about(
+        &self,
+        tenant: &str,
+        subject_hash: &str,
+        signal_type: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<DecisionList, EngineError> {
+        let records = self
+            .store
+            .decisions_about(
+                tenant,
+                subject_hash,
+                signal_type,
+                after,
+                limit + 1,
+                now_ms(),
+            )
+            .await?;
+        let has_more = records.len() > limit;
+        let mut data = Vec::with_capacity(limit);
+        for record in records.into_iter().take(limit) {
+            data.push(self.decision_view(record).await?);
+        }
+        self.read().await?;
+        let next_after = data
+            .last()
+            .filter(|_| has_more)
+            .map(|d| d.decision_id.clone());
+        Ok(DecisionList { data, next_after })
+    }
+
+    /// A kept decision as the API shows it, with its deliveries' statuses now. A delivery is
+    /// kept at least as long as its decision, so each is there.
+    async fn decision_view(&self, record: DecisionRecord) -> Result<DecisionView, EngineError> {
+        let mut actions = Vec::with_capacity(record.actions.len());
+        for action in record.actions {
+            let status = self
+                .deliveries
+                .load(&action.delivery_id)
+                .await?
+                .map(|d| d.view().status)
+                .ok_or(StoreError::Malformed("a kept decision's delivery"))?;
+            actions.push(DecidedAction {
+                name: action.name,
+                delivery_id: action.delivery_id,
+                status,
+            });
+        }
+        Ok(DecisionView {
+            decision_id: record.id,
+            signal_type: record.signal_type,
+            decision: record.verdict,
+            subject_hash: record.subject_hash,
+            actions,
+            created_at: idem_schemas::timefmt::rfc3339_millis(record.created_at_ms),
         })
     }
 
@@ -324,6 +437,9 @@ impl Engine {
         // No new attempts start; the claim actors finish what they hold, then the delivery
         // actors; the sweeper last, as it only deletes.
         self.retry_worker.abort();
+        if let Some(news) = &self.news {
+            news.abort();
+        }
         self.claims.shutdown().await;
         self.deliveries.shutdown().await;
         self.sweeper.abort();

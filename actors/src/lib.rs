@@ -23,6 +23,6 @@ pub mod sweeper;
 pub use claim::{ClaimError, DecideError, Reply, Submission};
 pub use delivery::RedeliverError;
 pub use dispatch::Keyring;
-pub use engine::{DeliveryList, Engine, EngineConfig, EngineError, Gauges};
+pub use engine::{DecisionList, DeliveryList, Engine, EngineConfig, EngineError, Gauges};
 pub use store::{ClaimId, StoreError};
 pub use supervise::RegistryError;

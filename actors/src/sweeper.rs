@@ -1,7 +1,7 @@
 //! The expiry sweeper: a task that, every `period`, deletes claim generations whose `key_ttl`
-//! has passed and final deliveries past their retention, each by walking an index kept in
-//! expiry order from its oldest entry. The store's size follows the keys in the window, and a
-//! tick touches only what is due.
+//! has passed, final deliveries past their retention and decisions past theirs, each by walking
+//! an index kept in expiry order from its oldest entry. The store's size follows the keys in the
+//! window, and a tick touches only what is due.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,8 +13,8 @@ use crate::store::{Store, StoreError, Unit};
 /// How many entries one store call deletes before yielding.
 const BATCH: usize = 1024;
 
-/// Deletes up to a batch of expired claim records and final deliveries; how many of the
-/// larger kind. A delivery still queued at the end of its retention is looked at again
+/// Deletes up to a batch of expired claim records, final deliveries and decisions; how many of
+/// the largest kind. A delivery still queued at the end of its retention is looked at again
 /// `requeue` later. Deletions need no commit of their own: a sweep lost in a crash is simply
 /// done again.
 pub fn sweep_once(store: &dyn Store, requeue: Duration) -> Result<usize, StoreError> {
@@ -24,7 +24,8 @@ pub fn sweep_once(store: &dyn Store, requeue: Duration) -> Result<usize, StoreEr
     for status in &forgotten {
         crate::metrics::delivery_moved(Some(*status), None);
     }
-    Ok(claims.max(forgotten.len()))
+    let decisions = store.expire_decisions(now, BATCH)?;
+    Ok(claims.max(forgotten.len()).max(decisions))
 }
 
 /// Starts the sweeper; it ends when the returned handle is aborted.

@@ -18,15 +18,21 @@ impl Keyring for NoSecrets {
     }
 }
 
+/// The key's window: long enough that a busy machine still retries the new generation within
+/// it, short enough to wait out once.
+const KEY_TTL: Duration = Duration::from_millis(1500);
+
 fn config(dir: &std::path::Path) -> EngineConfig {
     EngineConfig {
         store: Backend::Sled {
             data_dir: dir.to_path_buf(),
         },
-        key_ttl: Duration::from_millis(300),
+        key_ttl: KEY_TTL,
         in_flight_timeout: Duration::from_secs(30),
         idle_actor_timeout: Duration::from_secs(60),
         max_live_actors: 100,
+        max_waiters: 8,
+        decision_retention: Duration::from_secs(60),
         // Only the test sweeps.
         sweep_interval: Duration::from_secs(3_600),
         inline_timeout: Duration::from_secs(1),
@@ -76,7 +82,7 @@ async fn a_key_decides_once_per_generation_and_the_sweep_takes_only_expired_ones
 
     // The key's window is config; past it, the key decides anew, and a sweep takes the expired
     // generation and leaves the new one: its retry is still a replay.
-    tokio::time::sleep(Duration::from_millis(350)).await;
+    tokio::time::sleep(KEY_TTL + Duration::from_millis(50)).await;
     let Ok(Reply::First(later)) = engine.submit(&id, submission(8)).await else {
         panic!("the expired key did not decide anew");
     };

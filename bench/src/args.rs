@@ -34,9 +34,9 @@ const DEFAULT_CALLGRIND_SCENARIOS: [Scenario; 4] = [
 /// and a PostgreSQL baseline.
 ///
 /// Starts a real `idem serve` (release, durable) on a temp data dir per scenario and drives
-/// signed requests over loopback; prints requests/s, latency percentiles, statuses, the server's
-/// peak RSS and data-dir bytes, and each scenario's ratio to `keyless` in the same run. With
-/// `--callgrind`, counts the server's instructions per request instead.
+/// requests (keyed ones signed) over loopback; prints requests/s, latency percentiles, statuses,
+/// the server's peak RSS and data-dir bytes, and each scenario's ratio to `keyless` in the same
+/// run. With `--callgrind`, counts the server's instructions per request instead.
 #[derive(Debug, Parser)]
 #[command(name = "bench")]
 pub struct Args {

@@ -1,8 +1,9 @@
 //! The load benchmark: what exactly-once costs. Starts a real `idem serve` (release, durable) on
-//! a temp data dir for each scenario, drives signed requests over loopback from closed-loop
-//! workers, and prints a table: requests/s, latency percentiles, statuses, the server's peak RSS
-//! and data-dir bytes, and each scenario's ratio to `keyless` in the same run (the storm's
-//! losers' p99 also as a ratio to idem's own 404 for the same bursts in the same run).
+//! a temp data dir for each scenario, drives requests (keyed ones signed) over loopback from
+//! closed-loop workers, and prints a table: requests/s, latency percentiles, statuses, the
+//! server's peak RSS and data-dir bytes, and each scenario's ratio to `keyless` in the same run
+//! (the storm's losers' p99 also as a ratio to idem's own 404 for the same bursts in the same
+//! run).
 //!
 //! `cargo run --release -p bench -- --scenario keyless,unique,replay,storm,pg,ceiling
 //! --duration 10s --concurrency 32 [--runs N] [--rate R] [--json FILE] [--window-keys 1000000]

@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
-use crate::signals::{CALLBACK_SECRET, SIGNING_SECRET};
+use crate::signals::{CALLBACK_SECRET, OPEN_API_KEY, SIGNING_SECRET};
 
 /// The store an idem of the bench runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -75,6 +75,9 @@ data_dir = "{data}"
 key_secret = "bench-key-secret-0123456789abcdef"
 key_ttl = "{key_ttl}"
 sweep_interval = "1s"
+# Decisions kept as long as the keys, so that the window scenario's store follows the key window.
+[decisions]
+retention = "{key_ttl}"
 [tenants.acme]
 api_key = "sk_bench_test_key"
 signing_secret = "{SIGNING_SECRET}"
@@ -85,6 +88,12 @@ actions = [ {{ name = "lock_account", url = "http://{receiver}/lock" }} ]
 [tenants.acme.playbooks.noop]
 decision = "allow"
 actions = []
+[tenants.open]
+api_key = "{OPEN_API_KEY}"
+callback_secret = "{CALLBACK_SECRET}"
+[tenants.open.playbooks.sim_swap]
+decision = "deny"
+actions = [ {{ name = "lock_account", url = "http://{receiver}/lock" }} ]
 "#,
         data = data.display()
     );

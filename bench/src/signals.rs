@@ -1,5 +1,7 @@
-//! Signed signals: the bench tenant's secrets, a signal's body and headers signed as idem expects
-//! them, sending one through an HTTP client, and the client itself.
+//! The bench's signals: the bench tenants' secrets, a keyed signal's body and headers signed as
+//! idem expects them (tenant `acme`), a keyless one's from the tenant that signs nothing
+//! (`open`: a signed request is claimed under its `webhook-id`, so it is never keyless), sending
+//! one through an HTTP client, and the client itself.
 
 use idem_schemas::signature::Secret;
 
@@ -8,7 +10,11 @@ pub const SIGNING_SECRET: &str = "whsec_YmVuY2gtc2lnbmluZy1zZWNyZXQ=";
 /// The bench tenant's callback secret (idem signs its callbacks with it).
 pub const CALLBACK_SECRET: &str = "whsec_YmVuY2gtY2FsbGJhY2stc2VjcmV0";
 
-/// A signed signal `n` of `signal_type`: its body and headers.
+/// The API key of the tenant whose signals are not signed.
+pub const OPEN_API_KEY: &str = "sk_bench_open_test_key";
+
+/// Signal `n` of `signal_type`: its body and headers, signed under `key` as its `webhook-id`,
+/// or without a key from the tenant that signs nothing.
 pub fn signed(
     signal_type: &str,
     n: u64,
@@ -16,7 +22,13 @@ pub fn signed(
 ) -> (String, Vec<(&'static str, String)>) {
     let body =
         format!(r#"{{"type":"{signal_type}","subject":"+4477009{n:08}","metadata":{{"n":{n}}}}}"#);
-    let id = key.map_or_else(|| format!("evt-{n}"), str::to_string);
+    let Some(id) = key.map(str::to_string) else {
+        let headers = vec![
+            ("authorization", format!("Bearer {OPEN_API_KEY}")),
+            ("content-type", "application/json".to_string()),
+        ];
+        return (body, headers);
+    };
     let ts = idem_schemas::timefmt::now_ms() as i64 / 1000;
     let sig = Secret::parse(SIGNING_SECRET)
         .map(|s| s.sign(&id, ts, body.as_bytes()))

@@ -430,6 +430,7 @@ impl ClaimModel {
                     claimed_at_ms: generation,
                     expires_at_ms: generation + KEY_TTL_MS,
                     decision: decision(key, generation),
+                    subject: None,
                 };
                 s.claims_made += 1;
                 let write = Write::Start(vec![ClaimEvent::Claimed(claim)]);

@@ -6,7 +6,8 @@ use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use crate::wire::{
-    CallbackEnvelope, DecisionResponse, DeliveryPage, DeliveryView, Problem, SignalRequest,
+    CallbackEnvelope, DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryView,
+    Problem, SignalRequest,
 };
 
 /// Every published document: its file name under `schemas/json/` and its schema.
@@ -24,6 +25,8 @@ pub fn documents() -> Vec<(&'static str, Value)> {
         ("problem.schema.json", document::<Problem>()),
         ("delivery.schema.json", document::<DeliveryView>()),
         ("delivery-page.schema.json", document::<DeliveryPage>()),
+        ("decision.schema.json", document::<DecisionView>()),
+        ("decision-page.schema.json", document::<DecisionPage>()),
     ]
 }
 

@@ -10,10 +10,11 @@ pub mod timefmt;
 pub mod wire;
 
 pub use stored::{
-    ActionOutcome, AttemptRecord, Claim, ClaimEvent, Decision, DeliveryEvent, DeliveryRecord,
-    NextStep, PlannedDelivery, StoredResponse,
+    ActionOutcome, AttemptRecord, Claim, ClaimEvent, Decision, DecisionRecord, DeliveryEvent,
+    DeliveryRecord, NextStep, PlannedDelivery, RecordedAction, StoredResponse, SubjectLink,
 };
 pub use wire::{
-    ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecisionResponse,
-    DeliveryPage, DeliveryStatus, DeliveryView, Problem, SignalRequest, Verdict,
+    ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecidedAction,
+    DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryStatus, DeliveryView,
+    Problem, SignalRequest, Verdict,
 };

@@ -58,6 +58,19 @@ pub struct Claim {
     pub expires_at_ms: u64,
     /// The decision, fixed now.
     pub decision: Decision,
+    /// For a playbook decided once per subject: the subject's claim, which runs the decision's
+    /// actions unless another decision for the subject holds it (then its response is this
+    /// key's).
+    pub subject: Option<SubjectLink>,
+}
+
+/// The claim on a subject that a keyed claim's decision goes through (`once_per_subject`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SubjectLink {
+    /// The digest the subject's claim is known by.
+    pub digest: [u8; 32],
+    /// How long the subject's claim holds, in milliseconds.
+    pub window_ms: u64,
 }
 
 /// One attempt at a callback and what came of it.
@@ -145,6 +158,63 @@ impl Decision {
             subject_hash: self.subject_hash.clone(),
             actions,
             created_at: crate::timefmt::rfc3339_millis(self.created_at_ms),
+        }
+    }
+}
+
+/// A decision as kept for lookup (`decisions.retention`), keyless ones too: what its `201` body
+/// said, less each action's status, which its delivery keeps.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    /// `dec_…`.
+    #[serde(with = "hex_text")]
+    pub id: String,
+    /// The tenant's name.
+    pub tenant: String,
+    /// The signal type.
+    pub signal_type: String,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Keyed digest of the subject (hex).
+    #[serde(with = "hex_text")]
+    pub subject_hash: String,
+    /// When the decision was made, unix milliseconds.
+    pub created_at_ms: u64,
+    /// When the record is forgotten, unix milliseconds.
+    pub expires_at_ms: u64,
+    /// Each action's name and delivery id, in playbook order.
+    pub actions: Vec<RecordedAction>,
+}
+
+/// One action of a kept decision.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RecordedAction {
+    /// The playbook action's name.
+    pub name: String,
+    /// Its delivery's id.
+    #[serde(with = "hex_text")]
+    pub delivery_id: String,
+}
+
+impl DecisionRecord {
+    /// The record of `decision`, kept until `expires_at_ms`.
+    pub fn of(decision: &Decision, expires_at_ms: u64) -> Self {
+        DecisionRecord {
+            id: decision.id.clone(),
+            tenant: decision.tenant.clone(),
+            signal_type: decision.signal_type.clone(),
+            verdict: decision.verdict,
+            subject_hash: decision.subject_hash.clone(),
+            created_at_ms: decision.created_at_ms,
+            expires_at_ms,
+            actions: decision
+                .deliveries
+                .iter()
+                .map(|d| RecordedAction {
+                    name: d.action.clone(),
+                    delivery_id: d.id.clone(),
+                })
+                .collect(),
         }
     }
 }

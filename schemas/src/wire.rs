@@ -232,3 +232,45 @@ pub struct DeliveryPage {
     /// Pass as `after` to get the next page; absent on the last page.
     pub next_after: Option<String>,
 }
+
+/// One action of a decision as looked up later: its delivery and where that delivery stands now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecidedAction {
+    /// The action's name in the playbook.
+    pub name: String,
+    /// The delivery's id, also its `webhook-id`.
+    pub delivery_id: String,
+    /// Where the delivery stands now.
+    pub status: DeliveryStatus,
+}
+
+/// A decision as `GET /v1/decisions/{id}` shows it: the shape of the `201` body, with each
+/// action's current delivery status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionView {
+    /// The decision's id.
+    pub decision_id: String,
+    /// The signal type.
+    #[serde(rename = "type")]
+    pub signal_type: String,
+    /// The verdict.
+    pub decision: Verdict,
+    /// Keyed digest of the subject (hex).
+    pub subject_hash: String,
+    /// One entry per playbook action, in playbook order.
+    pub actions: Vec<DecidedAction>,
+    /// When the decision was made (RFC 3339, milliseconds).
+    #[schema(format = DateTime)]
+    pub created_at: String,
+}
+
+/// A page of a subject's decisions, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DecisionPage {
+    /// The decisions of this page.
+    pub data: Vec<DecisionView>,
+    /// Pass as `after` to get the next page; null on the last page.
+    pub next_after: Option<String>,
+}

@@ -4,7 +4,6 @@
 //! same `webhook-id`, same bytes). Authenticated by the tenant's Bearer key; another tenant's
 //! delivery is indistinguishable from a missing one.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
@@ -15,7 +14,7 @@ use idem_actors::RedeliverError;
 use idem_schemas::{DeliveryPage, DeliveryStatus};
 
 use crate::http::problem::{ApiError, Kind};
-use crate::http::App;
+use crate::http::{query, App};
 
 /// Page size when none is asked for, and the largest allowed.
 const DEFAULT_LIMIT: usize = 50;
@@ -54,40 +53,26 @@ pub async fn show(
 pub async fn list(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
-    Query(query): Query<HashMap<String, String>>,
+    Query(query): Query<query::Query>,
 ) -> Result<Response, ApiError> {
     let live = app.live.load_full();
     let tenant = live.api_keys.authenticate(&live.config, &headers)?;
-    let invalid = |detail: String| ApiError::new(Kind::InvalidQuery, detail);
-    if let Some(unknown) = query
-        .keys()
-        .find(|k| !["status", "after", "limit"].contains(&k.as_str()))
-    {
-        return Err(invalid(format!(
-            "unknown parameter {unknown:?}; use status, after, limit"
-        )));
-    }
+    query::only(&query, &["status", "after", "limit"])?;
     let status = match query.get("status") {
         None => None,
         Some(s) => Some(DeliveryStatus::parse(s).ok_or_else(|| {
-            invalid(format!(
+            query::invalid(format!(
                 "status {s:?} is not one of queued, delivered, failed, dead"
             ))
         })?),
     };
-    let limit = match query.get("limit") {
-        None => DEFAULT_LIMIT,
-        Some(l) => l
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_LIMIT).contains(n))
-            .ok_or_else(|| invalid(format!("limit must be 1 to {MAX_LIMIT}")))?,
-    };
+    let limit = query::limit(&query, DEFAULT_LIMIT, MAX_LIMIT)?;
     let after = match query.get("after") {
         None => None,
-        Some(cursor) => Some(parse_cursor(cursor).ok_or_else(|| {
-            invalid("after must be the next_after of a previous page".to_string())
-        })?),
+        Some(cursor) => Some(
+            parse_cursor(cursor)
+                .ok_or_else(|| query::invalid("after must be the next_after of a previous page"))?,
+        ),
     };
     let page = app
         .engine

@@ -12,9 +12,10 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
+use idem_actors::claim::ANY_PAYLOAD;
 use idem_actors::{ClaimId, DecideError, RegistryError, Reply, Submission};
 use idem_schemas::timefmt::{is_rfc3339, now_ms};
-use idem_schemas::{Decision, SignalRequest, StoredResponse};
+use idem_schemas::{Decision, SignalRequest, StoredResponse, SubjectLink};
 use serde::Deserialize;
 use serde_json::Value;
 use tracing::Instrument;
@@ -54,6 +55,18 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
     // 1. Syntax: nothing about the sender is known yet, nothing is stored.
     let key = key::parse(headers)
         .map_err(|e| ApiError::new(Kind::InvalidIdempotencyKey, e.to_string()))?;
+    // Two credentials: the one a gateway in front checked may not be the one idem would use.
+    if headers
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .nth(1)
+        .is_some()
+    {
+        return Err(ApiError::new(
+            Kind::RepeatedHeader,
+            "send one Authorization header, not two",
+        ));
+    }
     require_json(headers)?;
     let bytes = read_body(headers, body, live.config.http.read_timeout).await?;
     let (value, signal) = parse_signal(&bytes)?;
@@ -89,9 +102,12 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
             ));
         }
     }
+    // A signed request is claimed under its webhook-id: a sender keeps it across its retries, so
+    // a retry, and a captured request sent again, is a replay rather than a new decision.
+    let key = key.or_else(|| signed_id.map(str::to_owned));
 
     // 3. The playbook.
-    if !tenant.playbooks.contains_key(&signal.signal_type) {
+    let Some(playbook) = tenant.playbooks.get(&signal.signal_type) else {
         return Err(ApiError::new(
             Kind::UnknownSignalType,
             format!(
@@ -99,34 +115,75 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
                 tenant.name, signal.signal_type
             ),
         ));
-    }
+    };
 
     // 4. The decision: made at once without a key, and with one only by the request that wins
-    // the claim. Per-request spans and events are at debug level: at info, a span's fields are
+    // the claim. A playbook decided once per subject goes through the subject's claim, keyed or
+    // not. Per-request spans and events are at debug level: at info, a span's fields are
     // formatted for every request, duplicates included, for events that are rare.
     let span = tracing::debug_span!("signal", tenant = %tenant.name, keyed = key.is_some());
+    // Counted once a decision is answered as made: not for a replay, nor for a keyed signal
+    // whose subject had a decision already.
+    let made = DECISIONS.with_label_values(&[playbook.decision.as_str()]);
+    let subject = playbook.once_per_subject.map(|window| SubjectLink {
+        digest: app
+            .digester
+            .subject_claim(&tenant.name, &signal.signal_type, &signal.subject),
+        window_ms: window.as_millis() as u64,
+    });
+    let wait = crate::prefer::wait(headers)
+        .and_then(|seconds| crate::prefer::applied(seconds, config.idempotency.max_wait));
     let decider = Decider {
         live: live.clone(),
         digester: app.digester.clone(),
         tenant: tenant.name.clone(),
         signal,
     };
-    match key {
-        None => {
-            let decision = decider
-                .decide(now)
-                .map_err(|e| ApiError::new(Kind::Internal, e.to_string()))?;
-            keyless(app, decision).instrument(span).await
+    let decide = move |at| decider.decide(at);
+    match (key, subject) {
+        (None, None) => {
+            let decision = decide(now).map_err(|e| ApiError::new(Kind::Internal, e.to_string()))?;
+            let handled = keyless(app, decision).instrument(span).await?;
+            made.inc();
+            Ok(handled)
         }
-        Some(key) => {
+        // Keyless, once per subject: the subject's claim is this request's key.
+        (None, Some(link)) => {
+            let id = ClaimId {
+                tenant: tenant.name.clone(),
+                digest: link.digest,
+            };
+            let window = std::time::Duration::from_millis(link.window_ms);
+            let submission = Submission::new(ANY_PAYLOAD, decide)
+                .lasting(window)
+                .waiting(wait);
+            claim(app, &id, submission, wait, true)
+                .instrument(span)
+                .await
+                .inspect(|(outcome, _)| count_made(outcome, &made))
+        }
+        (Some(key), subject) => {
             let id = ClaimId {
                 tenant: tenant.name.clone(),
                 digest: app.digester.key(&tenant.name, &key),
             };
             let fingerprint = app.digester.fingerprint(&tenant.name, &value);
-            let submission = Submission::new(fingerprint, move |at| decider.decide(at));
-            claim(app, &id, submission).instrument(span).await
+            let mut submission = Submission::new(fingerprint, decide).waiting(wait);
+            if let Some(link) = subject {
+                submission = submission.via_subject(link);
+            }
+            claim(app, &id, submission, wait, false)
+                .instrument(span)
+                .await
+                .inspect(|(outcome, _)| count_made(outcome, &made))
         }
+    }
+}
+
+/// Counts the decision a claim's answer says was made by this request.
+fn count_made(outcome: &str, made: &prometheus::IntCounter) {
+    if outcome == "first" {
+        made.inc();
     }
 }
 
@@ -162,9 +219,6 @@ impl Decider {
             now_ms,
         )
         .map_err(|e| DecideError(Box::new(e)))?;
-        DECISIONS
-            .with_label_values(&[playbook.decision.as_str()])
-            .inc();
         Ok(decision)
     }
 }
@@ -180,11 +234,43 @@ async fn keyless(app: &App, decision: Decision) -> Result<Handled, ApiError> {
     Ok(("keyless", stored(&response, false)))
 }
 
-/// A keyed signal: its claim actor decides what this request gets.
-async fn claim(app: &App, id: &ClaimId, submission: Submission) -> Result<Handled, ApiError> {
+/// A keyed signal (or one decided once per subject): its claim actor decides what this
+/// request gets. `wait` is how long it may wait for an in-flight first request, as applied;
+/// `of_subject` says that the claim is the subject's, so that a replay is a deduplicated signal.
+async fn claim(
+    app: &App,
+    id: &ClaimId,
+    submission: Submission,
+    wait: Option<std::time::Duration>,
+    of_subject: bool,
+) -> Result<Handled, ApiError> {
+    let deduplicated = |mut r: Response| {
+        r.headers_mut()
+            .insert("idem-deduplicated", HeaderValue::from_static("subject"));
+        r
+    };
     match app.engine.submit(id, submission).await {
         Ok(Reply::First(response)) => Ok(("first", stored(&response, false))),
+        Ok(Reply::Replayed(response)) if of_subject => {
+            Ok(("deduplicated", deduplicated(stored(&response, true))))
+        }
         Ok(Reply::Replayed(response)) => Ok(("replayed", stored(&response, true))),
+        Ok(Reply::Deduplicated(response)) => {
+            Ok(("deduplicated", deduplicated(stored(&response, true))))
+        }
+        Ok(Reply::Awaited(response)) => {
+            let mut r = stored(&response, true);
+            if let Some(value) = wait
+                .map(crate::prefer::applied_header)
+                .and_then(|v| HeaderValue::from_str(&v).ok())
+            {
+                r.headers_mut().insert("preference-applied", value);
+            }
+            match of_subject {
+                true => Ok(("deduplicated", deduplicated(r))),
+                false => Ok(("awaited", r)),
+            }
+        }
         Ok(Reply::InFlight) => Err(ApiError::new(
             Kind::KeyInFlight,
             "a request with this Idempotency-Key is still being processed; retry after a moment",
@@ -299,8 +385,16 @@ async fn read_body(
 
 /// Parses and validates a signal body: the JSON value (for the fingerprint) and the signal.
 pub fn parse_signal(bytes: &[u8]) -> Result<(Value, SignalRequest), ApiError> {
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::new(Kind::MalformedJson, format!("the body is not JSON: {e}")))?;
+    // A member named twice is refused: a gateway that reads the first would see another signal
+    // than the one idem decides on.
+    let value = crate::canonical::parse(bytes).map_err(|e| match e {
+        crate::canonical::ParseError::Duplicate(_) => {
+            ApiError::new(Kind::InvalidSignal, e.to_string())
+        }
+        crate::canonical::ParseError::Syntax(_) => {
+            ApiError::new(Kind::MalformedJson, e.to_string())
+        }
+    })?;
     if !value.is_object() {
         return Err(ApiError::new(
             Kind::InvalidSignal,

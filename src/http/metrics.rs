@@ -16,8 +16,8 @@ use prometheus::{
 
 use crate::http::App;
 
-/// Signals by outcome: `first`, `replayed`, `keyless`, or the problem slug of a refusal
-/// (`key-in-flight`, `key-reused`, `unauthorized`, …).
+/// Signals by outcome: `first`, `replayed`, `awaited`, `deduplicated`, `keyless`, or the problem
+/// slug of a refusal (`key-in-flight`, `key-reused`, `unauthorized`, …).
 pub static SIGNALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!("idem_signals_total", "Signals by outcome", &["outcome"])
         .expect("metric registers once")

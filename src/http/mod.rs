@@ -3,11 +3,13 @@
 //! what it answers. It decides nothing about a key and makes nothing durable itself.
 
 pub mod auth;
+pub mod decisions;
 pub mod deliveries;
 pub mod ingest;
 pub mod metrics;
 pub mod openapi;
 pub mod problem;
+pub mod query;
 pub mod ratelimit;
 pub mod server;
 
@@ -58,6 +60,8 @@ pub struct App {
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/v1/signals", post(ingest::ingest))
+        .route("/v1/decisions", get(decisions::list))
+        .route("/v1/decisions/{id}", get(decisions::show))
         .route("/v1/deliveries", get(deliveries::list))
         .route("/v1/deliveries/{id}", get(deliveries::show))
         .route("/v1/deliveries/{id}/redeliver", post(deliveries::redeliver))

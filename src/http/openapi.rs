@@ -5,8 +5,9 @@
 #![allow(dead_code)]
 
 use idem_schemas::{
-    ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecisionResponse,
-    DeliveryPage, DeliveryStatus, DeliveryView, Problem, SignalRequest, Verdict,
+    ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecidedAction,
+    DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryStatus, DeliveryView,
+    Problem, SignalRequest, Verdict,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ObjectBuilder, Type};
@@ -19,21 +20,26 @@ use crate::http::problem::Kind;
     path = "/v1/signals",
     tag = "signals",
     summary = "Post a signal; one key makes one decision",
-    description = "Checks run in order: key syntax, content type, size, JSON shape (400/413/415); API key, signature and timestamp (401); playbook (400); then the claim. A retry of a completed key replays the stored status and body byte for byte with `Idempotent-Replayed: true`.",
+    description = "Checks run in order: key syntax, content type, size, JSON shape (400/413/415); API key, signature and timestamp (401); playbook (400); then the claim. A retry of a completed key replays the stored status and body byte for byte with `Idempotent-Replayed: true`. Payloads compare by their RFC 8785 (JCS) form; a body naming a member twice is refused. A signed request without Idempotency-Key is claimed under its webhook-id. With `Prefer: wait=N`, a request whose key is in flight waits up to N seconds (capped by idempotency.max_wait) for the first request's answer and gets it as a replay with `Preference-Applied`; still in flight after the wait, 409. A playbook with once_per_subject answers further signals for a subject within its window with the first decision's response (`Idem-Deduplicated: subject`).",
     request_body(content = SignalRequest, content_type = "application/json"),
     params(
         ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 257, pattern = r#"^([\x21\x23-\x7E][\x21-\x7E]{0,254}|"[\x21\x23-\x5B\x5D-\x7E]{1,255}")$"#, description = "1 to 255 visible ASCII characters, bare or as a quoted structured-field string"),
-        ("webhook-id" = Option<String>, Header, description = "Standard Webhooks id; required when the tenant has a signing_secret; must equal Idempotency-Key when both are sent"),
+        ("Prefer" = Option<String>, Header, description = "RFC 7240; `wait=N`: wait up to N seconds (capped by idempotency.max_wait) for an in-flight key's answer instead of a 409"),
+        ("webhook-id" = Option<String>, Header, description = "Standard Webhooks id; required when the tenant has a signing_secret; must equal Idempotency-Key when both are sent; without Idempotency-Key, the request is claimed under it"),
         ("webhook-timestamp" = Option<String>, Header, description = "Unix seconds; required when the tenant has a signing_secret"),
         ("webhook-signature" = Option<String>, Header, description = "Space-separated `v1,<base64>` HMAC-SHA-256 signatures; required when the tenant has a signing_secret"),
     ),
     responses(
         (status = 201, description = "First processing, or a replay (with Idempotent-Replayed: true)", body = DecisionResponse,
-            headers(("Idempotent-Replayed" = String, description = "`true` on a replay"))),
-        (status = 400, description = "invalid-idempotency-key, malformed-json, invalid-signal, webhook-id-mismatch or unknown-signal-type", body = Problem, content_type = "application/problem+json"),
+            headers(
+                ("Idempotent-Replayed" = String, description = "`true` on a replay"),
+                ("Preference-Applied" = String, description = "`wait=N`, N the wait applied, on a request answered after waiting for its key"),
+                ("Idem-Deduplicated" = String, description = "`subject`: the first decision for this subject within its playbook's once_per_subject window"),
+            )),
+        (status = 400, description = "invalid-idempotency-key, repeated-header, malformed-json, invalid-signal, webhook-id-mismatch or unknown-signal-type", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "unauthorized, signature-required, invalid-signature or stale-timestamp", body = Problem, content_type = "application/problem+json",
             headers(("WWW-Authenticate" = String, description = "`Bearer` when the API key is missing or wrong"))),
-        (status = 409, description = "key-in-flight: the key's first request is still running", body = Problem, content_type = "application/problem+json",
+        (status = 409, description = "key-in-flight: the key's first request is still running (after the wait, with Prefer: wait; at once beyond idempotency.max_waiters)", body = Problem, content_type = "application/problem+json",
             headers(("Retry-After" = String, description = "Seconds to wait: 2"))),
         (status = 413, description = "payload-too-large: the body is over 64 KiB", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported-media-type: not application/json", body = Problem, content_type = "application/problem+json"),
@@ -44,6 +50,42 @@ use crate::http::problem::Kind;
     security(("bearer" = []))
 )]
 fn post_signals() {}
+
+#[utoipa::path(
+    get,
+    path = "/v1/decisions/{id}",
+    tag = "decisions",
+    summary = "A decision, with each action's current delivery status",
+    params(("id" = String, Path, description = "The decision id (`decision_id` of the 201 body)")),
+    responses(
+        (status = 200, body = DecisionView),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found: no such decision for this tenant, or past decisions.retention", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+fn get_decision() {}
+
+#[utoipa::path(
+    get,
+    path = "/v1/decisions",
+    tag = "decisions",
+    summary = "A subject's decisions, newest first",
+    description = "The subject is digested for the lookup, as it was when the signals were decided; it is never stored. Keyless decisions are listed too, for decisions.retention.",
+    params(
+        ("subject" = String, Query, min_length = 1, description = "The subject as the signals carried it (phone number, account id)"),
+        ("type" = Option<String>, Query, description = "Only decisions of this signal type"),
+        ("after" = Option<String>, Query, pattern = r"^dec_.+$", description = "The `next_after` of the previous page"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Page size, 1 to 200 (default 50)"),
+    ),
+    responses(
+        (status = 200, body = DecisionPage),
+        (status = 400, description = "invalid-query", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+fn list_decisions() {}
 
 #[utoipa::path(
     get,
@@ -111,10 +153,14 @@ fn openapi() {}
 #[derive(OpenApi)]
 #[openapi(
     info(title = "idem", description = "Exactly-once trust decisions for identity webhooks"),
-    paths(post_signals, get_delivery, list_deliveries, redeliver, healthz, metrics, openapi),
+    paths(
+        post_signals, get_decision, list_decisions, get_delivery, list_deliveries, redeliver,
+        healthz, metrics, openapi
+    ),
     components(schemas(
         SignalRequest, DecisionResponse, ActionResult, ActionStatus, Verdict, Problem,
-        CallbackEnvelope, CallbackData, DeliveryView, DeliveryPage, AttemptView, DeliveryStatus
+        CallbackEnvelope, CallbackData, DeliveryView, DeliveryPage, AttemptView, DeliveryStatus,
+        DecisionView, DecisionPage, DecidedAction
     )),
     modifiers(&Extras)
 )]

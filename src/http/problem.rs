@@ -10,6 +10,8 @@ use idem_schemas::Problem;
 pub enum Kind {
     /// The `Idempotency-Key` header is malformed or repeated.
     InvalidIdempotencyKey,
+    /// A header that must appear once appears more than once.
+    RepeatedHeader,
     /// The content type is not JSON.
     UnsupportedMediaType,
     /// The body is over the limit.
@@ -54,8 +56,9 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind (for documentation and tests).
-    pub const ALL: [Kind; 21] = [
+    pub const ALL: [Kind; 22] = [
         Kind::InvalidIdempotencyKey,
+        Kind::RepeatedHeader,
         Kind::UnsupportedMediaType,
         Kind::PayloadTooLarge,
         Kind::RequestTimeout,
@@ -87,6 +90,7 @@ impl Kind {
                 "invalid-idempotency-key",
                 "Invalid Idempotency-Key",
             ),
+            Kind::RepeatedHeader => (S::BAD_REQUEST, "repeated-header", "Header sent twice"),
             Kind::UnsupportedMediaType => (
                 S::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-media-type",

@@ -371,6 +371,17 @@ callback_secret = "{CALLBACK_SECRET}"
 decision = "step_up"
 actions = [ {{ name = "notify", url = "{notify}" }} ]
 
+# Decided once per subject: within the window, further signals for a subject make no decision.
+[tenants.beta.playbooks.account_takeover]
+decision = "deny"
+once_per_subject = "1h"
+actions = [ {{ name = "lock", url = "{takeover}" }} ]
+
+[tenants.beta.playbooks.breach]
+decision = "step_up"
+once_per_subject = "700ms"
+actions = [ {{ name = "reset", url = "{breach}" }} ]
+
 [tenants.beta.playbooks.outcomes]
 decision = "review"
 actions = [
@@ -386,6 +397,8 @@ actions = [
         lock = receiver.url("/lock"),
         case = receiver.url("/case"),
         notify = receiver.url("/notify"),
+        takeover = receiver.url("/takeover"),
+        breach = receiver.url("/breach"),
         ok = receiver.url("/ok"),
         busy = receiver.url("/busy"),
         refused = receiver.url("/refused"),

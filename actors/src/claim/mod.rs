@@ -14,24 +14,33 @@
 //! word on who holds the key: a claim it refuses (another generation holds the key) is answered
 //! from that generation. An actor idle for a while stops; the next request rebuilds it from the
 //! log. `Claims` is the way to these actors.
+//!
+//! A request that may wait (`Prefer: wait`) is kept as a waiter instead of being answered 409,
+//! and answered with the first request (`waiters`). A keyed claim of a playbook decided once per
+//! subject dispatches through the subject's claim instead of running its actions (`subject`).
 
 pub mod phase;
+mod subject;
+mod waiters;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use idem_schemas::timefmt::now_ms;
-use idem_schemas::{ActionOutcome, Claim, ClaimEvent, Decision, StoredResponse};
+use idem_schemas::{
+    ActionOutcome, Claim, ClaimEvent, Decision, DecisionRecord, StoredResponse, SubjectLink,
+};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::delivery::{self, DeliverySettings};
 use crate::dispatch::Dispatcher;
 use crate::failpoint;
 use crate::idle::IdleTimer;
-use crate::store::{ClaimId, LogHead, Store, StoreError, Unit, Written};
+use crate::store::{ClaimId, ClaimNews, LogHead, Store, StoreError, Unit, Written};
 use crate::supervise::{Family, RegistryError};
 use phase::{AfterCommit, Holder, InvalidTransition, Invariant, Phase, Step};
+use waiters::Waiters;
 
 /// The time windows of claims.
 #[derive(Debug, Clone)]
@@ -44,6 +53,10 @@ pub struct ClaimSettings {
     pub idle_timeout: Duration,
     /// At most this many claim actors run at once; beyond, new keys are refused (503).
     pub max_live_actors: usize,
+    /// At most this many requests wait on one key for its first request's answer; beyond, 409.
+    pub max_waiters: usize,
+    /// How long a decision is kept for lookup.
+    pub decision_retention: Duration,
     /// This process's epoch: claims made by another epoch have no live holder.
     pub holder: u64,
 }
@@ -58,7 +71,15 @@ pub struct ClaimContext {
     pub deliveries: DeliverySettings,
     /// Time windows.
     pub settings: ClaimSettings,
+    /// The claim actors' family, set once it has started: a keyed claim of a decision made once
+    /// per subject asks the subject's claim actor.
+    pub family: OnceLock<Arc<Family>>,
 }
+
+/// The fingerprint of every submission to a subject's claim: any signal for the subject is the
+/// same "payload" there, so none is refused as another one. (Body fingerprints are keyed
+/// digests, never this value.)
+pub const ANY_PAYLOAD: [u8; 32] = [0; 32];
 
 /// Why a decision could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +122,16 @@ pub struct Submission {
     /// Set when the actor starts handling the submission, so a caller whose call ends without a
     /// reply knows whether it may safely send it again (never handled) or not.
     accepted: AtomicBool,
+    /// How long the request may wait for an in-flight first request's answer (`Prefer: wait`).
+    wait: Option<Duration>,
+    /// How long a claim this submission wins holds (the key's `key_ttl` when `None`).
+    lasts: Option<Duration>,
+    /// The subject's claim the decision goes through, for a playbook decided once per subject.
+    subject: Option<SubjectLink>,
+    /// Sent by a key's claim to its subject's: it waits without counting against
+    /// `max_waiters`, which bounds clients' requests (the claims that wait are bounded by the
+    /// live actors).
+    from_a_claim: bool,
 }
 
 impl Submission {
@@ -113,7 +144,39 @@ impl Submission {
             fingerprint,
             decide: Mutex::new(Some(Box::new(decide))),
             accepted: AtomicBool::new(false),
+            wait: None,
+            lasts: None,
+            subject: None,
+            from_a_claim: false,
         }
+    }
+
+    /// The same submission, sent by a key's claim to its subject's claim.
+    fn sent_by_a_claim(mut self) -> Self {
+        self.from_a_claim = true;
+        self
+    }
+
+    /// The same submission, whose claim holds for `lasts` instead of `key_ttl` (a subject's
+    /// claim holds for its playbook's `once_per_subject` window).
+    pub fn lasting(mut self, lasts: Duration) -> Self {
+        self.lasts = Some(lasts);
+        self
+    }
+
+    /// The same submission, whose decision, if it wins the key, goes through the subject's
+    /// claim `subject`: the subject's claim runs the actions, unless another decision holds it,
+    /// whose response then becomes this key's.
+    pub fn via_subject(mut self, subject: SubjectLink) -> Self {
+        self.subject = Some(subject);
+        self
+    }
+
+    /// The same submission, which waits up to `wait` for an in-flight first request's answer
+    /// instead of being answered [`Reply::InFlight`] at once.
+    pub fn waiting(mut self, wait: Option<Duration>) -> Self {
+        self.wait = wait.filter(|w| !w.is_zero());
+        self
     }
 
     /// The decision of this request, made at `now_ms` (once: a submission wins at most once).
@@ -140,6 +203,12 @@ pub enum Reply {
     First(StoredResponse),
     /// The key completed earlier: the stored response, to send with `Idempotent-Replayed`.
     Replayed(StoredResponse),
+    /// The request waited for the key's first request, whose stored response this is (a
+    /// replay too).
+    Awaited(StoredResponse),
+    /// This request claimed the key, and its subject had a decision already: that decision's
+    /// response, now this key's too (a replay of the subject's).
+    Deduplicated(StoredResponse),
     /// Another request holds the key right now.
     InFlight,
     /// The key was used with another payload.
@@ -161,6 +230,15 @@ pub enum ClaimMsg {
         /// The run took over a claim whose holder is gone (which may have written some of the
         /// delivery logs before it died).
         taken_over: bool,
+        /// For a claim that went through its subject's claim: the response the subject's claim
+        /// answered, and whether it was another decision's (the actions ran there, not here).
+        subject: Option<(StoredResponse, bool)>,
+    },
+    /// The subject's claim of generation `generation` is held by another request still in flight:
+    /// the first request is answered as a duplicate of an in-flight key while this claim waits.
+    SubjectInFlight {
+        /// The claim generation asking.
+        generation: u64,
     },
     /// A unit the actor committed (for generation `generation`) is durable, or failed.
     Committed {
@@ -171,12 +249,22 @@ pub enum ClaimMsg {
     },
     /// Time to check whether the actor has been idle long enough to stop (its own timer).
     IdleCheck,
+    /// Waiter `id`'s wait is over: if it is still waiting, it gets [`Reply::InFlight`].
+    WaitOver(u64),
+    /// Another node has requests waiting for this claim, which this node holds.
+    Asked,
+    /// The claim, held on another node, has a durable answer: the waiters here may have it.
+    Answered,
 }
 
 /// The key's first request, waiting for its answer.
 struct First {
     reply: RpcReplyPort<Reply>,
     fingerprint: [u8; 32],
+    /// How long it may wait should the key turn out to be in flight after all.
+    wait: Option<Duration>,
+    /// Whether it would count against `max_waiters` (a client's request does).
+    capped: bool,
 }
 
 /// The response to a decision's first processing, given its actions' outcomes.
@@ -202,10 +290,27 @@ pub struct ClaimState {
     /// The first request of the current generation, from its claim (or take-over) until it is
     /// answered: while it waits, what the phase holds may not be durable yet.
     first: Option<First>,
+    /// Requests with the first request's payload waiting for its answer.
+    waiters: Waiters,
+    /// The current generation waits for its subject's claim, its first request answered 409.
+    awaiting_subject: bool,
+    /// The current generation's response is another decision's, by its subject's claim.
+    deduplicated: bool,
     idle: IdleTimer<ClaimMsg>,
 }
 
 impl ClaimState {
+    /// `decision` as kept for lookup, for the decision retention.
+    fn record(&self, decision: &Decision) -> DecisionRecord {
+        let retention = self.ctx.settings.decision_retention.as_millis() as u64;
+        DecisionRecord::of(decision, decision.created_at_ms + retention)
+    }
+
+    /// Whether the current generation is still working towards its answer.
+    fn busy(&self) -> bool {
+        self.first.is_some() || self.awaiting_subject
+    }
+
     fn holder(&self) -> Holder {
         let settings = &self.ctx.settings;
         Holder {
@@ -256,16 +361,67 @@ impl ClaimState {
 
     /// Answers the first request with `reply`.
     fn answer(&mut self, reply: Reply) {
+        self.awaiting_subject = false;
         if let Some(first) = self.first.take() {
             let _ = first.reply.send(reply);
         }
     }
 
-    /// Answers the waiting first request with the failure `e` and hands `e` on, for the actor
-    /// to stop.
+    /// Answers every waiter with the key's durable `response`, at once, and the nodes waiting
+    /// for it.
+    fn release_waiters(&mut self, response: &StoredResponse) {
+        if self.waiters.release(response) {
+            self.ctx.store.announce_answer(&self.id);
+        }
+    }
+
+    /// Keeps `reply` waiting for the key's answer for up to `wait`, if there is room; gives
+    /// `reply` back otherwise.
+    fn keep_waiting(
+        &mut self,
+        myself: &ActorRef<ClaimMsg>,
+        reply: RpcReplyPort<Reply>,
+        wait: Duration,
+        capped: bool,
+    ) -> Option<RpcReplyPort<Reply>> {
+        let max = match capped {
+            true => self.ctx.settings.max_waiters,
+            false => usize::MAX,
+        };
+        let full = self.waiters.keep(myself, reply, wait, max);
+        // Held by another node (several share the store): ask it to say when it is answered.
+        let holder = self.phase.claim().map(|c| c.holder);
+        if let Some(holder) = holder.filter(|h| full.is_none() && *h != self.ctx.settings.holder) {
+            if !std::mem::replace(&mut self.waiters.asked_holder, true) {
+                self.ctx.store.ask_holder(&self.id, holder);
+            }
+        }
+        full
+    }
+
+    /// The claim has an answer on another node: the waiters get it, read from the store.
+    async fn heard_answered(&mut self) -> Result<(), ClaimError> {
+        if self.waiters.is_empty() || self.busy() {
+            return Ok(());
+        }
+        let Some(log) = self.ctx.store.load_claim(&self.id, now_ms()).await? else {
+            return Ok(());
+        };
+        self.adopt(log.events, log.head)?;
+        let response = match &self.phase {
+            Phase::Completed(_, response) | Phase::Dispatched(_, _, response) => response.clone(),
+            _ => return Ok(()),
+        };
+        self.release_waiters(&response);
+        Ok(())
+    }
+
+    /// Answers the waiting first request with the failure `e`, and the waiters that the key is
+    /// still in flight, and hands `e` on, for the actor to stop.
     fn fail(&mut self, e: ClaimError) -> Result<(), Arc<ClaimError>> {
         let e = Arc::new(e);
         self.answer(Reply::Failed(e.clone()));
+        self.waiters.refuse();
         Err(e)
     }
 
@@ -295,9 +451,20 @@ impl ClaimActor {
     ) -> Result<(), ClaimError> {
         let claim = state.phase.claim().ok_or(Invariant::NoClaim("dispatch"))?;
         let decision = claim.decision.clone();
-        let dispatcher = state.ctx.dispatcher.clone();
         let generation = state.generation;
         let me = myself.clone();
+        if let Some(link) = claim.subject {
+            tokio::spawn(subject::through_subject(
+                state.ctx.clone(),
+                me,
+                generation,
+                decision,
+                link,
+                taken_over,
+            ));
+            return Ok(());
+        }
+        let dispatcher = state.ctx.dispatcher.clone();
         tokio::spawn(async move {
             let outcomes = dispatcher.dispatch(&decision).await;
             // If the actor is gone (it failed), the claim stays in flight in the store and is
@@ -306,8 +473,33 @@ impl ClaimActor {
                 generation,
                 outcomes,
                 taken_over,
+                subject: None,
             });
         });
+        Ok(())
+    }
+
+    /// The subject's claim is held by a request in flight: the first request is answered as a
+    /// duplicate of an in-flight key (or waits, if it asked to), and the claim waits on.
+    fn subject_in_flight(
+        myself: &ActorRef<ClaimMsg>,
+        state: &mut ClaimState,
+        generation: u64,
+    ) -> Result<(), ClaimError> {
+        if generation != state.generation || !matches!(state.phase, Phase::InFlight(_)) {
+            return Ok(());
+        }
+        let Some(first) = state.first.take() else {
+            return Ok(());
+        };
+        state.awaiting_subject = true;
+        let refused = match first.wait {
+            Some(wait) => state.keep_waiting(myself, first.reply, wait, first.capped),
+            None => Some(first.reply),
+        };
+        if let Some(reply) = refused {
+            let _ = reply.send(Reply::InFlight);
+        }
         Ok(())
     }
 
@@ -323,7 +515,16 @@ impl ClaimActor {
         let answer = match phase::step(&state.phase, waiting, &sub.fingerprint, now, state.holder())
         {
             Step::Replay(response) => Reply::Replayed(response),
-            Step::InFlight => Reply::InFlight,
+            Step::InFlight => match sub.wait {
+                Some(wait) => match state.keep_waiting(myself, reply, wait, !sub.from_a_claim) {
+                    None => return Ok(()),
+                    Some(full) => {
+                        let _ = full.send(Reply::InFlight);
+                        return Ok(());
+                    }
+                },
+                None => Reply::InFlight,
+            },
             Step::Mismatch => Reply::Mismatch,
             Step::Claim => return Self::claim(myself, state, &sub, reply, now),
             // The holder looks gone from here; the store has the last word (on a shared store,
@@ -333,6 +534,8 @@ impl ClaimActor {
                 state.first = Some(First {
                     reply,
                     fingerprint: sub.fingerprint,
+                    wait: sub.wait,
+                    capped: !sub.from_a_claim,
                 });
                 state.commit(myself, Unit::new().take_over_claim(head));
                 return Ok(());
@@ -340,7 +543,11 @@ impl ClaimActor {
             // The recovery point is durable, and with it the delivery logs (written before it,
             // in the same unit): complete with the recorded response. It was stored before this
             // request came: the answer is a replay.
-            Step::Finish => Reply::Replayed(state.complete()?),
+            Step::Finish => {
+                let response = state.complete()?;
+                state.release_waiters(&response);
+                Reply::Replayed(response)
+            }
         };
         let _ = reply.send(answer);
         Ok(())
@@ -365,37 +572,46 @@ impl ClaimActor {
             }
         };
         state.generation = generation;
+        state.deduplicated = false;
         state.first = Some(First {
             reply,
             fingerprint: sub.fingerprint,
+            wait: sub.wait,
+            capped: !sub.from_a_claim,
         });
+        let lasts = sub.lasts.unwrap_or(state.ctx.settings.key_ttl);
         let claim = Claim {
             fingerprint: sub.fingerprint,
             holder: state.ctx.settings.holder,
             claimed_at_ms: generation,
-            expires_at_ms: generation + state.ctx.settings.key_ttl.as_millis() as u64,
+            expires_at_ms: generation + lasts.as_millis() as u64,
             decision,
+            subject: sub.subject,
         };
-        let events = if claim.decision.deliveries.is_empty() {
+        let unit = if claim.decision.deliveries.is_empty() && claim.subject.is_none() {
             // Nothing runs between this decision's claim, recovery point and completion, so
             // there is no side effect to guard: the three records are one durable write,
-            // answered once it is durable.
+            // answered once it is durable, and the decision is kept with them.
             let response = first_response(&claim.decision, &[])?;
-            vec![
+            let record = state.record(&claim.decision);
+            let events = vec![
                 ClaimEvent::Claimed(claim),
                 ClaimEvent::Dispatched {
                     outcomes: Vec::new(),
                     response,
                 },
                 ClaimEvent::Completed,
-            ]
+            ];
+            Unit::new()
+                .start_claim(state.id.clone(), events)
+                .record_decision(record)
         } else {
             // The claim, with its decision and every callback body, is durable before any
             // action runs (they start once it is): a crash from here on resumes this decision,
             // never a new one.
-            vec![ClaimEvent::Claimed(claim)]
+            Unit::new().start_claim(state.id.clone(), vec![ClaimEvent::Claimed(claim)])
         };
-        state.commit(myself, Unit::new().start_claim(state.id.clone(), events));
+        state.commit(myself, unit);
         Ok(())
     }
 
@@ -405,10 +621,11 @@ impl ClaimActor {
         generation: u64,
         outcomes: Vec<ActionOutcome>,
         taken_over: bool,
+        subject: Option<(StoredResponse, bool)>,
     ) -> Result<(), ClaimError> {
         let running = generation == state.generation
             && matches!(state.phase, Phase::InFlight(_))
-            && state.first.is_some();
+            && state.busy();
         if !running {
             return Ok(());
         }
@@ -416,16 +633,30 @@ impl ClaimActor {
         let (Some(claim), Some(head)) = (state.phase.claim(), &state.head) else {
             return Err(Invariant::NoClaim("record the recovery point").into());
         };
+        // Through the subject's claim, the actions ran there (or another decision's did): this
+        // key records the subject's response, and no delivery of its own.
+        if let Some((response, deduplicated)) = subject {
+            state.deduplicated = deduplicated;
+            let unit = Unit::new().append_claim(
+                head.clone(),
+                vec![ClaimEvent::Dispatched { outcomes, response }],
+            );
+            state.commit(myself, unit);
+            return Ok(());
+        }
         // The recovery point: once the outcomes and the response built from them are durable, a
         // retry answers that response and never runs the actions again; the first request is
         // answered only then. The delivery logs (queued ones enter the retry queue) are in the
         // same unit, written first, so they are durable no later.
         let response = first_response(&claim.decision, &outcomes)?;
         let logs = delivery::new_logs(&claim.decision, &outcomes, &state.ctx.deliveries);
-        let mut unit = Unit::new().write_deliveries(logs).append_claim(
-            head.clone(),
-            vec![ClaimEvent::Dispatched { outcomes, response }],
-        );
+        let mut unit = Unit::new()
+            .write_deliveries(logs)
+            .record_decision(state.record(&claim.decision))
+            .append_claim(
+                head.clone(),
+                vec![ClaimEvent::Dispatched { outcomes, response }],
+            );
         if taken_over {
             unit = unit.skipping_existing();
         }
@@ -439,7 +670,7 @@ impl ClaimActor {
         generation: u64,
         outcome: Result<Written, StoreError>,
     ) -> Result<(), ClaimError> {
-        if generation != state.generation || state.first.is_none() {
+        if generation != state.generation || !state.busy() {
             return Ok(());
         }
         match outcome? {
@@ -453,6 +684,7 @@ impl ClaimActor {
             // the last word): this request is answered from what the store holds.
             Written::Held(log) => {
                 state.adopt(log.events, log.head)?;
+                state.awaiting_subject = false;
                 let Some(first) = state.first.take() else {
                     return Ok(());
                 };
@@ -466,9 +698,23 @@ impl ClaimActor {
                     Step::Replay(response) => Reply::Replayed(response),
                     Step::Mismatch => Reply::Mismatch,
                     // In flight (a take-over the store refused: the holder lives), or in a
-                    // state the next request will resolve.
-                    _ => Reply::InFlight,
+                    // state the next request will resolve. A request that may wait does.
+                    _ => match first.wait {
+                        Some(wait) => {
+                            match state.keep_waiting(myself, first.reply, wait, first.capped) {
+                                None => return Ok(()),
+                                Some(full) => {
+                                    let _ = full.send(Reply::InFlight);
+                                    return Ok(());
+                                }
+                            }
+                        }
+                        None => Reply::InFlight,
+                    },
                 };
+                if let Reply::Replayed(response) = &answer {
+                    state.release_waiters(response);
+                }
                 let _ = first.reply.send(answer);
                 return Ok(());
             }
@@ -501,8 +747,12 @@ impl ClaimActor {
             }
         };
         // The response is durable (in the recovery point) before it leaves: a replay can never
-        // differ.
-        state.answer(Reply::First(response));
+        // differ. The waiters get it the same moment.
+        state.release_waiters(&response);
+        match state.deduplicated {
+            true => state.answer(Reply::Deduplicated(response)),
+            false => state.answer(Reply::First(response)),
+        }
         Ok(())
     }
 }
@@ -535,6 +785,9 @@ impl Actor for ClaimActor {
             head: None,
             phase: Phase::Free,
             first: None,
+            waiters: Waiters::default(),
+            awaiting_subject: false,
+            deduplicated: false,
             idle: IdleTimer::start(&myself, args.ctx.settings.idle_timeout, || {
                 ClaimMsg::IdleCheck
             }),
@@ -553,8 +806,12 @@ impl Actor for ClaimActor {
         state: &mut ClaimState,
     ) -> Result<(), ActorProcessingErr> {
         let outcome = match message {
+            ClaimMsg::WaitOver(id) => {
+                state.waiters.over(id);
+                return Ok(());
+            }
             ClaimMsg::IdleCheck => {
-                let busy = state.first.is_some();
+                let busy = state.busy() || !state.waiters.is_empty();
                 if state.idle.expired(&myself, busy) {
                     myself.stop(Some("idle".into()));
                 }
@@ -565,7 +822,20 @@ impl Actor for ClaimActor {
                 generation,
                 outcomes,
                 taken_over,
-            } => Self::dispatched(&myself, state, generation, outcomes, taken_over),
+                subject,
+            } => Self::dispatched(&myself, state, generation, outcomes, taken_over, subject),
+            ClaimMsg::SubjectInFlight { generation } => {
+                Self::subject_in_flight(&myself, state, generation)
+            }
+            ClaimMsg::Asked => {
+                // Answered already (or never held here): the asking node reads what is stored.
+                match state.busy() {
+                    true => state.waiters.remote = true,
+                    false => state.ctx.store.announce_answer(&state.id),
+                }
+                Ok(())
+            }
+            ClaimMsg::Answered => state.heard_answered().await,
             ClaimMsg::Committed {
                 generation,
                 outcome,
@@ -593,7 +863,7 @@ fn actor_name(family: &Family, id: &ClaimId) -> String {
 
 /// The way to claim actors: finds or starts a key's actor and hands it a request.
 pub struct Claims {
-    family: Family,
+    family: Arc<Family>,
     ctx: Arc<ClaimContext>,
 }
 
@@ -601,39 +871,15 @@ impl Claims {
     /// Starts the claim supervisor. `instance` makes actor names unique when several servers
     /// share a process (ractor's registry is process-wide).
     pub async fn start(instance: &str, ctx: Arc<ClaimContext>) -> Result<Self, RegistryError> {
-        Ok(Claims {
-            family: Family::start(instance, "claim", ctx.settings.max_live_actors).await?,
-            ctx,
-        })
+        let family =
+            Arc::new(Family::start(instance, "claim", ctx.settings.max_live_actors).await?);
+        let _ = ctx.family.set(family.clone());
+        Ok(Claims { family, ctx })
     }
 
     /// Hands `sub` to the key's actor, starting it if needed, and waits for its answer.
     pub async fn submit(&self, id: &ClaimId, sub: Submission) -> Result<Reply, RegistryError> {
-        let sub = Arc::new(sub);
-        let name = actor_name(&self.family, id);
-        // Sabotage (failpoints builds only): an actor per request, nothing serialised.
-        let name = match crate::failpoint::switched_on("sabotage") {
-            true => format!("{name}/{:p}", Arc::as_ptr(&sub)),
-            false => name,
-        };
-        for _ in 0..MAX_ROUNDS {
-            let args = || ClaimArgs {
-                id: id.clone(),
-                ctx: self.ctx.clone(),
-            };
-            let actor = self.family.actor(&name, || ClaimActor, args).await?;
-            let outgoing = sub.clone();
-            match actor
-                .call(|port| ClaimMsg::Submit(outgoing, port), None)
-                .await
-            {
-                Ok(ractor::rpc::CallResult::Success(reply)) => return Ok(reply),
-                // The actor stopped before handling the request: safe to send it again.
-                Ok(_) | Err(_) if !sub.was_accepted() => tokio::task::yield_now().await,
-                Ok(_) | Err(_) => return Err(RegistryError::ActorFailed),
-            }
-        }
-        Err(RegistryError::Unavailable)
+        submit(&self.family, &self.ctx, id, sub).await
     }
 
     /// The claim actors' family (liveness, failures).
@@ -641,10 +887,66 @@ impl Claims {
         &self.family
     }
 
+    /// Hands news from another node to the claim's actor here. Asked for a claim this node
+    /// holds but whose actor has stopped (nothing of it is in flight here), it says at once that
+    /// the answer is in the store.
+    pub fn hear(&self, news: ClaimNews) {
+        let (id, message) = match news {
+            ClaimNews::Asked { id, holder } if holder == self.ctx.settings.holder => {
+                (id, ClaimMsg::Asked)
+            }
+            ClaimNews::Asked { .. } => return,
+            ClaimNews::Answered { id } => (id, ClaimMsg::Answered),
+        };
+        let actor = ActorRef::<ClaimMsg>::where_is(actor_name(&self.family, &id));
+        match (actor, message) {
+            (Some(actor), message) => {
+                let _ = actor.cast(message);
+            }
+            (None, ClaimMsg::Asked) => self.ctx.store.announce_answer(&id),
+            (None, _) => {}
+        }
+    }
+
     /// Stops every claim actor and the supervisor.
     pub async fn shutdown(&self) {
         self.family.shutdown().await;
     }
+}
+
+/// Hands `sub` to the actor of `id` in `family`, starting it if needed, and waits for its
+/// answer.
+async fn submit(
+    family: &Family,
+    ctx: &Arc<ClaimContext>,
+    id: &ClaimId,
+    sub: Submission,
+) -> Result<Reply, RegistryError> {
+    let sub = Arc::new(sub);
+    let name = actor_name(family, id);
+    // Sabotage (failpoints builds only): an actor per request, nothing serialised.
+    let name = match crate::failpoint::switched_on("sabotage") {
+        true => format!("{name}/{:p}", Arc::as_ptr(&sub)),
+        false => name,
+    };
+    for _ in 0..MAX_ROUNDS {
+        let args = || ClaimArgs {
+            id: id.clone(),
+            ctx: ctx.clone(),
+        };
+        let actor = family.actor(&name, || ClaimActor, args).await?;
+        let outgoing = sub.clone();
+        match actor
+            .call(|port| ClaimMsg::Submit(outgoing, port), None)
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(reply)) => return Ok(reply),
+            // The actor stopped before handling the request: safe to send it again.
+            Ok(_) | Err(_) if !sub.was_accepted() => tokio::task::yield_now().await,
+            Ok(_) | Err(_) => return Err(RegistryError::ActorFailed),
+        }
+    }
+    Err(RegistryError::Unavailable)
 }
 
 #[cfg(test)]

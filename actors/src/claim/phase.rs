@@ -198,6 +198,7 @@ mod tests {
                 created_at_ms: T,
                 deliveries: vec![],
             },
+            subject: None,
         }
     }
 

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use idem_schemas::{ClaimEvent, DeliveryEvent, DeliveryRecord, DeliveryStatus};
+use idem_schemas::{ClaimEvent, DecisionRecord, DeliveryEvent, DeliveryRecord, DeliveryStatus};
 
 use crate::codec::CodecError;
 
@@ -100,6 +100,9 @@ pub struct Unit {
     /// New deliveries may exist already (a take-over after a crash): those are left alone.
     skip_existing: bool,
     claim: Option<ClaimWrite>,
+    /// Decisions to keep for lookup, written only if the unit's claim write is (a fenced or
+    /// refused one writes none); one kept already is left as it is.
+    decisions: Vec<DecisionRecord>,
 }
 
 impl Unit {
@@ -135,6 +138,12 @@ impl Unit {
     /// Writes delivery logs (new ones, and answers to attempts or redeliveries).
     pub fn write_deliveries(mut self, writes: Vec<DeliveryWrite>) -> Self {
         self.deliveries.extend(writes);
+        self
+    }
+
+    /// Keeps `decision` for lookup, until its `expires_at_ms`.
+    pub fn record_decision(mut self, decision: DecisionRecord) -> Self {
+        self.decisions.push(decision);
         self
     }
 
@@ -209,6 +218,9 @@ pub enum StoreError {
         format = sled::FORMAT
     )]
     Format(String),
+    /// The database holds claims in a form this idem no longer reads: what was found there.
+    #[error("store: the database holds {0}")]
+    OldClaims(String),
     /// A write or sync failed earlier, and the store cannot vouch for what it holds since: it
     /// refuses everything until idem restarts and recovers from what is durable.
     #[error("store: failed for good after {0}; restart idem to recover from what is durable")]
@@ -308,6 +320,34 @@ pub trait ClaimStore: Send + Sync {
     fn sweep_claims(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError>;
 }
 
+/// Decisions kept for lookup; written through a [`Unit`].
+pub trait DecisionStore: Send + Sync {
+    /// `tenant`'s decision `id`, if it is kept and has not expired at `now_ms`.
+    fn load_decision<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        now_ms: u64,
+    ) -> Read<'a, Option<DecisionRecord>>;
+
+    /// Up to `limit` of `tenant`'s decisions about the subject whose digest is `subject_hash`
+    /// (of `signal_type` only, if given), newest first, older than the decision `before` if
+    /// given, unexpired at `now_ms`.
+    fn decisions_about<'a>(
+        &'a self,
+        tenant: &'a str,
+        subject_hash: &'a str,
+        signal_type: Option<&'a str>,
+        before: Option<&'a str>,
+        limit: usize,
+        now_ms: u64,
+    ) -> Read<'a, Vec<DecisionRecord>>;
+
+    /// Forgets up to `limit` decisions expired before `now_ms`; how many. It blocks: call it
+    /// from a blocking thread.
+    fn expire_decisions(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError>;
+}
+
 /// A due-index or retention-index entry: when, and which delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Timed {
@@ -378,8 +418,37 @@ pub trait DeliveryStore: Send + Sync {
 /// commit thread, so it only hands the news on.
 pub type Then = Box<dyn FnOnce(Result<Written, StoreError>) + Send>;
 
+/// News of a claim from another node sharing the store: how a request waiting on one node
+/// (`Prefer: wait`) for a claim held on another hears that its answer is durable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimNews {
+    /// A node has requests waiting for the claim `id`, which the node of epoch `holder` holds.
+    Asked {
+        /// The claim.
+        id: ClaimId,
+        /// The epoch of the claim's holder, which is to answer.
+        holder: u64,
+    },
+    /// The claim `id` has a durable answer (it may have been there before it was asked for).
+    Answered {
+        /// The claim.
+        id: ClaimId,
+    },
+}
+
 /// A store: claims, deliveries, and the commit that makes a unit durable.
-pub trait Store: ClaimStore + DeliveryStore {
+pub trait Store: ClaimStore + DeliveryStore + DecisionStore {
+    /// Tells the other nodes that this one has requests waiting for the claim `id`, held by the
+    /// node of epoch `holder` (nothing to tell on a store of one process).
+    fn ask_holder(&self, id: &ClaimId, holder: u64);
+
+    /// Tells the other nodes that the claim `id` has a durable answer.
+    fn announce_answer(&self, id: &ClaimId);
+
+    /// The news from the other nodes, taken once by the engine; `None` on a store of one
+    /// process.
+    fn claim_news(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<ClaimNews>>;
+
     /// Applies `unit` and calls `then` once it is durable, with what it came to. Every unit
     /// committed before is durable no later.
     fn commit_then(&self, unit: Unit, then: Then);

@@ -1,6 +1,8 @@
-//! `keyless`: signed `sim_swap` signals without an idempotency key, as fast as answered (or
-//! paced by `--rate`): the floor of HTTP, auth, signature, playbook, one callback and its durable
-//! delivery log (one group commit), which the other scenarios' rates are a ratio to.
+//! `keyless`: `sim_swap` signals without an idempotency key, as fast as answered (or paced by
+//! `--rate`), from a tenant that signs nothing (a signed request is claimed under its
+//! `webhook-id`): the floor of HTTP, auth, playbook, one callback, its durable delivery log and
+//! the decision kept for lookup (one group commit), which the other scenarios' rates are a ratio
+//! to.
 
 use super::{with_storage_written, Context};
 use crate::callgrind::{self, Counters, Measured};

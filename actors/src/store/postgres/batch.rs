@@ -207,6 +207,39 @@ async fn commit(
         starts = later;
     }
 
+    // Decisions of the units whose claim write was not refused, kept once each.
+    let mut decisions: Vec<&idem_schemas::DecisionRecord> = units
+        .iter()
+        .enumerate()
+        .filter(|(n, _)| !matches!(written[*n], Some(Written::Fenced | Written::Held(_))))
+        .flat_map(|(_, u)| u.decisions.iter())
+        .collect();
+    if !decisions.is_empty() {
+        decisions.sort_by(|a, b| (&a.tenant, &a.id).cmp(&(&b.tenant, &b.id)));
+        let mut tenants = Vec::new();
+        let mut ids = Vec::new();
+        let mut subjects = Vec::new();
+        let mut types = Vec::new();
+        let mut expiries = Vec::new();
+        let mut records = Vec::new();
+        for d in decisions {
+            tenants.push(d.tenant.as_str());
+            ids.push(d.id.as_str());
+            subjects.push(super::decisions::subject_bytes(&d.subject_hash));
+            types.push(d.signal_type.as_str());
+            expiries.push(d.expires_at_ms as i64);
+            records.push(codec::encode(d)?);
+        }
+        super::run(
+            &tx,
+            "INSERT INTO idem_decisions (tenant, id, subject, signal_type, expires_at_ms, record) \
+             SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int8[], \
+             $6::bytea[]) ON CONFLICT (tenant, id) DO NOTHING",
+            &[&tenants, &ids, &subjects, &types, &expiries, &records],
+        )
+        .await?;
+    }
+
     if !completions.is_empty() {
         let mut completions = completions.to_vec();
         completions.sort_by_key(|a| key(&a.id));

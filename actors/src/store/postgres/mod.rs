@@ -9,7 +9,9 @@
 
 mod batch;
 mod claims;
+mod decisions;
 mod deliveries;
+mod news;
 pub mod schema;
 
 use std::sync::Arc;
@@ -41,6 +43,8 @@ pub struct PgStore {
     loads: mpsc::UnboundedSender<claims::Load>,
     /// The runtime the blocking calls (the sweeps) run their queries on.
     runtime: tokio::runtime::Handle,
+    /// What this node tells the others of claims, and hears from them.
+    news: Arc<news::News>,
     /// Never set: the database keeps its own durability, so a failed commit leaves nothing in
     /// this process to distrust, and the store goes on once the database answers again.
     halt: tokio::sync::watch::Sender<Option<StoreError>>,
@@ -51,6 +55,7 @@ impl PgStore {
     /// node is alive, and starts the group commit and the heartbeat.
     pub async fn open(url: &str, pool_size: usize, node: Node) -> Result<Arc<Self>, StoreError> {
         let config: tokio_postgres::Config = url.parse()?;
+        let news = news::News::start(config.clone());
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -77,6 +82,7 @@ impl PgStore {
             jobs,
             loads,
             runtime: tokio::runtime::Handle::current(),
+            news,
             halt: tokio::sync::watch::channel(None).0,
         });
         tokio::spawn(beat(Arc::downgrade(&store)));
@@ -210,6 +216,18 @@ async fn beat(store: std::sync::Weak<PgStore>) {
 }
 
 impl Store for PgStore {
+    fn ask_holder(&self, id: &crate::store::ClaimId, holder: u64) {
+        self.news.ask(id, holder);
+    }
+
+    fn announce_answer(&self, id: &crate::store::ClaimId) {
+        self.news.answered(id);
+    }
+
+    fn claim_news(&self) -> Option<mpsc::UnboundedReceiver<crate::store::ClaimNews>> {
+        self.news.take()
+    }
+
     fn commit_then(&self, unit: Unit, then: Then) {
         if let Err(refused) = self.jobs.send(Job::Unit(unit, then)) {
             if let Job::Unit(_, then) = refused.0 {

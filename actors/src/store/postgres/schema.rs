@@ -48,7 +48,29 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX idem_deliveries_listing ON idem_deliveries (tenant, status, id);
     CREATE INDEX idem_deliveries_expiry ON idem_deliveries (expires_at_ms);
     "#,
+    // 2: decisions kept for lookup (one row per decision: its record, its subject's digest for
+    // the subject's listing in id order, which is the order decisions are made, and the end of
+    // its retention). Besides, a claim's log names its subject's claim and payload fingerprints
+    // are of the body's RFC 8785 form: a version-1 database that holds claims is refused (see
+    // `migrate`).
+    r#"
+    CREATE TABLE idem_decisions (
+        tenant        text   NOT NULL,
+        id            text   NOT NULL,
+        subject       bytea  NOT NULL,
+        signal_type   text   NOT NULL,
+        expires_at_ms bigint NOT NULL,
+        record        bytea  NOT NULL,
+        PRIMARY KEY (tenant, id)
+    );
+    CREATE INDEX idem_decisions_subject ON idem_decisions (tenant, subject, id);
+    CREATE INDEX idem_decisions_expiry ON idem_decisions (expires_at_ms);
+    "#,
 ];
+
+/// The first schema whose claim logs this idem reads: older logs encode another claim record
+/// and fingerprint payloads another way.
+const FIRST_READABLE_CLAIMS: i32 = 2;
 
 /// The schema version this idem reads and writes.
 pub const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -69,6 +91,19 @@ pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
             found,
             known: VERSION,
         });
+    }
+    if found > 0 && found < FIRST_READABLE_CLAIMS {
+        let claims: i64 = tx
+            .query_one("SELECT count(*) FROM idem_claims", &[])
+            .await?
+            .get(0);
+        if claims > 0 {
+            return Err(StoreError::OldClaims(format!(
+                "schema {found} with {claims} claims that an older idem wrote (this idem reads \
+                 claims of schema {FIRST_READABLE_CLAIMS} on): start on a new database, or stop \
+                 every node, let key_ttl pass and delete the rows of idem_claims"
+            )));
+        }
     }
     for (n, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
         tracing::info!(version = n + 1, "migrating the database schema");

@@ -9,6 +9,10 @@
 //! - `delivery_due` and `delivery_expiry`: `time ‖ delivery id`, the retry queue and the
 //!   retention index.
 //! - `delivery_status`: `tenant length ‖ tenant ‖ status ‖ delivery id`, the tenant's listing.
+//! - `decisions`: `tenant length ‖ tenant ‖ decision id → record`.
+//! - `decisions_by_subject`: `tenant length ‖ tenant ‖ digest length ‖ subject digest ‖
+//!   decision id → decision id`, a subject's decisions in the order they were made.
+//! - `decision_expiry`: `expires_at ‖ tenant length ‖ tenant ‖ decision id`.
 
 use idem_schemas::DeliveryStatus;
 
@@ -169,4 +173,34 @@ pub fn delivery_key(id: &str, seq: u32) -> Vec<u8> {
     let mut key = delivery_prefix(id);
     key.extend_from_slice(&seq.to_be_bytes());
     key
+}
+
+/// A kept decision's key: `tenant length ‖ tenant ‖ id`.
+pub fn decision_key(tenant: &str, id: &str) -> Vec<u8> {
+    let mut key = tenant_prefix(tenant);
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// The start of a subject's decisions: `tenant length ‖ tenant ‖ digest length ‖ digest`, the
+/// digest as the bytes behind its hex.
+pub fn subject_prefix(tenant: &str, subject_hash: &str) -> Vec<u8> {
+    let digest = hex::decode(subject_hash).unwrap_or_else(|_| subject_hash.as_bytes().to_vec());
+    let mut key = tenant_prefix(tenant);
+    // A subject digest is 32 bytes; an odd one stored by hand is cut rather than misread.
+    key.push(digest.len().min(255) as u8);
+    key.extend_from_slice(&digest[..digest.len().min(255)]);
+    key
+}
+
+/// A `decision_expiry` key back into its tenant and decision id.
+pub fn split_decision_expiry_key(key: &[u8]) -> Result<(String, String), StoreError> {
+    let malformed = StoreError::Malformed("decision_expiry");
+    let (_, rest) = key.split_first_chunk::<8>().ok_or(malformed.clone())?;
+    let (&len, rest) = rest.split_first().ok_or(malformed.clone())?;
+    let (tenant, id) = rest
+        .split_at_checked(len as usize)
+        .ok_or(malformed.clone())?;
+    let text = |b: &[u8]| String::from_utf8(b.to_vec()).map_err(|_| malformed.clone());
+    Ok((text(tenant)?, text(id)?))
 }

@@ -6,6 +6,7 @@
 
 mod claims;
 mod commit;
+mod decisions;
 mod deliveries;
 mod format;
 mod keys;
@@ -36,6 +37,12 @@ pub struct SledStore {
     by_status: ::sled::Tree,
     /// Deliveries by the end of their retention.
     delivery_expiry: ::sled::Tree,
+    /// Decisions kept for lookup, by tenant and id.
+    decisions: ::sled::Tree,
+    /// A subject's decisions, in the order they were made.
+    by_subject: ::sled::Tree,
+    /// Decisions by the end of their retention.
+    decision_expiry: ::sled::Tree,
     commits: GroupCommit,
 }
 
@@ -51,6 +58,9 @@ impl SledStore {
             due: db.open_tree("delivery_due")?,
             by_status: db.open_tree("delivery_status")?,
             delivery_expiry: db.open_tree("delivery_expiry")?,
+            decisions: db.open_tree("decisions")?,
+            by_subject: db.open_tree("decisions_by_subject")?,
+            decision_expiry: db.open_tree("decision_expiry")?,
             commits: GroupCommit::start(db.clone(), dir)?,
             db,
         }))
@@ -79,21 +89,37 @@ impl SledStore {
         for write in &unit.deliveries {
             self.write_delivery(write, unit.skip_existing)?;
         }
-        match unit.claim {
-            None => Ok(Written::Nothing),
-            Some(ClaimWrite::Start(id, events)) => self.start_claim(id, events),
-            Some(ClaimWrite::Append(head, events)) => self.append_claim(head, events),
+        let written = match unit.claim {
+            None => Written::Nothing,
+            Some(ClaimWrite::Start(id, events)) => self.start_claim(id, events)?,
+            Some(ClaimWrite::Append(head, events)) => self.append_claim(head, events)?,
             // One process holds the directory: a holder that is not this process is gone, and
             // this process's own holder is gone once its actor failed. Nothing to bump.
-            Some(ClaimWrite::TakeOver(head)) => Ok(match self.is_current(&head)? {
+            Some(ClaimWrite::TakeOver(head)) => match self.is_current(&head)? {
                 true => Written::TakenOver(head),
                 false => Written::Fenced,
-            }),
+            },
+        };
+        // The decision is kept with the claim record that makes it, never for a refused one.
+        if !matches!(written, Written::Fenced | Written::Held(_)) {
+            for decision in &unit.decisions {
+                self.keep_decision(decision)?;
+            }
         }
+        Ok(written)
     }
 }
 
 impl Store for SledStore {
+    // One process holds the directory: every waiter is on the holder's node.
+    fn ask_holder(&self, _: &crate::store::ClaimId, _: u64) {}
+
+    fn announce_answer(&self, _: &crate::store::ClaimId) {}
+
+    fn claim_news(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::store::ClaimNews>> {
+        None
+    }
+
     fn commit_then(&self, unit: Unit, then: Then) {
         match self.apply(unit) {
             // A refused write waits for the commit too: the claim that holds the key may have

@@ -40,6 +40,7 @@ fn claimed(at: u64, ttl: u64) -> ClaimEvent {
             created_at_ms: at,
             deliveries: vec![],
         },
+        subject: None,
     })
 }
 

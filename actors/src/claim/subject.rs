@@ -1,0 +1,80 @@
+//! A keyed claim of a playbook decided once per subject runs its decision through the subject's
+//! claim, an ordinary claim whose key is a keyed digest of (tenant, signal type, subject) and
+//! whose window is the playbook's. The key's claim fixes its decision first (durable, as any
+//! claim), then submits that decision to the subject's claim as its "dispatch": the subject's
+//! claim takes it as its own if no decision holds the subject (and runs its actions), or
+//! answers with the decision that does. Either answer is recorded as the key's recovery point,
+//! so the key's retries replay it. After a crash the key's claim is taken over and submits the
+//! same fixed decision again, which the subject's claim either holds already or takes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_schemas::{Decision, SubjectLink};
+use ractor::ActorRef;
+
+use super::{submit, ClaimContext, ClaimMsg, Reply, Submission, ANY_PAYLOAD};
+use crate::store::ClaimId;
+
+/// How long a claim waits on its subject's claim at a time: a subject's claim in flight is
+/// answered within an attempt's deadline, or taken over after `in_flight_timeout`.
+fn subject_wait(ctx: &ClaimContext) -> Duration {
+    ctx.settings.in_flight_timeout
+}
+
+/// Runs a keyed claim's decision through its subject's claim, and reports what the subject's
+/// claim answered to the key's actor `me` ([`ClaimMsg::Dispatched`]). The subject's claim
+/// takes the decision as its own if no other decision holds it (and runs its actions, with the
+/// same ids and bytes whoever asks again after a crash), or answers with the decision that
+/// does. While another request holds it, the key's first request is answered 409 and this
+/// waits.
+pub(super) async fn through_subject(
+    ctx: Arc<ClaimContext>,
+    me: ActorRef<ClaimMsg>,
+    generation: u64,
+    decision: Decision,
+    link: SubjectLink,
+    taken_over: bool,
+) {
+    let Some(family) = ctx.family.get().cloned() else {
+        return;
+    };
+    let id = ClaimId {
+        tenant: decision.tenant.clone(),
+        digest: link.digest,
+    };
+    let mut wait = None;
+    loop {
+        let decision = decision.clone();
+        let sub = Submission::new(ANY_PAYLOAD, move |_| Ok(decision))
+            .lasting(Duration::from_millis(link.window_ms))
+            .waiting(wait)
+            .sent_by_a_claim();
+        let subject = match submit(&family, &ctx, &id, sub).await {
+            Ok(Reply::First(response)) => (response, false),
+            Ok(Reply::Replayed(response) | Reply::Awaited(response)) => (response, true),
+            Ok(Reply::InFlight) => {
+                if wait.is_none() && me.cast(ClaimMsg::SubjectInFlight { generation }).is_err() {
+                    return;
+                }
+                // Waits on; still in flight after `in_flight_timeout`, asking again takes the
+                // subject's claim over if its holder is gone.
+                wait = Some(subject_wait(&ctx));
+                continue;
+            }
+            // The subject's claim could not answer: this claim stays in flight, taken over after
+            // `in_flight_timeout` by a retry of its key.
+            other => {
+                tracing::warn!(tenant = %id.tenant, answer = ?other, "the subject's claim did not answer");
+                return;
+            }
+        };
+        let _ = me.cast(ClaimMsg::Dispatched {
+            generation,
+            outcomes: Vec::new(),
+            taken_over,
+            subject: Some(subject),
+        });
+        return;
+    }
+}

@@ -1,0 +1,87 @@
+//! Decisions kept for lookup in PostgreSQL: one row per decision in `idem_decisions`, with its
+//! record, its subject's digest and the end of its retention. A subject's decisions, newest
+//! first, are one scan of the `(tenant, subject, id)` index backwards: ids are time-ordered.
+//! Written by the group commit (`batch`), with the claim record that makes the decision.
+
+use idem_schemas::DecisionRecord;
+use tokio_postgres::Row;
+
+use super::PgStore;
+use crate::codec;
+use crate::store::{DecisionStore, Read, StoreError};
+
+/// A subject digest as stored: the bytes behind its hex (or its text, should it not be hex).
+pub(super) fn subject_bytes(subject_hash: &str) -> Vec<u8> {
+    hex::decode(subject_hash).unwrap_or_else(|_| subject_hash.as_bytes().to_vec())
+}
+
+fn record(row: &Row) -> Result<DecisionRecord, StoreError> {
+    let bytes: &[u8] = row.try_get(0)?;
+    codec::decode(bytes).map_err(|_| StoreError::Malformed("idem_decisions"))
+}
+
+impl DecisionStore for PgStore {
+    fn load_decision<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        now_ms: u64,
+    ) -> Read<'a, Option<DecisionRecord>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let row = super::row(
+                &client,
+                "SELECT record FROM idem_decisions \
+                 WHERE tenant = $1 AND id = $2 AND expires_at_ms > $3",
+                &[&tenant, &id, &(now_ms as i64)],
+            )
+            .await?;
+            row.as_ref().map(record).transpose()
+        })
+    }
+
+    fn decisions_about<'a>(
+        &'a self,
+        tenant: &'a str,
+        subject_hash: &'a str,
+        signal_type: Option<&'a str>,
+        before: Option<&'a str>,
+        limit: usize,
+        now_ms: u64,
+    ) -> Read<'a, Vec<DecisionRecord>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let rows = super::rows(
+                &client,
+                "SELECT record FROM idem_decisions \
+                 WHERE tenant = $1 AND subject = $2 AND expires_at_ms > $3 \
+                 AND ($4::text IS NULL OR id < $4) AND ($6::text IS NULL OR signal_type = $6) \
+                 ORDER BY id DESC LIMIT $5",
+                &[
+                    &tenant,
+                    &subject_bytes(subject_hash),
+                    &(now_ms as i64),
+                    &before,
+                    &(limit as i64),
+                    &signal_type,
+                ],
+            )
+            .await?;
+            rows.iter().map(record).collect()
+        })
+    }
+
+    fn expire_decisions(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        self.runtime.block_on(async {
+            let client = self.client().await?;
+            let expired = super::run(
+                &client,
+                "DELETE FROM idem_decisions WHERE ctid IN \
+                 (SELECT ctid FROM idem_decisions WHERE expires_at_ms <= $1 LIMIT $2)",
+                &[&(now_ms as i64), &(limit as i64)],
+            )
+            .await?;
+            Ok(expired as usize)
+        })
+    }
+}

@@ -1,0 +1,133 @@
+//! Decisions kept for lookup, in sled. Three trees: `decisions` holds each record under its
+//! tenant and id; `decisions_by_subject` names each decision under its tenant and subject
+//! digest, in id order, which is the order decisions are made (ids are time-ordered), so a
+//! subject's decisions newest first are one reverse scan of a prefix; `decision_expiry` orders
+//! them by the end of their retention, for the sweeper. A record is written once: writing a
+//! decision that is kept already (a claim finished again after a take-over) leaves it as it is.
+
+use std::future::ready;
+
+use idem_schemas::DecisionRecord;
+
+use super::keys::{decision_key, split_decision_expiry_key, subject_prefix, tenant_prefix};
+use super::SledStore;
+use crate::codec;
+use crate::store::{DecisionStore, Read, StoreError};
+
+impl DecisionStore for SledStore {
+    fn load_decision<'a>(
+        &'a self,
+        tenant: &'a str,
+        id: &'a str,
+        now_ms: u64,
+    ) -> Read<'a, Option<DecisionRecord>> {
+        let read = self
+            .commits
+            .usable()
+            .and_then(|()| self.read_decision(tenant, id, now_ms));
+        Box::pin(ready(read))
+    }
+
+    fn decisions_about<'a>(
+        &'a self,
+        tenant: &'a str,
+        subject_hash: &'a str,
+        signal_type: Option<&'a str>,
+        before: Option<&'a str>,
+        limit: usize,
+        now_ms: u64,
+    ) -> Read<'a, Vec<DecisionRecord>> {
+        let read = self.commits.usable().and_then(|()| {
+            let prefix = subject_prefix(tenant, subject_hash);
+            let end = match before {
+                Some(id) => [&prefix[..], id.as_bytes()].concat(),
+                // Past every id of the prefix: ids are ASCII.
+                None => [&prefix[..], &[0xff]].concat(),
+            };
+            let mut found = Vec::new();
+            for entry in self.by_subject.range(prefix..end).rev() {
+                let (_, id) = entry?;
+                let id = std::str::from_utf8(&id)
+                    .map_err(|_| StoreError::Malformed("decisions_by_subject"))?;
+                let record = self
+                    .read_decision(tenant, id, now_ms)?
+                    .filter(|r| signal_type.is_none_or(|t| r.signal_type == t));
+                if let Some(record) = record {
+                    found.push(record);
+                    if found.len() == limit {
+                        break;
+                    }
+                }
+            }
+            Ok(found)
+        });
+        Box::pin(ready(read))
+    }
+
+    fn expire_decisions(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        let mut expired = 0;
+        for entry in self
+            .decision_expiry
+            .range(..now_ms.to_be_bytes().to_vec())
+            .take(limit)
+        {
+            let (key, _) = entry?;
+            let (tenant, id) = split_decision_expiry_key(&key)?;
+            if let Some(record) = self.decisions.remove(decision_key(&tenant, &id))? {
+                let record: DecisionRecord = codec::decode(&record)?;
+                let listed = [
+                    &subject_prefix(&tenant, &record.subject_hash)[..],
+                    id.as_bytes(),
+                ]
+                .concat();
+                self.by_subject.remove(listed)?;
+            }
+            self.decision_expiry.remove(&key)?;
+            expired += 1;
+        }
+        Ok(expired)
+    }
+}
+
+impl SledStore {
+    /// `tenant`'s decision `id`, unless it expired by `now_ms`.
+    fn read_decision(
+        &self,
+        tenant: &str,
+        id: &str,
+        now_ms: u64,
+    ) -> Result<Option<DecisionRecord>, StoreError> {
+        let Some(found) = self.decisions.get(decision_key(tenant, id))? else {
+            return Ok(None);
+        };
+        let record: DecisionRecord = codec::decode(&found)?;
+        Ok((record.expires_at_ms > now_ms).then_some(record))
+    }
+
+    /// Keeps `record` (in sled's memory until the next commit), unless it is kept already.
+    pub(super) fn keep_decision(&self, record: &DecisionRecord) -> Result<(), StoreError> {
+        let key = decision_key(&record.tenant, &record.id);
+        let kept = self.decisions.compare_and_swap(
+            &key,
+            None as Option<&[u8]>,
+            Some(codec::encode(record)?),
+        )?;
+        if kept.is_err() {
+            return Ok(());
+        }
+        let listed = [
+            &subject_prefix(&record.tenant, &record.subject_hash)[..],
+            record.id.as_bytes(),
+        ]
+        .concat();
+        self.by_subject.insert(listed, record.id.as_bytes())?;
+        let expiry = [
+            &record.expires_at_ms.to_be_bytes()[..],
+            &tenant_prefix(&record.tenant),
+            record.id.as_bytes(),
+        ]
+        .concat();
+        self.decision_expiry.insert(expiry, &[])?;
+        Ok(())
+    }
+}

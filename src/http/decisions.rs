@@ -1,0 +1,85 @@
+//! The decisions a tenant can look up: `GET /v1/decisions/{id}` (one decision, with each
+//! action's current delivery status) and `GET /v1/decisions?subject=…&type=…&limit=…&after=…`
+//! (a subject's decisions, newest first, a page at a time). The subject is digested for the
+//! lookup, as it was when the decisions were made; it is never stored. Authenticated by the
+//! tenant's Bearer key; another tenant's decision is indistinguishable from a missing one.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use idem_schemas::DecisionPage;
+
+use crate::http::problem::{ApiError, Kind};
+use crate::http::{query, App};
+
+/// Page size when none is asked for, and the largest allowed.
+const DEFAULT_LIMIT: usize = 50;
+const MAX_LIMIT: usize = 200;
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!(error = %e, "decision API failed");
+    ApiError::new(Kind::Internal, "the decisions could not be read; retry")
+}
+
+/// `GET /v1/decisions/{id}`.
+pub async fn show(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let live = app.live.load_full();
+    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
+    let view = app
+        .engine
+        .decision(&tenant.name, &id)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| {
+            ApiError::new(
+                Kind::NotFound,
+                format!("no decision {id:?} for this tenant (or it is past decisions.retention)"),
+            )
+        })?;
+    Ok(Json(view).into_response())
+}
+
+/// `GET /v1/decisions?subject=…`.
+pub async fn list(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(query): Query<query::Query>,
+) -> Result<Response, ApiError> {
+    let live = app.live.load_full();
+    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
+    query::only(&query, &["subject", "type", "after", "limit"])?;
+    let subject = query
+        .get("subject")
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| {
+            query::invalid("subject is required: the identifier the signals were about")
+        })?;
+    let limit = query::limit(&query, DEFAULT_LIMIT, MAX_LIMIT)?;
+    let after = match query.get("after") {
+        Some(cursor) if !cursor.starts_with("dec_") => {
+            return Err(query::invalid(
+                "after must be the next_after of a previous page",
+            ))
+        }
+        cursor => cursor.map(String::as_str),
+    };
+    let signal_type = query.get("type").map(String::as_str);
+    let subject_hash = app.digester.subject(&tenant.name, subject);
+    let page = app
+        .engine
+        .decisions_about(&tenant.name, &subject_hash, signal_type, after, limit)
+        .await
+        .map_err(internal)?;
+    Ok(Json(DecisionPage {
+        data: page.data,
+        next_after: page.next_after,
+    })
+    .into_response())
+}
