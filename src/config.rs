@@ -296,6 +296,10 @@ fn duration(key: &str, raw: Option<&str>, default: &str) -> Result<Duration, Con
     if d.is_zero() {
         return Err(invalid(key, "must be longer than zero"));
     }
+    // Times are added to unix milliseconds and stored as 64-bit integers.
+    if d > MAX_DURATION {
+        return Err(invalid(key, "must be at most 3650 days"));
+    }
     Ok(d)
 }
 
@@ -563,6 +567,9 @@ impl Config {
     }
 }
 
+/// The longest duration any key may have.
+const MAX_DURATION: Duration = Duration::from_secs(3650 * 24 * 3600);
+
 /// The most connections one node may hold to the database.
 const MAX_POOL: u32 = 1024;
 
@@ -677,6 +684,53 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
         let acme = &c.tenants["acme"];
         assert!(acme.signing_secrets.is_empty());
         assert_eq!(acme.playbooks["sim_swap"].decision, Verdict::Deny);
+    }
+
+    #[test]
+    fn waiting_once_per_subject_and_decisions_have_defaults_and_bounds() {
+        let c = Config::parse(MINIMAL).expect("valid");
+        assert_eq!(c.idempotency.max_wait, Duration::from_secs(10));
+        assert_eq!(c.idempotency.max_waiters, 64);
+        assert_eq!(c.decisions.retention, Duration::from_secs(30 * 86_400));
+        assert_eq!(
+            c.tenants["acme"].playbooks["sim_swap"].once_per_subject,
+            None
+        );
+        let c = Config::parse(&MINIMAL.replace(
+            "decision = \"deny\"",
+            "decision = \"deny\"\nonce_per_subject = \"24h\"",
+        ))
+        .expect("valid");
+        assert_eq!(
+            c.tenants["acme"].playbooks["sim_swap"].once_per_subject,
+            Some(Duration::from_secs(86_400))
+        );
+        let refused = [
+            (
+                "[idempotency]",
+                "[idempotency]\nmax_waiters = 0",
+                "idempotency.max_waiters",
+            ),
+            (
+                "[idempotency]",
+                "[idempotency]\nmax_wait = \"0s\"",
+                "idempotency.max_wait",
+            ),
+            (
+                "decision = \"deny\"",
+                "decision = \"deny\"\nonce_per_subject = \"soon\"",
+                "tenants.acme.playbooks.sim_swap.once_per_subject",
+            ),
+            (
+                "[idempotency]",
+                "[decisions]\nretention = \"4000d\"\n[idempotency]",
+                "decisions.retention",
+            ),
+        ];
+        for (from, to, key) in refused {
+            let e = err(&MINIMAL.replace(from, to));
+            assert!(e.contains(key), "{to:?}: {e}");
+        }
     }
 
     #[test]

@@ -606,3 +606,29 @@ async fn the_subject_is_stored_only_as_its_keyed_digest() {
         assert!(!contains(&cb.body, subject.as_bytes()));
     }
 }
+
+#[tokio::test]
+async fn a_subjects_claim_that_cannot_answer_fails_the_keyed_request_instead_of_hanging() {
+    // One claim actor at a time: the key's actor is the one, so the subject's cannot start.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let cfg = config(
+        &dir.path().join("data"),
+        &receiver,
+        "max_live_actors = 1",
+        DELIVERY,
+    );
+    let idem = Idem::start(dir.path(), &cfg);
+    let client = Client::new(&idem.base);
+    let body = takeover("+15550009999", "{}");
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.signal(Req::new(&body).key(&unique("stuck")).beta()),
+    )
+    .await
+    .expect("the keyed request is answered, not left hanging");
+    assert_eq!(answer.status, 500, "{}", text(&answer));
+    assert_eq!(answer.problem_type(), "urn:idem:problem:internal");
+    tokio::time::sleep(LATE).await;
+    assert!(receiver.seen_on("/takeover").is_empty(), "no action ran");
+}

@@ -233,8 +233,7 @@ impl Engine {
         let outcomes = self.dispatcher.dispatch(decision).await;
         // Queued callbacks are durable in the retry queue before the response says so.
         let logs = new_logs(decision, &outcomes, &self.delivery_settings);
-        let retention = self.decision_retention.as_millis() as u64;
-        let record = DecisionRecord::of(decision, decision.created_at_ms + retention);
+        let record = DecisionRecord::kept_for(decision, self.decision_retention);
         self.store
             .commit(Unit::new().write_deliveries(logs).record_decision(record))
             .await?;
@@ -299,7 +298,7 @@ impl Engine {
         };
         let view = self.decision_view(record).await?;
         self.read().await?;
-        Ok(Some(view))
+        Ok(view)
     }
 
     /// A page of `tenant`'s decisions about the subject whose digest is `subject_hash` (of
@@ -326,7 +325,7 @@ impl Engine {
         let has_more = records.len() > limit;
         let mut data = Vec::with_capacity(limit);
         for record in records.into_iter().take(limit) {
-            data.push(self.decision_view(record).await?);
+            data.extend(self.decision_view(record).await?);
         }
         self.read().await?;
         let next_after = data
@@ -337,30 +336,32 @@ impl Engine {
     }
 
     /// A kept decision as the API shows it, with its deliveries' statuses now. A delivery is
-    /// kept at least as long as its decision, so each is there.
-    async fn decision_view(&self, record: DecisionRecord) -> Result<DecisionView, EngineError> {
+    /// kept as long as its decision: one already forgotten (its node's clock ahead of this
+    /// one's) means the decision is past its retention too.
+    async fn decision_view(
+        &self,
+        record: DecisionRecord,
+    ) -> Result<Option<DecisionView>, EngineError> {
         let mut actions = Vec::with_capacity(record.actions.len());
         for action in record.actions {
-            let status = self
-                .deliveries
-                .load(&action.delivery_id)
-                .await?
-                .map(|d| d.view().status)
-                .ok_or(StoreError::Malformed("a kept decision's delivery"))?;
+            let Some(delivery) = self.deliveries.load(&action.delivery_id).await? else {
+                return Ok(None);
+            };
+            let status = delivery.view().status;
             actions.push(DecidedAction {
                 name: action.name,
                 delivery_id: action.delivery_id,
                 status,
             });
         }
-        Ok(DecisionView {
+        Ok(Some(DecisionView {
             decision_id: record.id,
             signal_type: record.signal_type,
             decision: record.verdict,
             subject_hash: record.subject_hash,
             actions,
             created_at: idem_schemas::timefmt::rfc3339_millis(record.created_at_ms),
-        })
+        }))
     }
 
     /// Starts a new series of attempts for `tenant`'s failed or dead delivery `id`.

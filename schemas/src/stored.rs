@@ -197,8 +197,11 @@ pub struct RecordedAction {
 }
 
 impl DecisionRecord {
-    /// The record of `decision`, kept until `expires_at_ms`.
-    pub fn of(decision: &Decision, expires_at_ms: u64) -> Self {
+    /// The record of `decision`, kept for `retention` after it was made.
+    pub fn kept_for(decision: &Decision, retention: std::time::Duration) -> Self {
+        let expires_at_ms = decision
+            .created_at_ms
+            .saturating_add(retention.as_millis() as u64);
         DecisionRecord {
             id: decision.id.clone(),
             tenant: decision.tenant.clone(),

@@ -37,7 +37,7 @@ use crate::delivery::{self, DeliverySettings};
 use crate::dispatch::Dispatcher;
 use crate::failpoint;
 use crate::idle::IdleTimer;
-use crate::store::{ClaimId, ClaimNews, LogHead, Store, StoreError, Unit, Written};
+use crate::store::{ClaimId, ClaimLog, ClaimNews, LogHead, Store, StoreError, Unit, Written};
 use crate::supervise::{Family, RegistryError};
 use phase::{AfterCommit, Holder, InvalidTransition, Invariant, Phase, Step};
 use waiters::Waiters;
@@ -110,6 +110,9 @@ pub enum ClaimError {
     /// The response could not be serialised.
     #[error("cannot serialise the response: {0}")]
     Response(#[from] serde_json::Error),
+    /// The subject's claim, which a once-per-subject decision goes through, did not answer.
+    #[error("the subject's claim did not answer: {0}")]
+    Subject(String),
 }
 
 /// One request for a key.
@@ -132,6 +135,9 @@ pub struct Submission {
     /// `max_waiters`, which bounds clients' requests (the claims that wait are bounded by the
     /// live actors).
     from_a_claim: bool,
+    /// Its decision may have run before (a key's claim taken over submits its fixed decision
+    /// again): delivery logs of it that exist are left as they are.
+    may_have_run: bool,
 }
 
 impl Submission {
@@ -148,12 +154,15 @@ impl Submission {
             lasts: None,
             subject: None,
             from_a_claim: false,
+            may_have_run: false,
         }
     }
 
-    /// The same submission, sent by a key's claim to its subject's claim.
-    fn sent_by_a_claim(mut self) -> Self {
+    /// The same submission, sent by a key's claim to its subject's claim; `may_have_run` when
+    /// the key's claim was taken over, so its decision may have run before.
+    fn sent_by_a_claim(mut self, may_have_run: bool) -> Self {
         self.from_a_claim = true;
+        self.may_have_run = may_have_run;
         self
     }
 
@@ -234,8 +243,9 @@ pub enum ClaimMsg {
         /// answered, and whether it was another decision's (the actions ran there, not here).
         subject: Option<(StoredResponse, bool)>,
     },
-    /// The subject's claim of generation `generation` is held by another request still in flight:
-    /// the first request is answered as a duplicate of an in-flight key while this claim waits.
+    /// The subject's claim is held by another request still in flight, for the key's claim of
+    /// generation `generation`: its first request is answered as a duplicate of an in-flight key
+    /// while the claim waits.
     SubjectInFlight {
         /// The claim generation asking.
         generation: u64,
@@ -255,6 +265,16 @@ pub enum ClaimMsg {
     Asked,
     /// The claim, held on another node, has a durable answer: the waiters here may have it.
     Answered,
+    /// The claim as read from the store once another node answered it.
+    Reread(ClaimLog),
+    /// The subject's claim could not answer the key's claim of generation `generation`: the
+    /// key's first request fails, and its claim stays in flight for a take-over.
+    SubjectFailed {
+        /// The key's claim generation.
+        generation: u64,
+        /// Why.
+        error: String,
+    },
 }
 
 /// The key's first request, waiting for its answer.
@@ -296,14 +316,16 @@ pub struct ClaimState {
     awaiting_subject: bool,
     /// The current generation's response is another decision's, by its subject's claim.
     deduplicated: bool,
+    /// The current generation's decision may have run before it was claimed (see
+    /// [`Submission`]): its dispatch leaves existing delivery logs alone.
+    may_have_run: bool,
     idle: IdleTimer<ClaimMsg>,
 }
 
 impl ClaimState {
     /// `decision` as kept for lookup, for the decision retention.
     fn record(&self, decision: &Decision) -> DecisionRecord {
-        let retention = self.ctx.settings.decision_retention.as_millis() as u64;
-        DecisionRecord::of(decision, decision.created_at_ms + retention)
+        DecisionRecord::kept_for(decision, self.ctx.settings.decision_retention)
     }
 
     /// Whether the current generation is still working towards its answer.
@@ -375,44 +397,75 @@ impl ClaimState {
         }
     }
 
-    /// Keeps `reply` waiting for the key's answer for up to `wait`, if there is room; gives
-    /// `reply` back otherwise.
-    fn keep_waiting(
+    /// Keeps `reply` waiting for the key's answer for up to `wait` (a client's request only
+    /// while fewer than `max_waiters` wait, when `capped`), or answers it 409 at once: without a
+    /// wait, or when the waiters are full.
+    fn wait_or_refuse(
         &mut self,
         myself: &ActorRef<ClaimMsg>,
         reply: RpcReplyPort<Reply>,
-        wait: Duration,
+        wait: Option<Duration>,
         capped: bool,
-    ) -> Option<RpcReplyPort<Reply>> {
+    ) {
         let max = match capped {
             true => self.ctx.settings.max_waiters,
             false => usize::MAX,
         };
-        let full = self.waiters.keep(myself, reply, wait, max);
-        // Held by another node (several share the store): ask it to say when it is answered.
-        let holder = self.phase.claim().map(|c| c.holder);
-        if let Some(holder) = holder.filter(|h| full.is_none() && *h != self.ctx.settings.holder) {
-            if !std::mem::replace(&mut self.waiters.asked_holder, true) {
-                self.ctx.store.ask_holder(&self.id, holder);
-            }
+        let refused = match wait {
+            Some(wait) => self.waiters.keep(myself, reply, wait, max),
+            None => Some(reply),
+        };
+        if let Some(reply) = refused {
+            let _ = reply.send(Reply::InFlight);
         }
-        full
+        self.ask_holder();
     }
 
-    /// The claim has an answer on another node: the waiters get it, read from the store.
-    async fn heard_answered(&mut self) -> Result<(), ClaimError> {
+    /// With requests waiting for a claim another node holds (several share the store), asks
+    /// that node, once, to say when the claim is answered.
+    fn ask_holder(&mut self) {
+        let Some(holder) = self.phase.claim().map(|c| c.holder) else {
+            return;
+        };
+        if self.waiters.is_empty() || holder == self.ctx.settings.holder {
+            return;
+        }
+        if !std::mem::replace(&mut self.waiters.asked_holder, true) {
+            self.ctx.store.ask_holder(&self.id, holder);
+        }
+    }
+
+    /// The claim has an answer on another node: the waiters get it once it is read from the
+    /// store, in a task of its own ([`ClaimMsg::Reread`]), so the mailbox stays open.
+    fn heard_answered(&self, myself: &ActorRef<ClaimMsg>) {
+        if self.waiters.is_empty() || self.busy() {
+            return;
+        }
+        let (me, store, id) = (myself.clone(), self.ctx.store.clone(), self.id.clone());
+        tokio::spawn(async move {
+            match store.load_claim(&id, now_ms()).await {
+                Ok(Some(log)) => {
+                    let _ = me.cast(ClaimMsg::Reread(log));
+                }
+                // The waiters wait on for their deadline.
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(tenant = %id.tenant, error = %e, "cannot read an answered claim")
+                }
+            }
+        });
+    }
+
+    /// The claim as read from the store after another node answered it: the waiters get its
+    /// response, if it has one.
+    fn reread(&mut self, log: ClaimLog) -> Result<(), ClaimError> {
         if self.waiters.is_empty() || self.busy() {
             return Ok(());
         }
-        let Some(log) = self.ctx.store.load_claim(&self.id, now_ms()).await? else {
-            return Ok(());
-        };
         self.adopt(log.events, log.head)?;
-        let response = match &self.phase {
-            Phase::Completed(_, response) | Phase::Dispatched(_, _, response) => response.clone(),
-            _ => return Ok(()),
-        };
-        self.release_waiters(&response);
+        if let Some(response) = self.phase.response().cloned() {
+            self.release_waiters(&response);
+        }
         Ok(())
     }
 
@@ -421,7 +474,7 @@ impl ClaimState {
     fn fail(&mut self, e: ClaimError) -> Result<(), Arc<ClaimError>> {
         let e = Arc::new(e);
         self.answer(Reply::Failed(e.clone()));
-        self.waiters.refuse();
+        self.waiters.answer_all(Reply::InFlight);
         Err(e)
     }
 
@@ -493,13 +546,7 @@ impl ClaimActor {
             return Ok(());
         };
         state.awaiting_subject = true;
-        let refused = match first.wait {
-            Some(wait) => state.keep_waiting(myself, first.reply, wait, first.capped),
-            None => Some(first.reply),
-        };
-        if let Some(reply) = refused {
-            let _ = reply.send(Reply::InFlight);
-        }
+        state.wait_or_refuse(myself, first.reply, first.wait, first.capped);
         Ok(())
     }
 
@@ -515,16 +562,10 @@ impl ClaimActor {
         let answer = match phase::step(&state.phase, waiting, &sub.fingerprint, now, state.holder())
         {
             Step::Replay(response) => Reply::Replayed(response),
-            Step::InFlight => match sub.wait {
-                Some(wait) => match state.keep_waiting(myself, reply, wait, !sub.from_a_claim) {
-                    None => return Ok(()),
-                    Some(full) => {
-                        let _ = full.send(Reply::InFlight);
-                        return Ok(());
-                    }
-                },
-                None => Reply::InFlight,
-            },
+            Step::InFlight => {
+                state.wait_or_refuse(myself, reply, sub.wait, !sub.from_a_claim);
+                return Ok(());
+            }
             Step::Mismatch => Reply::Mismatch,
             Step::Claim => return Self::claim(myself, state, &sub, reply, now),
             // The holder looks gone from here; the store has the last word (on a shared store,
@@ -573,6 +614,7 @@ impl ClaimActor {
         };
         state.generation = generation;
         state.deduplicated = false;
+        state.may_have_run = sub.may_have_run;
         state.first = Some(First {
             reply,
             fingerprint: sub.fingerprint,
@@ -688,34 +730,33 @@ impl ClaimActor {
                 let Some(first) = state.first.take() else {
                     return Ok(());
                 };
-                let answer = match phase::step(
+                // The waiters carry the first request's payload: they get what it gets.
+                match phase::step(
                     &state.phase,
                     None,
                     &first.fingerprint,
                     now_ms(),
                     state.holder(),
                 ) {
-                    Step::Replay(response) => Reply::Replayed(response),
-                    Step::Mismatch => Reply::Mismatch,
+                    Step::Replay(response) => {
+                        state.release_waiters(&response);
+                        let _ = first.reply.send(Reply::Replayed(response));
+                    }
+                    // Recorded by another holder: its response is durable.
+                    Step::Finish => {
+                        let response = state.phase.response().cloned();
+                        let response = response.ok_or(Invariant::NoClaim("finish"))?;
+                        state.release_waiters(&response);
+                        let _ = first.reply.send(Reply::Replayed(response));
+                    }
+                    Step::Mismatch => {
+                        state.waiters.answer_all(Reply::Mismatch);
+                        let _ = first.reply.send(Reply::Mismatch);
+                    }
                     // In flight (a take-over the store refused: the holder lives), or in a
                     // state the next request will resolve. A request that may wait does.
-                    _ => match first.wait {
-                        Some(wait) => {
-                            match state.keep_waiting(myself, first.reply, wait, first.capped) {
-                                None => return Ok(()),
-                                Some(full) => {
-                                    let _ = full.send(Reply::InFlight);
-                                    return Ok(());
-                                }
-                            }
-                        }
-                        None => Reply::InFlight,
-                    },
-                };
-                if let Reply::Replayed(response) = &answer {
-                    state.release_waiters(response);
+                    _ => state.wait_or_refuse(myself, first.reply, first.wait, first.capped),
                 }
-                let _ = first.reply.send(answer);
                 return Ok(());
             }
             // The stored decision's callbacks run again, with the same ids and bytes, under the
@@ -735,7 +776,7 @@ impl ClaimActor {
         let response = match state.phase.after_commit()? {
             AfterCommit::RunActions => {
                 failpoint::hit("claim.after_persist");
-                return Self::start_dispatch(myself, state, false);
+                return Self::start_dispatch(myself, state, state.may_have_run);
             }
             AfterCommit::Complete => {
                 failpoint::hit("dispatch.after_recovery_point");
@@ -788,6 +829,7 @@ impl Actor for ClaimActor {
             waiters: Waiters::default(),
             awaiting_subject: false,
             deduplicated: false,
+            may_have_run: false,
             idle: IdleTimer::start(&myself, args.ctx.settings.idle_timeout, || {
                 ClaimMsg::IdleCheck
             }),
@@ -828,14 +870,25 @@ impl Actor for ClaimActor {
                 Self::subject_in_flight(&myself, state, generation)
             }
             ClaimMsg::Asked => {
-                // Answered already (or never held here): the asking node reads what is stored.
+                // Still working: tell the asking node once the answer is durable. Answered
+                // already (or never held here): it may read what is stored now.
                 match state.busy() {
                     true => state.waiters.remote = true,
                     false => state.ctx.store.announce_answer(&state.id),
                 }
                 Ok(())
             }
-            ClaimMsg::Answered => state.heard_answered().await,
+            ClaimMsg::Answered => {
+                state.heard_answered(&myself);
+                Ok(())
+            }
+            ClaimMsg::Reread(log) => state.reread(log),
+            ClaimMsg::SubjectFailed { generation, error } => {
+                match generation == state.generation && state.busy() {
+                    true => Err(ClaimError::Subject(error)),
+                    false => Ok(()),
+                }
+            }
             ClaimMsg::Committed {
                 generation,
                 outcome,

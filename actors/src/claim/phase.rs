@@ -78,6 +78,14 @@ impl Phase {
         }
     }
 
+    /// The response recorded for the claim, once there is one (the recovery point's).
+    pub fn response(&self) -> Option<&StoredResponse> {
+        match self {
+            Phase::Dispatched(_, _, response) | Phase::Completed(_, response) => Some(response),
+            Phase::Free | Phase::InFlight(_) => None,
+        }
+    }
+
     /// What follows once this phase is durable, for the request waiting on it.
     pub fn after_commit(&self) -> Result<AfterCommit, Invariant> {
         match self {

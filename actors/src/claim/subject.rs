@@ -10,24 +10,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_schemas::{Decision, SubjectLink};
+use idem_schemas::{Decision, StoredResponse, SubjectLink};
 use ractor::ActorRef;
 
 use super::{submit, ClaimContext, ClaimMsg, Reply, Submission, ANY_PAYLOAD};
 use crate::store::ClaimId;
-
-/// How long a claim waits on its subject's claim at a time: a subject's claim in flight is
-/// answered within an attempt's deadline, or taken over after `in_flight_timeout`.
-fn subject_wait(ctx: &ClaimContext) -> Duration {
-    ctx.settings.in_flight_timeout
-}
 
 /// Runs a keyed claim's decision through its subject's claim, and reports what the subject's
 /// claim answered to the key's actor `me` ([`ClaimMsg::Dispatched`]). The subject's claim
 /// takes the decision as its own if no other decision holds it (and runs its actions, with the
 /// same ids and bytes whoever asks again after a crash), or answers with the decision that
 /// does. While another request holds it, the key's first request is answered 409 and this
-/// waits.
+/// waits, at most `in_flight_timeout` at a time (a subject's claim in flight is answered within
+/// an attempt's deadline, or taken over after that). If the subject's claim cannot answer, the
+/// key's actor hears so ([`ClaimMsg::SubjectFailed`]).
 pub(super) async fn through_subject(
     ctx: Arc<ClaimContext>,
     me: ActorRef<ClaimMsg>,
@@ -36,8 +32,11 @@ pub(super) async fn through_subject(
     link: SubjectLink,
     taken_over: bool,
 ) {
+    let failed = |error: String| {
+        let _ = me.cast(ClaimMsg::SubjectFailed { generation, error });
+    };
     let Some(family) = ctx.family.get().cloned() else {
-        return;
+        return failed("the claim actors have not started".into());
     };
     let id = ClaimId {
         tenant: decision.tenant.clone(),
@@ -45,36 +44,41 @@ pub(super) async fn through_subject(
     };
     let mut wait = None;
     loop {
-        let decision = decision.clone();
-        let sub = Submission::new(ANY_PAYLOAD, move |_| Ok(decision))
+        let offered = decision.clone();
+        let sub = Submission::new(ANY_PAYLOAD, move |_| Ok(offered))
             .lasting(Duration::from_millis(link.window_ms))
             .waiting(wait)
-            .sent_by_a_claim();
-        let subject = match submit(&family, &ctx, &id, sub).await {
-            Ok(Reply::First(response)) => (response, false),
-            Ok(Reply::Replayed(response) | Reply::Awaited(response)) => (response, true),
+            .sent_by_a_claim(taken_over);
+        let response = match submit(&family, &ctx, &id, sub).await {
+            Ok(Reply::First(response) | Reply::Replayed(response) | Reply::Awaited(response)) => {
+                response
+            }
             Ok(Reply::InFlight) => {
                 if wait.is_none() && me.cast(ClaimMsg::SubjectInFlight { generation }).is_err() {
                     return;
                 }
                 // Waits on; still in flight after `in_flight_timeout`, asking again takes the
                 // subject's claim over if its holder is gone.
-                wait = Some(subject_wait(&ctx));
+                wait = Some(ctx.settings.in_flight_timeout);
                 continue;
             }
-            // The subject's claim could not answer: this claim stays in flight, taken over after
-            // `in_flight_timeout` by a retry of its key.
-            other => {
-                tracing::warn!(tenant = %id.tenant, answer = ?other, "the subject's claim did not answer");
-                return;
-            }
+            Ok(other) => return failed(format!("{other:?}")),
+            Err(e) => return failed(e.to_string()),
         };
+        // Another decision's response, or this one's (made before a crash, or just now).
+        let deduplicated = decision_id(&response).is_some_and(|id| id != decision.id);
         let _ = me.cast(ClaimMsg::Dispatched {
             generation,
             outcomes: Vec::new(),
             taken_over,
-            subject: Some(subject),
+            subject: Some((response, deduplicated)),
         });
         return;
     }
+}
+
+/// The decision id a stored `201` response names.
+fn decision_id(response: &StoredResponse) -> Option<String> {
+    let body: serde_json::Value = serde_json::from_slice(&response.body).ok()?;
+    Some(body.get("decision_id")?.as_str()?.to_owned())
 }

@@ -60,6 +60,10 @@ impl Waiters {
         if let Some(at) = self.waiting.iter().position(|w| w.id == id) {
             let _ = self.waiting.remove(at).reply.send(Reply::InFlight);
         }
+        // With no one left waiting, a later waiter asks the holder afresh.
+        if self.waiting.is_empty() {
+            self.asked_holder = false;
+        }
     }
 
     /// Answers every waiter with the key's durable `response`; whether another node waits for
@@ -72,10 +76,12 @@ impl Waiters {
         std::mem::take(&mut self.remote)
     }
 
-    /// Answers every waiter 409: the key has no answer to give them.
-    pub fn refuse(&mut self) {
+    /// Answers every waiter with `reply`: 409 when the key has no answer to give them, 422 when
+    /// the key turned out to hold another payload.
+    pub fn answer_all(&mut self, reply: Reply) {
         for waiter in self.waiting.drain(..) {
-            let _ = waiter.reply.send(Reply::InFlight);
+            let _ = waiter.reply.send(reply.clone());
         }
+        self.asked_holder = false;
     }
 }

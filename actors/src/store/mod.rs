@@ -295,6 +295,11 @@ pub async fn open(backend: &Backend, node: Node) -> Result<Arc<dyn Store>, Store
     })
 }
 
+/// A subject digest as stored: the bytes behind its hex (the text itself, should it not be hex).
+pub fn subject_bytes(subject_hash: &str) -> Vec<u8> {
+    hex::decode(subject_hash).unwrap_or_else(|_| subject_hash.as_bytes().to_vec())
+}
+
 /// A delivery status as stored: its place in [`DeliveryStatus::ALL`].
 pub fn status_number(status: DeliveryStatus) -> u8 {
     match status {

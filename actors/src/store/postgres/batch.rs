@@ -225,7 +225,7 @@ async fn commit(
         for d in decisions {
             tenants.push(d.tenant.as_str());
             ids.push(d.id.as_str());
-            subjects.push(super::decisions::subject_bytes(&d.subject_hash));
+            subjects.push(crate::store::subject_bytes(&d.subject_hash));
             types.push(d.signal_type.as_str());
             expiries.push(d.expires_at_ms as i64);
             records.push(codec::encode(d)?);

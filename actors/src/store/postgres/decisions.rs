@@ -8,12 +8,7 @@ use tokio_postgres::Row;
 
 use super::PgStore;
 use crate::codec;
-use crate::store::{DecisionStore, Read, StoreError};
-
-/// A subject digest as stored: the bytes behind its hex (or its text, should it not be hex).
-pub(super) fn subject_bytes(subject_hash: &str) -> Vec<u8> {
-    hex::decode(subject_hash).unwrap_or_else(|_| subject_hash.as_bytes().to_vec())
-}
+use crate::store::{subject_bytes, DecisionStore, Read, StoreError};
 
 fn record(row: &Row) -> Result<DecisionRecord, StoreError> {
     let bytes: &[u8] = row.try_get(0)?;

@@ -21,6 +21,9 @@ const CHANNEL: &str = "idem_claims";
 /// How long the listener waits before connecting again after its connection failed.
 const RECONNECT: Duration = Duration::from_secs(1);
 
+/// How long the listening connection may be idle before TCP probes whether it still lives.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+
 /// One node's end of the channel.
 pub(super) struct News {
     /// The listening connection's client while it is up: notifications are sent on it.
@@ -32,7 +35,9 @@ pub(super) struct News {
 impl News {
     /// Connects with `config` and listens, connecting again whenever the connection fails,
     /// for as long as the returned handle lives.
-    pub(super) fn start(config: tokio_postgres::Config) -> Arc<News> {
+    pub(super) fn start(mut config: tokio_postgres::Config) -> Arc<News> {
+        // A connection that died without a word is noticed within a minute, not hours.
+        config.keepalives_idle(KEEPALIVE_IDLE);
         let (tx, rx) = mpsc::unbounded_channel();
         let news = Arc::new(News {
             client: Mutex::new(None),

@@ -185,7 +185,7 @@ pub fn decision_key(tenant: &str, id: &str) -> Vec<u8> {
 /// The start of a subject's decisions: `tenant length ‖ tenant ‖ digest length ‖ digest`, the
 /// digest as the bytes behind its hex.
 pub fn subject_prefix(tenant: &str, subject_hash: &str) -> Vec<u8> {
-    let digest = hex::decode(subject_hash).unwrap_or_else(|_| subject_hash.as_bytes().to_vec());
+    let digest = crate::store::subject_bytes(subject_hash);
     let mut key = tenant_prefix(tenant);
     // A subject digest is 32 bytes; an odd one stored by hand is cut rather than misread.
     key.push(digest.len().min(255) as u8);
