@@ -33,15 +33,6 @@ async fn setup(
     (dir, receiver, idem, client)
 }
 
-fn text(r: &Resp) -> String {
-    format!(
-        "status {} headers {:?} body {}",
-        r.status,
-        r.headers,
-        String::from_utf8_lossy(&r.body)
-    )
-}
-
 /// A bodiless request as tenant beta.
 fn beta() -> Req {
     Req::new("").beta()
@@ -161,17 +152,6 @@ async fn walk(client: &Client, path: &str, limit: usize) -> Vec<Vec<String>> {
         }
     }
     panic!("GET {path}: the pages never ended: {pages:?}");
-}
-
-/// Asserts `r` is a problem of `status` whose type ends in `slug`.
-fn assert_problem(r: &Resp, status: u16, slug: &str, what: &str) {
-    assert_eq!(r.status, status, "{what}: {}", text(r));
-    assert_eq!(
-        r.problem_type(),
-        format!("urn:idem:problem:{slug}"),
-        "{what}: {}",
-        text(r)
-    );
 }
 
 #[tokio::test]
@@ -713,19 +693,9 @@ async fn decisions_survive_a_restart_and_a_sigkill_and_the_subject_is_never_in_c
     if pg {
         assert_eq!(pg_rows.len(), 2, "both decisions are rows: {pg_rows:?}");
     }
-    let mut stored = stored(&config_path, &dir.path().join("data"));
-    stored.extend(pg_rows);
-    assert!(!stored.is_empty(), "the store wrote something");
-    for (path, bytes) in &stored {
-        assert!(
-            !contains(bytes, s.as_bytes()),
-            "raw subject found in {path}"
-        );
-        assert!(
-            !contains(bytes, s.trim_start_matches('+').as_bytes()),
-            "raw subject found in {path}"
-        );
-    }
+    let mut held = stored(&config_path, &dir.path().join("data"));
+    held.extend(pg_rows);
+    assert_subject_not_held(&held, s);
     assert!(!logs.contains(s.trim_start_matches('+')), "logs: {logs}");
 
     let idem = Idem::start_with(config_path, &[]);

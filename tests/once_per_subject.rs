@@ -40,15 +40,20 @@ actions = [ {{ name = "lock", url = "{takeover}" }} ]
     )
 }
 
-fn start(dir: &std::path::Path, receiver: &Receiver) -> Idem {
-    let cfg = config(&dir.join("data"), receiver, "", DELIVERY) + &gamma(receiver);
+/// idem on `dir` with the test config (and `idempotency` in its `[idempotency]`).
+fn start(dir: &std::path::Path, receiver: &Receiver, idempotency: &str) -> Idem {
+    let cfg = config(&dir.join("data"), receiver, idempotency, DELIVERY) + &gamma(receiver);
     Idem::start(dir, &cfg)
 }
 
 async fn setup() -> (tempfile::TempDir, Receiver, Idem, Client) {
+    setup_with("").await
+}
+
+async fn setup_with(idempotency: &str) -> (tempfile::TempDir, Receiver, Idem, Client) {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
-    let idem = start(dir.path(), &receiver);
+    let idem = start(dir.path(), &receiver, idempotency);
     let client = Client::new(&idem.base);
     (dir, receiver, idem, client)
 }
@@ -61,26 +66,6 @@ fn takeover(subject: &str, metadata: &str) -> String {
 /// A `breach` signal (decided once per 700 ms) for `subject`.
 fn breach(subject: &str, metadata: &str) -> String {
     format!(r#"{{"type":"breach","subject":"{subject}","metadata":{metadata}}}"#)
-}
-
-fn text(r: &Resp) -> String {
-    format!(
-        "status {} headers {:?} body {}",
-        r.status,
-        r.headers,
-        String::from_utf8_lossy(&r.body)
-    )
-}
-
-fn deduplicated(r: &Resp) -> bool {
-    r.header("idem-deduplicated") == Some("subject")
-}
-
-/// Asserts that `r` is a new decision's first processing.
-fn assert_first(r: &Resp, what: &str) {
-    assert_eq!(r.status, 201, "{what}: {}", text(r));
-    assert!(!r.replayed(), "{what}: a first processing: {}", text(r));
-    assert!(!deduplicated(r), "{what}: not deduplicated: {}", text(r));
 }
 
 /// Asserts that `r` is the deduplicated replay of `first`, byte for byte.
@@ -97,24 +82,6 @@ fn assert_deduplicated(r: &Resp, first: &Resp, what: &str) {
         String::from_utf8_lossy(&first.body),
         "{what}: the first decision's bytes"
     );
-}
-
-/// Asserts that `r` replays `first`'s bytes (a retry of a key).
-fn assert_replays(r: &Resp, first: &Resp, what: &str) {
-    assert_eq!(r.status, 201, "{what}: {}", text(r));
-    assert!(r.replayed(), "{what}: Idempotent-Replayed: {}", text(r));
-    assert_eq!(
-        String::from_utf8_lossy(&r.body),
-        String::from_utf8_lossy(&first.body),
-        "{what}: the same bytes"
-    );
-}
-
-fn decision_id(r: &Resp) -> String {
-    r.json()["decision_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no decision_id: {}", text(r)))
-        .to_string()
 }
 
 /// The decision ids of the callbacks received on `path`.
@@ -174,7 +141,7 @@ async fn within_the_window_every_signal_for_the_subject_gets_the_first_decision_
     let keyed = client.signal(Req::new(&keyed_body).key(&key).beta()).await;
     assert_deduplicated(&keyed, &first, "a keyed signal under a new key");
     let retry = client.signal(Req::new(&keyed_body).key(&key).beta()).await;
-    assert_replays(&retry, &keyed, "the keyed signal's retry");
+    assert_replay_of(&retry, &keyed, "the keyed signal's retry");
     let reused = client
         .signal(
             Req::new(&takeover(subject, r#"{"risk":56}"#))
@@ -190,7 +157,7 @@ async fn within_the_window_every_signal_for_the_subject_gets_the_first_decision_
     );
     assert_eq!(reused.problem_type(), "urn:idem:problem:key-reused");
     let retry = client.signal(Req::new(&keyed_body).key(&key).beta()).await;
-    assert_replays(&retry, &keyed, "the keyed signal's retry after the 422");
+    assert_replay_of(&retry, &keyed, "the keyed signal's retry after the 422");
     // Another new key with the first signal's very body.
     let key2 = unique("ato");
     let keyed2 = client
@@ -300,7 +267,7 @@ async fn after_the_window_the_next_signal_for_the_subject_is_a_new_decision() {
     let retry = client
         .signal(Req::new(&early_body).key(&early_key).beta())
         .await;
-    assert_replays(&retry, &early, "the early key's retry after the window");
+    assert_replay_of(&retry, &early, "the early key's retry after the window");
 
     // After the window again, a keyed signal under a new key makes the new decision.
     tokio::time::sleep(window).await;
@@ -314,7 +281,7 @@ async fn after_the_window_the_next_signal_for_the_subject_is_a_new_decision() {
         .collect();
     assert_eq!(ids.len(), 3, "three windows, three decisions");
     let retry = client.signal(Req::new(&body).key(&key).beta()).await;
-    assert_replays(&retry, &third, "the keyed decision's retry");
+    assert_replay_of(&retry, &third, "the keyed decision's retry");
     let copy = client
         .signal(Req::new(&breach(subject, r#"{"n":6}"#)).beta())
         .await;
@@ -381,16 +348,7 @@ async fn sixteen_concurrent_keyless_copies_make_one_decision_and_one_callback() 
 async fn sixteen_concurrent_signals_each_with_its_own_key_make_one_decision() {
     // Fewer waiters per key than keys: the keys' claims waiting on the subject's claim are not
     // bounded by `max_waiters`, which bounds clients' requests.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let cfg = config(
-        &dir.path().join("data"),
-        &receiver,
-        "max_waiters = 2",
-        DELIVERY,
-    );
-    let idem = Idem::start(dir.path(), &cfg);
-    let client = Client::new(&idem.base);
+    let (_dir, receiver, _idem, client) = setup_with("max_waiters = 2").await;
     receiver.answer("/takeover", 200, Duration::from_millis(500));
     let subject = "+15550002222";
     let keys: Vec<(String, String)> = (0..16)
@@ -439,8 +397,8 @@ async fn sixteen_concurrent_signals_each_with_its_own_key_make_one_decision() {
         )
         .await;
         match got.status {
-            201 => assert_replays(&retry, got, "a key's retry"),
-            _ => assert_replays(&retry, &first, "the retry of a key answered 409"),
+            201 => assert_replay_of(&retry, got, "a key's retry"),
+            _ => assert_replay_of(&retry, &first, "the retry of a key answered 409"),
         }
     }
 
@@ -456,7 +414,7 @@ async fn sixteen_concurrent_signals_each_with_its_own_key_make_one_decision() {
 async fn a_keyed_signal_completed_before_a_sigkill_replays_after_restart_and_runs_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
-    let idem = start(dir.path(), &receiver);
+    let idem = start(dir.path(), &receiver, "");
     let subject = "+447700900200";
     let key = unique("killed");
     let body = takeover(subject, r#"{"risk":80}"#);
@@ -470,7 +428,7 @@ async fn a_keyed_signal_completed_before_a_sigkill_replays_after_restart_and_run
     let idem = Idem::start_with(config, &[]);
     let client = Client::new(&idem.base);
     let retry = retry_after_crash(|| client.signal(Req::new(&body).key(&key).beta())).await;
-    assert_replays(&retry, &first, "the key's retry after SIGKILL and restart");
+    assert_replay_of(&retry, &first, "the key's retry after SIGKILL and restart");
     let keyless = client
         .signal(Req::new(&takeover(subject, r#"{"risk":1}"#)).beta())
         .await;
@@ -494,7 +452,7 @@ async fn a_keyed_signal_killed_mid_dispatch_resumes_the_same_decision_and_delive
     let receiver = Receiver::start().await;
     // The receiver takes the callback and holds its answer: the process dies before it is back.
     receiver.answer("/takeover", 200, Duration::from_secs(30));
-    let idem = start(dir.path(), &receiver);
+    let idem = start(dir.path(), &receiver, "");
     let subject = "+447700900300";
     let key = unique("midflight");
     let body = takeover(subject, r#"{"risk":80}"#);
@@ -523,7 +481,7 @@ async fn a_keyed_signal_killed_mid_dispatch_resumes_the_same_decision_and_delive
     );
 
     let replay = client.signal(Req::new(&body).key(&key).beta()).await;
-    assert_replays(&replay, &resumed, "the key's retry after the resumption");
+    assert_replay_of(&replay, &resumed, "the key's retry after the resumption");
     let keyless = client
         .signal(Req::new(&takeover(subject, r#"{"risk":2}"#)).beta())
         .await;
@@ -553,7 +511,7 @@ async fn a_keyed_signal_killed_mid_dispatch_resumes_the_same_decision_and_delive
 async fn the_subject_is_stored_only_as_its_keyed_digest() {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
-    let idem = start(dir.path(), &receiver);
+    let idem = start(dir.path(), &receiver, "");
     let client = Client::new(&idem.base);
     let subject = "+447700900777";
     let first = client
@@ -586,21 +544,7 @@ async fn the_subject_is_stored_only_as_its_keyed_digest() {
     let (status, config_path) = idem.terminate().await;
     assert!(status.success());
 
-    let held = stored(&config_path, &dir.path().join("data"));
-    assert!(
-        held.iter().map(|(_, b)| b.len()).sum::<usize>() > 0,
-        "the store wrote something"
-    );
-    for (place, bytes) in &held {
-        assert!(
-            !contains(bytes, subject.as_bytes()),
-            "raw subject found in {place}"
-        );
-        assert!(
-            !contains(bytes, subject.trim_start_matches('+').as_bytes()),
-            "the subject's digits found in {place}"
-        );
-    }
+    assert_subject_not_held(&stored(&config_path, &dir.path().join("data")), subject);
     assert!(!logs.contains(subject), "logs stay clean");
     for cb in receiver.seen() {
         assert!(!contains(&cb.body, subject.as_bytes()));
@@ -610,16 +554,7 @@ async fn the_subject_is_stored_only_as_its_keyed_digest() {
 #[tokio::test]
 async fn a_subjects_claim_that_cannot_answer_fails_the_keyed_request_instead_of_hanging() {
     // One claim actor at a time: the key's actor is the one, so the subject's cannot start.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let cfg = config(
-        &dir.path().join("data"),
-        &receiver,
-        "max_live_actors = 1",
-        DELIVERY,
-    );
-    let idem = Idem::start(dir.path(), &cfg);
-    let client = Client::new(&idem.base);
+    let (_dir, receiver, _idem, client) = setup_with("max_live_actors = 1").await;
     let body = takeover("+15550009999", "{}");
     let answer = tokio::time::timeout(
         Duration::from_secs(10),

@@ -31,46 +31,6 @@ async fn setup() -> (tempfile::TempDir, Receiver, Idem, Client) {
 /// A moment for a late (wrong) callback to arrive before the receiver's count is read.
 const LATE: Duration = Duration::from_millis(300);
 
-fn text(r: &Resp) -> String {
-    format!(
-        "status {} headers {:?} body {}",
-        r.status,
-        r.headers,
-        String::from_utf8_lossy(&r.body)
-    )
-}
-
-fn assert_first(r: &Resp, what: &str) {
-    assert_eq!(r.status, 201, "{what}: {}", text(r));
-    assert!(!r.replayed(), "{what}: a first processing: {}", text(r));
-}
-
-fn assert_replays(r: &Resp, first: &Resp, what: &str) {
-    assert_eq!(r.status, 201, "{what}: {}", text(r));
-    assert!(r.replayed(), "{what}: Idempotent-Replayed: {}", text(r));
-    assert_eq!(
-        String::from_utf8_lossy(&r.body),
-        String::from_utf8_lossy(&first.body),
-        "{what}: the same bytes"
-    );
-}
-
-fn assert_refused(r: &Resp, status: u16, kind: &str, what: &str) {
-    assert_eq!(r.status, status, "{what}: {}", text(r));
-    assert_eq!(
-        r.problem_type(),
-        format!("urn:idem:problem:{kind}"),
-        "{what}"
-    );
-}
-
-fn decision_id(r: &Resp) -> String {
-    r.json()["decision_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no decision_id: {}", text(r)))
-        .to_string()
-}
-
 fn paths(receiver: &Receiver) -> Vec<String> {
     let mut paths: Vec<String> = receiver.seen().into_iter().map(|c| c.path).collect();
     paths.sort();
@@ -91,7 +51,7 @@ async fn a_signed_request_without_a_key_is_claimed_under_its_webhook_id() {
     assert_eq!(first.json()["actions"].as_array().map(Vec::len), Some(2));
     for n in 2..=3 {
         let again = client.signal(identical()).await;
-        assert_replays(&again, &first, &format!("copy {n} of the signed request"));
+        assert_replay_of(&again, &first, &format!("copy {n} of the signed request"));
     }
     let _ = receiver.wait_for(2).await;
     tokio::time::sleep(LATE).await;
@@ -100,11 +60,11 @@ async fn a_signed_request_without_a_key_is_claimed_under_its_webhook_id() {
     // The same request signed anew (a sender's retry) is the same claim, and so is the request
     // naming the webhook-id as its Idempotency-Key.
     let resigned = client.signal(Req::new(&body).acme_signed(&id)).await;
-    assert_replays(&resigned, &first, "the same webhook-id, signed anew");
+    assert_replay_of(&resigned, &first, "the same webhook-id, signed anew");
     let keyed = client
         .signal(Req::new(&body).key(&id).acme_signed(&id))
         .await;
-    assert_replays(&keyed, &first, "the webhook-id as Idempotency-Key");
+    assert_replay_of(&keyed, &first, "the webhook-id as Idempotency-Key");
 
     // The same body under a new webhook-id is a new decision.
     let id2 = unique("msg");
@@ -117,7 +77,7 @@ async fn a_signed_request_without_a_key_is_claimed_under_its_webhook_id() {
     let changed = client
         .signal(Req::new(&sim_swap("+447700900124")).acme_signed(&id))
         .await;
-    assert_refused(
+    assert_problem(
         &changed,
         422,
         "key-reused",
@@ -145,22 +105,22 @@ async fn bodies_are_compared_by_their_rfc_8785_canonical_form() {
     assert_first(&first, "n = 1");
     for spelling in ["1.0", "1e0", "1E0", "10e-1", "0.1e1"] {
         let r = send(with_n(spelling)).await;
-        assert_replays(&r, &first, &format!("n = {spelling}"));
+        assert_replay_of(&r, &first, &format!("n = {spelling}"));
     }
     let reordered = "{ \"metadata\" : { \"n\" : 1 },\n\t\"subject\": \"+447700900123\",   \"type\":\"sim_swap\" }\n";
     let r = send(reordered.to_string()).await;
-    assert_replays(&r, &first, "reordered members and whitespace");
+    assert_replay_of(&r, &first, "reordered members and whitespace");
     let escaped =
         r#"{"\u0074ype":"sim_swap","subject":"\u002B447700900123","metadata":{"\u006e":1}}"#;
     let r = send(escaped.to_string()).await;
-    assert_replays(&r, &first, "escaped names and string");
+    assert_replay_of(&r, &first, "escaped names and string");
     let r = send(with_n("1.5")).await;
-    assert_refused(&r, 422, "key-reused", "n = 1.5");
+    assert_problem(&r, 422, "key-reused", "n = 1.5");
     let r = send(with_n("\"1\"")).await;
-    assert_refused(&r, 422, "key-reused", "n = \"1\"");
+    assert_problem(&r, 422, "key-reused", "n = \"1\"");
     // The refusals stored nothing over the key's answer.
     let r = send(with_n("1")).await;
-    assert_replays(&r, &first, "n = 1 again");
+    assert_replay_of(&r, &first, "n = 1 again");
 
     // 2^53 + 1 is no double: it reads as 2^53, the same payload. 2^53 + 2 is another double.
     let key = unique("jcs-big");
@@ -168,11 +128,11 @@ async fn bodies_are_compared_by_their_rfc_8785_canonical_form() {
     let big = send(with_n("9007199254740993")).await;
     assert_first(&big, "n = 2^53 + 1");
     let r = send(with_n("9007199254740992")).await;
-    assert_replays(&r, &big, "n = 2^53");
+    assert_replay_of(&r, &big, "n = 2^53");
     let r = send(with_n("9007199254740992.0")).await;
-    assert_replays(&r, &big, "n = 2^53 as a decimal");
+    assert_replay_of(&r, &big, "n = 2^53 as a decimal");
     let r = send(with_n("9007199254740994")).await;
-    assert_refused(&r, 422, "key-reused", "n = 2^53 + 2");
+    assert_problem(&r, 422, "key-reused", "n = 2^53 + 2");
 }
 
 #[tokio::test]
@@ -203,14 +163,14 @@ async fn a_member_named_twice_is_refused_and_stores_nothing() {
     ];
     for (body, what) in duplicates {
         let r = client.signal(Req::new(body).key(&key).beta()).await;
-        assert_refused(&r, 400, "invalid-signal", what);
+        assert_problem(&r, 400, "invalid-signal", what);
     }
     // Nothing was stored under the key: a valid body makes a first processing.
     let body = r#"{"type":"sim_swap","subject":"x"}"#;
     let first = client.signal(Req::new(body).key(&key).beta()).await;
     assert_first(&first, "the key after the refusals");
     let again = client.signal(Req::new(body).key(&key).beta()).await;
-    assert_replays(&again, &first, "its retry");
+    assert_replay_of(&again, &first, "its retry");
     let _ = receiver.wait_for(1).await;
     tokio::time::sleep(LATE).await;
     assert_eq!(paths(&receiver), ["/notify"], "no refusal ran an action");
@@ -237,7 +197,7 @@ async fn two_authorization_headers_are_refused_before_authentication() {
                     .header("authorization", b),
             )
             .await;
-        assert_refused(
+        assert_problem(
             &r,
             400,
             "repeated-header",
@@ -250,7 +210,7 @@ async fn two_authorization_headers_are_refused_before_authentication() {
         .acme_signed(&key)
         .header("authorization", "Bearer sk_acme_test_key");
     let r = client.signal(signed).await;
-    assert_refused(&r, 400, "repeated-header", "a signed request with two");
+    assert_problem(&r, 400, "repeated-header", "a signed request with two");
 
     assert!(receiver.seen().is_empty(), "no refusal ran an action");
     // Nothing was stored under the key: with one header, a first processing.

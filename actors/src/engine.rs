@@ -188,7 +188,6 @@ impl Engine {
                     decision_retention: config.decision_retention,
                     holder: epoch,
                 },
-                family: Default::default(),
             }),
         )
         .await?;
@@ -347,7 +346,7 @@ impl Engine {
             let Some(delivery) = self.deliveries.load(&action.delivery_id).await? else {
                 return Ok(None);
             };
-            let status = delivery.view().status;
+            let status = delivery.placement.status;
             actions.push(DecidedAction {
                 name: action.name,
                 delivery_id: action.delivery_id,

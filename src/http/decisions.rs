@@ -19,11 +19,6 @@ use crate::http::{query, App};
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 200;
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    tracing::error!(error = %e, "decision API failed");
-    ApiError::new(Kind::Internal, "the decisions could not be read; retry")
-}
-
 /// `GET /v1/decisions/{id}`.
 pub async fn show(
     State(app): State<Arc<App>>,
@@ -36,7 +31,7 @@ pub async fn show(
         .engine
         .decision(&tenant.name, &id)
         .await
-        .map_err(internal)?
+        .map_err(|e| ApiError::read_failed("the decisions", e))?
         .ok_or_else(|| {
             ApiError::new(
                 Kind::NotFound,
@@ -76,7 +71,7 @@ pub async fn list(
         .engine
         .decisions_about(&tenant.name, &subject_hash, signal_type, after, limit)
         .await
-        .map_err(internal)?;
+        .map_err(|e| ApiError::read_failed("the decisions", e))?;
     Ok(Json(DecisionPage {
         data: page.data,
         next_after: page.next_after,

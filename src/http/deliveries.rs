@@ -27,11 +27,6 @@ fn not_found(id: &str) -> ApiError {
     )
 }
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    tracing::error!(error = %e, "delivery API failed");
-    ApiError::new(Kind::Internal, "the delivery could not be read; retry")
-}
-
 /// `GET /v1/deliveries/{id}`.
 pub async fn show(
     State(app): State<Arc<App>>,
@@ -44,7 +39,7 @@ pub async fn show(
         .engine
         .delivery(&tenant.name, &id)
         .await
-        .map_err(internal)?
+        .map_err(|e| ApiError::read_failed("the delivery", e))?
         .ok_or_else(|| not_found(&id))?;
     Ok(Json(view).into_response())
 }
@@ -83,7 +78,7 @@ pub async fn list(
             limit,
         )
         .await
-        .map_err(internal)?;
+        .map_err(|e| ApiError::read_failed("the delivery", e))?;
     let next_after = page
         .next_after
         .map(|(status, id)| format!("{}:{id}", status.as_str()));
@@ -117,6 +112,6 @@ pub async fn redeliver(
                 status.as_str()
             ),
         )),
-        Err(e) => Err(internal(e)),
+        Err(e) => Err(ApiError::read_failed("the delivery", e)),
     }
 }

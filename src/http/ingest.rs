@@ -15,7 +15,7 @@ use http_body_util::BodyExt;
 use idem_actors::claim::ANY_PAYLOAD;
 use idem_actors::{ClaimId, DecideError, RegistryError, Reply, Submission};
 use idem_schemas::timefmt::{is_rfc3339, now_ms};
-use idem_schemas::{Decision, SignalRequest, StoredResponse, SubjectLink};
+use idem_schemas::{Decision, SignalRequest, StoredResponse, SubjectLink, Verdict};
 use serde::Deserialize;
 use serde_json::Value;
 use tracing::Instrument;
@@ -122,9 +122,7 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
     // not. Per-request spans and events are at debug level: at info, a span's fields are
     // formatted for every request, duplicates included, for events that are rare.
     let span = tracing::debug_span!("signal", tenant = %tenant.name, keyed = key.is_some());
-    // Counted once a decision is answered as made: not for a replay, nor for a keyed signal
-    // whose subject had a decision already.
-    let made = DECISIONS.with_label_values(&[playbook.decision.as_str()]);
+    let verdict = playbook.decision;
     let subject = playbook.once_per_subject.map(|window| SubjectLink {
         digest: app
             .digester
@@ -143,9 +141,7 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
     match (key, subject) {
         (None, None) => {
             let decision = decide(now).map_err(|e| ApiError::new(Kind::Internal, e.to_string()))?;
-            let handled = keyless(app, decision).instrument(span).await?;
-            made.inc();
-            Ok(handled)
+            keyless(app, decision).instrument(span).await
         }
         // Keyless, once per subject: the subject's claim is this request's key.
         (None, Some(link)) => {
@@ -157,10 +153,9 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
             let submission = Submission::new(ANY_PAYLOAD, decide)
                 .lasting(window)
                 .waiting(wait);
-            claim(app, &id, submission, wait, true)
+            claim(app, &id, submission, wait, true, verdict)
                 .instrument(span)
                 .await
-                .inspect(|(outcome, _)| count_made(outcome, &made))
         }
         (Some(key), subject) => {
             let id = ClaimId {
@@ -172,19 +167,17 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
             if let Some(link) = subject {
                 submission = submission.via_subject(link);
             }
-            claim(app, &id, submission, wait, false)
+            claim(app, &id, submission, wait, false, verdict)
                 .instrument(span)
                 .await
-                .inspect(|(outcome, _)| count_made(outcome, &made))
         }
     }
 }
 
-/// Counts the decision a claim's answer says was made by this request.
-fn count_made(outcome: &str, made: &prometheus::IntCounter) {
-    if outcome == "first" {
-        made.inc();
-    }
+/// Counts a decision answered as made by this request (not a replay, nor a keyed signal whose
+/// subject had a decision already).
+fn decided(verdict: Verdict) {
+    DECISIONS.with_label_values(&[verdict.as_str()]).inc();
 }
 
 /// Everything a signal's decision needs, owned, so a keyed request can hand it to its claim
@@ -230,19 +223,22 @@ async fn keyless(app: &App, decision: Decision) -> Result<Handled, ApiError> {
         .keyless(&decision)
         .await
         .map_err(|e| ApiError::new(Kind::Internal, e.to_string()))?;
+    decided(decision.verdict);
     tracing::debug!(decision = %decision.id, "keyless signal decided");
     Ok(("keyless", stored(&response, false)))
 }
 
 /// A keyed signal (or one decided once per subject): its claim actor decides what this
 /// request gets. `wait` is how long it may wait for an in-flight first request, as applied;
-/// `of_subject` says that the claim is the subject's, so that a replay is a deduplicated signal.
+/// `of_subject` says that the claim is the subject's, so that a replay is a deduplicated signal;
+/// `verdict` is the playbook's, counted if this request makes the decision.
 async fn claim(
     app: &App,
     id: &ClaimId,
     submission: Submission,
     wait: Option<std::time::Duration>,
     of_subject: bool,
+    verdict: Verdict,
 ) -> Result<Handled, ApiError> {
     let deduplicated = |mut r: Response| {
         r.headers_mut()
@@ -250,7 +246,10 @@ async fn claim(
         r
     };
     match app.engine.submit(id, submission).await {
-        Ok(Reply::First(response)) => Ok(("first", stored(&response, false))),
+        Ok(Reply::First(response)) => {
+            decided(verdict);
+            Ok(("first", stored(&response, false)))
+        }
         Ok(Reply::Replayed(response)) if of_subject => {
             Ok(("deduplicated", deduplicated(stored(&response, true))))
         }

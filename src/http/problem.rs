@@ -190,6 +190,13 @@ impl ApiError {
         }
     }
 
+    /// A `500 internal` for a read of `what` (the tenant's deliveries, decisions) that failed
+    /// with `e`, which is logged, not shown.
+    pub fn read_failed(what: &str, e: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %e, "reading {what} failed");
+        ApiError::new(Kind::Internal, format!("{what} could not be read; retry"))
+    }
+
     /// With a `Retry-After` of `seconds` (overriding the kind's default).
     pub fn retry_after(mut self, seconds: u64) -> Self {
         self.retry_after = Some(seconds);

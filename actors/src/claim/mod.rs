@@ -24,7 +24,7 @@ mod subject;
 mod waiters;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_schemas::timefmt::now_ms;
@@ -71,9 +71,6 @@ pub struct ClaimContext {
     pub deliveries: DeliverySettings,
     /// Time windows.
     pub settings: ClaimSettings,
-    /// The claim actors' family, set once it has started: a keyed claim of a decision made once
-    /// per subject asks the subject's claim actor.
-    pub family: OnceLock<Arc<Family>>,
 }
 
 /// The fingerprint of every submission to a subject's claim: any signal for the subject is the
@@ -303,6 +300,7 @@ pub struct ClaimActor;
 pub struct ClaimState {
     id: ClaimId,
     ctx: Arc<ClaimContext>,
+    family: Arc<Family>,
     generation: u64,
     /// The log as last read or written: what the next append extends.
     head: Option<LogHead>,
@@ -509,6 +507,7 @@ impl ClaimActor {
         if let Some(link) = claim.subject {
             tokio::spawn(subject::through_subject(
                 state.ctx.clone(),
+                state.family.clone(),
                 me,
                 generation,
                 decision,
@@ -804,6 +803,8 @@ pub struct ClaimArgs {
     pub id: ClaimId,
     /// What it shares with the others.
     pub ctx: Arc<ClaimContext>,
+    /// Its family: a keyed claim of a decision made once per subject asks the subject's actor.
+    pub family: Arc<Family>,
 }
 
 impl Actor for ClaimActor {
@@ -822,6 +823,7 @@ impl Actor for ClaimActor {
         let log = log.filter(|_| !crate::failpoint::switched_on("sabotage"));
         let mut state = ClaimState {
             id: args.id,
+            family: args.family,
             generation: 0,
             head: None,
             phase: Phase::Free,
@@ -926,7 +928,6 @@ impl Claims {
     pub async fn start(instance: &str, ctx: Arc<ClaimContext>) -> Result<Self, RegistryError> {
         let family =
             Arc::new(Family::start(instance, "claim", ctx.settings.max_live_actors).await?);
-        let _ = ctx.family.set(family.clone());
         Ok(Claims { family, ctx })
     }
 
@@ -970,7 +971,7 @@ impl Claims {
 /// Hands `sub` to the actor of `id` in `family`, starting it if needed, and waits for its
 /// answer.
 async fn submit(
-    family: &Family,
+    family: &Arc<Family>,
     ctx: &Arc<ClaimContext>,
     id: &ClaimId,
     sub: Submission,
@@ -986,6 +987,7 @@ async fn submit(
         let args = || ClaimArgs {
             id: id.clone(),
             ctx: ctx.clone(),
+            family: family.clone(),
         };
         let actor = family.actor(&name, || ClaimActor, args).await?;
         let outgoing = sub.clone();

@@ -15,6 +15,7 @@ use ractor::ActorRef;
 
 use super::{submit, ClaimContext, ClaimMsg, Reply, Submission, ANY_PAYLOAD};
 use crate::store::ClaimId;
+use crate::supervise::Family;
 
 /// Runs a keyed claim's decision through its subject's claim, and reports what the subject's
 /// claim answered to the key's actor `me` ([`ClaimMsg::Dispatched`]). The subject's claim
@@ -26,6 +27,7 @@ use crate::store::ClaimId;
 /// key's actor hears so ([`ClaimMsg::SubjectFailed`]).
 pub(super) async fn through_subject(
     ctx: Arc<ClaimContext>,
+    family: Arc<Family>,
     me: ActorRef<ClaimMsg>,
     generation: u64,
     decision: Decision,
@@ -34,9 +36,6 @@ pub(super) async fn through_subject(
 ) {
     let failed = |error: String| {
         let _ = me.cast(ClaimMsg::SubjectFailed { generation, error });
-    };
-    let Some(family) = ctx.family.get().cloned() else {
-        return failed("the claim actors have not started".into());
     };
     let id = ClaimId {
         tenant: decision.tenant.clone(),

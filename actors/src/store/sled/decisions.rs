@@ -45,10 +45,12 @@ impl DecisionStore for SledStore {
                 None => [&prefix[..], &[0xff]].concat(),
             };
             let mut found = Vec::new();
-            for entry in self.by_subject.range(prefix..end).rev() {
-                let (_, id) = entry?;
-                let id = std::str::from_utf8(&id)
-                    .map_err(|_| StoreError::Malformed("decisions_by_subject"))?;
+            for entry in self.by_subject.range(prefix.clone()..end).rev() {
+                let (key, _) = entry?;
+                let id = key
+                    .get(prefix.len()..)
+                    .and_then(|id| std::str::from_utf8(id).ok())
+                    .ok_or(StoreError::Malformed("decisions_by_subject"))?;
                 let record = self
                     .read_decision(tenant, id, now_ms)?
                     .filter(|r| signal_type.is_none_or(|t| r.signal_type == t));
@@ -120,7 +122,7 @@ impl SledStore {
             record.id.as_bytes(),
         ]
         .concat();
-        self.by_subject.insert(listed, record.id.as_bytes())?;
+        self.by_subject.insert(listed, &[])?;
         let expiry = [
             &record.expires_at_ms.to_be_bytes()[..],
             &tenant_prefix(&record.tenant),

@@ -11,7 +11,7 @@
 //! - `delivery_status`: `tenant length ‖ tenant ‖ status ‖ delivery id`, the tenant's listing.
 //! - `decisions`: `tenant length ‖ tenant ‖ decision id → record`.
 //! - `decisions_by_subject`: `tenant length ‖ tenant ‖ digest length ‖ subject digest ‖
-//!   decision id → decision id`, a subject's decisions in the order they were made.
+//!   decision id`, a subject's decisions in the order they were made.
 //! - `decision_expiry`: `expires_at ‖ tenant length ‖ tenant ‖ decision id`.
 
 use idem_schemas::DeliveryStatus;
