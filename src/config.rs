@@ -60,14 +60,18 @@ pub struct Idempotency {
 }
 
 /// `[delivery]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Delivery {
     /// Deadline of the attempt made inside the ingest request.
     pub inline_timeout: Duration,
-    /// Period of the retry worker.
-    pub retry_interval: Duration,
-    /// Attempts after the inline one.
-    pub max_retries: u32,
+    /// The wait before each retry (`schedule`, or `max_retries` times `retry_interval`).
+    pub schedule: Vec<Duration>,
+    /// Consecutive retryable failures that open an endpoint.
+    pub breaker_threshold: u32,
+    /// How long an open endpoint waits before one probe.
+    pub breaker_cooldown: Duration,
+    /// Attempts at once to one endpoint.
+    pub max_in_flight_per_endpoint: usize,
 }
 
 /// `[http]`.
@@ -242,6 +246,10 @@ struct RawDelivery {
     inline_timeout: Option<String>,
     retry_interval: Option<String>,
     max_retries: Option<i64>,
+    schedule: Option<Vec<String>>,
+    breaker_threshold: Option<i64>,
+    breaker_cooldown: Option<String>,
+    max_in_flight_per_endpoint: Option<i64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -408,14 +416,53 @@ impl Config {
         };
 
         let d = raw.delivery;
-        let max_retries = d.max_retries.unwrap_or(3);
+        let schedule = match d.schedule {
+            Some(_) if d.retry_interval.is_some() || d.max_retries.is_some() => {
+                return Err(invalid(
+                    "delivery.schedule",
+                    "replaces retry_interval and max_retries; set one or the other",
+                ))
+            }
+            Some(steps) if steps.len() > 100 => {
+                return Err(invalid("delivery.schedule", "at most 100 steps"))
+            }
+            Some(steps) => steps
+                .iter()
+                .map(|step| duration("delivery.schedule", Some(step), ""))
+                .collect::<Result<Vec<_>, _>>()?,
+            None => {
+                let retries = u32::try_from(d.max_retries.unwrap_or(3))
+                    .ok()
+                    .filter(|n| *n <= 100)
+                    .ok_or_else(|| invalid("delivery.max_retries", "must be between 0 and 100"))?;
+                let interval =
+                    duration("delivery.retry_interval", d.retry_interval.as_deref(), "5m")?;
+                vec![interval; retries as usize]
+            }
+        };
         let delivery = Delivery {
             inline_timeout: duration("delivery.inline_timeout", d.inline_timeout.as_deref(), "5s")?,
-            retry_interval: duration("delivery.retry_interval", d.retry_interval.as_deref(), "5m")?,
-            max_retries: u32::try_from(max_retries)
+            schedule,
+            breaker_threshold: u32::try_from(d.breaker_threshold.unwrap_or(5))
                 .ok()
-                .filter(|n| *n <= 100)
-                .ok_or_else(|| invalid("delivery.max_retries", "must be between 0 and 100"))?,
+                .filter(|n| (1..=10_000).contains(n))
+                .ok_or_else(|| {
+                    invalid("delivery.breaker_threshold", "must be between 1 and 10000")
+                })?,
+            breaker_cooldown: duration(
+                "delivery.breaker_cooldown",
+                d.breaker_cooldown.as_deref(),
+                "1m",
+            )?,
+            max_in_flight_per_endpoint: usize::try_from(d.max_in_flight_per_endpoint.unwrap_or(8))
+                .ok()
+                .filter(|n| (1..=10_000).contains(n))
+                .ok_or_else(|| {
+                    invalid(
+                        "delivery.max_in_flight_per_endpoint",
+                        "must be between 1 and 10000",
+                    )
+                })?,
         };
         let signatures = Signatures {
             tolerance: duration(
@@ -678,12 +725,40 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
         assert_eq!(c.idempotency.key_ttl, Duration::from_secs(86_400));
         assert_eq!(c.idempotency.in_flight_timeout, Duration::from_secs(30));
         assert_eq!(c.delivery.inline_timeout, Duration::from_secs(5));
-        assert_eq!(c.delivery.retry_interval, Duration::from_secs(300));
-        assert_eq!(c.delivery.max_retries, 3);
+        assert_eq!(c.delivery.schedule, vec![Duration::from_secs(300); 3]);
+        assert_eq!(c.delivery.breaker_threshold, 5);
+        assert_eq!(c.delivery.breaker_cooldown, Duration::from_secs(60));
+        assert_eq!(c.delivery.max_in_flight_per_endpoint, 8);
         assert_eq!(c.signatures.tolerance, Duration::from_secs(300));
         let acme = &c.tenants["acme"];
         assert!(acme.signing_secrets.is_empty());
         assert_eq!(acme.playbooks["sim_swap"].decision, Verdict::Deny);
+    }
+
+    #[test]
+    fn a_schedule_replaces_the_interval_and_count_but_not_beside_them() {
+        let with = |delivery: &str| format!("{MINIMAL}\n[delivery]\n{delivery}\n");
+        let c = Config::parse(&with(r#"schedule = ["5s", "5m", "2h"]"#)).expect("valid");
+        assert_eq!(
+            c.delivery.schedule,
+            vec![
+                Duration::from_secs(5),
+                Duration::from_secs(300),
+                Duration::from_secs(7200)
+            ]
+        );
+        let c = Config::parse(&with("retry_interval = \"1s\"\nmax_retries = 2")).expect("valid");
+        assert_eq!(c.delivery.schedule, vec![Duration::from_secs(1); 2]);
+        for both in [
+            "schedule = [\"5s\"]\nmax_retries = 2",
+            "schedule = [\"5s\"]\nretry_interval = \"1s\"",
+        ] {
+            assert!(err(&with(both)).contains("delivery.schedule"), "{both}");
+        }
+        assert!(err(&with(r#"schedule = ["soon"]"#)).contains("delivery.schedule"));
+        assert!(err(&with("breaker_threshold = 0")).contains("delivery.breaker_threshold"));
+        assert!(err(&with("max_in_flight_per_endpoint = 0"))
+            .contains("delivery.max_in_flight_per_endpoint"));
     }
 
     #[test]

@@ -46,6 +46,12 @@ impl Digester {
         self.digest(b"idem/key/v1", tenant, key.as_bytes())
     }
 
+    /// The claim of a bulk redelivery's idempotency key: a domain of its own, so the same key
+    /// on a signal and on a bulk request are two claims.
+    pub fn bulk_key(&self, tenant: &str, key: &str) -> [u8; 32] {
+        self.digest(b"idem/bulk-key/v1", tenant, key.as_bytes())
+    }
+
     /// The digest a subject's claim is known by (a playbook decided once per subject): the
     /// signal type and the subject.
     pub fn subject_claim(&self, tenant: &str, signal_type: &str, subject: &str) -> [u8; 32] {

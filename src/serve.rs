@@ -6,8 +6,10 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use idem_actors::endpoint::BreakerSettings;
 use idem_actors::{Engine, EngineConfig, Keyring};
 use idem_schemas::signature::Secret;
 
@@ -70,8 +72,14 @@ fn engine_config(config: &Config) -> EngineConfig {
         decision_retention: config.decisions.retention,
         sweep_interval: i.sweep_interval,
         inline_timeout: d.inline_timeout,
-        max_retries: d.max_retries,
-        retry_interval: d.retry_interval,
+        schedule: d.schedule.clone(),
+        breaker: BreakerSettings {
+            threshold: d.breaker_threshold,
+            cooldown: d.breaker_cooldown,
+            // A probe whose node died is followed by another once its deadline has passed.
+            probe_timeout: d.inline_timeout + Duration::from_secs(1),
+            max_in_flight: d.max_in_flight_per_endpoint,
+        },
     }
 }
 
@@ -101,6 +109,7 @@ pub async fn run(
         live,
         digester: Digester::new(&config.idempotency.key_secret),
         limiter: Default::default(),
+        redeliveries: Default::default(),
         engine,
     });
     on_listen(addr);
@@ -183,11 +192,19 @@ fn restart_only(a: &Config, b: &Config) -> Vec<&'static str> {
             "delivery.inline_timeout",
             ad.inline_timeout != bd.inline_timeout,
         ),
+        ("delivery.schedule", ad.schedule != bd.schedule),
         (
-            "delivery.retry_interval",
-            ad.retry_interval != bd.retry_interval,
+            "delivery.breaker_threshold",
+            ad.breaker_threshold != bd.breaker_threshold,
         ),
-        ("delivery.max_retries", ad.max_retries != bd.max_retries),
+        (
+            "delivery.breaker_cooldown",
+            ad.breaker_cooldown != bd.breaker_cooldown,
+        ),
+        (
+            "delivery.max_in_flight_per_endpoint",
+            ad.max_in_flight_per_endpoint != bd.max_in_flight_per_endpoint,
+        ),
     ]
     .into_iter()
     .filter_map(|(key, changed)| changed.then_some(key))

@@ -101,8 +101,15 @@ fn check_config_accepts_the_example_and_refuses_bad_keys_in_one_line() {
     let text = std::fs::read_to_string(example).expect("read example");
     for (broken, names) in [
         (
-            text.replace("max_retries    = 3", "max_retries    = -1"),
-            "delivery.max_retries",
+            text.replace("breaker_threshold = 5", "breaker_threshold = -1"),
+            "delivery.breaker_threshold",
+        ),
+        (
+            text.replace(
+                "breaker_cooldown  = \"1m\"",
+                "breaker_cooldown  = \"1m\"\nmax_retries = 2",
+            ),
+            "delivery.schedule",
         ),
         (
             text.replace("decision = \"deny\"", "decision = \"perhaps\""),

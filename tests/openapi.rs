@@ -55,8 +55,10 @@ async fn openapi_covers_every_endpoint_and_agrees_with_the_schema_files() {
             "/v1/decisions",
             "/v1/decisions/{id}",
             "/v1/deliveries",
+            "/v1/deliveries/redeliver",
             "/v1/deliveries/{id}",
             "/v1/deliveries/{id}/redeliver",
+            "/v1/endpoints",
             "/v1/signals"
         ]
     );

@@ -95,7 +95,7 @@ async fn a_database_with_a_newer_schema_is_refused_with_exit_2() {
     assert_eq!(code, Some(2), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("version 99") && stderr.contains("version 2 "),
+        stderr.contains("version 99") && stderr.contains("version 3 "),
         "{stderr}"
     );
 }
@@ -271,7 +271,7 @@ async fn a_schema_1_database_holding_claims_is_refused_and_an_empty_one_migrated
     }
     sql(
         &url,
-        "DROP TABLE idem_decisions; UPDATE idem_schema SET version = 1",
+        "DROP TABLE idem_decisions; DROP TABLE idem_endpoints; UPDATE idem_schema SET version = 1",
     );
     sql(
         &url,
@@ -300,7 +300,7 @@ async fn a_schema_1_database_holding_claims_is_refused_and_an_empty_one_migrated
             .expect("version");
         row.get::<_, i32>(0)
     });
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
 }
 
 #[tokio::test]
@@ -355,4 +355,125 @@ async fn a_waiter_on_another_node_is_answered_when_the_holders_answer_is_durable
         "the waiter came {late:?} after the first"
     );
     assert_eq!(receiver.seen_on("/notify").len(), 1);
+}
+
+/// `GET /v1/endpoints`' entry for `url`, as beta.
+async fn beta_endpoint(client: &Client, url: &str) -> serde_json::Value {
+    let r = client
+        .send("GET", "/v1/endpoints", Req::new("").beta())
+        .await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    r.json()["data"]
+        .as_array()
+        .and_then(|d| d.iter().find(|e| e["url"] == url).cloned())
+        .unwrap_or_else(|| panic!("{url} not listed"))
+}
+
+#[tokio::test]
+async fn an_endpoint_opened_on_one_node_gets_no_attempt_from_another_and_they_share_its_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let url = fresh_database();
+    let cfg = config_on(
+        &on_postgres(&url),
+        &dir.path().join("data"),
+        &receiver,
+        "",
+        "inline_timeout = \"2s\"\nschedule = [\"100ms\"]\nbreaker_threshold = 2\n\
+         breaker_cooldown = \"1h\"\nmax_in_flight_per_endpoint = 2",
+    );
+    let nodes: Vec<Idem> = (0..2)
+        .map(|n| {
+            let node_dir = dir.path().join(format!("node{n}"));
+            std::fs::create_dir_all(&node_dir).expect("dir");
+            Idem::start(&node_dir, &cfg)
+        })
+        .collect();
+    let (a, b) = (Client::new(&nodes[0].base), Client::new(&nodes[1].base));
+    let signal = |client: &Client| {
+        let client = client.clone();
+        async move {
+            let r = client.signal(Req::new(&sim_swap("+1555")).beta()).await;
+            assert_eq!(r.status, 201, "{}", text(&r));
+            r.json()["actions"][0]["status"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        }
+    };
+
+    // The limit is shared: two nodes of max_in_flight_per_endpoint = 2 make one attempt each
+    // at once, however many signals each is sent (once each has seen the other alive).
+    for client in [&a, &b] {
+        let metrics = eventually(
+            Duration::from_secs(5),
+            || async { text(&client.send("GET", "/metrics", Req::new("")).await) },
+            |m| m.contains("idem_endpoint_in_flight_share 1\n"),
+        )
+        .await;
+        assert!(
+            metrics.contains("idem_endpoint_in_flight_share 1\n"),
+            "{metrics}"
+        );
+    }
+    receiver.answer("/notify", 200, Duration::from_millis(300));
+    let notify = receiver.url("/notify");
+    let mut sent = Vec::new();
+    for client in [&a, &b, &a, &b, &a, &b] {
+        sent.push(tokio::spawn(signal(client)));
+    }
+    for s in sent {
+        s.await.expect("signal");
+    }
+    let arrivals: Vec<std::time::Instant> =
+        receiver.seen_on("/notify").iter().map(|cb| cb.at).collect();
+    assert_eq!(arrivals.len(), 6, "every callback made once");
+    let held_for = Duration::from_millis(290);
+    let most = most_at_once(&arrivals, held_for);
+    assert!(
+        most <= 2,
+        "at most 2 attempts at once across the nodes, saw {most}"
+    );
+
+    // Two failures on node A open the endpoint in the database.
+    receiver.answer("/notify", 503, Duration::ZERO);
+    for _ in 0..2 {
+        assert_eq!(signal(&a).await, "queued");
+    }
+    let opened = beta_endpoint(&b, &notify).await;
+    assert_eq!(
+        opened["state"], "open",
+        "node B reads it from the database: {opened}"
+    );
+    assert!(
+        opened["consecutive_failures"]
+            .as_u64()
+            .is_some_and(|n| n >= 2),
+        "{opened}"
+    );
+    // Node B's breaker follows within its refresh.
+    let metrics = eventually(
+        Duration::from_secs(5),
+        || async {
+            let r = b.send("GET", "/metrics", Req::new("")).await;
+            text(&r)
+        },
+        |m| m.contains("idem_endpoints{state=\"open\"} 1"),
+    )
+    .await;
+    assert!(
+        metrics.contains("idem_endpoints{state=\"open\"} 1"),
+        "{metrics}"
+    );
+    let before = receiver.seen_on("/notify").len();
+    assert_eq!(
+        signal(&b).await,
+        "queued",
+        "node B skips the inline attempt too"
+    );
+    assert_eq!(
+        receiver.seen_on("/notify").len(),
+        before,
+        "no attempt went to the open endpoint from node B"
+    );
 }

@@ -85,6 +85,17 @@ pub fn decode_entry<T: DeserializeOwned>(entry: &[u8]) -> Result<Vec<T>, CodecEr
     Ok(values)
 }
 
+/// The first record of an entry written by [`encode_entry`], decoded, if it has one.
+pub fn decode_first<T: DeserializeOwned>(entry: &[u8]) -> Result<Option<T>, CodecError> {
+    let Some((len, tail)) = entry.split_first_chunk::<4>() else {
+        return Ok(None);
+    };
+    let record = tail
+        .get(..u32::from_be_bytes(*len) as usize)
+        .ok_or(CodecError::Cut)?;
+    Ok(Some(decode(record)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

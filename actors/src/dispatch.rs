@@ -2,6 +2,8 @@
 //! the tenant's current callback secrets (Standard Webhooks headers) and bounded by a deadline.
 //! The body is the stored envelope, byte for byte; the `webhook-id` is the delivery's id; only
 //! `webhook-timestamp` and the signature belong to the attempt. Redirects are never followed.
+//! Every attempt's end is told to its endpoint's breaker; an inline attempt is made only if its
+//! endpoint admits it (see [`crate::endpoint`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,6 +13,8 @@ use tracing::Instrument;
 use idem_schemas::signature::{sign_all, Secret};
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{ActionOutcome, ActionStatus, AttemptRecord, Decision, PlannedDelivery};
+
+use crate::endpoint::{Admission, EndpointEvent, Endpoints};
 
 /// Where the dispatcher finds a tenant's callback secrets (read at every attempt, so a config
 /// reload that rotates them takes effect at once).
@@ -24,6 +28,7 @@ pub struct Dispatcher {
     client: reqwest::Client,
     keyring: Arc<dyn Keyring>,
     inline_timeout: Duration,
+    endpoints: Arc<Endpoints>,
 }
 
 /// Could not build the HTTP client.
@@ -41,8 +46,13 @@ pub fn classify(code: u16) -> ActionStatus {
 }
 
 impl Dispatcher {
-    /// A dispatcher whose inline attempts have `inline_timeout` as deadline.
-    pub fn new(keyring: Arc<dyn Keyring>, inline_timeout: Duration) -> Result<Self, ClientError> {
+    /// A dispatcher whose inline attempts have `inline_timeout` as deadline, admitted by and
+    /// told to `endpoints`.
+    pub fn new(
+        keyring: Arc<dyn Keyring>,
+        inline_timeout: Duration,
+        endpoints: Arc<Endpoints>,
+    ) -> Result<Self, ClientError> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")))
@@ -51,12 +61,27 @@ impl Dispatcher {
             client,
             keyring,
             inline_timeout,
+            endpoints,
         })
     }
 
-    /// The inline attempt of every callback of `decision`, concurrently, in playbook order.
+    /// The endpoints' breakers and limits.
+    pub fn endpoints(&self) -> &Endpoints {
+        &self.endpoints
+    }
+
+    /// The inline attempt of every callback of `decision`, concurrently, in playbook order. A
+    /// callback whose endpoint is open, or has no place for another attempt within
+    /// `inline_timeout`, is held back: it has no outcome, and is queued without an attempt.
     pub async fn dispatch(&self, decision: &Decision) -> Vec<ActionOutcome> {
         let attempts = decision.deliveries.iter().map(|delivery| async move {
+            let admission = self
+                .endpoints
+                .admit(&decision.tenant, &delivery.url, self.inline_timeout)
+                .await;
+            let Admission::Go(_permit) = admission else {
+                return None;
+            };
             let (status, attempt) = self
                 .attempt(
                     &decision.tenant,
@@ -65,13 +90,17 @@ impl Dispatcher {
                     self.inline_timeout,
                 )
                 .await;
-            ActionOutcome {
+            Some(ActionOutcome {
                 delivery_id: delivery.id.clone(),
                 status,
                 attempt,
-            }
+            })
         });
-        futures::future::join_all(attempts).await
+        futures::future::join_all(attempts)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     /// One signed attempt of `delivery` (of decision `decision_id`), bounded by `deadline`, in a
@@ -84,9 +113,18 @@ impl Dispatcher {
         deadline: Duration,
     ) -> (ActionStatus, AttemptRecord) {
         let span = tracing::debug_span!("attempt", tenant, decision = decision_id, delivery = %delivery.id);
-        self.attempt_once(tenant, delivery, deadline)
+        let (status, attempt) = self
+            .attempt_once(tenant, delivery, deadline)
             .instrument(span)
-            .await
+            .await;
+        let at_ms = attempt.at_ms;
+        let event = match status {
+            ActionStatus::Delivered => EndpointEvent::Succeeded { at_ms },
+            ActionStatus::Failed => EndpointEvent::Refused { at_ms },
+            ActionStatus::Queued => EndpointEvent::Failed { at_ms },
+        };
+        self.endpoints.answered(tenant, &delivery.url, event).await;
+        (status, attempt)
     }
 
     async fn attempt_once(

@@ -6,6 +6,7 @@
 //! its recovery point in the claim actor, an attempt in the delivery actor, a keyless signal's
 //! deliveries in [`Engine::keyless`], and what the deliveries API shows in [`Engine::read`].
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -20,6 +21,7 @@ use crate::delivery::{
     new_logs, Deliveries, DeliveryContext, DeliveryError, DeliverySettings, RedeliverError,
 };
 use crate::dispatch::{ClientError, Dispatcher, Keyring};
+use crate::endpoint::{BreakerSettings, EndpointHealth, EndpointId, Endpoints};
 use crate::store::{Backend, ClaimId, Halted, Node, Store, StoreError, Unit};
 use crate::supervise::RegistryError;
 
@@ -47,10 +49,10 @@ pub struct EngineConfig {
     pub sweep_interval: Duration,
     /// The deadline of each callback attempt.
     pub inline_timeout: Duration,
-    /// Attempts after the first of a series.
-    pub max_retries: u32,
-    /// Time between attempts.
-    pub retry_interval: Duration,
+    /// The wait before each retry of a series.
+    pub schedule: Vec<Duration>,
+    /// The endpoints' breaker and limit of attempts at once.
+    pub breaker: BreakerSettings,
 }
 
 /// Why the engine failed.
@@ -115,6 +117,10 @@ impl Gauges {
 /// The service's core: store, actors and background tasks.
 pub struct Engine {
     store: Arc<dyn Store>,
+    epoch: u64,
+    key_ttl: Duration,
+    in_flight_timeout: Duration,
+    endpoints: Arc<Endpoints>,
     dispatcher: Arc<Dispatcher>,
     delivery_settings: DeliverySettings,
     decision_retention: Duration,
@@ -123,6 +129,8 @@ pub struct Engine {
     /// Hands the other nodes' news of claims to the actors (on a store shared by nodes).
     news: Option<tokio::task::JoinHandle<()>>,
     retry_worker: tokio::task::JoinHandle<()>,
+    /// Reads the endpoints' health again, every `endpoint::REFRESH`.
+    refresher: tokio::task::JoinHandle<()>,
     sweeper: tokio::task::JoinHandle<()>,
 }
 
@@ -151,12 +159,18 @@ impl Engine {
         };
         let store = crate::store::open(&config.store, node).await?;
         crate::metrics::count_deliveries(store.count_by_status().await?);
-        let dispatcher = Arc::new(Dispatcher::new(keyring, config.inline_timeout)?);
+        let endpoints = Arc::new(Endpoints::new(store.clone(), config.breaker));
+        // What the breakers were before a restart holds from the first request on.
+        endpoints.refresh().await?;
+        let dispatcher = Arc::new(Dispatcher::new(
+            keyring,
+            config.inline_timeout,
+            endpoints.clone(),
+        )?);
         // Actor names are unique per engine: ractor's registry is process-wide.
         let instance = format!("idem-{epoch:x}");
         let delivery_settings = DeliverySettings {
-            max_retries: config.max_retries,
-            retry_interval: config.retry_interval,
+            schedule: config.schedule.clone(),
             attempt_timeout: config.inline_timeout,
             idle_timeout: config.idle_actor_timeout,
             // A delivery is kept as long as its decision, whose lookup shows its status.
@@ -165,11 +179,11 @@ impl Engine {
         let deliveries = Arc::new(
             Deliveries::start(
                 &instance,
-                Arc::new(DeliveryContext {
-                    store: store.clone(),
-                    dispatcher: dispatcher.clone(),
-                    settings: delivery_settings.clone(),
-                }),
+                Arc::new(DeliveryContext::new(
+                    store.clone(),
+                    dispatcher.clone(),
+                    delivery_settings.clone(),
+                )),
             )
             .await?,
         );
@@ -204,12 +218,20 @@ impl Engine {
         let retry_worker = crate::retry_worker::spawn(
             store.clone(),
             deliveries.clone(),
-            crate::retry_worker::tick_for(config.retry_interval),
+            crate::retry_worker::tick_for(delivery_settings.shortest_step()),
         );
-        let sweeper =
-            crate::sweeper::spawn(store.clone(), config.sweep_interval, config.retry_interval);
+        let refresher = endpoints.spawn_refresh();
+        let sweeper = crate::sweeper::spawn(
+            store.clone(),
+            config.sweep_interval,
+            delivery_settings.shortest_step(),
+        );
         Ok(Engine {
             store,
+            epoch,
+            key_ttl: config.key_ttl,
+            in_flight_timeout: config.in_flight_timeout,
+            endpoints,
             dispatcher,
             delivery_settings,
             decision_retention: config.decision_retention,
@@ -217,8 +239,50 @@ impl Engine {
             deliveries,
             news,
             retry_worker,
+            refresher,
             sweeper,
         })
+    }
+
+    /// The store.
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The delivery actors.
+    pub(crate) fn deliveries(&self) -> &Deliveries {
+        &self.deliveries
+    }
+
+    /// This process's epoch, the holder of its claims.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// How long a key and its answer live.
+    pub(crate) fn key_ttl(&self) -> Duration {
+        self.key_ttl
+    }
+
+    /// After this, an in-flight claim may be taken over.
+    pub(crate) fn in_flight_timeout(&self) -> Duration {
+        self.in_flight_timeout
+    }
+
+    /// `tenant`'s endpoints with a stored health, and its queued deliveries by URL, as the
+    /// store has them now.
+    pub async fn endpoints(
+        &self,
+        tenant: &str,
+    ) -> Result<(Vec<(EndpointId, EndpointHealth)>, HashMap<String, u64>), EngineError> {
+        let stored = self.store.endpoints(Some(tenant)).await?;
+        let queued = self.store.queued_by_endpoint(tenant).await?;
+        Ok((stored, queued))
+    }
+
+    /// Every endpoint this node knows of, with its health as last read (for `/metrics`).
+    pub fn known_endpoints(&self) -> Vec<(EndpointId, EndpointHealth)> {
+        self.endpoints.known()
     }
 
     /// A keyed signal: its claim actor decides what this request gets.
@@ -391,7 +455,7 @@ impl Engine {
     /// Deletes what has expired now (the sweeper does this every `sweep_interval`), and
     /// returns once that is durable.
     pub async fn sweep(&self) -> Result<(), StoreError> {
-        let (store, requeue) = (self.store.clone(), self.delivery_settings.retry_interval);
+        let (store, requeue) = (self.store.clone(), self.delivery_settings.shortest_step());
         tokio::task::spawn_blocking(move || {
             while crate::sweeper::sweep_once(&*store, requeue)? > 0 {}
             Ok::<_, StoreError>(())
@@ -437,6 +501,7 @@ impl Engine {
         // No new attempts start; the claim actors finish what they hold, then the delivery
         // actors; the sweeper last, as it only deletes.
         self.retry_worker.abort();
+        self.refresher.abort();
         if let Some(news) = &self.news {
             news.abort();
         }

@@ -7,10 +7,12 @@
 //! seam (claims, deliveries, units of work) and `store::sled` its embedded implementation;
 //! `codec` encodes what is stored.
 
+pub mod bulk;
 pub mod claim;
 pub mod codec;
 pub mod delivery;
 pub mod dispatch;
+pub mod endpoint;
 pub mod engine;
 pub mod failpoint;
 pub mod idle;
@@ -20,6 +22,7 @@ pub mod store;
 pub mod supervise;
 pub mod sweeper;
 
+pub use bulk::{BulkReply, RedeliverFilter};
 pub use claim::{ClaimError, DecideError, Reply, Submission};
 pub use delivery::RedeliverError;
 pub use dispatch::Keyring;

@@ -1,5 +1,6 @@
 //! What the actors count, in Prometheus' default registry (rendered by the HTTP front at
-//! `GET /metrics`): claim transitions, delivery attempts by outcome, actor failures, the group
+//! `GET /metrics`): claim transitions, delivery attempts by outcome, breaker transitions, actor
+//! failures, the group
 //! commit's latency, and deliveries by status (gauges counted once from the store at start,
 //! then moved with each delivery write).
 
@@ -8,8 +9,8 @@ use std::sync::LazyLock;
 use idem_schemas::DeliveryStatus;
 
 use prometheus::{
-    register_histogram, register_int_counter_vec, register_int_gauge_vec, Histogram, IntCounterVec,
-    IntGaugeVec,
+    register_histogram, register_int_counter_vec, register_int_gauge, register_int_gauge_vec,
+    Histogram, IntCounterVec, IntGauge, IntGaugeVec,
 };
 
 /// Claim transitions: `claimed`, `dispatched`, `completed`, `taken_over`.
@@ -28,6 +29,25 @@ pub static DELIVERY_ATTEMPTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
         "idem_delivery_attempts_total",
         "Callback attempts by attempt number and outcome",
         &["attempt", "outcome"]
+    )
+    .expect("metric registers once")
+});
+
+/// Breaker transitions this node made, by the state entered (`open`, `half_open`, `closed`).
+pub static ENDPOINT_TRANSITIONS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "idem_endpoint_transitions_total",
+        "Endpoint breaker transitions made by this node, by the state entered",
+        &["to"]
+    )
+    .expect("metric registers once")
+});
+
+/// This node's part of `max_in_flight_per_endpoint` (the limit split between the live nodes).
+pub static ENDPOINT_SHARE: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "idem_endpoint_in_flight_share",
+        "Attempts at once this node may make to one endpoint (its part of the limit)"
     )
     .expect("metric registers once")
 });

@@ -1,6 +1,8 @@
 //! The retry worker: every tick it reads the retry queue from its oldest entry up to now — only
 //! what is due, never every delivery — and wakes each due delivery's actor, which makes the
 //! attempt. The queue is durable, so after a crash the first tick resumes every queued delivery.
+//! Deliveries woken and not done yet (waiting for a place at their endpoint) are not woken again,
+//! and the read goes past them (a store that leases due deliveries leaves them out itself).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,10 +15,10 @@ use crate::store::Store;
 /// How many due deliveries one tick wakes at most.
 const BATCH: usize = 1000;
 
-/// The worker's tick for a `retry_interval`: a fraction of it, so attempts are spaced by about
-/// `retry_interval`, and at most a second, so a due delivery never waits long.
-pub fn tick_for(retry_interval: Duration) -> Duration {
-    (retry_interval / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+/// The worker's tick for a schedule whose shortest step is `step`: a fraction of it, so a
+/// retry is late by little, and at most a second, so a due delivery never waits long.
+pub fn tick_for(step: Duration) -> Duration {
+    (step / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
 }
 
 /// Starts the worker; it ends when the returned handle is aborted.
@@ -30,7 +32,11 @@ pub fn spawn(
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             interval.tick().await;
-            let due = match store.due(now_ms(), BATCH).await {
+            let skipped = match store.leases_due() {
+                true => 0,
+                false => deliveries.pending(),
+            };
+            let due = match store.due(now_ms(), BATCH + skipped).await {
                 Ok(due) => due,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the retry queue");

@@ -36,8 +36,13 @@ fn config(dir: &std::path::Path) -> EngineConfig {
         // Only the test sweeps.
         sweep_interval: Duration::from_secs(3_600),
         inline_timeout: Duration::from_secs(1),
-        max_retries: 1,
-        retry_interval: Duration::from_secs(60),
+        schedule: vec![Duration::from_secs(60)],
+        breaker: idem_actors::endpoint::BreakerSettings {
+            threshold: 5,
+            cooldown: Duration::from_secs(60),
+            probe_timeout: Duration::from_secs(2),
+            max_in_flight: 8,
+        },
     }
 }
 

@@ -108,8 +108,7 @@ impl DeliverySystem {
 
 fn settings() -> DeliverySettings {
     DeliverySettings {
-        max_retries: 2,
-        retry_interval: Duration::from_millis(10),
+        schedule: vec![Duration::from_millis(10); 2],
         attempt_timeout: Duration::from_millis(5),
         idle_timeout: Duration::from_secs(1),
         retention: Duration::from_secs(3600),
@@ -241,7 +240,13 @@ impl Model for DeliveryModel {
                 } else {
                     ActionStatus::Queued
                 };
-                let next = settings().next_step(status, state.series_attempts + 1, &attempt, s.now);
+                let next = settings().next_step(
+                    &state.record.id,
+                    status,
+                    state.series_attempts + 1,
+                    &attempt,
+                    s.now,
+                );
                 s.net.push(Record {
                     lease: Some(lease.token),
                     first_seq: lease.first_seq,
@@ -302,8 +307,9 @@ impl Model for DeliveryModel {
                 "no record of a fenced-out lease is visible",
                 |_, s: &DeliverySystem| {
                     let settled_then_answered = attempt_after_final(&s.log).is_some();
-                    let within_its_retries = fold(&s.log)
-                        .is_some_and(|d| d.series_attempts <= settings().max_retries + 1);
+                    let within_its_retries = fold(&s.log).is_some_and(|d| {
+                        d.series_attempts as usize <= settings().schedule.len() + 1
+                    });
                     !s.fenced_visible && !settled_then_answered && within_its_retries
                 },
             ),

@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use crate::wire::{
     CallbackEnvelope, DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryView,
-    Problem, SignalRequest,
+    EndpointList, Problem, RedeliverRequest, Redelivered, SignalRequest,
 };
 
 /// Every published document: its file name under `schemas/json/` and its schema.
@@ -27,6 +27,12 @@ pub fn documents() -> Vec<(&'static str, Value)> {
         ("delivery-page.schema.json", document::<DeliveryPage>()),
         ("decision.schema.json", document::<DecisionView>()),
         ("decision-page.schema.json", document::<DecisionPage>()),
+        ("endpoint-list.schema.json", document::<EndpointList>()),
+        (
+            "redeliver-request.schema.json",
+            document::<RedeliverRequest>(),
+        ),
+        ("redelivered.schema.json", document::<Redelivered>()),
     ]
 }
 

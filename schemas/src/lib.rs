@@ -16,5 +16,6 @@ pub use stored::{
 pub use wire::{
     ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecidedAction,
     DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryStatus, DeliveryView,
-    Problem, SignalRequest, Verdict,
+    EndpointList, EndpointState, EndpointView, Problem, RedeliverRequest, Redelivered,
+    SignalRequest, Verdict,
 };

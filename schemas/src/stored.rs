@@ -295,6 +295,12 @@ pub enum DeliveryEvent {
         /// When, unix milliseconds.
         at_ms: u64,
     },
+    /// No attempt was made: its endpoint is open or probing, so it waits, using up none of its
+    /// attempts.
+    Held {
+        /// When it is due again, unix milliseconds.
+        until_ms: u64,
+    },
 }
 
 /// Ids and digests as they are stored: the bytes behind their lowercase hex, after a `dec_` or

@@ -33,6 +33,13 @@ pub fn is_rfc3339(s: &str) -> bool {
     time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).is_ok()
 }
 
+/// An RFC 3339 date-time (any offset) as unix milliseconds; `None` if it is not one or is
+/// before the epoch.
+pub fn parse_rfc3339_ms(s: &str) -> Option<u64> {
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
+    u64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,5 +59,8 @@ mod tests {
         assert!(is_rfc3339("2026-11-29T17:54:32.5+01:00"));
         assert!(!is_rfc3339("2026-11-29 17:54"));
         assert!(!is_rfc3339("yesterday"));
+        assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:01.5Z"), Some(1_500));
+        assert_eq!(parse_rfc3339_ms("1970-01-01T01:00:00+01:00"), Some(0));
+        assert_eq!(parse_rfc3339_ms("yesterday"), None);
     }
 }

@@ -220,7 +220,9 @@ pub struct DeliveryView {
     /// When it was created.
     #[schema(format = DateTime)]
     pub created_at: String,
-    /// Every attempt, oldest first.
+    /// How many attempts were ever made.
+    pub attempts_total: u32,
+    /// The most recent attempts (at most 100), oldest first.
     pub attempts: Vec<AttemptView>,
 }
 
@@ -231,6 +233,70 @@ pub struct DeliveryPage {
     pub data: Vec<DeliveryView>,
     /// Pass as `after` to get the next page; absent on the last page.
     pub next_after: Option<String>,
+}
+
+/// Whether attempts go to an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EndpointState {
+    /// Attempts go to it.
+    Closed,
+    /// It failed `breaker_threshold` times in a row: no attempts go to it until a probe.
+    Open,
+    /// One probe is running.
+    HalfOpen,
+}
+
+/// One endpoint (an action URL of the tenant) and its health.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointView {
+    /// The action URL.
+    pub url: String,
+    /// The breaker.
+    pub state: EndpointState,
+    /// Retryable failures since its last 2xx or terminal answer (4xx other than 429, 3xx).
+    pub consecutive_failures: u32,
+    /// When an attempt it answered 2xx started.
+    #[schema(format = DateTime)]
+    pub last_success_at: Option<String>,
+    /// When the last failed attempt started.
+    #[schema(format = DateTime)]
+    pub last_failure_at: Option<String>,
+    /// Its deliveries waiting for an attempt.
+    pub queued: u64,
+}
+
+/// The tenant's endpoints, by URL.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointList {
+    /// Every endpoint of the tenant's playbooks, and any other with a recorded health.
+    pub data: Vec<EndpointView>,
+}
+
+/// Which deliveries a bulk redelivery takes (every field but `status` optional).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedeliverRequest {
+    /// `dead` or `failed`.
+    pub status: DeliveryStatus,
+    /// Created at or after this.
+    #[schema(format = DateTime)]
+    pub since: Option<String>,
+    /// Created at or before this.
+    #[schema(format = DateTime)]
+    pub until: Option<String>,
+    /// Of this playbook action only.
+    pub action: Option<String>,
+}
+
+/// What a bulk redelivery did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Redelivered {
+    /// How many deliveries got a new series of attempts.
+    pub redelivered: u64,
 }
 
 /// One action of a decision as looked up later: its delivery and where that delivery stands now.

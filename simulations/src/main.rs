@@ -19,7 +19,9 @@
 //! fails after a few (`store.sync`): the node must halt its store and exit by itself, and is
 //! started again. `--sabotage` turns on idem's `sabotage` switch (every request gets a fresh claim actor that
 //! ignores the stored claim, and the store's fencing is off): the checker must then find
-//! violations.
+//! violations. The receiver's faults open endpoints (`breaker_threshold = 2`, a short
+//! cooldown): their deliveries wait and drain after a probe, and still every one must end
+//! delivered or dead; a run in which no endpoint opened is a violation too.
 
 mod check;
 mod clients;
@@ -43,7 +45,7 @@ use crate::rng::Rng;
 pub const CALLBACK_SECRET: &str = "whsec_c2ltdWxhdGlvbi1jYWxsYmFjay1zZWNyZXQ=";
 /// The inbound signing secret of the simulated tenant.
 pub const SIGNING_SECRET: &str = "whsec_c2ltdWxhdGlvbi1zaWduaW5nLXNlY3JldA==";
-/// Attempts after the inline one (the config's `max_retries`).
+/// Attempts after the inline one (the steps of the config's `schedule`).
 pub const MAX_RETRIES: usize = 3;
 
 const POINTS: [&str; 5] = [
@@ -258,8 +260,10 @@ in_flight_timeout = "1s"
 idle_actor_timeout = "300ms"
 [delivery]
 inline_timeout = "300ms"
-retry_interval = "200ms"
-max_retries = {MAX_RETRIES}
+schedule = ["200ms", "200ms", "200ms"]
+breaker_threshold = 2
+breaker_cooldown = "300ms"
+max_in_flight_per_endpoint = 4
 [tenants.sim]
 api_key = "sk_simulation_key"
 signing_secret = "{SIGNING_SECRET}"
@@ -451,6 +455,15 @@ actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
             .sum::<usize>(),
         nodes.iter().map(|n| n.starts).sum::<usize>()
     );
+    let opened: usize = nodes
+        .iter()
+        .map(|n| n.count_in_logs("endpoint open, was"))
+        .sum();
+    println!("endpoints opened {opened} times (breaker_threshold 2)");
+    // The flapping receiver must have put the breaker in play, or the run proved nothing of it.
+    report.expect(opened > 0, || {
+        "no endpoint ever opened: the breaker was not in play".to_string()
+    });
     println!(
         "receiver: {} callbacks; faults: {} 503, {} 429, {} hangs, {} resets, {} slow bodies",
         faults.len(),

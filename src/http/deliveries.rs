@@ -1,20 +1,30 @@
 //! The tenant's view of its callbacks: `GET /v1/deliveries/{id}` (status and attempt log),
 //! `GET /v1/deliveries?status=…&after=…&limit=…` (a page), and
 //! `POST /v1/deliveries/{id}/redeliver` (a new series of attempts for a failed or dead one,
-//! same `webhook-id`, same bytes). Authenticated by the tenant's Bearer key; another tenant's
-//! delivery is indistinguishable from a missing one.
+//! same `webhook-id`, same bytes), and `POST /v1/deliveries/redeliver` (every failed or dead
+//! one a filter matches, once per `Idempotency-Key`). Authenticated by the tenant's Bearer key;
+//! another tenant's delivery is indistinguishable from a missing one. Redelivery requests, one
+//! or bulk, are limited per tenant to [`REDELIVERIES_PER_SECOND`], so no loop of them grows a
+//! delivery's log without bound.
 
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use idem_actors::RedeliverError;
-use idem_schemas::{DeliveryPage, DeliveryStatus};
+use idem_actors::{BulkReply, ClaimId, RedeliverError, RedeliverFilter};
+use idem_schemas::timefmt::parse_rfc3339_ms;
+use idem_schemas::{DeliveryPage, DeliveryStatus, RedeliverRequest, Redelivered};
 
+use crate::config::Tenant;
+use crate::http::ingest::{read_body, require_json, stored};
 use crate::http::problem::{ApiError, Kind};
 use crate::http::{query, App};
+
+/// Redelivery requests (single or bulk) a tenant may make per second, in bursts of as many.
+pub const REDELIVERIES_PER_SECOND: u32 = 10;
 
 /// Page size when none is asked for, and the largest allowed.
 const DEFAULT_LIMIT: usize = 50;
@@ -102,6 +112,7 @@ pub async fn redeliver(
 ) -> Result<Response, ApiError> {
     let live = app.live.load_full();
     let tenant = live.api_keys.authenticate(&live.config, &headers)?;
+    limit_redeliveries(&app, tenant)?;
     match app.engine.redeliver(&tenant.name, &id).await {
         Ok(view) => Ok((StatusCode::ACCEPTED, Json(view)).into_response()),
         Err(RedeliverError::NotFound) => Err(not_found(&id)),
@@ -113,5 +124,121 @@ pub async fn redeliver(
             ),
         )),
         Err(e) => Err(ApiError::read_failed("the delivery", e)),
+    }
+}
+
+/// Takes one of `tenant`'s redelivery tokens, or says when there will be one.
+fn limit_redeliveries(app: &App, tenant: &Tenant) -> Result<(), ApiError> {
+    let rate = REDELIVERIES_PER_SECOND;
+    app.redeliveries.take(&tenant.name, rate).map_err(|wait| {
+        ApiError::new(
+            Kind::RateLimited,
+            format!(
+                "tenant {} may ask for {rate} redeliveries per second; retry after {wait} s",
+                tenant.name
+            ),
+        )
+        .retry_after(wait)
+    })
+}
+
+/// A bulk redelivery's filter from its body.
+fn parse_filter(bytes: &[u8]) -> Result<(serde_json::Value, RedeliverFilter), ApiError> {
+    let value: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::new(Kind::MalformedJson, format!("the body is not JSON: {e}")))?;
+    let invalid = |detail: String| ApiError::new(Kind::InvalidFilter, detail);
+    let raw: RedeliverRequest = serde_json::from_value(value.clone()).map_err(|e| {
+        invalid(format!(
+            "the body must be an object with status (\"dead\" or \"failed\") and optionally \
+             since, until, action: {e}"
+        ))
+    })?;
+    let status = match raw.status {
+        DeliveryStatus::Dead | DeliveryStatus::Failed => raw.status,
+        other => {
+            return Err(invalid(format!(
+                "{} deliveries cannot be redelivered: use \"dead\" or \"failed\"",
+                other.as_str()
+            )))
+        }
+    };
+    let time = |name: &str, raw: Option<String>| match raw {
+        None => Ok(None),
+        Some(text) => parse_rfc3339_ms(&text).map(Some).ok_or_else(|| {
+            invalid(format!(
+                "{name} {text:?} is not an RFC 3339 time like 2026-11-29T17:54:32Z"
+            ))
+        }),
+    };
+    let filter = RedeliverFilter {
+        status,
+        since_ms: time("since", raw.since)?,
+        until_ms: time("until", raw.until)?,
+        action: raw.action,
+    };
+    Ok((value, filter))
+}
+
+/// `POST /v1/deliveries/redeliver`.
+pub async fn redeliver_matching(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let live = app.live.load_full();
+    let key = crate::key::parse(&headers)
+        .map_err(|e| ApiError::new(Kind::InvalidIdempotencyKey, e.to_string()))?;
+    require_json(&headers)?;
+    let bytes = read_body(&headers, body, live.config.http.read_timeout).await?;
+    let (value, filter) = parse_filter(&bytes)?;
+    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
+    limit_redeliveries(&app, tenant)?;
+    let failed = |e: idem_actors::EngineError| {
+        tracing::error!(tenant = %tenant.name, error = %e, "bulk redelivery failed");
+        ApiError::new(
+            Kind::Internal,
+            "the redeliveries could not all be stored; retry (with the same Idempotency-Key)",
+        )
+    };
+    let crashed = |e: tokio::task::JoinError| {
+        tracing::error!(error = %e, "bulk redelivery failed");
+        ApiError::new(
+            Kind::Internal,
+            "the redeliveries stopped part way; retry (with the same Idempotency-Key)",
+        )
+    };
+    // The redeliveries run to their end even if the client goes away meanwhile.
+    let name = tenant.name.clone();
+    let Some(key) = key else {
+        let run = app.clone();
+        let redelivered =
+            tokio::spawn(async move { run.engine.redeliver_matching(&name, &filter).await })
+                .await
+                .map_err(crashed)?
+                .map_err(failed)?;
+        return Ok((StatusCode::ACCEPTED, Json(Redelivered { redelivered })).into_response());
+    };
+    let id = ClaimId {
+        tenant: tenant.name.clone(),
+        digest: app.digester.bulk_key(&tenant.name, &key),
+    };
+    let fingerprint = app.digester.fingerprint(&tenant.name, &value);
+    let run = app.clone();
+    let reply =
+        tokio::spawn(async move { run.engine.redeliver_once(&id, fingerprint, &filter).await })
+            .await
+            .map_err(crashed)?
+            .map_err(failed)?;
+    match reply {
+        BulkReply::First(response) => Ok(stored(&response, false)),
+        BulkReply::Replayed(response) => Ok(stored(&response, true)),
+        BulkReply::InFlight => Err(ApiError::new(
+            Kind::KeyInFlight,
+            "a bulk redelivery with this Idempotency-Key is still running; retry after a moment",
+        )),
+        BulkReply::Mismatch => Err(ApiError::new(
+            Kind::KeyReused,
+            "this Idempotency-Key was used with another filter; use a new key for a new request",
+        )),
     }
 }

@@ -304,7 +304,7 @@ async fn claim(
 }
 
 /// A response from stored status and bytes.
-fn stored(response: &StoredResponse, replayed: bool) -> Response {
+pub(crate) fn stored(response: &StoredResponse, replayed: bool) -> Response {
     let status = StatusCode::from_u16(response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let content_type = if status.is_success() {
         "application/json"
@@ -321,7 +321,7 @@ fn stored(response: &StoredResponse, replayed: bool) -> Response {
     r
 }
 
-fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     let ok = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -337,7 +337,7 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-async fn read_body(
+pub(crate) async fn read_body(
     headers: &HeaderMap,
     mut body: Body,
     deadline: std::time::Duration,

@@ -69,6 +69,15 @@ static OLDEST_QUEUED: LazyLock<IntGauge> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+static ENDPOINTS: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "idem_endpoints",
+        "Endpoints (action URLs of a tenant) by breaker state",
+        &["state"]
+    )
+    .expect("metric registers once")
+});
+
 /// Middleware: times every request under its route pattern (never its concrete path).
 pub async fn time_requests(request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().cloned();
@@ -82,6 +91,28 @@ pub async fn time_requests(request: Request, next: Next) -> Response {
     response
 }
 
+/// Sets the endpoint gauges: every tenant's configured URLs, closed unless known otherwise, and
+/// every other endpoint this node knows of, by state as last read from the store.
+fn count_endpoints(app: &App) {
+    let live = app.live.load_full();
+    let mut states: std::collections::HashMap<(String, String), &'static str> = live
+        .config
+        .tenants
+        .values()
+        .flat_map(|t| {
+            crate::http::endpoints::configured(t)
+                .map(|url| ((t.name.clone(), url.to_string()), "closed"))
+        })
+        .collect();
+    for (id, health) in app.engine.known_endpoints() {
+        states.insert((id.tenant, id.url), health.circuit.name());
+    }
+    for state in ["closed", "open", "half_open"] {
+        let n = states.values().filter(|s| **s == state).count();
+        ENDPOINTS.with_label_values(&[state]).set(n as i64);
+    }
+}
+
 /// `GET /metrics`.
 pub async fn render(State(app): State<Arc<App>>) -> Response {
     let gauges = app.engine.gauges().await;
@@ -93,9 +124,12 @@ pub async fn render(State(app): State<Arc<App>>) -> Response {
         .set(gauges.live_deliveries as i64);
     QUEUE_DEPTH.set(gauges.queued as i64);
     OLDEST_QUEUED.set(gauges.oldest_queued_age_s() as i64);
+    count_endpoints(&app);
     LazyLock::force(&SIGNALS);
     LazyLock::force(&idem_actors::metrics::CLAIM_TRANSITIONS);
     LazyLock::force(&idem_actors::metrics::DELIVERY_ATTEMPTS);
+    LazyLock::force(&idem_actors::metrics::ENDPOINT_TRANSITIONS);
+    LazyLock::force(&idem_actors::metrics::ENDPOINT_SHARE);
     LazyLock::force(&idem_actors::metrics::ACTOR_FAILURES);
     LazyLock::force(&idem_actors::metrics::FLUSH_SECONDS);
     match prometheus::TextEncoder::new().encode_to_string(&prometheus::gather()) {

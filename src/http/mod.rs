@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod decisions;
 pub mod deliveries;
+pub mod endpoints;
 pub mod ingest;
 pub mod metrics;
 pub mod openapi;
@@ -52,6 +53,8 @@ pub struct App {
     pub digester: Digester,
     /// Per-tenant rate limits.
     pub limiter: ratelimit::RateLimiter,
+    /// Per-tenant limits of redelivery requests.
+    pub redeliveries: ratelimit::RateLimiter,
     /// Claims, deliveries and the store behind them.
     pub engine: Engine,
 }
@@ -65,6 +68,11 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/deliveries", get(deliveries::list))
         .route("/v1/deliveries/{id}", get(deliveries::show))
         .route("/v1/deliveries/{id}/redeliver", post(deliveries::redeliver))
+        .route(
+            "/v1/deliveries/redeliver",
+            post(deliveries::redeliver_matching),
+        )
+        .route("/v1/endpoints", get(endpoints::list))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics::render))
         .route(

@@ -7,7 +7,8 @@
 use idem_schemas::{
     ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecidedAction,
     DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryStatus, DeliveryView,
-    Problem, SignalRequest, Verdict,
+    EndpointList, EndpointState, EndpointView, Problem, RedeliverRequest, Redelivered,
+    SignalRequest, Verdict,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ObjectBuilder, Type};
@@ -132,10 +133,46 @@ fn list_deliveries() {}
         (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "not-redeliverable: the delivery is queued or delivered", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited: over 10 redelivery requests per second", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
 fn redeliver() {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/deliveries/redeliver",
+    tag = "deliveries",
+    summary = "A new series of attempts for every failed or dead delivery a filter matches",
+    description = "Every matching delivery gets a new series of attempts, as the single redeliver gives one; the retry worker makes them, paced by each endpoint's limit of attempts at once. `since`/`until` compare with the delivery's creation time. With an `Idempotency-Key`, a retry of the same request redelivers nothing again and gets the first answer (`Idempotent-Replayed: true`); the same key with another filter is 422. Redelivery requests, single or bulk, are limited to 10 per second per tenant.",
+    request_body(content = RedeliverRequest, content_type = "application/json"),
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 257, pattern = r#"^([\x21\x23-\x7E][\x21-\x7E]{0,254}|"[\x21\x23-\x5B\x5D-\x7E]{1,255}")$"#, description = "Makes a retried request redeliver nothing twice: 1 to 255 visible ASCII characters, bare or quoted")),
+    responses(
+        (status = 202, body = Redelivered, headers(("Idempotent-Replayed" = String, description = "`true` on a replay"))),
+        (status = 400, description = "invalid-filter, malformed-json or invalid-idempotency-key", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "key-in-flight: a request with this key is still running", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "unsupported-media-type", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "key-reused: the key was used with another filter", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited: over 10 redelivery requests per second", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+fn redeliver_matching() {}
+
+#[utoipa::path(
+    get,
+    path = "/v1/endpoints",
+    tag = "deliveries",
+    summary = "The tenant's endpoints (action URLs) and their health",
+    description = "An endpoint that fails `delivery.breaker_threshold` times in a row (5xx, 429, network error, deadline) is `open`: no attempt goes to it, not even inline, and its queued deliveries wait without using up their attempts. After `delivery.breaker_cooldown` one of them probes it (`half_open`): success closes it, failure opens it again. A 2xx or a terminal answer (4xx other than 429, 3xx) resets the count.",
+    responses(
+        (status = 200, body = EndpointList),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+fn list_endpoints() {}
 
 #[utoipa::path(get, path = "/healthz", tag = "operator", responses(
     (status = 200, description = "Serving: the store made a probe durable just now", body = String, content_type = "text/plain"),
@@ -155,12 +192,13 @@ fn openapi() {}
     info(title = "idem", description = "Exactly-once trust decisions for identity webhooks"),
     paths(
         post_signals, get_decision, list_decisions, get_delivery, list_deliveries, redeliver,
-        healthz, metrics, openapi
+        redeliver_matching, list_endpoints, healthz, metrics, openapi
     ),
     components(schemas(
         SignalRequest, DecisionResponse, ActionResult, ActionStatus, Verdict, Problem,
         CallbackEnvelope, CallbackData, DeliveryView, DeliveryPage, AttemptView, DeliveryStatus,
-        DecisionView, DecisionPage, DecidedAction
+        DecisionView, DecisionPage, DecidedAction, EndpointList, EndpointView, EndpointState,
+        RedeliverRequest, Redelivered
     )),
     modifiers(&Extras)
 )]

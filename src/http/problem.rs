@@ -46,6 +46,8 @@ pub enum Kind {
     InvalidQuery,
     /// Only failed or dead deliveries can be redelivered.
     NotRedeliverable,
+    /// A bulk redelivery's filter is not valid.
+    InvalidFilter,
     /// The route exists, not with this method.
     MethodNotAllowed,
     /// The service is overloaded or shutting down.
@@ -56,7 +58,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind (for documentation and tests).
-    pub const ALL: [Kind; 22] = [
+    pub const ALL: [Kind; 23] = [
         Kind::InvalidIdempotencyKey,
         Kind::RepeatedHeader,
         Kind::UnsupportedMediaType,
@@ -76,6 +78,7 @@ impl Kind {
         Kind::NotFound,
         Kind::InvalidQuery,
         Kind::NotRedeliverable,
+        Kind::InvalidFilter,
         Kind::MethodNotAllowed,
         Kind::Unavailable,
         Kind::Internal,
@@ -155,6 +158,11 @@ impl Kind {
                 S::CONFLICT,
                 "not-redeliverable",
                 "Delivery is not failed or dead",
+            ),
+            Kind::InvalidFilter => (
+                S::BAD_REQUEST,
+                "invalid-filter",
+                "Body is not a valid redelivery filter",
             ),
             Kind::MethodNotAllowed => (
                 S::METHOD_NOT_ALLOWED,

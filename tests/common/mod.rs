@@ -879,3 +879,18 @@ pub fn assert_subject_not_held(held: &[(String, Vec<u8>)], subject: &str) {
         );
     }
 }
+
+/// The most of `arrivals` that overlapped, each taken to last `held_for` from its arrival: how
+/// many requests a receiver had in flight at once, at most.
+pub fn most_at_once(arrivals: &[std::time::Instant], held_for: Duration) -> usize {
+    arrivals
+        .iter()
+        .map(|&t| {
+            arrivals
+                .iter()
+                .filter(|&&s| s <= t && t < s + held_for)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}

@@ -3,17 +3,23 @@
 //! signal, before its answer); after that a supervised delivery actor per callback owns the
 //! retries: the retry worker wakes it when the retry queue says it is due, it makes one signed
 //! attempt with the stored bytes, records the answer durably, and stops when the delivery is
-//! final or it has been idle. `Deliveries` is the way to these actors.
+//! final or it has been idle. An attempt goes only if its endpoint admits it: while the endpoint
+//! is open the delivery waits (a `Held` record moves its due time, using up no attempt), and
+//! while the endpoint has as many attempts running as it may, it waits for a place.
+//! `Deliveries` is the way to these actors.
 
 pub mod state;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{DeliveryEvent, DeliveryStatus, DeliveryView, PlannedDelivery};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::dispatch::Dispatcher;
+use crate::endpoint::Admission;
 use crate::failpoint;
 use crate::idle::IdleTimer;
 use crate::store::{DeliveryWrite, Placement, Store, StoreError, Timed, Unit, Written};
@@ -29,6 +35,9 @@ pub struct DeliveryContext {
     pub dispatcher: Arc<Dispatcher>,
     /// Retry policy.
     pub settings: DeliverySettings,
+    /// Deliveries woken on this node whose attempt has not ended yet, since when: the retry
+    /// worker does not wake them again meanwhile.
+    pub pending: Mutex<HashMap<String, Instant>>,
 }
 
 /// Why a delivery could not be read or moved on.
@@ -49,6 +58,44 @@ pub enum DeliveryError {
 }
 
 impl DeliveryContext {
+    /// The context of delivery actors on `store`, attempting through `dispatcher`.
+    pub fn new(
+        store: Arc<dyn Store>,
+        dispatcher: Arc<Dispatcher>,
+        settings: DeliverySettings,
+    ) -> Self {
+        DeliveryContext {
+            store,
+            dispatcher,
+            settings,
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks `id` woken; false if it was woken already and its attempt may still be running
+    /// (past three attempt deadlines, a mark is stale: its actor may have failed).
+    fn mark_pending(&self, id: &str) -> bool {
+        let now = Instant::now();
+        let stale = self.settings.attempt_timeout * 3;
+        let mut pending = self.pending();
+        match pending.get(id) {
+            Some(since) if now.duration_since(*since) < stale => false,
+            _ => {
+                pending.insert(id.to_string(), now);
+                true
+            }
+        }
+    }
+
+    /// How many deliveries are woken and not done.
+    pub fn pending_count(&self) -> usize {
+        self.pending().len()
+    }
+
     /// A delivery as stored, if it exists.
     pub async fn load(&self, id: &str) -> Result<Option<DeliveryState>, DeliveryError> {
         match self.store.load_delivery(id).await? {
@@ -142,6 +189,33 @@ impl DeliveryActorState {
             }
         }
         let record = &self.delivery.record;
+        // Under a lease, the wait for a place leaves the lease room for the attempt and its
+        // record (a lease lasts two attempt deadlines and a second).
+        let wait = match lease {
+            Some(_) => self.ctx.settings.attempt_timeout / 2,
+            None => self.ctx.settings.attempt_timeout,
+        };
+        let admission = self
+            .ctx
+            .dispatcher
+            .endpoints()
+            .admit(&record.tenant, &record.url, wait)
+            .await;
+        let permit = match admission {
+            Admission::Go(permit) => permit,
+            // Its endpoint is open: it waits until a probe may go, using up no attempt.
+            Admission::Held(until_ms) => {
+                let to = Placement {
+                    status: DeliveryStatus::Queued,
+                    due_ms: Some(until_ms),
+                };
+                return self
+                    .record(DeliveryEvent::Held { until_ms }, to, lease)
+                    .await;
+            }
+            // No place among its endpoint's attempts at once: still due, woken again.
+            Admission::Busy => return Ok(()),
+        };
         let planned = PlannedDelivery {
             id: record.id.clone(),
             action: record.action.clone(),
@@ -158,15 +232,17 @@ impl DeliveryActorState {
                 self.ctx.settings.attempt_timeout,
             )
             .await;
+        drop(permit);
         let next = self.ctx.settings.next_step(
+            &record.id,
             status,
             self.delivery.series_attempts + 1,
             &attempt,
             now_ms(),
         );
-        tracing::info!(delivery = %record.id, attempt = self.delivery.attempts.len() + 1, code = ?attempt.code, error = ?attempt.error, next = ?next, "retry attempt");
+        let number = self.delivery.attempts_total as usize + 1;
+        tracing::info!(delivery = %record.id, attempt = number, code = ?attempt.code, error = ?attempt.error, next = ?next, "retry attempt");
         failpoint::hit("delivery.after_attempt");
-        let number = self.delivery.attempts.len() + 1;
         crate::metrics::DELIVERY_ATTEMPTS
             .with_label_values(&[crate::metrics::attempt_label(number), outcome_label(next)])
             .inc();
@@ -226,7 +302,11 @@ impl Actor for DeliveryActor {
                 }
                 return Ok(());
             }
-            DeliveryMsg::Attempt { due_ms, lease } => state.attempt(due_ms, lease).await?,
+            DeliveryMsg::Attempt { due_ms, lease } => {
+                let attempted = state.attempt(due_ms, lease).await;
+                state.ctx.pending().remove(&state.delivery.record.id);
+                attempted?
+            }
             DeliveryMsg::Redeliver(reply) => {
                 let status = state.delivery.placement.status;
                 if matches!(status, DeliveryStatus::Failed | DeliveryStatus::Dead) {
@@ -301,8 +381,25 @@ impl Deliveries {
             .await
     }
 
-    /// Wakes the actor of a delivery whose queue entry `due` is due.
+    /// Wakes the actor of a delivery whose queue entry `due` is due, unless it was woken
+    /// already and has not finished that attempt.
     pub async fn wake(&self, due: &Timed) -> Result<(), RegistryError> {
+        if !self.ctx.mark_pending(&due.id) {
+            return Ok(());
+        }
+        let woken = self.cast_attempt(due).await;
+        if woken.is_err() {
+            self.ctx.pending().remove(&due.id);
+        }
+        woken
+    }
+
+    /// How many deliveries are woken and not done.
+    pub fn pending(&self) -> usize {
+        self.ctx.pending_count()
+    }
+
+    async fn cast_attempt(&self, due: &Timed) -> Result<(), RegistryError> {
         for _ in 0..MAX_ROUNDS {
             let actor = self.actor(&due.id).await?;
             let attempt = DeliveryMsg::Attempt {

@@ -1,13 +1,15 @@
 //! A delivery's state machine and retry policy, with no actor or store in it: `DeliveryState`
 //! is the fold of a delivery's log (created with its envelope bytes, then each attempt answered
-//! with what follows, and any redelivery), `DeliverySettings::next_step` what follows an
-//! attempt, and `new_logs` the logs a decision's inline attempts start.
+//! with what follows, any wait for its endpoint, and any redelivery), `DeliverySettings::next_step`
+//! what follows an attempt (the schedule's next step, with jitter), and `new_logs` the logs a
+//! decision's inline attempts start.
 
 use idem_schemas::timefmt::rfc3339_millis;
 use idem_schemas::{
     ActionOutcome, ActionStatus, AttemptRecord, AttemptView, Decision, DeliveryEvent,
     DeliveryRecord, DeliveryStatus, DeliveryView, NextStep,
 };
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::store::{DeliveryWrite, Placement};
@@ -15,10 +17,8 @@ use crate::store::{DeliveryWrite, Placement};
 /// The retry policy.
 #[derive(Debug, Clone)]
 pub struct DeliverySettings {
-    /// Attempts after the first of a series.
-    pub max_retries: u32,
-    /// Time between attempts.
-    pub retry_interval: Duration,
+    /// The wait before each retry of a series, from the end of the attempt before it.
+    pub schedule: Vec<Duration>,
     /// Deadline of each attempt.
     pub attempt_timeout: Duration,
     /// A delivery actor with nothing to do for this long stops.
@@ -27,10 +27,18 @@ pub struct DeliverySettings {
     pub retention: Duration,
 }
 
+/// How many attempts a delivery's state keeps (the most recent; the total is counted).
+pub const KEPT_ATTEMPTS: usize = 100;
+
 impl DeliverySettings {
-    /// What follows an attempt classified `status`, the `series_attempts`-th of its series.
+    /// What follows an attempt of delivery `id` classified `status`, the `series_attempts`-th
+    /// of its series, ended at `now`. Each wait is its step of the schedule stretched by up to
+    /// a tenth, by an amount fixed by the delivery and attempt, so the retries of deliveries
+    /// that failed together spread out. A `Retry-After` asking for longer is honoured up to the
+    /// schedule's longest step.
     pub fn next_step(
         &self,
+        id: &str,
         status: ActionStatus,
         series_attempts: u32,
         attempt: &AttemptRecord,
@@ -39,14 +47,42 @@ impl DeliverySettings {
         match status {
             ActionStatus::Delivered => NextStep::Delivered,
             ActionStatus::Failed => NextStep::Failed,
-            ActionStatus::Queued if series_attempts > self.max_retries => NextStep::Dead,
             ActionStatus::Queued => {
-                let wait = (self.retry_interval.as_millis() as u64)
-                    .max(attempt.retry_after_ms.unwrap_or(0));
-                NextStep::RetryAt(now + wait)
+                let Some(step) = self.schedule.get(series_attempts as usize - 1) else {
+                    return NextStep::Dead;
+                };
+                let step = step.as_millis() as u64;
+                let wait = step + step * jitter(id, series_attempts) / 1000;
+                let longest = self.longest_step().as_millis() as u64;
+                let asked = attempt.retry_after_ms.unwrap_or(0).min(longest);
+                NextStep::RetryAt(now + wait.max(asked))
             }
         }
     }
+
+    /// The schedule's longest step (zero without retries).
+    pub fn longest_step(&self) -> Duration {
+        self.schedule.iter().max().copied().unwrap_or_default()
+    }
+
+    /// The schedule's shortest step (a second without retries).
+    pub fn shortest_step(&self) -> Duration {
+        self.schedule
+            .iter()
+            .min()
+            .copied()
+            .unwrap_or(Duration::from_secs(1))
+    }
+}
+
+/// Thousandths (0 to 99) to stretch attempt `n` of delivery `id`'s wait by: FNV-1a of both,
+/// the same on every node and after a restart.
+fn jitter(id: &str, n: u32) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in id.bytes().chain(n.to_be_bytes()) {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    hash % 100
 }
 
 pub fn outcome_label(next: NextStep) -> &'static str {
@@ -76,7 +112,7 @@ pub fn attempt_after_final(events: &[DeliveryEvent]) -> Option<usize> {
                 settled = next.status() != DeliveryStatus::Queued
             }
             DeliveryEvent::Redelivered { .. } => settled = false,
-            DeliveryEvent::Created(_) => {}
+            DeliveryEvent::Created(_) | DeliveryEvent::Held { .. } => {}
         }
     }
     None
@@ -94,8 +130,10 @@ pub struct DeliveryState {
     pub record: DeliveryRecord,
     /// Status and due time.
     pub placement: Placement,
-    /// Every attempt so far.
-    pub attempts: Vec<AttemptRecord>,
+    /// The most recent attempts, at most [`KEPT_ATTEMPTS`].
+    pub attempts: VecDeque<AttemptRecord>,
+    /// Every attempt ever made.
+    pub attempts_total: u32,
     /// Attempts in the current series (the first series starts with the inline attempt).
     pub series_attempts: u32,
     /// The next record's sequence number.
@@ -115,7 +153,8 @@ impl DeliveryState {
                 due_ms: Some(record.created_at_ms),
             },
             record,
-            attempts: Vec::new(),
+            attempts: VecDeque::new(),
+            attempts_total: 0,
             series_attempts: 0,
             next_seq: 1,
         };
@@ -130,9 +169,19 @@ impl DeliveryState {
         match event {
             DeliveryEvent::Created(_) => return Err(InvalidDeliveryLog("Created twice")),
             DeliveryEvent::Answered { attempt, next } => {
-                self.attempts.push(attempt);
+                if self.attempts.len() == KEPT_ATTEMPTS {
+                    self.attempts.pop_front();
+                }
+                self.attempts.push_back(attempt);
+                self.attempts_total += 1;
                 self.series_attempts += 1;
                 self.placement = placement(next);
+            }
+            DeliveryEvent::Held { until_ms } => {
+                self.placement = Placement {
+                    status: DeliveryStatus::Queued,
+                    due_ms: Some(until_ms),
+                };
             }
             DeliveryEvent::Redelivered { at_ms } => {
                 self.series_attempts = 0;
@@ -156,12 +205,13 @@ impl DeliveryState {
             status: self.placement.status,
             next_attempt_at: self.placement.due_ms.map(rfc3339_millis),
             created_at: rfc3339_millis(self.record.created_at_ms),
+            attempts_total: self.attempts_total,
             attempts: self
                 .attempts
                 .iter()
                 .enumerate()
                 .map(|(n, a)| AttemptView {
-                    attempt: n as u32 + 1,
+                    attempt: self.attempts_total - self.attempts.len() as u32 + n as u32 + 1,
                     at: rfc3339_millis(a.at_ms),
                     status_code: a.code,
                     error: a.error.clone(),
@@ -172,9 +222,10 @@ impl DeliveryState {
     }
 }
 
-/// The logs of every callback of `decision` whose inline attempt gave `outcomes`: created, then
-/// answered with what follows (queued ones enter the retry queue), counted in the metrics as
-/// first attempts and as deliveries by status.
+/// The logs of every callback of `decision`, whose inline attempts gave `outcomes`: created,
+/// then answered with what follows (queued ones enter the retry queue), counted in the metrics
+/// as first attempts and as deliveries by status. A callback without an outcome was held back
+/// (its endpoint open, or busy): it is created queued, due at once, with no attempt.
 pub fn new_logs(
     decision: &Decision,
     outcomes: &[ActionOutcome],
@@ -182,15 +233,6 @@ pub fn new_logs(
 ) -> Vec<DeliveryWrite> {
     let mut logs = Vec::with_capacity(decision.deliveries.len());
     for planned in &decision.deliveries {
-        let Some(outcome) = outcomes.iter().find(|o| o.delivery_id == planned.id) else {
-            continue;
-        };
-        let next = settings.next_step(
-            outcome.status,
-            1,
-            &outcome.attempt,
-            outcome.attempt.at_ms + outcome.attempt.latency_ms,
-        );
         let record = DeliveryRecord {
             id: planned.id.clone(),
             tenant: decision.tenant.clone(),
@@ -201,24 +243,44 @@ pub fn new_logs(
             created_at_ms: decision.created_at_ms,
             expires_at_ms: decision.created_at_ms + settings.retention.as_millis() as u64,
         };
-        crate::metrics::DELIVERY_ATTEMPTS
-            .with_label_values(&["1", outcome_label(next)])
-            .inc();
-        crate::metrics::delivery_moved(None, Some(next.status()));
+        let (events, to) = match outcomes.iter().find(|o| o.delivery_id == planned.id) {
+            Some(outcome) => {
+                let next = settings.next_step(
+                    &planned.id,
+                    outcome.status,
+                    1,
+                    &outcome.attempt,
+                    outcome.attempt.at_ms + outcome.attempt.latency_ms,
+                );
+                crate::metrics::DELIVERY_ATTEMPTS
+                    .with_label_values(&["1", outcome_label(next)])
+                    .inc();
+                let answered = DeliveryEvent::Answered {
+                    attempt: outcome.attempt.clone(),
+                    next,
+                };
+                (
+                    vec![DeliveryEvent::Created(record), answered],
+                    placement(next),
+                )
+            }
+            None => {
+                let to = Placement {
+                    status: DeliveryStatus::Queued,
+                    due_ms: Some(record.created_at_ms),
+                };
+                (vec![DeliveryEvent::Created(record)], to)
+            }
+        };
+        crate::metrics::delivery_moved(None, Some(to.status));
         logs.push(DeliveryWrite {
             tenant: decision.tenant.clone(),
             id: planned.id.clone(),
             lease: None,
             first_seq: 0,
-            events: vec![
-                DeliveryEvent::Created(record),
-                DeliveryEvent::Answered {
-                    attempt: outcome.attempt.clone(),
-                    next,
-                },
-            ],
+            events,
             from: None,
-            to: placement(next),
+            to,
         });
     }
     logs
@@ -233,11 +295,23 @@ mod tests {
 
     fn settings() -> DeliverySettings {
         DeliverySettings {
-            max_retries: 2,
-            retry_interval: Duration::from_secs(5),
+            schedule: vec![Duration::from_secs(5), Duration::from_secs(50)],
             attempt_timeout: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(60),
             retention: Duration::from_secs(3_600),
+        }
+    }
+
+    fn record() -> DeliveryRecord {
+        DeliveryRecord {
+            id: "msg_1".into(),
+            tenant: "acme".into(),
+            decision_id: "dec_1".into(),
+            action: "lock".into(),
+            url: "http://127.0.0.1:9/".into(),
+            body: vec![],
+            created_at_ms: T,
+            expires_at_ms: T + 1,
         }
     }
 
@@ -271,31 +345,100 @@ mod tests {
         );
     }
 
+    /// The wait of a `RetryAt(T + wait)`.
+    fn wait(next: NextStep) -> u64 {
+        match next {
+            NextStep::RetryAt(at) => at - T,
+            other => panic!("{other:?} is no retry"),
+        }
+    }
+
     #[test]
     fn what_follows_an_attempt() {
         let s = settings();
-        let next = |status, n, retry_after| s.next_step(status, n, &attempt(None, retry_after), T);
-        assert_eq!(next(ActionStatus::Delivered, 1, None), NextStep::Delivered);
-        assert_eq!(next(ActionStatus::Failed, 1, None), NextStep::Failed);
+        let next = |id: &str, status, n, retry_after| {
+            s.next_step(id, status, n, &attempt(None, retry_after), T)
+        };
+        let queued = |n, retry_after| next("msg_1", ActionStatus::Queued, n, retry_after);
         assert_eq!(
-            next(ActionStatus::Queued, 1, None),
-            NextStep::RetryAt(T + 5_000)
-        );
-        // A later Retry-After wins; an earlier one does not shorten the interval.
-        assert_eq!(
-            next(ActionStatus::Queued, 1, Some(60_000)),
-            NextStep::RetryAt(T + 60_000)
+            next("msg_1", ActionStatus::Delivered, 1, None),
+            NextStep::Delivered
         );
         assert_eq!(
-            next(ActionStatus::Queued, 1, Some(10)),
-            NextStep::RetryAt(T + 5_000)
+            next("msg_1", ActionStatus::Failed, 1, None),
+            NextStep::Failed
         );
-        // The first attempt and `max_retries` more: the last one's failure is dead.
+        // Each retry waits its step, stretched by less than a tenth.
+        assert!((5_000..5_500).contains(&wait(queued(1, None))));
+        assert!((50_000..55_000).contains(&wait(queued(2, None))));
+        // The first attempt and one more per step: the last one's failure is dead.
+        assert_eq!(queued(3, None), NextStep::Dead);
+        // The stretch is the same for the same delivery and attempt, and spreads deliveries.
+        assert_eq!(queued(1, None), queued(1, None));
+        let waits: std::collections::HashSet<u64> = (0..50)
+            .map(|n| wait(next(&format!("msg_{n}"), ActionStatus::Queued, 1, None)))
+            .collect();
+        assert!(waits.len() > 10, "{waits:?}");
+        // A longer Retry-After is honoured up to the longest step; a shorter one changes
+        // nothing.
+        assert_eq!(wait(queued(1, Some(20_000))), 20_000);
+        assert_eq!(wait(queued(1, Some(3_600_000))), 50_000);
+        assert_eq!(queued(1, Some(10)), queued(1, None));
+    }
+
+    #[test]
+    fn the_log_keeps_the_most_recent_attempts_and_counts_them_all() {
+        let mut state = DeliveryState::fold(vec![DeliveryEvent::Created(record())]).expect("fold");
+        for n in 0..(KEPT_ATTEMPTS as u64 + 20) {
+            let mut a = attempt(Some(503), None);
+            a.at_ms = T + n;
+            let answered = DeliveryEvent::Answered {
+                attempt: a,
+                next: NextStep::Dead,
+            };
+            state.apply(answered).expect("apply");
+            state
+                .apply(DeliveryEvent::Redelivered { at_ms: T + n })
+                .expect("apply");
+        }
+        let view = state.view();
+        assert_eq!(view.attempts_total, KEPT_ATTEMPTS as u32 + 20);
+        assert_eq!(view.attempts.len(), KEPT_ATTEMPTS);
+        assert_eq!(view.attempts[0].attempt, 21);
         assert_eq!(
-            next(ActionStatus::Queued, 2, None),
-            NextStep::RetryAt(T + 5_000)
+            view.attempts.last().map(|a| a.attempt),
+            Some(KEPT_ATTEMPTS as u32 + 20)
         );
-        assert_eq!(next(ActionStatus::Queued, 3, None), NextStep::Dead);
+        // A wait for the endpoint moves the due time and uses up no attempt.
+        state
+            .apply(DeliveryEvent::Held { until_ms: T + 99 })
+            .expect("apply");
+        assert_eq!(state.series_attempts, 0);
+        assert_eq!(state.placement.due_ms, Some(T + 99));
+    }
+
+    #[test]
+    fn a_held_back_callback_is_created_queued_with_no_attempt() {
+        let decision = Decision {
+            id: "dec_1".into(),
+            tenant: "acme".into(),
+            signal_type: "sim_swap".into(),
+            verdict: Verdict::Deny,
+            subject_hash: "ab".into(),
+            created_at_ms: T,
+            deliveries: vec![PlannedDelivery {
+                id: "msg_1".into(),
+                action: "lock".into(),
+                url: "http://127.0.0.1:9/".into(),
+                body: vec![1],
+            }],
+        };
+        let logs = new_logs(&decision, &[], &settings());
+        assert_eq!(logs.len(), 1);
+        let state = DeliveryState::fold(logs[0].events.clone()).expect("fold");
+        assert_eq!(state.attempts_total, 0);
+        assert_eq!(state.placement, logs[0].to);
+        assert_eq!(state.placement.due_ms, Some(T));
     }
 
     #[test]
@@ -339,10 +482,21 @@ mod tests {
                 },
                 Placement {
                     status: DeliveryStatus::Queued,
-                    due_ms: Some(T + 10 + 5_000)
+                    due_ms: match settings().next_step(
+                        "msg_2",
+                        ActionStatus::Queued,
+                        1,
+                        &attempt(None, None),
+                        T + 10
+                    ) {
+                        NextStep::RetryAt(at) => Some(at),
+                        _ => None,
+                    }
                 },
             ]
         );
+        // The first retry waits its step from the end of the inline attempt.
+        assert!(placements[1].due_ms.is_some_and(|at| at >= T + 10 + 5_000));
         for log in logs {
             let state = DeliveryState::fold(log.events).expect("fold");
             assert_eq!(state.placement, log.to);
@@ -356,16 +510,7 @@ mod tests {
     #[test]
     fn a_redelivery_starts_a_new_series_and_created_comes_once() {
         let logs = vec![
-            DeliveryEvent::Created(DeliveryRecord {
-                id: "msg_1".into(),
-                tenant: "acme".into(),
-                decision_id: "dec_1".into(),
-                action: "lock".into(),
-                url: "http://127.0.0.1:9/".into(),
-                body: vec![],
-                created_at_ms: T,
-                expires_at_ms: T + 1,
-            }),
+            DeliveryEvent::Created(record()),
             DeliveryEvent::Answered {
                 attempt: attempt(None, None),
                 next: NextStep::Dead,

@@ -3,7 +3,7 @@
 //! claim or the one that already holds the key, and an append to a generation that is no longer
 //! the key's current one is refused as fenced, so a stale writer can never overwrite a newer
 //! one. A delivery store keeps each callback's log, the durable retry queue and the tenant's
-//! listing. Writes are made in a [`Unit`] of work, which the store applies and makes durable as
+//! listing. An endpoint store keeps each endpoint's breaker. Writes are made in a [`Unit`] of work, which the store applies and makes durable as
 //! a whole (its group commit batches many units into one sync) before it reports what the unit
 //! came to. `sled` is the embedded implementation.
 
@@ -18,6 +18,7 @@ use std::sync::Arc;
 use idem_schemas::{ClaimEvent, DecisionRecord, DeliveryEvent, DeliveryRecord, DeliveryStatus};
 
 use crate::codec::CodecError;
+use crate::endpoint::{BreakerSettings, EndpointEvent, EndpointHealth, EndpointId, Noted};
 
 /// Identifies a claim: a tenant and the keyed digest of an idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -385,6 +386,10 @@ pub trait DeliveryStore: Send + Sync {
     /// by several nodes leases each to the caller, so no two nodes attempt it at once.
     fn due(&self, now_ms: u64, limit: usize) -> Read<'_, Vec<Timed>>;
 
+    /// Whether [`DeliveryStore::due`] leases what it returns, leaving out what is leased (a store
+    /// shared by nodes); otherwise it returns every due entry, those being attempted too.
+    fn leases_due(&self) -> bool;
+
     /// Forgets a due entry that no longer matches its delivery.
     fn drop_due<'a>(&'a self, due: &'a Timed) -> Read<'a, ()>;
 
@@ -419,6 +424,35 @@ pub trait DeliveryStore: Send + Sync {
     fn count_by_status(&self) -> Read<'_, [u64; 4]>;
 }
 
+/// Endpoint health, shared by every node of the store (see [`crate::endpoint`]).
+pub trait EndpointStore: Send + Sync {
+    /// Applies `event` to the health of `tenant`'s endpoint `url` atomically, by the store's
+    /// clock, and answers the health after it. A change that moves the breaker is durable
+    /// before it is answered.
+    fn note_endpoint<'a>(
+        &'a self,
+        tenant: &'a str,
+        url: &'a str,
+        event: EndpointEvent,
+        settings: &'a BreakerSettings,
+    ) -> Read<'a, Noted>;
+
+    /// Every endpoint with a stored health (of `tenant` only, if given).
+    fn endpoints<'a>(
+        &'a self,
+        tenant: Option<&'a str>,
+    ) -> Read<'a, Vec<(EndpointId, EndpointHealth)>>;
+
+    /// How many of `tenant`'s deliveries are queued, by URL.
+    fn queued_by_endpoint<'a>(
+        &'a self,
+        tenant: &'a str,
+    ) -> Read<'a, std::collections::HashMap<String, u64>>;
+
+    /// How many nodes are alive on the store (this one included).
+    fn live_nodes(&self) -> Read<'_, usize>;
+}
+
 /// Told what a unit came to once it is durable (or why it is not); called on the store's
 /// commit thread, so it only hands the news on.
 pub type Then = Box<dyn FnOnce(Result<Written, StoreError>) + Send>;
@@ -442,7 +476,7 @@ pub enum ClaimNews {
 }
 
 /// A store: claims, deliveries, and the commit that makes a unit durable.
-pub trait Store: ClaimStore + DeliveryStore + DecisionStore {
+pub trait Store: ClaimStore + DeliveryStore + DecisionStore + EndpointStore {
     /// Tells the other nodes that this one has requests waiting for the claim `id`, held by the
     /// node of epoch `holder` (nothing to tell on a store of one process).
     fn ask_holder(&self, id: &ClaimId, holder: u64);

@@ -67,6 +67,10 @@ impl DeliveryStore for PgStore {
         })
     }
 
+    fn leases_due(&self) -> bool {
+        true
+    }
+
     /// The due time is a column of the delivery's own row, moved with every write: it cannot
     /// go stale, and there is nothing to drop.
     fn drop_due<'a>(&'a self, _: &'a Timed) -> Read<'a, ()> {

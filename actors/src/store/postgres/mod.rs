@@ -11,6 +11,7 @@ mod batch;
 mod claims;
 mod decisions;
 mod deliveries;
+mod endpoints;
 mod news;
 pub mod schema;
 

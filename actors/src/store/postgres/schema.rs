@@ -66,6 +66,15 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX idem_decisions_subject ON idem_decisions (tenant, subject, id);
     CREATE INDEX idem_decisions_expiry ON idem_decisions (expires_at_ms);
     "#,
+    // 3: each endpoint's breaker (one row per tenant and action URL: its health, encoded).
+    r#"
+    CREATE TABLE idem_endpoints (
+        tenant text  NOT NULL,
+        url    text  NOT NULL,
+        health bytea NOT NULL,
+        PRIMARY KEY (tenant, url)
+    );
+    "#,
 ];
 
 /// The first schema whose claim logs this idem reads: older logs encode another claim record

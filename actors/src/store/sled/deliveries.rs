@@ -42,7 +42,7 @@ impl SledStore {
     }
 
     /// A page of a tenant's listing (see `DeliveryStore::list_deliveries`).
-    fn read_listing(
+    pub(super) fn read_listing(
         &self,
         tenant: &str,
         status: Option<DeliveryStatus>,
@@ -232,6 +232,10 @@ impl DeliveryStore for SledStore {
                 .usable()
                 .and_then(|()| self.read_due(now_ms, limit)),
         ))
+    }
+
+    fn leases_due(&self) -> bool {
+        false
     }
 
     fn drop_due<'a>(&'a self, due: &'a Timed) -> Read<'a, ()> {

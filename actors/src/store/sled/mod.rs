@@ -8,6 +8,7 @@ mod claims;
 mod commit;
 mod decisions;
 mod deliveries;
+mod endpoints;
 mod format;
 mod keys;
 #[cfg(test)]
@@ -43,6 +44,8 @@ pub struct SledStore {
     by_subject: ::sled::Tree,
     /// Decisions by the end of their retention.
     decision_expiry: ::sled::Tree,
+    /// Each endpoint's health, by tenant and URL.
+    endpoints: ::sled::Tree,
     commits: GroupCommit,
 }
 
@@ -61,6 +64,7 @@ impl SledStore {
             decisions: db.open_tree("decisions")?,
             by_subject: db.open_tree("decisions_by_subject")?,
             decision_expiry: db.open_tree("decision_expiry")?,
+            endpoints: db.open_tree("endpoints")?,
             commits: GroupCommit::start(db.clone(), dir)?,
             db,
         }))

@@ -1,0 +1,201 @@
+//! Bulk recovery: every failed or dead delivery of a tenant that matches a filter gets a new
+//! series of attempts, as a single redelivery gives one; the retry worker then makes them,
+//! paced by each endpoint's limit of attempts at once. With an idempotency key the request is
+//! claimed like a signal (a claim whose decision has no actions, under a digest of its own
+//! domain), so a retried bulk request gets the first answer and redelivers nothing again.
+
+use futures::StreamExt;
+use idem_schemas::timefmt::now_ms;
+use idem_schemas::{
+    Claim, ClaimEvent, Decision, DeliveryStatus, Redelivered, StoredResponse, Verdict,
+};
+
+use crate::delivery::RedeliverError;
+use crate::engine::{Engine, EngineError};
+use crate::store::{ClaimId, ClaimLog, Unit, Written};
+
+/// Which deliveries a bulk redelivery takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedeliverFilter {
+    /// Failed or dead.
+    pub status: DeliveryStatus,
+    /// Created at or after this (unix milliseconds).
+    pub since_ms: Option<u64>,
+    /// Created at or before this (unix milliseconds).
+    pub until_ms: Option<u64>,
+    /// Of this playbook action only.
+    pub action: Option<String>,
+}
+
+/// What a bulk request with an idempotency key gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BulkReply {
+    /// The first processing: its answer.
+    First(StoredResponse),
+    /// The answer of an earlier request with the same key and body.
+    Replayed(StoredResponse),
+    /// An earlier request with the same key is still running.
+    InFlight,
+    /// The key was used with another body.
+    Mismatch,
+}
+
+/// Deliveries redelivered at once (their writes share group commits).
+const CONCURRENCY: usize = 32;
+/// Listing page size while gathering matches.
+const PAGE: usize = 500;
+
+impl Engine {
+    /// Redelivers every delivery of `tenant` that `filter` matches; how many.
+    pub async fn redeliver_matching(
+        &self,
+        tenant: &str,
+        filter: &RedeliverFilter,
+    ) -> Result<u64, EngineError> {
+        let mut matching = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self
+                .store()
+                .list_deliveries(
+                    tenant,
+                    Some(filter.status),
+                    after.as_deref().map(|id| (filter.status, id)),
+                    PAGE,
+                )
+                .await?;
+            let Some((_, last)) = page.last() else { break };
+            after = Some(last.clone());
+            for (_, id) in page {
+                let Some(d) = self.deliveries().load(&id).await? else {
+                    continue;
+                };
+                let r = &d.record;
+                let wanted = r.tenant == tenant
+                    && filter.since_ms.is_none_or(|t| r.created_at_ms >= t)
+                    && filter.until_ms.is_none_or(|t| r.created_at_ms <= t)
+                    && filter.action.as_deref().is_none_or(|a| r.action == a);
+                if wanted {
+                    matching.push(id);
+                }
+            }
+        }
+        let deliveries = self.deliveries();
+        let mut done = futures::stream::iter(matching)
+            .map(|id| async move { deliveries.redeliver(&id).await })
+            .buffer_unordered(CONCURRENCY);
+        let mut redelivered = 0;
+        while let Some(outcome) = done.next().await {
+            match outcome {
+                Ok(_) => redelivered += 1,
+                // Moved on meanwhile (redelivered by another request, or expired).
+                Err(RedeliverError::NotFinal(_) | RedeliverError::NotFound) => {}
+                Err(RedeliverError::Store(e)) => return Err(e.into()),
+                Err(RedeliverError::Actor(e)) => return Err(e.into()),
+            }
+        }
+        Ok(redelivered)
+    }
+
+    /// [`Engine::redeliver_matching`] once per idempotency key: `id` is the key's claim and
+    /// `fingerprint` the request body's, which a retry must match.
+    pub async fn redeliver_once(
+        &self,
+        id: &ClaimId,
+        fingerprint: [u8; 32],
+        filter: &RedeliverFilter,
+    ) -> Result<BulkReply, EngineError> {
+        let now = now_ms();
+        let claim = Claim {
+            fingerprint,
+            holder: self.epoch(),
+            claimed_at_ms: now,
+            expires_at_ms: now + self.key_ttl().as_millis() as u64,
+            decision: Decision {
+                id: format!("bulk_{now:x}"),
+                tenant: id.tenant.clone(),
+                signal_type: "deliveries.redeliver".into(),
+                verdict: Verdict::Allow,
+                subject_hash: String::new(),
+                created_at_ms: now,
+                deliveries: Vec::new(),
+            },
+            subject: None,
+        };
+        let started = self
+            .store()
+            .commit(Unit::new().start_claim(id.clone(), vec![ClaimEvent::Claimed(claim)]))
+            .await?;
+        let head = match started {
+            Written::Claimed(head, _) => head,
+            Written::Held(log) => {
+                if let Some(reply) = answered(&log, fingerprint) {
+                    return Ok(reply);
+                }
+                // In flight: taken over only if its holder is gone (the store decides).
+                let gone = log.events.first().is_some_and(|event| match event {
+                    ClaimEvent::Claimed(first) => {
+                        first.holder != self.epoch()
+                            || now.saturating_sub(first.claimed_at_ms)
+                                >= self.in_flight_timeout().as_millis() as u64
+                    }
+                    _ => false,
+                });
+                if !gone {
+                    return Ok(BulkReply::InFlight);
+                }
+                match self
+                    .store()
+                    .commit(Unit::new().take_over_claim(log.head))
+                    .await?
+                {
+                    Written::TakenOver(head) => head,
+                    Written::Held(log) => {
+                        return Ok(answered(&log, fingerprint).unwrap_or(BulkReply::InFlight))
+                    }
+                    _ => return Ok(BulkReply::InFlight),
+                }
+            }
+            _ => return Ok(BulkReply::InFlight),
+        };
+        let redelivered = self.redeliver_matching(&id.tenant, filter).await?;
+        let body = serde_json::to_vec(&Redelivered { redelivered })?;
+        let response = StoredResponse { status: 202, body };
+        // Once durable, a retry answers these bytes and redelivers nothing.
+        let events = vec![
+            ClaimEvent::Dispatched {
+                outcomes: Vec::new(),
+                response: response.clone(),
+            },
+            ClaimEvent::Completed,
+        ];
+        let recorded = self
+            .store()
+            .commit(Unit::new().append_claim(head, events))
+            .await?;
+        if matches!(recorded, Written::Appended(..)) {
+            return Ok(BulkReply::First(response));
+        }
+        // Another request took the key over meanwhile: its answer, once it has one, is the key's.
+        let log = self.store().load_claim(id, now_ms()).await?;
+        Ok(log
+            .and_then(|log| answered(&log, fingerprint))
+            .unwrap_or(BulkReply::First(response)))
+    }
+}
+
+/// What a held claim answers: another body's refusal, or its recorded answer; `None` while it
+/// is in flight.
+fn answered(log: &ClaimLog, fingerprint: [u8; 32]) -> Option<BulkReply> {
+    let mut answer = None;
+    for event in &log.events {
+        match event {
+            ClaimEvent::Claimed(c) if c.fingerprint != fingerprint => {
+                return Some(BulkReply::Mismatch)
+            }
+            ClaimEvent::Dispatched { response, .. } => answer = Some(response.clone()),
+            ClaimEvent::Claimed(_) | ClaimEvent::Completed => {}
+        }
+    }
+    answer.map(BulkReply::Replayed)
+}

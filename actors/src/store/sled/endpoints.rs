@@ -1,0 +1,158 @@
+//! Endpoint health in sled: the tree `endpoints` holds each endpoint's health under
+//! `tenant length ‖ tenant ‖ url`. A change is applied as a compare-and-swap of the stored
+//! health, so two callers never both win a probe; one that moves the breaker is made durable
+//! before it is answered, so an open endpoint stays open across a crash.
+
+use std::collections::HashMap;
+
+use idem_schemas::timefmt::now_ms;
+use idem_schemas::{DeliveryEvent, DeliveryStatus};
+
+use super::keys::tenant_prefix;
+use super::SledStore;
+use crate::codec;
+use crate::endpoint::{BreakerSettings, EndpointEvent, EndpointHealth, EndpointId, Noted};
+use crate::store::{EndpointStore, Read, Store, StoreError, Unit};
+
+fn endpoint_key(tenant: &str, url: &str) -> Vec<u8> {
+    let mut key = tenant_prefix(tenant);
+    key.extend_from_slice(url.as_bytes());
+    key
+}
+
+impl SledStore {
+    /// Applies `event` to the endpoint's stored health; what it came to.
+    fn apply_endpoint(
+        &self,
+        tenant: &str,
+        url: &str,
+        event: EndpointEvent,
+        settings: &BreakerSettings,
+    ) -> Result<(Noted, bool), StoreError> {
+        self.commits.usable()?;
+        let key = endpoint_key(tenant, url);
+        loop {
+            let old = self.endpoints.get(&key)?;
+            let health = match &old {
+                Some(bytes) => codec::decode(bytes)?,
+                None => EndpointHealth::default(),
+            };
+            let Some(next) = health.apply(event, now_ms(), settings) else {
+                return Ok((
+                    Noted {
+                        health,
+                        changed: false,
+                        was: health.circuit,
+                    },
+                    false,
+                ));
+            };
+            let swapped =
+                self.endpoints
+                    .compare_and_swap(&key, old.as_ref(), Some(codec::encode(&next)?))?;
+            if swapped.is_ok() {
+                let moved = next.circuit.name() != health.circuit.name();
+                return Ok((
+                    Noted {
+                        health: next,
+                        changed: true,
+                        was: health.circuit,
+                    },
+                    moved,
+                ));
+            }
+        }
+    }
+
+    fn read_endpoints(
+        &self,
+        tenant: Option<&str>,
+    ) -> Result<Vec<(EndpointId, EndpointHealth)>, StoreError> {
+        let prefix = tenant.map(tenant_prefix).unwrap_or_default();
+        let mut out = Vec::new();
+        for entry in self.endpoints.scan_prefix(prefix) {
+            let (key, value) = entry?;
+            let tenant_len = *key.first().ok_or(StoreError::Malformed("endpoints"))? as usize;
+            let split = |range: std::ops::Range<usize>| {
+                key.get(range)
+                    .and_then(|b| std::str::from_utf8(b).ok())
+                    .map(str::to_string)
+                    .ok_or(StoreError::Malformed("endpoints"))
+            };
+            let id = EndpointId {
+                tenant: split(1..1 + tenant_len)?,
+                url: split(1 + tenant_len..key.len())?,
+            };
+            out.push((id, codec::decode(&value)?));
+        }
+        Ok(out)
+    }
+
+    fn read_queued_by_endpoint(&self, tenant: &str) -> Result<HashMap<String, u64>, StoreError> {
+        let mut counts = HashMap::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.read_listing(
+                tenant,
+                Some(DeliveryStatus::Queued),
+                after.as_deref().map(|id| (DeliveryStatus::Queued, id)),
+                1000,
+            )?;
+            let Some((_, last)) = page.last() else {
+                return Ok(counts);
+            };
+            after = Some(last.clone());
+            for (_, id) in &page {
+                if let Some(first) = self.deliveries.get(super::keys::delivery_key(id, 0))? {
+                    if let DeliveryEvent::Created(record) = codec::decode(&first)? {
+                        *counts.entry(record.url).or_insert(0) += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl EndpointStore for SledStore {
+    fn note_endpoint<'a>(
+        &'a self,
+        tenant: &'a str,
+        url: &'a str,
+        event: EndpointEvent,
+        settings: &'a BreakerSettings,
+    ) -> Read<'a, Noted> {
+        Box::pin(async move {
+            let (noted, moved) = self.apply_endpoint(tenant, url, event, settings)?;
+            if moved {
+                // The breaker moved: durable before anyone acts on it.
+                let store: &dyn Store = self;
+                store.commit(Unit::new()).await?;
+            }
+            Ok(noted)
+        })
+    }
+
+    fn endpoints<'a>(
+        &'a self,
+        tenant: Option<&'a str>,
+    ) -> Read<'a, Vec<(EndpointId, EndpointHealth)>> {
+        Box::pin(std::future::ready(
+            self.commits
+                .usable()
+                .and_then(|()| self.read_endpoints(tenant)),
+        ))
+    }
+
+    fn queued_by_endpoint<'a>(&'a self, tenant: &'a str) -> Read<'a, HashMap<String, u64>> {
+        Box::pin(std::future::ready(
+            self.commits
+                .usable()
+                .and_then(|()| self.read_queued_by_endpoint(tenant)),
+        ))
+    }
+
+    // One process holds the directory.
+    fn live_nodes(&self) -> Read<'_, usize> {
+        Box::pin(std::future::ready(Ok(1)))
+    }
+}
