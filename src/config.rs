@@ -60,7 +60,7 @@ pub struct Idempotency {
 }
 
 /// `[delivery]`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Delivery {
     /// Deadline of the attempt made inside the ingest request.
     pub inline_timeout: Duration,

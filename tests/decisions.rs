@@ -154,6 +154,19 @@ async fn walk(client: &Client, path: &str, limit: usize) -> Vec<Vec<String>> {
     panic!("GET {path}: the pages never ended: {pages:?}");
 }
 
+/// A looked-up decision says what its `201` answer said.
+fn assert_same_decision(view: &serde_json::Value, answer: &serde_json::Value) {
+    for field in [
+        "decision_id",
+        "type",
+        "decision",
+        "subject_hash",
+        "created_at",
+    ] {
+        assert_eq!(view[field], answer[field], "{field}: {view} vs {answer}");
+    }
+}
+
 #[tokio::test]
 async fn a_decision_looked_up_by_its_id_is_the_decision_its_answer_showed() {
     let (_dir, receiver, _idem, client) = setup("", DELIVERY, "").await;
@@ -167,15 +180,7 @@ async fn a_decision_looked_up_by_its_id_is_the_decision_its_answer_showed() {
     let id = id_of(&answer);
 
     let view = found(&client, &id).await;
-    for field in [
-        "decision_id",
-        "type",
-        "decision",
-        "subject_hash",
-        "created_at",
-    ] {
-        assert_eq!(view[field], answer[field], "{field}: {view} vs {answer}");
-    }
+    assert_same_decision(&view, &answer);
     assert_eq!(view["type"], "sim_swap");
     assert_eq!(view["decision"], "step_up");
     let actions = view["actions"].as_array().expect("actions");
@@ -273,15 +278,7 @@ async fn a_decision_shows_its_deliveries_status_now_until_dead_then_redelivered(
         "the inline attempt and max_retries = 1 retry"
     );
     let view = found(&client, &id).await;
-    for field in [
-        "decision_id",
-        "type",
-        "decision",
-        "subject_hash",
-        "created_at",
-    ] {
-        assert_eq!(view[field], answer[field], "{field}");
-    }
+    assert_same_decision(&view, &answer);
     assert_eq!(view["actions"][0]["delivery_id"], delivery_id.as_str());
     let (data, _) = page(&client, &about(subject, ""), beta()).await;
     assert_eq!(

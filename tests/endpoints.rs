@@ -176,33 +176,31 @@ async fn metrics(client: &Client) -> String {
 /// Runs the binary with `args` until it exits (killed after 10 s); its exit code (none when it
 /// had to be killed) and stderr.
 async fn run_idem(args: &[&str]) -> (Option<i32>, String) {
-    use std::io::Read;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+    let child = Command::new(env!("CARGO_BIN_EXE_idem"))
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn idem");
-    let mut code = None;
-    for _ in 0..500 {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            code = Some(status.code());
-            break;
+    let pid = child.id() as i32;
+    let exited = tokio::task::spawn_blocking(move || child.wait_with_output());
+    match tokio::time::timeout(Duration::from_secs(10), exited).await {
+        Ok(done) => {
+            let out = done.expect("join").expect("wait");
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        Err(_) => {
+            // SAFETY: kill(2) on our own child's pid, which has not been reaped (its wait runs).
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            (None, String::new())
+        }
     }
-    if code.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let mut err = String::new();
-    let _ = child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut err);
-    (code.flatten(), err)
 }
 
 #[tokio::test]

@@ -99,6 +99,21 @@ fn callback_decisions(receiver: &Receiver, path: &str) -> Vec<String> {
         .collect()
 }
 
+/// The one first processing among concurrent `responses` (every other is a replay or a refusal).
+fn the_one_first(responses: &[Resp]) -> Resp {
+    let firsts: Vec<&Resp> = responses
+        .iter()
+        .filter(|r| r.status == 201 && !r.replayed())
+        .collect();
+    assert_eq!(
+        firsts.len(),
+        1,
+        "exactly one first processing: {:?}",
+        responses.iter().map(text).collect::<Vec<_>>()
+    );
+    firsts[0].clone()
+}
+
 #[tokio::test]
 async fn within_the_window_every_signal_for_the_subject_gets_the_first_decision_and_runs_nothing() {
     let (_dir, receiver, _idem, client) = setup().await;
@@ -310,17 +325,7 @@ async fn sixteen_concurrent_keyless_copies_make_one_decision_and_one_callback() 
     let copies = (0..16).map(|_| client.signal(Req::new(&body).beta()));
     let responses: Vec<Resp> = futures::future::join_all(copies).await;
 
-    let firsts: Vec<&Resp> = responses
-        .iter()
-        .filter(|r| r.status == 201 && !r.replayed())
-        .collect();
-    assert_eq!(
-        firsts.len(),
-        1,
-        "exactly one first processing: {:?}",
-        responses.iter().map(text).collect::<Vec<_>>()
-    );
-    let first = firsts[0].clone();
+    let first = the_one_first(&responses);
     assert!(!deduplicated(&first));
     for r in &responses {
         match r.status {
@@ -364,17 +369,7 @@ async fn sixteen_concurrent_signals_each_with_its_own_key_make_one_decision() {
         .map(|(key, body)| client.signal(Req::new(body).key(key).beta()));
     let responses: Vec<Resp> = futures::future::join_all(sends).await;
 
-    let firsts: Vec<&Resp> = responses
-        .iter()
-        .filter(|r| r.status == 201 && !r.replayed())
-        .collect();
-    assert_eq!(
-        firsts.len(),
-        1,
-        "exactly one first processing: {:?}",
-        responses.iter().map(text).collect::<Vec<_>>()
-    );
-    let first = firsts[0].clone();
+    let first = the_one_first(&responses);
     for r in &responses {
         match r.status {
             201 if r.replayed() => assert_deduplicated(r, &first, "a concurrent keyed signal"),

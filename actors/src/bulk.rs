@@ -2,7 +2,8 @@
 //! series of attempts, as a single redelivery gives one; the retry worker then makes them,
 //! paced by each endpoint's limit of attempts at once. With an idempotency key the request is
 //! claimed like a signal (a claim whose decision has no actions, under a digest of its own
-//! domain), so a retried bulk request gets the first answer and redelivers nothing again.
+//! domain) and answered by the claim protocol's own rule (`phase::step`), so a retried bulk
+//! request gets the first answer and redelivers nothing again.
 
 use futures::StreamExt;
 use idem_schemas::timefmt::now_ms;
@@ -10,6 +11,7 @@ use idem_schemas::{
     Claim, ClaimEvent, Decision, DeliveryStatus, Redelivered, StoredResponse, Verdict,
 };
 
+use crate::claim::phase::{self, Holder, Phase, Step};
 use crate::delivery::RedeliverError;
 use crate::engine::{Engine, EngineError};
 use crate::store::{ClaimId, ClaimLog, Unit, Written};
@@ -47,7 +49,7 @@ const PAGE: usize = 500;
 
 impl Engine {
     /// Redelivers every delivery of `tenant` that `filter` matches; how many.
-    pub async fn redeliver_matching(
+    async fn redeliver_matching(
         &self,
         tenant: &str,
         filter: &RedeliverFilter,
@@ -97,14 +99,17 @@ impl Engine {
         Ok(redelivered)
     }
 
-    /// [`Engine::redeliver_matching`] once per idempotency key: `id` is the key's claim and
-    /// `fingerprint` the request body's, which a retry must match.
-    pub async fn redeliver_once(
+    /// A bulk redelivery's answer: with `key` (the claim of its idempotency key and the
+    /// fingerprint of its body, which a retry must match), once per key.
+    pub async fn redeliver_bulk(
         &self,
-        id: &ClaimId,
-        fingerprint: [u8; 32],
+        tenant: &str,
         filter: &RedeliverFilter,
+        key: Option<(ClaimId, [u8; 32])>,
     ) -> Result<BulkReply, EngineError> {
+        let Some((id, fingerprint)) = key else {
+            return Ok(BulkReply::First(self.redelivered(tenant, filter).await?));
+        };
         let now = now_ms();
         let claim = Claim {
             fingerprint,
@@ -128,39 +133,26 @@ impl Engine {
             .await?;
         let head = match started {
             Written::Claimed(head, _) => head,
-            Written::Held(log) => {
-                if let Some(reply) = answered(&log, fingerprint) {
-                    return Ok(reply);
-                }
-                // In flight: taken over only if its holder is gone (the store decides).
-                let gone = log.events.first().is_some_and(|event| match event {
-                    ClaimEvent::Claimed(first) => {
-                        first.holder != self.epoch()
-                            || now.saturating_sub(first.claimed_at_ms)
-                                >= self.in_flight_timeout().as_millis() as u64
-                    }
-                    _ => false,
-                });
-                if !gone {
-                    return Ok(BulkReply::InFlight);
-                }
-                match self
+            Written::Held(log) => match self.step(&log, fingerprint, now)? {
+                Some(reply) => return Ok(reply),
+                // Its holder looks gone; the store has the last word.
+                None => match self
                     .store()
                     .commit(Unit::new().take_over_claim(log.head))
                     .await?
                 {
                     Written::TakenOver(head) => head,
                     Written::Held(log) => {
-                        return Ok(answered(&log, fingerprint).unwrap_or(BulkReply::InFlight))
+                        return Ok(self
+                            .step(&log, fingerprint, now)?
+                            .unwrap_or(BulkReply::InFlight))
                     }
                     _ => return Ok(BulkReply::InFlight),
-                }
-            }
+                },
+            },
             _ => return Ok(BulkReply::InFlight),
         };
-        let redelivered = self.redeliver_matching(&id.tenant, filter).await?;
-        let body = serde_json::to_vec(&Redelivered { redelivered })?;
-        let response = StoredResponse { status: 202, body };
+        let response = self.redelivered(&id.tenant, filter).await?;
         // Once durable, a retry answers these bytes and redelivers nothing.
         let events = vec![
             ClaimEvent::Dispatched {
@@ -177,25 +169,55 @@ impl Engine {
             return Ok(BulkReply::First(response));
         }
         // Another request took the key over meanwhile: its answer, once it has one, is the key's.
-        let log = self.store().load_claim(id, now_ms()).await?;
-        Ok(log
-            .and_then(|log| answered(&log, fingerprint))
+        let answer = match self.store().load_claim(&id, now_ms()).await? {
+            Some(log) => self.step(&log, fingerprint, now_ms())?,
+            None => None,
+        };
+        Ok(answer
+            .filter(|reply| *reply != BulkReply::InFlight)
             .unwrap_or(BulkReply::First(response)))
     }
-}
 
-/// What a held claim answers: another body's refusal, or its recorded answer; `None` while it
-/// is in flight.
-fn answered(log: &ClaimLog, fingerprint: [u8; 32]) -> Option<BulkReply> {
-    let mut answer = None;
-    for event in &log.events {
-        match event {
-            ClaimEvent::Claimed(c) if c.fingerprint != fingerprint => {
-                return Some(BulkReply::Mismatch)
-            }
-            ClaimEvent::Dispatched { response, .. } => answer = Some(response.clone()),
-            ClaimEvent::Claimed(_) | ClaimEvent::Completed => {}
-        }
+    /// Redelivers what `filter` matches; the `202` saying how many.
+    async fn redelivered(
+        &self,
+        tenant: &str,
+        filter: &RedeliverFilter,
+    ) -> Result<StoredResponse, EngineError> {
+        let redelivered = self.redeliver_matching(tenant, filter).await?;
+        let body = serde_json::to_vec(&Redelivered { redelivered })?;
+        Ok(StoredResponse { status: 202, body })
     }
-    answer.map(BulkReply::Replayed)
+
+    /// What a request with `fingerprint` gets from the claim that holds its key, by the claim
+    /// protocol's own rule ([`phase::step`]); `None` when the claim's holder looks gone and the
+    /// request may take it over.
+    fn step(
+        &self,
+        log: &ClaimLog,
+        fingerprint: [u8; 32],
+        now: u64,
+    ) -> Result<Option<BulkReply>, EngineError> {
+        let phase = log
+            .events
+            .iter()
+            .cloned()
+            .try_fold(Phase::Free, Phase::apply)?;
+        let holder = Holder {
+            epoch: self.epoch(),
+            in_flight_timeout_ms: self.in_flight_timeout().as_millis() as u64,
+        };
+        Ok(match phase::step(&phase, None, &fingerprint, now, holder) {
+            Step::Replay(response) => Some(BulkReply::Replayed(response)),
+            Step::Finish => Some(
+                phase
+                    .response()
+                    .cloned()
+                    .map_or(BulkReply::InFlight, BulkReply::Replayed),
+            ),
+            Step::Mismatch => Some(BulkReply::Mismatch),
+            Step::TakeOver => None,
+            Step::InFlight | Step::Claim => Some(BulkReply::InFlight),
+        })
+    }
 }

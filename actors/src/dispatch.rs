@@ -14,7 +14,7 @@ use idem_schemas::signature::{sign_all, Secret};
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{ActionOutcome, ActionStatus, AttemptRecord, Decision, PlannedDelivery};
 
-use crate::endpoint::{Admission, EndpointEvent, Endpoints};
+use crate::endpoint::{Admission, EndpointEvent, Endpoints, Permit};
 
 /// Where the dispatcher finds a tenant's callback secrets (read at every attempt, so a config
 /// reload that rotates them takes effect at once).
@@ -79,7 +79,7 @@ impl Dispatcher {
                 .endpoints
                 .admit(&decision.tenant, &delivery.url, self.inline_timeout)
                 .await;
-            let Admission::Go(_permit) = admission else {
+            let Admission::Go(permit) = admission else {
                 return None;
             };
             let (status, attempt) = self
@@ -88,6 +88,7 @@ impl Dispatcher {
                     &decision.id,
                     delivery,
                     self.inline_timeout,
+                    &permit,
                 )
                 .await;
             Some(ActionOutcome {
@@ -104,13 +105,15 @@ impl Dispatcher {
     }
 
     /// One signed attempt of `delivery` (of decision `decision_id`), bounded by `deadline`, in a
-    /// debug span of its own carrying the tenant, decision and delivery ids.
+    /// debug span of its own carrying the tenant, decision and delivery ids; its endpoint
+    /// admitted it with `permit`, and is told how it ended.
     pub async fn attempt(
         &self,
         tenant: &str,
         decision_id: &str,
         delivery: &PlannedDelivery,
         deadline: Duration,
+        permit: &Permit,
     ) -> (ActionStatus, AttemptRecord) {
         let span = tracing::debug_span!("attempt", tenant, decision = decision_id, delivery = %delivery.id);
         let (status, attempt) = self
@@ -123,7 +126,7 @@ impl Dispatcher {
             ActionStatus::Failed => EndpointEvent::Refused { at_ms },
             ActionStatus::Queued => EndpointEvent::Failed { at_ms },
         };
-        self.endpoints.answered(tenant, &delivery.url, event).await;
+        self.endpoints.answered(permit, event).await;
         (status, attempt)
     }
 

@@ -73,6 +73,9 @@ pub enum EngineError {
     /// A response could not be serialised.
     #[error("cannot serialise the response: {0}")]
     Response(#[from] serde_json::Error),
+    /// A claim's log does not fold.
+    #[error(transparent)]
+    ClaimLog(#[from] crate::claim::phase::InvalidTransition),
 }
 
 /// A page of a tenant's deliveries.

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idem_actors::{BulkReply, ClaimId, RedeliverError, RedeliverFilter};
 use idem_schemas::timefmt::parse_rfc3339_ms;
-use idem_schemas::{DeliveryPage, DeliveryStatus, RedeliverRequest, Redelivered};
+use idem_schemas::{DeliveryPage, DeliveryStatus, RedeliverRequest};
 
 use crate::config::Tenant;
 use crate::http::ingest::{read_body, require_json, stored};
@@ -193,42 +193,31 @@ pub async fn redeliver_matching(
     let (value, filter) = parse_filter(&bytes)?;
     let tenant = live.api_keys.authenticate(&live.config, &headers)?;
     limit_redeliveries(&app, tenant)?;
-    let failed = |e: idem_actors::EngineError| {
-        tracing::error!(tenant = %tenant.name, error = %e, "bulk redelivery failed");
-        ApiError::new(
-            Kind::Internal,
-            "the redeliveries could not all be stored; retry (with the same Idempotency-Key)",
-        )
-    };
-    let crashed = |e: tokio::task::JoinError| {
-        tracing::error!(error = %e, "bulk redelivery failed");
-        ApiError::new(
-            Kind::Internal,
-            "the redeliveries stopped part way; retry (with the same Idempotency-Key)",
-        )
-    };
+    let key = key.map(|key| {
+        let id = ClaimId {
+            tenant: tenant.name.clone(),
+            digest: app.digester.bulk_key(&tenant.name, &key),
+        };
+        (id, app.digester.fingerprint(&tenant.name, &value))
+    });
     // The redeliveries run to their end even if the client goes away meanwhile.
-    let name = tenant.name.clone();
-    let Some(key) = key else {
-        let run = app.clone();
-        let redelivered =
-            tokio::spawn(async move { run.engine.redeliver_matching(&name, &filter).await })
-                .await
-                .map_err(crashed)?
-                .map_err(failed)?;
-        return Ok((StatusCode::ACCEPTED, Json(Redelivered { redelivered })).into_response());
-    };
-    let id = ClaimId {
-        tenant: tenant.name.clone(),
-        digest: app.digester.bulk_key(&tenant.name, &key),
-    };
-    let fingerprint = app.digester.fingerprint(&tenant.name, &value);
-    let run = app.clone();
+    let (run, name) = (app.clone(), tenant.name.clone());
     let reply =
-        tokio::spawn(async move { run.engine.redeliver_once(&id, fingerprint, &filter).await })
-            .await
-            .map_err(crashed)?
-            .map_err(failed)?;
+        tokio::spawn(async move { run.engine.redeliver_bulk(&name, &filter, key).await }).await;
+    let error = match reply {
+        Ok(Ok(reply)) => return bulk_answer(reply),
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
+    tracing::error!(tenant = %tenant.name, %error, "bulk redelivery failed");
+    Err(ApiError::new(
+        Kind::Internal,
+        "the redeliveries could not all be stored; retry (with the same Idempotency-Key)",
+    ))
+}
+
+/// The HTTP answer of a bulk redelivery.
+fn bulk_answer(reply: BulkReply) -> Result<Response, ApiError> {
     match reply {
         BulkReply::First(response) => Ok(stored(&response, false)),
         BulkReply::Replayed(response) => Ok(stored(&response, true)),

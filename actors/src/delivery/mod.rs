@@ -37,7 +37,7 @@ pub struct DeliveryContext {
     pub settings: DeliverySettings,
     /// Deliveries woken on this node whose attempt has not ended yet, since when: the retry
     /// worker does not wake them again meanwhile.
-    pub pending: Mutex<HashMap<String, Instant>>,
+    pending: Mutex<HashMap<String, Instant>>,
 }
 
 /// Why a delivery could not be read or moved on.
@@ -89,11 +89,6 @@ impl DeliveryContext {
                 true
             }
         }
-    }
-
-    /// How many deliveries are woken and not done.
-    pub fn pending_count(&self) -> usize {
-        self.pending().len()
     }
 
     /// A delivery as stored, if it exists.
@@ -230,6 +225,7 @@ impl DeliveryActorState {
                 &record.decision_id,
                 &planned,
                 self.ctx.settings.attempt_timeout,
+                &permit,
             )
             .await;
         drop(permit);
@@ -396,7 +392,7 @@ impl Deliveries {
 
     /// How many deliveries are woken and not done.
     pub fn pending(&self) -> usize {
-        self.ctx.pending_count()
+        self.ctx.pending().len()
     }
 
     async fn cast_attempt(&self, due: &Timed) -> Result<(), RegistryError> {

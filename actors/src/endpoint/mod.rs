@@ -24,7 +24,7 @@ use crate::store::{Store, StoreError};
 pub const REFRESH: Duration = Duration::from_millis(200);
 
 /// An endpoint: one action URL of one tenant.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndpointId {
     /// The tenant.
     pub tenant: String,
@@ -45,6 +45,7 @@ pub struct Noted {
 
 /// What the node knows of one endpoint.
 struct Entry {
+    id: EndpointId,
     health: Mutex<EndpointHealth>,
     /// Attempts this node has running to it.
     in_flight: Mutex<usize>,
@@ -113,17 +114,16 @@ impl Endpoints {
         }
     }
 
-    /// The breaker's policy.
-    pub fn settings(&self) -> &BreakerSettings {
-        &self.settings
-    }
-
     fn entry(&self, tenant: &str, url: &str) -> Arc<Entry> {
         let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(entry) = known.get(tenant).and_then(|urls| urls.get(url)) {
             return entry.clone();
         }
         let entry = Arc::new(Entry {
+            id: EndpointId {
+                tenant: tenant.to_string(),
+                url: url.to_string(),
+            },
             health: Mutex::new(EndpointHealth::default()),
             in_flight: Mutex::new(0),
             freed: tokio::sync::Notify::new(),
@@ -153,20 +153,18 @@ impl Endpoints {
                     Gate::WaitUntil(at) => Admission::Held(at),
                     Gate::Probe => {
                         drop(permit);
-                        self.probe(tenant, url, entry).await
+                        self.probe(entry).await
                     }
                 }
             }
             Gate::WaitUntil(at) => Admission::Held(at),
-            Gate::Probe => self.probe(tenant, url, entry).await,
+            Gate::Probe => self.probe(entry).await,
         }
     }
 
     /// Asks the store to let this caller probe the endpoint.
-    async fn probe(&self, tenant: &str, url: &str, entry: Arc<Entry>) -> Admission {
-        let noted = self
-            .note(tenant, url, &entry, EndpointEvent::ProbeStarted)
-            .await;
+    async fn probe(&self, entry: Arc<Entry>) -> Admission {
+        let noted = self.note(&entry, EndpointEvent::ProbeStarted).await;
         let later = |health: EndpointHealth| match health.gate(now_ms(), &self.settings) {
             Gate::WaitUntil(at) => Admission::Held(at),
             // Closed in between, or the store's clock is behind this node's.
@@ -205,10 +203,10 @@ impl Endpoints {
         }
     }
 
-    /// Tells the breaker how an attempt to `tenant`'s `url` ended. On a healthy endpoint a 2xx
+    /// Tells the breaker how the attempt `permit` admitted ended. On a healthy endpoint a 2xx
     /// or a 4xx changes only the times shown, so it is told to the store with the next refresh.
-    pub async fn answered(&self, tenant: &str, url: &str, event: EndpointEvent) {
-        let entry = self.entry(tenant, url);
+    pub async fn answered(&self, permit: &Permit, event: EndpointEvent) {
+        let entry = &permit.0;
         let healthy = {
             let health = entry.health();
             health.circuit == Circuit::Closed && health.consecutive_failures == 0
@@ -221,20 +219,15 @@ impl Endpoints {
                 entry.untold_refusal.fetch_max(at_ms, Ordering::Relaxed);
             }
             _ => {
-                self.note(tenant, url, &entry, event).await;
+                self.note(entry, event).await;
             }
         }
     }
 
     /// Notes `event` in the store and keeps what it answers; `None` if the store failed (the
     /// breaker then stays as this node last knew it).
-    async fn note(
-        &self,
-        tenant: &str,
-        url: &str,
-        entry: &Entry,
-        event: EndpointEvent,
-    ) -> Option<Noted> {
+    async fn note(&self, entry: &Entry, event: EndpointEvent) -> Option<Noted> {
+        let (tenant, url) = (entry.id.tenant.as_str(), entry.id.url.as_str());
         match self
             .store
             .note_endpoint(tenant, url, event, &self.settings)
@@ -267,18 +260,15 @@ impl Endpoints {
     /// Tells the store the answers not told yet, reads every endpoint's health from it (the
     /// other nodes' changes), and takes this node's part of the attempts at once.
     pub async fn refresh(&self) -> Result<(), StoreError> {
-        let untold = self.each(|id, e| {
-            let success = e.untold_success.swap(0, Ordering::Relaxed);
-            let refusal = e.untold_refusal.swap(0, Ordering::Relaxed);
-            (success != 0 || refusal != 0).then(|| (id, e.clone(), success, refusal))
-        });
-        for (id, entry, success, refusal) in untold {
+        for entry in self.entries() {
+            let success = entry.untold_success.swap(0, Ordering::Relaxed);
+            let refusal = entry.untold_refusal.swap(0, Ordering::Relaxed);
             let events = [
                 (success != 0).then_some(EndpointEvent::Succeeded { at_ms: success }),
                 (refusal != 0).then_some(EndpointEvent::Refused { at_ms: refusal }),
             ];
             for event in events.into_iter().flatten() {
-                self.note(&id.tenant, &id.url, &entry, event).await;
+                self.note(&entry, event).await;
             }
         }
         for (id, health) in self.store.endpoints(None).await? {
@@ -290,7 +280,7 @@ impl Endpoints {
         crate::metrics::ENDPOINT_SHARE.set(share as i64);
         if share > before {
             // More places: the attempts waiting for one may go.
-            for (_, entry) in self.each(|id, e| Some((id, e.clone()))) {
+            for entry in self.entries() {
                 entry.freed.notify_waiters();
             }
         }
@@ -314,24 +304,18 @@ impl Endpoints {
 
     /// Every endpoint this node knows of, with its health as last read.
     pub fn known(&self) -> Vec<(EndpointId, EndpointHealth)> {
-        self.each(|id, e| Some((id, e.health())))
+        self.entries()
+            .into_iter()
+            .map(|e| (e.id.clone(), e.health()))
+            .collect()
     }
 
-    /// What `f` makes of each endpoint known.
-    fn each<T>(&self, f: impl Fn(EndpointId, &Arc<Entry>) -> Option<T>) -> Vec<T> {
+    /// Every endpoint known, as it is now.
+    fn entries(&self) -> Vec<Arc<Entry>> {
         let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
         known
-            .iter()
-            .flat_map(|(tenant, urls)| {
-                urls.iter().map(move |(url, e)| {
-                    let id = EndpointId {
-                        tenant: tenant.clone(),
-                        url: url.clone(),
-                    };
-                    (id, e)
-                })
-            })
-            .filter_map(|(id, e)| f(id, e))
+            .values()
+            .flat_map(|urls| urls.values().cloned())
             .collect()
     }
 }
