@@ -110,6 +110,8 @@ pub struct Tenant {
     pub playbooks: HashMap<String, Playbook>,
     /// Signals per second this tenant may post (bursts up to one second's worth); none = no limit.
     pub rate_limit: Option<u32>,
+    /// Providers' webhooks taken as they are sent, by source name.
+    pub sources: HashMap<String, crate::source::Source>,
 }
 
 impl std::fmt::Debug for Idempotency {
@@ -136,6 +138,7 @@ impl std::fmt::Debug for Tenant {
             .field("callback_secrets", &self.callback_secrets)
             .field("playbooks", &self.playbooks)
             .field("rate_limit", &self.rate_limit)
+            .field("sources", &self.sources)
             .finish()
     }
 }
@@ -270,9 +273,10 @@ struct RawSignatures {
     tolerance: Option<String>,
 }
 
+/// A string, or a list of them (secrets, for rotation).
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum OneOrMany {
+pub(crate) enum OneOrMany {
     One(String),
     Many(Vec<String>),
 }
@@ -286,6 +290,8 @@ struct RawTenant {
     rate_limit: Option<i64>,
     #[serde(default)]
     playbooks: BTreeMap<String, RawPlaybook>,
+    #[serde(default)]
+    sources: BTreeMap<String, crate::source::RawSource>,
 }
 
 #[derive(Deserialize)]
@@ -588,6 +594,12 @@ impl Config {
                     },
                 );
             }
+            let mut sources = HashMap::new();
+            for (source, raw) in t.sources {
+                let skey = format!("{key}.sources.{source}");
+                let source = crate::source::validate(&skey, source, raw, &playbooks)?;
+                sources.insert(source.name.clone(), source);
+            }
             tenants.insert(
                 name.clone(),
                 Tenant {
@@ -597,6 +609,7 @@ impl Config {
                     callback_secrets,
                     playbooks,
                     rate_limit,
+                    sources,
                 },
             );
         }

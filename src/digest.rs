@@ -65,6 +65,19 @@ impl Digester {
         self.digest(b"idem/subject-claim/v1", tenant, &data)
     }
 
+    /// The claim of a source's event, known by the provider's event id: a domain of its own,
+    /// so an event id and an idempotency key with the same text are two claims.
+    pub fn source_event(&self, tenant: &str, source: &str, event_id: &str) -> [u8; 32] {
+        // The source's length makes (source, event id) unambiguous.
+        let data = [
+            &(source.len() as u64).to_be_bytes()[..],
+            source.as_bytes(),
+            event_id.as_bytes(),
+        ]
+        .concat();
+        self.digest(b"idem/source-event/v1", tenant, &data)
+    }
+
     /// The `subject_hash` of a subject (hex).
     pub fn subject(&self, tenant: &str, subject: &str) -> String {
         hex::encode(self.digest(b"idem/subject/v1", tenant, subject.as_bytes()))

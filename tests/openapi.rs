@@ -59,9 +59,22 @@ async fn openapi_covers_every_endpoint_and_agrees_with_the_schema_files() {
             "/v1/deliveries/{id}",
             "/v1/deliveries/{id}/redeliver",
             "/v1/endpoints",
-            "/v1/signals"
+            "/v1/signals",
+            "/v1/sources/{tenant}/{source}"
         ]
     );
+    let sources = &doc["paths"]["/v1/sources/{tenant}/{source}"];
+    for (method, status) in [
+        ("post", "200"),
+        ("post", "401"),
+        ("get", "200"),
+        ("get", "405"),
+    ] {
+        assert!(
+            sources[method]["responses"].get(status).is_some(),
+            "{method} {status} documented on sources"
+        );
+    }
     let signals = &doc["paths"]["/v1/signals"]["post"];
     let headers: Vec<&str> = signals["parameters"]
         .as_array()

@@ -477,3 +477,65 @@ async fn an_endpoint_opened_on_one_node_gets_no_attempt_from_another_and_they_sh
         "no attempt went to the open endpoint from node B"
     );
 }
+
+#[tokio::test]
+async fn a_source_event_sent_to_every_node_at_once_makes_one_decision_and_one_delivery() {
+    let (dir, receiver, url, cfg) = on_a_fresh_database().await;
+    // An Okta source on tenant beta, whose sim_swap playbook has one action.
+    let cfg = format!(
+        "{cfg}\n[tenants.beta.sources.hook]\nkind = \"okta\"\nsecret = \"okta-hook-value\"\n\
+         [[tenants.beta.sources.hook.map]]\nevent = \"user.*\"\ntype = \"sim_swap\"\n\
+         subject = \"/target/0/alternateId\"\n"
+    );
+    let nodes = three_nodes(dir.path(), &cfg);
+    let clients: Vec<Client> = nodes.iter().map(|n| Client::new(&n.base)).collect();
+    let events = 12;
+    let mut sends = Vec::new();
+    for n in 0..events {
+        let body = serde_json::json!({"data": {"events": [{
+            "uuid": format!("evt-{n}"), "eventType": "user.mfa.factor.deactivate",
+            "target": [{"alternateId": format!("user{n}@example.com")}]
+        }]}})
+        .to_string();
+        for client in &clients {
+            let body = body.clone();
+            sends.push(async move {
+                client
+                    .send(
+                        "POST",
+                        "/v1/sources/beta/hook",
+                        Req::new(&body).header("authorization", "okta-hook-value"),
+                    )
+                    .await
+            });
+        }
+    }
+    let answers = futures::future::join_all(sends).await;
+    let mut accepted = 0;
+    for r in &answers {
+        // A copy still being claimed on another node is answered 503, for the provider to retry.
+        assert!(r.status == 200 || r.status == 503, "{}", text(r));
+        if r.status == 200 {
+            accepted += r.json()["accepted"].as_u64().unwrap_or(0);
+        }
+    }
+    assert_eq!(accepted, events, "each event accepted by exactly one node");
+    // The nodes that lost the claim wrote none of their decision's queued deliveries.
+    let rows = with_postgres(&url, |client| async move {
+        let row = client
+            .query_one("SELECT count(*) FROM idem_deliveries", &[])
+            .await
+            .expect("count");
+        row.get::<_, i64>(0)
+    });
+    assert_eq!(rows, events as i64);
+    let seen = eventually(
+        Duration::from_secs(10),
+        || async { receiver.seen_on("/notify") },
+        |s| s.len() >= events as usize,
+    )
+    .await;
+    let ids: std::collections::HashSet<&str> =
+        seen.iter().map(|c| c.header("webhook-id")).collect();
+    assert_eq!(ids.len(), events as usize, "{seen:?}");
+}

@@ -190,9 +190,11 @@ impl Engine {
             )
             .await?,
         );
+        let wake_retries = Arc::new(tokio::sync::Notify::new());
         let claims = Claims::start(
             &instance,
             Arc::new(ClaimContext {
+                wake_retries: wake_retries.clone(),
                 store: store.clone(),
                 dispatcher: dispatcher.clone(),
                 deliveries: delivery_settings.clone(),
@@ -222,6 +224,7 @@ impl Engine {
             store.clone(),
             deliveries.clone(),
             crate::retry_worker::tick_for(delivery_settings.shortest_step()),
+            wake_retries,
         );
         let refresher = endpoints.spawn_refresh();
         let sweeper = crate::sweeper::spawn(

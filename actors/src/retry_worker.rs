@@ -1,4 +1,5 @@
-//! The retry worker: every tick it reads the retry queue from its oldest entry up to now — only
+//! The retry worker: every tick, and whenever it is woken (a decision's callbacks were queued
+//! due at once), it reads the retry queue from its oldest entry up to now — only
 //! what is due, never every delivery — and wakes each due delivery's actor, which makes the
 //! attempt. The queue is durable, so after a crash the first tick resumes every queued delivery.
 //! Deliveries woken and not done yet (waiting for a place at their endpoint) are not woken again,
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_schemas::timefmt::now_ms;
+use tokio::sync::Notify;
 
 use crate::delivery::Deliveries;
 use crate::store::Store;
@@ -21,17 +23,22 @@ pub fn tick_for(step: Duration) -> Duration {
     (step / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
 }
 
-/// Starts the worker; it ends when the returned handle is aborted.
+/// Starts the worker, which also reads the queue once `woken` is notified (wakes while it
+/// reads make one more read); it ends when the returned handle is aborted.
 pub fn spawn(
     store: Arc<dyn Store>,
     deliveries: Arc<Deliveries>,
     tick: Duration,
+    woken: Arc<Notify>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut interval = tokio::time::interval(tick);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            interval.tick().await;
+            tokio::select! {
+                _ = interval.tick() => {}
+                _ = woken.notified() => {}
+            }
             let skipped = match store.leases_due() {
                 true => 0,
                 false => deliveries.pending(),

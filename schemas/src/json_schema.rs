@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use crate::wire::{
     CallbackEnvelope, DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryView,
-    EndpointList, Problem, RedeliverRequest, Redelivered, SignalRequest,
+    EndpointList, Problem, RedeliverRequest, Redelivered, SignalRequest, SourceReceipt,
 };
 
 /// Every published document: its file name under `schemas/json/` and its schema.
@@ -33,6 +33,7 @@ pub fn documents() -> Vec<(&'static str, Value)> {
             document::<RedeliverRequest>(),
         ),
         ("redelivered.schema.json", document::<Redelivered>()),
+        ("source-receipt.schema.json", document::<SourceReceipt>()),
     ]
 }
 

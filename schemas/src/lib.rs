@@ -16,6 +16,6 @@ pub use stored::{
 pub use wire::{
     ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecidedAction,
     DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryStatus, DeliveryView,
-    EndpointList, EndpointState, EndpointView, Problem, RedeliverRequest, Redelivered,
-    SignalRequest, Verdict,
+    EndpointList, EndpointState, EndpointView, OktaVerification, Problem, RedeliverRequest,
+    Redelivered, SignalRequest, SourceReceipt, Verdict,
 };

@@ -299,6 +299,31 @@ pub struct Redelivered {
     pub redelivered: u64,
 }
 
+/// What a source did with a provider's delivery: every event is counted once. `accepted`:
+/// claimed now, its decision made (its callbacks follow); `duplicates`: claimed before (a
+/// provider's retry); `ignored`: its type matches no `map` entry; `refused`: it has no id or no
+/// subject where the map says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SourceReceipt {
+    /// Events claimed by this delivery.
+    pub accepted: u64,
+    /// Events claimed before.
+    pub duplicates: u64,
+    /// Events of a type the source does not map.
+    pub ignored: u64,
+    /// Events without an id or a subject.
+    pub refused: u64,
+}
+
+/// The answer to Okta's one-time verification of an event hook.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OktaVerification {
+    /// The `X-Okta-Verification-Challenge` header's value.
+    pub verification: String,
+}
+
 /// One action of a decision as looked up later: its delivery and where that delivery stands now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

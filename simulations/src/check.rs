@@ -9,6 +9,8 @@
 //!    attempt correctly signed.
 //! 4. Every action of every answered decision exists (no delivery lost) and is final: delivered
 //!    (and then the receiver did answer 2xx for it) or dead after all its attempts.
+//! 5. A source's event makes exactly one decision if its type is mapped, none otherwise, and no
+//!    answer counts it accepted twice.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -17,6 +19,7 @@ use serde_json::Value;
 
 use crate::clients::{request, Outcome};
 use crate::receiver::Receiver;
+use crate::sources::SourceOutcome;
 use crate::MAX_RETRIES;
 
 /// The webhook-ids and bodies seen for one (decision, action).
@@ -40,7 +43,12 @@ impl Report {
 }
 
 /// Checks the run.
-pub async fn check(base: &str, outcome: &Outcome, receiver: &Receiver) -> Report {
+pub async fn check(
+    base: &str,
+    outcome: &Outcome,
+    source: &SourceOutcome,
+    receiver: &Receiver,
+) -> Report {
     let mut report = Report::default();
     let http = reqwest::Client::new();
     for u in &outcome.unexpected {
@@ -98,6 +106,8 @@ pub async fn check(base: &str, outcome: &Outcome, receiver: &Receiver) -> Report
             }
         }
     }
+    // 5. One decision per source event (its deliveries settle and are checked with the rest).
+    crate::sources::check(&http, base, source, &mut report, &mut deliveries).await;
     // Settle first: every delivery final (or the deadline passed), then read the receiver.
     let mut views = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);

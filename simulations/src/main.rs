@@ -4,7 +4,7 @@
 //! and restarted with random failpoints (`return` crashes it at a recovery point, `panic` kills
 //! the actor running that step). Then the checker verifies the exactly-once invariants:
 //!
-//! `cargo run --release -p simulations -- --seed N [--keys 60] [--keyless 10] [--clients 12]
+//! `cargo run --release -p simulations -- --seed N [--keys 60] [--keyless 10] [--events 30] [--clients 12]
 //! [--crashes 4] [--seconds 8] [--nodes 1] [--store sled|postgres] [--disk-faults] [--sabotage]
 //! [--idem PATH]`
 //! spreads the load over about `--seconds`, injects `--crashes` faults within it, prints what it
@@ -21,13 +21,16 @@
 //! ignores the stored claim, and the store's fencing is off): the checker must then find
 //! violations. The receiver's faults open endpoints (`breaker_threshold = 2`, a short
 //! cooldown): their deliveries wait and drain after a probe, and still every one must end
-//! delivered or dead; a run in which no endpoint opened is a violation too.
+//! delivered or dead; a run in which no endpoint opened is a violation too. Beside the clients,
+//! a provider (`sources`) delivers `--events` events to an Okta source in overlapping batches,
+//! at least once: each mapped event must make exactly one decision, whatever was killed when.
 
 mod check;
 mod clients;
 mod process;
 mod receiver;
 mod rng;
+mod sources;
 mod stored;
 
 use std::path::PathBuf;
@@ -62,6 +65,7 @@ pub struct Args {
     pub seed: u64,
     pub keys: usize,
     pub keyless: usize,
+    pub events: usize,
     pub clients: usize,
     pub crashes: usize,
     pub seconds: u64,
@@ -77,6 +81,7 @@ fn parse_args() -> Result<Args, String> {
         seed: 1,
         keys: 60,
         keyless: 10,
+        events: 30,
         clients: 12,
         crashes: 4,
         seconds: 8,
@@ -97,6 +102,7 @@ fn parse_args() -> Result<Args, String> {
             "--seed" => args.seed = number(value("--seed")?, "--seed")?,
             "--keys" => args.keys = number(value("--keys")?, "--keys")? as usize,
             "--keyless" => args.keyless = number(value("--keyless")?, "--keyless")? as usize,
+            "--events" => args.events = number(value("--events")?, "--events")? as usize,
             "--clients" => args.clients = number(value("--clients")?, "--clients")?.max(1) as usize,
             "--crashes" => args.crashes = number(value("--crashes")?, "--crashes")? as usize,
             "--seconds" => args.seconds = number(value("--seconds")?, "--seconds")?.max(1),
@@ -274,7 +280,15 @@ actions = [ {{ name = "lock_account", url = "{recv}/lock" }}, {{ name = "open_ca
 [tenants.sim.playbooks.port_out]
 decision = "review"
 actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
+[tenants.sim.sources.okta_sim]
+kind = "okta"
+secret = "{okta}"
+[[tenants.sim.sources.okta_sim.map]]
+event = "user.mfa.*"
+type = "port_out"
+subject = "/target/0/alternateId"
 "#,
+                okta = sources::OKTA_AUTH,
                 data = node_dir.join("data").display(),
             ),
         )
@@ -414,7 +428,12 @@ actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
     // Think time between a client's jobs, so the load spans about `--seconds`.
     let think =
         Duration::from_millis(args.seconds * 1000 * args.clients as u64 / plan.len().max(1) as u64);
-    let outcome = clients::run(&bases, plan, args.clients, args.seed, think).await;
+    let (events, batches) = sources::plan(args.seed, args.events, &mut rng);
+    let source_think = Duration::from_millis(args.seconds * 1000 / batches.len().max(1) as u64);
+    let (outcome, source) = tokio::join!(
+        clients::run(&bases, plan, args.clients, args.seed, think),
+        sources::run(&bases, events, batches, args.seed, source_think)
+    );
 
     stop.store(true, Ordering::SeqCst);
     let _ = chaos.join();
@@ -427,7 +446,7 @@ actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
             node.start("").map_err(|e| e.to_string())?;
         }
     }
-    let mut report = check::check(&bases[0], &outcome, &receiver).await;
+    let mut report = check::check(&bases[0], &outcome, &source, &receiver).await;
     if let Some(url) = &database {
         stored::check(url, &outcome, &mut report).await;
     }
@@ -476,6 +495,13 @@ actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
     println!(
         "clients: {} requests, {} first processings, {} replays, {} 409s, {} errors",
         outcome.requests, outcome.firsts, outcome.replays, outcome.conflicts, outcome.errors
+    );
+    println!(
+        "source: {} events in batches, {} deliveries, {} answered 200, {} errors",
+        source.events.len(),
+        source.requests,
+        source.answered,
+        source.errors
     );
     for v in report.violations.iter().take(20) {
         println!("VIOLATION {v}");

@@ -19,7 +19,7 @@ use idem_schemas::timefmt::parse_rfc3339_ms;
 use idem_schemas::{DeliveryPage, DeliveryStatus, RedeliverRequest};
 
 use crate::config::Tenant;
-use crate::http::ingest::{read_body, require_json, stored};
+use crate::http::ingest::{read_body, require_json, stored, MAX_BODY};
 use crate::http::problem::{ApiError, Kind};
 use crate::http::{query, App};
 
@@ -189,7 +189,7 @@ pub async fn redeliver_matching(
     let key = crate::key::parse(&headers)
         .map_err(|e| ApiError::new(Kind::InvalidIdempotencyKey, e.to_string()))?;
     require_json(&headers)?;
-    let bytes = read_body(&headers, body, live.config.http.read_timeout).await?;
+    let bytes = read_body(&headers, body, live.config.http.read_timeout, MAX_BODY).await?;
     let (value, filter) = parse_filter(&bytes)?;
     let tenant = live.api_keys.authenticate(&live.config, &headers)?;
     limit_redeliveries(&app, tenant)?;

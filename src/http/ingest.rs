@@ -32,7 +32,7 @@ use crate::playbook::{self, Signal};
 pub const MAX_BODY: usize = 64 * 1024;
 
 /// An oversized body up to this many bytes is drained before the 413 is sent.
-const DRAIN_LIMIT: u64 = 1024 * 1024;
+const DRAIN_LIMIT: u64 = 2 * 1024 * 1024;
 
 /// The handler. It takes the request whole: axum's `HeaderMap` extractor would clone every
 /// header (a copy and a free per request, for nothing).
@@ -68,7 +68,7 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
         ));
     }
     require_json(headers)?;
-    let bytes = read_body(headers, body, live.config.http.read_timeout).await?;
+    let bytes = read_body(headers, body, live.config.http.read_timeout, MAX_BODY).await?;
     let (value, signal) = parse_signal(&bytes)?;
 
     // 2. Authentication: an unauthenticated request never occupies a key.
@@ -176,22 +176,22 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
 
 /// Counts a decision answered as made by this request (not a replay, nor a keyed signal whose
 /// subject had a decision already).
-fn decided(verdict: Verdict) {
+pub(crate) fn decided(verdict: Verdict) {
     DECISIONS.with_label_values(&[verdict.as_str()]).inc();
 }
 
 /// Everything a signal's decision needs, owned, so a keyed request can hand it to its claim
 /// actor, which makes the decision only if the request wins the claim.
-struct Decider {
-    live: Arc<Live>,
-    digester: Digester,
-    tenant: String,
-    signal: SignalRequest,
+pub(crate) struct Decider {
+    pub(crate) live: Arc<Live>,
+    pub(crate) digester: Digester,
+    pub(crate) tenant: String,
+    pub(crate) signal: SignalRequest,
 }
 
 impl Decider {
     /// The decision, made at `now_ms` under the configuration the request arrived with.
-    fn decide(self, now_ms: u64) -> Result<Decision, DecideError> {
+    pub(crate) fn decide(self, now_ms: u64) -> Result<Decision, DecideError> {
         let playbook = self
             .live
             .config
@@ -337,22 +337,24 @@ pub(crate) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
+/// The body, at most `limit` bytes, read within `deadline`.
 pub(crate) async fn read_body(
     headers: &HeaderMap,
     mut body: Body,
     deadline: std::time::Duration,
+    limit: usize,
 ) -> Result<bytes::Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
             Kind::PayloadTooLarge,
-            format!("the body is larger than {MAX_BODY} bytes; trim metadata"),
+            format!("the body is larger than {limit} bytes"),
         )
     };
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if let Some(n) = declared.filter(|&n| n > MAX_BODY as u64) {
+    if let Some(n) = declared.filter(|&n| n > limit as u64) {
         // A body up to DRAIN_LIMIT is read and dropped before the refusal, so a client still
         // writing it reads the 413 instead of a broken pipe; a bigger one is cut off at once.
         if n <= DRAIN_LIMIT {
@@ -361,7 +363,7 @@ pub(crate) async fn read_body(
         }
         return Err(too_large());
     }
-    let read = tokio::time::timeout(deadline, axum::body::to_bytes(body, MAX_BODY)).await;
+    let read = tokio::time::timeout(deadline, axum::body::to_bytes(body, limit)).await;
     let read = read.map_err(|_| {
         ApiError::new(
             Kind::RequestTimeout,

@@ -23,6 +23,27 @@ pub static SIGNALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
         .expect("metric registers once")
 });
 
+/// Source events by source kind and outcome: `accepted`, `duplicate`, `ignored`, `refused`, or
+/// `failed` (not durable: the delivery was answered 5xx).
+pub static SOURCE_EVENTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "idem_source_events_total",
+        "Events of sources' deliveries, by source kind and outcome",
+        &["kind", "outcome"]
+    )
+    .expect("metric registers once")
+});
+
+/// Sources' deliveries by source kind and outcome: `ok`, or the problem slug of a refusal.
+pub static SOURCE_DELIVERIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "idem_source_deliveries_total",
+        "Deliveries to sources, by source kind and outcome",
+        &["kind", "outcome"]
+    )
+    .expect("metric registers once")
+});
+
 /// Decisions made, by verdict: one per keyless signal and one per claimed key; a replay, a
 /// duplicate in flight or a refused payload makes none.
 pub static DECISIONS: LazyLock<IntCounterVec> = LazyLock::new(|| {

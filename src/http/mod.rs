@@ -13,6 +13,7 @@ pub mod problem;
 pub mod query;
 pub mod ratelimit;
 pub mod server;
+pub mod sources;
 
 use std::sync::Arc;
 
@@ -73,6 +74,10 @@ pub fn router(app: Arc<App>) -> Router {
             post(deliveries::redeliver_matching),
         )
         .route("/v1/endpoints", get(endpoints::list))
+        .route(
+            "/v1/sources/{tenant}/{source}",
+            post(sources::receive).get(sources::verify_hook),
+        )
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics::render))
         .route(

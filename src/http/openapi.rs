@@ -7,8 +7,8 @@
 use idem_schemas::{
     ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecidedAction,
     DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryStatus, DeliveryView,
-    EndpointList, EndpointState, EndpointView, Problem, RedeliverRequest, Redelivered,
-    SignalRequest, Verdict,
+    EndpointList, EndpointState, EndpointView, OktaVerification, Problem, RedeliverRequest,
+    Redelivered, SignalRequest, SourceReceipt, Verdict,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ObjectBuilder, Type};
@@ -174,6 +174,51 @@ fn redeliver_matching() {}
 )]
 fn list_endpoints() {}
 
+#[utoipa::path(
+    post,
+    path = "/v1/sources/{tenant}/{source}",
+    tag = "sources",
+    summary = "A provider's webhook delivery, taken as the provider sends it",
+    description = "No API key: the delivery is authenticated by its source's kind, over the raw bytes, before anything is parsed or stored: `stripe` Stripe-Signature (t=…,v1=…, HMAC-SHA-256 of `t.body`, t within signatures.tolerance); `github` X-Hub-Signature-256; `standard` webhook-id, webhook-timestamp, webhook-signature; `okta` the configured Authorization value; `auth0` Authorization: Bearer <secret>; `twilio` X-Twilio-Signature over the URL, whose bodySHA256 is the body's SHA-256. Each event (a batch for okta, auth0 and twilio) becomes one signal claimed under the provider's event id (okta `uuid`, auth0 `log_id`, twilio the CloudEvent `id`, stripe `id`, github X-GitHub-Delivery, standard webhook-id): a provider's retry is a duplicate, with no second decision or callback. The signal type comes from the source's `map` by event type; an unmapped event is ignored, one without a subject at the map's JSON pointer is refused; both are acknowledged. The 200 leaves once every accepted event's claim and decision are durable; the callbacks follow. A source signal's metadata is {source, event_id, event_type}; the body is never stored.",
+    params(
+        ("tenant" = String, Path, description = "The tenant"),
+        ("source" = String, Path, description = "The source's name under the tenant's `sources`"),
+    ),
+    request_body(content = Object, content_type = "application/json", description = "The provider's JSON delivery (auth0 and twilio: an array), at most 1 MiB"),
+    responses(
+        (status = 200, body = SourceReceipt),
+        (status = 400, description = "malformed-json or invalid-events: not the provider's delivery shape", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "source-unauthenticated or stale-timestamp", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found: no such tenant or source", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "request-timeout", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "payload-too-large: the body is over 1 MiB", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "internal: an event could not be stored; send the delivery again", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "unavailable", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
+fn post_source() {}
+
+#[utoipa::path(
+    get,
+    path = "/v1/sources/{tenant}/{source}",
+    tag = "sources",
+    summary = "Okta's one-time verification of an event hook",
+    params(
+        ("tenant" = String, Path, description = "The tenant"),
+        ("source" = String, Path, description = "An okta source's name"),
+        ("X-Okta-Verification-Challenge" = String, Header, description = "The challenge, answered back"),
+        ("Authorization" = String, Header, description = "The value configured on the hook (the source's secret)"),
+    ),
+    responses(
+        (status = 200, body = OktaVerification),
+        (status = 400, description = "invalid-events: no challenge", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "source-unauthenticated", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
+        (status = 405, description = "method-not-allowed: not an okta source", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
+fn get_source() {}
+
 #[utoipa::path(get, path = "/healthz", tag = "operator", responses(
     (status = 200, description = "Serving: the store made a probe durable just now", body = String, content_type = "text/plain"),
     (status = 503, description = "The store cannot write (a failed disk, an unreachable database): the reason", body = Problem, content_type = "application/problem+json"),
@@ -192,13 +237,13 @@ fn openapi() {}
     info(title = "idem", description = "Exactly-once trust decisions for identity webhooks"),
     paths(
         post_signals, get_decision, list_decisions, get_delivery, list_deliveries, redeliver,
-        redeliver_matching, list_endpoints, healthz, metrics, openapi
+        redeliver_matching, list_endpoints, post_source, get_source, healthz, metrics, openapi
     ),
     components(schemas(
         SignalRequest, DecisionResponse, ActionResult, ActionStatus, Verdict, Problem,
         CallbackEnvelope, CallbackData, DeliveryView, DeliveryPage, AttemptView, DeliveryStatus,
         DecisionView, DecisionPage, DecidedAction, EndpointList, EndpointView, EndpointState,
-        RedeliverRequest, Redelivered
+        RedeliverRequest, Redelivered, SourceReceipt, OktaVerification
     )),
     modifiers(&Extras)
 )]

@@ -48,6 +48,10 @@ pub enum Kind {
     NotRedeliverable,
     /// A bulk redelivery's filter is not valid.
     InvalidFilter,
+    /// A source's delivery is not authenticated by its provider's scheme.
+    SourceUnauthenticated,
+    /// A source's delivery does not have its provider's shape.
+    InvalidEvents,
     /// The route exists, not with this method.
     MethodNotAllowed,
     /// The service is overloaded or shutting down.
@@ -58,7 +62,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind (for documentation and tests).
-    pub const ALL: [Kind; 23] = [
+    pub const ALL: [Kind; 25] = [
         Kind::InvalidIdempotencyKey,
         Kind::RepeatedHeader,
         Kind::UnsupportedMediaType,
@@ -79,6 +83,8 @@ impl Kind {
         Kind::InvalidQuery,
         Kind::NotRedeliverable,
         Kind::InvalidFilter,
+        Kind::SourceUnauthenticated,
+        Kind::InvalidEvents,
         Kind::MethodNotAllowed,
         Kind::Unavailable,
         Kind::Internal,
@@ -163,6 +169,16 @@ impl Kind {
                 S::BAD_REQUEST,
                 "invalid-filter",
                 "Body is not a valid redelivery filter",
+            ),
+            Kind::SourceUnauthenticated => (
+                S::UNAUTHORIZED,
+                "source-unauthenticated",
+                "Not authenticated as the source's provider",
+            ),
+            Kind::InvalidEvents => (
+                S::BAD_REQUEST,
+                "invalid-events",
+                "Body is not the provider's delivery",
             ),
             Kind::MethodNotAllowed => (
                 S::METHOD_NOT_ALLOWED,

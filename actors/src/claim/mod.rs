@@ -71,6 +71,8 @@ pub struct ClaimContext {
     pub deliveries: DeliverySettings,
     /// Time windows.
     pub settings: ClaimSettings,
+    /// Wakes the retry worker at once: a queued decision's callbacks are due now.
+    pub wake_retries: Arc<tokio::sync::Notify>,
 }
 
 /// The fingerprint of every submission to a subject's claim: any signal for the subject is the
@@ -135,6 +137,8 @@ pub struct Submission {
     /// Its decision may have run before (a key's claim taken over submits its fixed decision
     /// again): delivery logs of it that exist are left as they are.
     may_have_run: bool,
+    /// Its callbacks go to the retry queue instead of being attempted inside the request.
+    queued: bool,
 }
 
 impl Submission {
@@ -152,6 +156,7 @@ impl Submission {
             subject: None,
             from_a_claim: false,
             may_have_run: false,
+            queued: false,
         }
     }
 
@@ -175,6 +180,16 @@ impl Submission {
     /// whose response then becomes this key's.
     pub fn via_subject(mut self, subject: SubjectLink) -> Self {
         self.subject = Some(subject);
+        self
+    }
+
+    /// The same submission, whose decision's callbacks are queued, due at once, instead of
+    /// attempted before the answer: the claim, its recovery point, its completion and the
+    /// queued deliveries are one durable write, answered as soon as it is on disk, and the
+    /// retry worker makes the first attempts right after. For senders that time out in seconds
+    /// (a source's events).
+    pub fn queued(mut self) -> Self {
+        self.queued = true;
         self
     }
 
@@ -317,6 +332,9 @@ pub struct ClaimState {
     /// The current generation's decision may have run before it was claimed (see
     /// [`Submission`]): its dispatch leaves existing delivery logs alone.
     may_have_run: bool,
+    /// The current generation's callbacks are queued, not attempted inline (see
+    /// [`Submission::queued`]).
+    queued: bool,
     idle: IdleTimer<ClaimMsg>,
 }
 
@@ -505,14 +523,18 @@ impl ClaimActor {
         let generation = state.generation;
         let me = myself.clone();
         if let Some(link) = claim.subject {
+            let offer = subject::Offer {
+                decision,
+                link,
+                taken_over,
+                queued: state.queued,
+            };
             tokio::spawn(subject::through_subject(
                 state.ctx.clone(),
                 state.family.clone(),
                 me,
                 generation,
-                decision,
-                link,
-                taken_over,
+                offer,
             ));
             return Ok(());
         }
@@ -571,6 +593,7 @@ impl ClaimActor {
             // the holder may be another node that lives).
             Step::TakeOver => {
                 let head = state.head.clone().ok_or(Invariant::NoClaim("take over"))?;
+                state.queued = sub.queued;
                 state.first = Some(First {
                     reply,
                     fingerprint: sub.fingerprint,
@@ -614,6 +637,7 @@ impl ClaimActor {
         state.generation = generation;
         state.deduplicated = false;
         state.may_have_run = sub.may_have_run;
+        state.queued = sub.queued;
         state.first = Some(First {
             reply,
             fingerprint: sub.fingerprint,
@@ -629,12 +653,16 @@ impl ClaimActor {
             decision,
             subject: sub.subject,
         };
-        let unit = if claim.decision.deliveries.is_empty() && claim.subject.is_none() {
-            // Nothing runs between this decision's claim, recovery point and completion, so
-            // there is no side effect to guard: the three records are one durable write,
-            // answered once it is durable, and the decision is kept with them.
+        let inline = !claim.decision.deliveries.is_empty() && !sub.queued;
+        let unit = if !inline && claim.subject.is_none() {
+            // Nothing runs between this decision's claim, recovery point and completion (it has
+            // no callbacks, or they are queued), so there is no side effect to guard: the three
+            // records are one durable write, answered once it is durable, and the decision is
+            // kept with them. Queued deliveries are written first in it, so they are durable no
+            // later than the claim: after a crash the retry queue resumes them.
             let response = first_response(&claim.decision, &[])?;
             let record = state.record(&claim.decision);
+            let logs = delivery::new_logs(&claim.decision, &[], &state.ctx.deliveries);
             let events = vec![
                 ClaimEvent::Claimed(claim),
                 ClaimEvent::Dispatched {
@@ -643,9 +671,14 @@ impl ClaimActor {
                 },
                 ClaimEvent::Completed,
             ];
-            Unit::new()
+            let unit = Unit::new()
+                .write_deliveries(logs)
                 .start_claim(state.id.clone(), events)
-                .record_decision(record)
+                .record_decision(record);
+            match sub.may_have_run {
+                true => unit.skipping_existing(),
+                false => unit,
+            }
         } else {
             // The claim, with its decision and every callback body, is durable before any
             // action runs (they start once it is): a crash from here on resumes this decision,
@@ -783,6 +816,13 @@ impl ClaimActor {
             }
             AfterCommit::Answer(response) => {
                 failpoint::hit("claim.after_persist");
+                let queued = state
+                    .phase
+                    .claim()
+                    .is_some_and(|c| !c.decision.deliveries.is_empty());
+                if state.queued && queued {
+                    state.ctx.wake_retries.notify_one();
+                }
                 response
             }
         };
@@ -832,6 +872,7 @@ impl Actor for ClaimActor {
             awaiting_subject: false,
             deduplicated: false,
             may_have_run: false,
+            queued: false,
             idle: IdleTimer::start(&myself, args.ctx.settings.idle_timeout, || {
                 ClaimMsg::IdleCheck
             }),

@@ -17,6 +17,18 @@ use super::{submit, ClaimContext, ClaimMsg, Reply, Submission, ANY_PAYLOAD};
 use crate::store::ClaimId;
 use crate::supervise::Family;
 
+/// A key's claim's decision, as it offers it to its subject's claim.
+pub(super) struct Offer {
+    /// The decision, fixed in the key's claim.
+    pub decision: Decision,
+    /// The subject's claim.
+    pub link: SubjectLink,
+    /// The key's claim was taken over: the decision may have run before.
+    pub taken_over: bool,
+    /// Its callbacks are queued rather than attempted inline ([`Submission::queued`]).
+    pub queued: bool,
+}
+
 /// Runs a keyed claim's decision through its subject's claim, and reports what the subject's
 /// claim answered to the key's actor `me` ([`ClaimMsg::Dispatched`]). The subject's claim
 /// takes the decision as its own if no other decision holds it (and runs its actions, with the
@@ -30,10 +42,14 @@ pub(super) async fn through_subject(
     family: Arc<Family>,
     me: ActorRef<ClaimMsg>,
     generation: u64,
-    decision: Decision,
-    link: SubjectLink,
-    taken_over: bool,
+    offer: Offer,
 ) {
+    let Offer {
+        decision,
+        link,
+        taken_over,
+        queued,
+    } = offer;
     let failed = |error: String| {
         let _ = me.cast(ClaimMsg::SubjectFailed { generation, error });
     };
@@ -44,10 +60,11 @@ pub(super) async fn through_subject(
     let mut wait = None;
     loop {
         let offered = decision.clone();
-        let sub = Submission::new(ANY_PAYLOAD, move |_| Ok(offered))
+        let mut sub = Submission::new(ANY_PAYLOAD, move |_| Ok(offered))
             .lasting(Duration::from_millis(link.window_ms))
             .waiting(wait)
             .sent_by_a_claim(taken_over);
+        sub.queued = queued;
         let response = match submit(&family, &ctx, &id, sub).await {
             Ok(Reply::First(response) | Reply::Replayed(response) | Reply::Awaited(response)) => {
                 response

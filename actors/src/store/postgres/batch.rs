@@ -179,15 +179,6 @@ async fn commit(
         }
     }
 
-    // Deliveries of the units not fenced.
-    let deliveries: Vec<(usize, &DeliveryWrite, bool)> = units
-        .iter()
-        .enumerate()
-        .filter(|(n, _)| written[*n] != Some(Written::Fenced))
-        .flat_map(|(n, u)| u.deliveries.iter().map(move |d| (n, d, u.skip_existing)))
-        .collect();
-    write_deliveries(&tx, &deliveries, &mut written).await?;
-
     // Starts, each key at most once per statement.
     let mut starts: Vec<(usize, &ClaimId, &Vec<idem_schemas::ClaimEvent>)> = units
         .iter()
@@ -206,6 +197,17 @@ async fn commit(
         start_claims(&tx, &round, &mut written).await?;
         starts = later;
     }
+
+    // Deliveries of the units whose claim write was not refused: a start that lost to another
+    // generation (a decision whose callbacks are queued) writes none. One transaction, so their
+    // order against the claim records does not matter for durability.
+    let deliveries: Vec<(usize, &DeliveryWrite, bool)> = units
+        .iter()
+        .enumerate()
+        .filter(|(n, _)| !matches!(written[*n], Some(Written::Fenced | Written::Held(_))))
+        .flat_map(|(n, u)| u.deliveries.iter().map(move |d| (n, d, u.skip_existing)))
+        .collect();
+    write_deliveries(&tx, &deliveries, &mut written).await?;
 
     // Decisions of the units whose claim write was not refused, kept once each.
     let mut decisions: Vec<&idem_schemas::DecisionRecord> = units

@@ -179,6 +179,33 @@ impl SledStore {
         Ok(Written::Claimed(head, events))
     }
 
+    /// What a start of `id` with `events` would lose to, if anything holds the key: asked
+    /// before the start's delivery logs are written, which must precede its claim record on
+    /// disk. The key's one actor is its only writer in this process, so the answer holds until
+    /// the start is applied.
+    pub(super) fn refuses_start(
+        &self,
+        id: &ClaimId,
+        events: &[ClaimEvent],
+    ) -> Result<Option<Written>, StoreError> {
+        let Some(ClaimEvent::Claimed(claim)) = events.first() else {
+            return Err(StoreError::NotAClaim);
+        };
+        let Some(found) = self.claims.get(claim_key(id))? else {
+            return Ok(None);
+        };
+        let found = Index::parse(&found)?;
+        let held = rule::Current {
+            generation: found.generation,
+            expires_at_ms: found.expires_at_ms,
+            writes: 0,
+        };
+        if rule::may_start(Some(&held), claim.claimed_at_ms) || !fencing() {
+            return Ok(None);
+        }
+        Ok(Some(self.held(id, claim.claimed_at_ms)?))
+    }
+
     /// Appends `events` to the generation at `head`, which the caller found current
     /// ([`SledStore::is_current`]); fenced if its log has moved past `head`.
     pub(super) fn append_claim(

@@ -89,6 +89,15 @@ impl SledStore {
                 return Ok(Written::Fenced);
             }
         }
+        // A start that carries delivery logs (a decision whose callbacks are queued) is refused
+        // before they are written: they belong to a decision that never holds the key.
+        if let Some(ClaimWrite::Start(id, events)) = &unit.claim {
+            if !unit.deliveries.is_empty() {
+                if let Some(refused) = self.refuses_start(id, events)? {
+                    return Ok(refused);
+                }
+            }
+        }
         // A decision's delivery logs before the claim record that names them: no later durable.
         for write in &unit.deliveries {
             self.write_delivery(write, unit.skip_existing)?;

@@ -99,6 +99,14 @@ async fn the_key_is_held_until_its_generation_expires() {
         };
         assert_eq!(log.events, vec![claimed(t, 1_000), done()]);
         assert_eq!(log.head, appended);
+        // A refused start writes none of the queued deliveries it carries: they belong to a
+        // decision that never holds the key.
+        let queued = Unit::new()
+            .write_deliveries(vec![delivery("msg_lost_start", t)])
+            .start_claim(id.clone(), vec![claimed(t + 20, 60_000)]);
+        assert!(matches!(commit(&store, queued).await, Written::Held(_)));
+        assert!(!store.exists("msg_lost_start").expect("exists"));
+        assert_eq!(store.read_due(t + 1, 10).expect("due"), vec![]);
         // Once it has expired, the key is free for a new generation.
         start(&store, &id, claimed(t + 1_000, 60_000)).await;
         start(&store, &other, claimed(t + 20, 60_000)).await;

@@ -1,0 +1,428 @@
+//! Each provider's own authentication, checked over the raw bytes before anything is parsed or
+//! stored. Every comparison of a secret or a MAC is in constant time, and a source's secrets are
+//! a list, any one of which is accepted, so a provider's secret can be rotated without a gap.
+//!
+//! - `stripe`: `Stripe-Signature: t=<unix s>,v1=<hex>[,v1=…]`, HMAC-SHA-256 of `t.body` keyed
+//!   with the secret string as Stripe issues it (`whsec_…`), `t` within the tolerance.
+//! - `github`: `X-Hub-Signature-256: sha256=<hex>`, HMAC-SHA-256 of the body.
+//! - `standard`: Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
+//! - `okta`: the `Authorization` header equals the configured value.
+//! - `auth0`: `Authorization: Bearer <secret>`.
+//! - `twilio`: `X-Twilio-Signature`, base64 HMAC-SHA-1 under the auth token of the full URL
+//!   Twilio posted to, whose `bodySHA256` query parameter is the hex SHA-256 of the body.
+
+use axum::http::{HeaderMap, Uri};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use idem_schemas::signature::{self, VerifyError};
+use sha1::Sha1;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::{Source, SourceKind};
+
+/// Why a delivery is not the provider's.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Refused {
+    /// A header the scheme needs is missing (or not ASCII).
+    #[error("send the {0} header this source is authenticated by")]
+    Missing(&'static str),
+    /// The credential or signature matches no secret of the source.
+    #[error("{0} does not match this source's secret")]
+    Mismatch(&'static str),
+    /// The signed timestamp is outside the tolerance.
+    #[error("the signed timestamp is more than {0} s from the server's clock")]
+    Stale(u64),
+    /// The header does not have the scheme's form.
+    #[error("{0}")]
+    Malformed(&'static str),
+}
+
+/// What the check reads of a delivery.
+pub struct Delivery<'a> {
+    /// Its headers.
+    pub headers: &'a HeaderMap,
+    /// The path and query it was posted to.
+    pub uri: &'a Uri,
+    /// Its raw body.
+    pub body: &'a [u8],
+    /// The server's clock, unix seconds.
+    pub now_secs: i64,
+    /// `signatures.tolerance`, in seconds.
+    pub tolerance_secs: u64,
+}
+
+fn header<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<&'h str, Refused> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .ok_or(Refused::Missing(name))
+}
+
+fn hmac_sha256(key: &[u8]) -> Hmac<Sha256> {
+    match Hmac::<Sha256>::new_from_slice(key) {
+        Ok(mac) => mac,
+        Err(_) => unreachable!("HMAC takes keys of any length"),
+    }
+}
+
+/// Checks that `delivery` comes from the provider `source` is configured for.
+pub fn check(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
+    let headers = delivery.headers;
+    match source.kind {
+        SourceKind::Okta => {
+            let value = header(headers, "authorization")?;
+            match source
+                .secrets
+                .iter()
+                .any(|s| bool::from(s.as_bytes().ct_eq(value.as_bytes())))
+            {
+                true => Ok(()),
+                false => Err(Refused::Mismatch("Authorization")),
+            }
+        }
+        SourceKind::Auth0 => {
+            let value = header(headers, "authorization")?;
+            let token = value
+                .split_once(' ')
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                .map(|(_, token)| token.trim())
+                .ok_or(Refused::Malformed(
+                    "the Authorization scheme must be Bearer",
+                ))?;
+            match source
+                .secrets
+                .iter()
+                .any(|s| bool::from(s.as_bytes().ct_eq(token.as_bytes())))
+            {
+                true => Ok(()),
+                false => Err(Refused::Mismatch("Authorization")),
+            }
+        }
+        SourceKind::Github => {
+            let value = header(headers, "x-hub-signature-256")?;
+            let tag = value
+                .strip_prefix("sha256=")
+                .and_then(|h| hex::decode(h).ok())
+                .ok_or(Refused::Malformed(
+                    "X-Hub-Signature-256 must be sha256=<hex digest>",
+                ))?;
+            let matches = source.secrets.iter().any(|s| {
+                let mut mac = hmac_sha256(s.as_bytes());
+                mac.update(delivery.body);
+                mac.verify_slice(&tag).is_ok()
+            });
+            match matches {
+                true => Ok(()),
+                false => Err(Refused::Mismatch("X-Hub-Signature-256")),
+            }
+        }
+        SourceKind::Stripe => stripe(source, delivery),
+        SourceKind::Twilio => twilio(source, delivery),
+        SourceKind::Standard => {
+            let id = header(headers, "webhook-id")?;
+            let timestamp = header(headers, "webhook-timestamp")?;
+            let signatures = header(headers, "webhook-signature")?;
+            signature::verify(
+                &source.standard_secrets,
+                id,
+                timestamp,
+                signatures,
+                delivery.body,
+                delivery.now_secs,
+                delivery.tolerance_secs,
+            )
+            .map_err(|e| match e {
+                VerifyError::Stale => Refused::Stale(delivery.tolerance_secs),
+                VerifyError::BadTimestamp => {
+                    Refused::Malformed("webhook-timestamp must be unix seconds")
+                }
+                VerifyError::NoMatch => Refused::Mismatch("webhook-signature"),
+            })
+        }
+    }
+}
+
+/// `Stripe-Signature: t=…,v1=…`: one `v1` matching any secret suffices, then the timestamp.
+fn stripe(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
+    let value = header(delivery.headers, "stripe-signature")?;
+    let mut timestamp = None;
+    let mut tags = Vec::new();
+    for item in value.split(',') {
+        match item.trim().split_once('=') {
+            Some(("t", t)) => timestamp = Some(t),
+            Some(("v1", tag)) => tags.extend(hex::decode(tag).ok()),
+            _ => {}
+        }
+    }
+    let malformed = Refused::Malformed("Stripe-Signature must be t=<unix seconds>,v1=<hex>");
+    let timestamp = timestamp.ok_or(malformed)?;
+    let seconds: i64 = timestamp
+        .parse()
+        .map_err(|_| Refused::Malformed("Stripe-Signature must be t=<unix seconds>,v1=<hex>"))?;
+    let matches = source.secrets.iter().any(|s| {
+        let mut mac = hmac_sha256(s.as_bytes());
+        mac.update(timestamp.as_bytes());
+        mac.update(b".");
+        mac.update(delivery.body);
+        let expected = mac.finalize().into_bytes();
+        tags.iter()
+            .any(|tag| bool::from(tag.as_slice().ct_eq(expected.as_slice())))
+    });
+    if !matches {
+        return Err(Refused::Mismatch("Stripe-Signature"));
+    }
+    if delivery.now_secs.abs_diff(seconds) > delivery.tolerance_secs {
+        return Err(Refused::Stale(delivery.tolerance_secs));
+    }
+    Ok(())
+}
+
+/// `X-Twilio-Signature`: the body is bound by the URL's `bodySHA256`, and the URL by the
+/// signature. idem sees the path and query Twilio posted to, and the host it named; the scheme
+/// is the one a proxy in front says (`X-Forwarded-Proto`), else either of https and http.
+fn twilio(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
+    let signature = header(delivery.headers, "x-twilio-signature")?;
+    let tag = STANDARD
+        .decode(signature.trim())
+        .map_err(|_| Refused::Malformed("X-Twilio-Signature must be base64"))?;
+    let body_sha = delivery
+        .uri
+        .query()
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|pair| pair.strip_prefix("bodySHA256="))
+        .ok_or(Refused::Malformed(
+            "the URL Twilio posts to carries bodySHA256 for a JSON body",
+        ))?;
+    let digest = hex::encode(Sha256::digest(delivery.body));
+    if !bool::from(
+        digest
+            .as_bytes()
+            .ct_eq(body_sha.to_ascii_lowercase().as_bytes()),
+    ) {
+        return Err(Refused::Mismatch("bodySHA256"));
+    }
+    let host = delivery
+        .headers
+        .get("x-forwarded-host")
+        .or_else(|| delivery.headers.get("host"))
+        .and_then(|v| v.to_str().ok())
+        .ok_or(Refused::Missing("host"))?;
+    let schemes: &[&str] = match delivery
+        .headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some("http") => &["http"],
+        Some("https") => &["https"],
+        _ => &["https", "http"],
+    };
+    let path = delivery.uri.path_and_query().map_or("/", |p| p.as_str());
+    let urls = schemes.iter().flat_map(|scheme| {
+        // Twilio's own validators take the URL with and without the scheme's default port.
+        let default_port = match *scheme {
+            "https" => ":443",
+            _ => ":80",
+        };
+        let bare = host.strip_suffix(default_port).unwrap_or(host);
+        let with_port = match bare.contains(':') {
+            true => None,
+            false => Some(format!("{scheme}://{bare}{default_port}{path}")),
+        };
+        std::iter::once(format!("{scheme}://{bare}{path}")).chain(with_port)
+    });
+    let matches = urls.into_iter().any(|url| {
+        source.secrets.iter().any(|s| {
+            let mut mac = match Hmac::<Sha1>::new_from_slice(s.as_bytes()) {
+                Ok(mac) => mac,
+                Err(_) => unreachable!("HMAC takes keys of any length"),
+            };
+            mac.update(url.as_bytes());
+            mac.verify_slice(&tag).is_ok()
+        })
+    });
+    match matches {
+        true => Ok(()),
+        false => Err(Refused::Mismatch("X-Twilio-Signature")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::Source;
+
+    fn source(kind: SourceKind, secrets: &[&str]) -> Source {
+        Source {
+            name: "s".into(),
+            kind,
+            secrets: secrets.iter().map(|s| s.to_string()).collect(),
+            standard_secrets: match kind {
+                SourceKind::Standard => secrets
+                    .iter()
+                    .map(|s| idem_schemas::signature::Secret::parse(s).expect("secret"))
+                    .collect(),
+                _ => Vec::new(),
+            },
+            routes: Vec::new(),
+        }
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in pairs {
+            h.insert(*name, value.parse().expect("header value"));
+        }
+        h
+    }
+
+    fn check_at(
+        source: &Source,
+        headers: &HeaderMap,
+        uri: &str,
+        body: &[u8],
+        now_secs: i64,
+    ) -> Result<(), Refused> {
+        let uri: Uri = uri.parse().expect("uri");
+        check(
+            source,
+            &Delivery {
+                headers,
+                uri: &uri,
+                body,
+                now_secs,
+                tolerance_secs: 300,
+            },
+        )
+    }
+
+    // GitHub's published example ("Validating webhook deliveries").
+    #[test]
+    fn github_matches_its_published_example() {
+        let s = source(SourceKind::Github, &["old", "It's a Secret to Everybody"]);
+        let sig = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+        let h = headers(&[("x-hub-signature-256", sig)]);
+        assert_eq!(check_at(&s, &h, "/", b"Hello, World!", 0), Ok(()));
+        assert_eq!(
+            check_at(&s, &h, "/", b"Hello, World?", 0),
+            Err(Refused::Mismatch("X-Hub-Signature-256"))
+        );
+        let wrong = source(SourceKind::Github, &["It's a secret to everybody"]);
+        assert!(check_at(&wrong, &h, "/", b"Hello, World!", 0).is_err());
+        assert_eq!(
+            check_at(&s, &HeaderMap::new(), "/", b"Hello, World!", 0),
+            Err(Refused::Missing("x-hub-signature-256"))
+        );
+    }
+
+    // stripe-dotnet's signed fixture (event_test_signature.json, with its final newline).
+    #[test]
+    fn stripe_matches_a_published_signature_within_the_tolerance() {
+        let body = include_bytes!("../../tests/vectors/stripe_event.json");
+        let s = source(SourceKind::Stripe, &["webhook_secret"]);
+        let header = "t=1533204620,v1=2220f87ef101a04665f11cdf770523143f875572008577fa0f20882ddb9cc3c7,v0=63f3a72374a733066c4be69ed7f8e5ac85c22c9f0a6a612ab9a025a9e4ee7eef";
+        let h = headers(&[("stripe-signature", header)]);
+        assert_eq!(check_at(&s, &h, "/", body, 1533204720), Ok(()));
+        // Either way outside the tolerance.
+        assert_eq!(
+            check_at(&s, &h, "/", body, 1533204620 + 301),
+            Err(Refused::Stale(300))
+        );
+        assert_eq!(
+            check_at(&s, &h, "/", body, 1533204620 - 301),
+            Err(Refused::Stale(300))
+        );
+        // One body byte off, and the v0 scheme alone, match nothing.
+        assert!(check_at(&s, &h, "/", &body[..body.len() - 1], 1533204720).is_err());
+        let v0_only = headers(&[(
+            "stripe-signature",
+            "t=1533204620,v0=63f3a72374a733066c4be69ed7f8e5ac85c22c9f0a6a612ab9a025a9e4ee7eef",
+        )]);
+        assert!(check_at(&s, &v0_only, "/", body, 1533204720).is_err());
+        // Several v1 values (a secret being rolled): one match suffices.
+        let two = headers(&[("stripe-signature", "t=1533204620,v1=00ff,v1=2220f87ef101a04665f11cdf770523143f875572008577fa0f20882ddb9cc3c7")]);
+        assert_eq!(check_at(&s, &two, "/", body, 1533204720), Ok(()));
+    }
+
+    // twilio-python's test_validation_of_body_succeeds.
+    #[test]
+    fn twilio_matches_a_published_signature_over_the_url_and_body_hash() {
+        let body = br#"{"property": "value", "boolean": true}"#;
+        let uri = "/myapp.php?foo=1&bar=2&bodySHA256=0a1ff7634d9ab3b95db5c9a2dfe9416e41502b283a80c7cf19632632f96e6620";
+        let s = source(SourceKind::Twilio, &["12345"]);
+        for sig in [
+            "a9nBmqA0ju/hNViExpshrM61xv4=",
+            "uzN7O1319XdYoYMfTT2eUM1PJT0=",
+        ] {
+            let h = headers(&[("host", "mycompany.com"), ("x-twilio-signature", sig)]);
+            assert_eq!(check_at(&s, &h, uri, body, 0), Ok(()), "{sig}");
+        }
+        let h = headers(&[
+            ("host", "mycompany.com"),
+            ("x-twilio-signature", "a9nBmqA0ju/hNViExpshrM61xv4="),
+        ]);
+        // Another body than the hash names.
+        assert_eq!(
+            check_at(&s, &h, uri, br#"{"property": "other", "boolean": true}"#, 0),
+            Err(Refused::Mismatch("bodySHA256"))
+        );
+        // Another host, another token, or an http proxy in front: not what Twilio signed.
+        let other_host = headers(&[
+            ("host", "example.com"),
+            ("x-twilio-signature", "a9nBmqA0ju/hNViExpshrM61xv4="),
+        ]);
+        assert!(check_at(&s, &other_host, uri, body, 0).is_err());
+        assert!(check_at(&source(SourceKind::Twilio, &["54321"]), &h, uri, body, 0).is_err());
+        let mut http = h.clone();
+        http.insert("x-forwarded-proto", "http".parse().expect("value"));
+        assert!(check_at(&s, &http, uri, body, 0).is_err());
+        assert!(check_at(&s, &h, "/myapp.php?foo=1&bar=2", body, 0).is_err());
+    }
+
+    // The Standard Webhooks Rust library's signing example.
+    #[test]
+    fn standard_matches_the_libraries_example() {
+        let s = source(
+            SourceKind::Standard,
+            &["whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"],
+        );
+        let h = headers(&[
+            ("webhook-id", "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk"),
+            ("webhook-timestamp", "1649367553"),
+            (
+                "webhook-signature",
+                "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=",
+            ),
+        ]);
+        let body = br#"{"email":"test@example.com","username":"test_user"}"#;
+        assert_eq!(check_at(&s, &h, "/", body, 1649367553), Ok(()));
+        assert_eq!(
+            check_at(&s, &h, "/", body, 1649367553 + 301),
+            Err(Refused::Stale(300))
+        );
+        assert!(check_at(&s, &h, "/", b"{}", 1649367553).is_err());
+    }
+
+    #[test]
+    fn okta_and_auth0_compare_the_configured_credential() {
+        let okta = source(SourceKind::Okta, &["Basic c2VjcmV0", "new-value"]);
+        let ok = headers(&[("authorization", "new-value")]);
+        assert_eq!(check_at(&okta, &ok, "/", b"{}", 0), Ok(()));
+        let wrong = headers(&[("authorization", "new-valuE")]);
+        assert_eq!(
+            check_at(&okta, &wrong, "/", b"{}", 0),
+            Err(Refused::Mismatch("Authorization"))
+        );
+        let auth0 = source(SourceKind::Auth0, &["tok-1"]);
+        let bearer = headers(&[("authorization", "Bearer tok-1")]);
+        assert_eq!(check_at(&auth0, &bearer, "/", b"[]", 0), Ok(()));
+        let bare = headers(&[("authorization", "tok-1")]);
+        assert!(check_at(&auth0, &bare, "/", b"[]", 0).is_err());
+        assert_eq!(
+            check_at(&auth0, &HeaderMap::new(), "/", b"[]", 0),
+            Err(Refused::Missing("authorization"))
+        );
+    }
+}

@@ -1,0 +1,821 @@
+//! Sources (CONTRACT section 12) against a real `idem serve` and a real receiver, on either
+//! store: each of the six kinds takes a delivery signed by its provider's own scheme; the same
+//! delivery sent again, re-serialised and signed anew, and a batch overlapping an earlier one
+//! are deduplicated by the provider's event id (no second decision, no second callback); a wrong
+//! signature, a stale timestamp and a missing header are refused with nothing claimed; unmapped
+//! and subject-less events are counted and acknowledged; Okta's one-time verification answers
+//! its challenge; no event body or subject reaches the store or the callbacks; and a SIGKILL
+//! after the answer, while the callbacks are being made, is followed by a restart that still
+//! delivers each callback, under its one webhook-id.
+
+mod common;
+
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use common::*;
+use devtools::metric_value;
+use hmac::{Hmac, Mac};
+use idem_schemas::signature::Secret;
+use idem_schemas::timefmt::now_ms;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+const API_KEY: &str = "Bearer sk_idp_test_key_0001";
+const OKTA_AUTH: &str = "Basic b2t0YS1ob29rOnNlY3JldA==";
+const AUTH0_TOKEN: &str = "auth0-log-stream-token";
+const TWILIO_TOKEN: &str = "twilio-auth-token-0123";
+const STRIPE_SECRET: &str = "whsec_stripe_test_secret";
+const GITHUB_SECRET: &str = "github webhook secret";
+const STANDARD_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+/// Tenant `idp`: three playbooks with one callback each, and one source of every kind.
+fn sources_config(data_dir: &std::path::Path, receiver: &Receiver, delivery: &str) -> String {
+    format!(
+        r#"
+listen = "127.0.0.1:0"
+data_dir = "{data}"
+
+{store}
+[idempotency]
+key_secret = "{KEY_SECRET}"
+
+[delivery]
+{delivery}
+
+[tenants.idp]
+api_key = "sk_idp_test_key_0001"
+callback_secret = "{CALLBACK_SECRET}"
+
+[tenants.idp.playbooks.mfa_reset]
+decision = "step_up"
+actions = [ {{ name = "reset", url = "{mfa}" }} ]
+
+[tenants.idp.playbooks.login]
+decision = "allow"
+actions = [ {{ name = "note", url = "{login}" }} ]
+
+[tenants.idp.playbooks.takeover]
+decision = "deny"
+once_per_subject = "1h"
+actions = [ {{ name = "lock", url = "{lock}" }} ]
+
+[tenants.idp.sources.okta_prod]
+kind = "okta"
+secret = ["an-old-value", "{OKTA_AUTH}"]
+[[tenants.idp.sources.okta_prod.map]]
+event = "user.mfa.factor.deactivate"
+type = "mfa_reset"
+subject = "/target/0/alternateId"
+[[tenants.idp.sources.okta_prod.map]]
+event = "user.session.*"
+type = "login"
+subject = "/actor/alternateId"
+
+[tenants.idp.sources.auth0]
+kind = "auth0"
+secret = "{AUTH0_TOKEN}"
+[[tenants.idp.sources.auth0.map]]
+event = "s"
+type = "login"
+subject = "/data/user_id"
+
+[tenants.idp.sources.twilio]
+kind = "twilio"
+secret = "{TWILIO_TOKEN}"
+[[tenants.idp.sources.twilio.map]]
+event = "com.twilio.messaging.*"
+type = "mfa_reset"
+subject = "/data/to"
+
+[tenants.idp.sources.stripe]
+kind = "stripe"
+secret = "{STRIPE_SECRET}"
+[[tenants.idp.sources.stripe.map]]
+event = "customer.*"
+type = "takeover"
+subject = "/data/object/id"
+
+[tenants.idp.sources.github]
+kind = "github"
+secret = "{GITHUB_SECRET}"
+[[tenants.idp.sources.github.map]]
+event = "member"
+type = "login"
+subject = "/member/login"
+
+[tenants.idp.sources.standard]
+kind = "standard"
+secret = "{STANDARD_SECRET}"
+[[tenants.idp.sources.standard.map]]
+event = "user.*"
+type = "mfa_reset"
+subject = "/data/user"
+"#,
+        data = data_dir.display(),
+        store = store_section(),
+        mfa = receiver.url("/mfa"),
+        login = receiver.url("/login"),
+        lock = receiver.url("/lock"),
+    )
+}
+
+/// A short schedule, so a failed attempt is retried within the test.
+const DELIVERY: &str = "inline_timeout = \"2s\"\nschedule = [\"200ms\", \"200ms\", \"200ms\"]";
+
+async fn setup() -> (tempfile::TempDir, Receiver, Idem, Client) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let cfg = sources_config(&dir.path().join("data"), &receiver, DELIVERY);
+    let idem = Idem::start(dir.path(), &cfg);
+    let client = Client::new(&idem.base);
+    (dir, receiver, idem, client)
+}
+
+fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("hmac");
+    for part in parts {
+        mac.update(part);
+    }
+    mac.finalize().into_bytes().to_vec()
+}
+
+fn now_secs() -> i64 {
+    (now_ms() / 1000) as i64
+}
+
+/// A delivery as each provider sends it: its path (with query), headers and body.
+struct Delivery {
+    path: String,
+    req: Req,
+}
+
+impl Delivery {
+    async fn send(self, client: &Client) -> Resp {
+        client.send("POST", &self.path, self.req).await
+    }
+}
+
+fn okta(events: &[Value]) -> Delivery {
+    let body = json!({
+        "eventType": "com.okta.event_hook", "eventTypeVersion": "1.0",
+        "cloudEventsVersion": "0.1", "eventId": "envelope-1",
+        "data": {"events": events}
+    });
+    Delivery {
+        path: "/v1/sources/idp/okta_prod".into(),
+        req: Req::new(&body.to_string()).header("authorization", OKTA_AUTH),
+    }
+}
+
+fn okta_event(uuid: &str, event_type: &str, who: &str) -> Value {
+    json!({
+        "uuid": uuid, "eventType": event_type, "published": "2026-11-30T10:00:00.000Z",
+        "displayMessage": "Reset factor", "actor": {"alternateId": who, "displayName": "Alice Example"},
+        "target": [{"alternateId": who, "type": "User"}]
+    })
+}
+
+fn auth0(entries: &[(&str, &str, &str)]) -> Delivery {
+    let body: Vec<Value> = entries
+        .iter()
+        .map(|(id, t, user)| {
+            json!({"log_id": id, "data": {"log_id": id, "type": t, "user_id": user,
+                "user_name": "alice@example.com", "ip": "203.0.113.9"}})
+        })
+        .collect();
+    Delivery {
+        path: "/v1/sources/idp/auth0".into(),
+        req: Req::new(&Value::from(body).to_string())
+            .header("authorization", &format!("Bearer {AUTH0_TOKEN}")),
+    }
+}
+
+/// A Twilio Event Streams delivery to `base`'s sink URL, signed over that URL as Twilio does.
+fn twilio(base: &str, events: &[(&str, &str)]) -> Delivery {
+    let body: Vec<Value> = events
+        .iter()
+        .map(|(id, to)| {
+            json!({"specversion": "1.0", "type": "com.twilio.messaging.message.delivered",
+                "source": "/2010-04-01/Accounts/AC1/Messages/SM1.json", "id": id,
+                "datacontenttype": "application/json", "time": "2026-11-30T10:00:00.000Z",
+                "data": {"to": to, "from": "+15550000000", "messageStatus": "DELIVERED"}})
+        })
+        .collect();
+    let body = Value::from(body).to_string();
+    let path = format!(
+        "/v1/sources/idp/twilio?bodySHA256={}",
+        hex::encode(Sha256::digest(body.as_bytes()))
+    );
+    let mut mac = Hmac::<sha1::Sha1>::new_from_slice(TWILIO_TOKEN.as_bytes()).expect("hmac");
+    mac.update(format!("{base}{path}").as_bytes());
+    let signature = STANDARD.encode(mac.finalize().into_bytes());
+    Delivery {
+        path,
+        req: Req::new(&body).header("x-twilio-signature", &signature),
+    }
+}
+
+fn stripe_at(body: &str, t: i64) -> Delivery {
+    let sig = hex::encode(hmac_sha256(
+        STRIPE_SECRET.as_bytes(),
+        &[t.to_string().as_bytes(), b".", body.as_bytes()],
+    ));
+    Delivery {
+        path: "/v1/sources/idp/stripe".into(),
+        req: Req::new(body).header("stripe-signature", &format!("t={t},v1={sig}")),
+    }
+}
+
+fn stripe_event(id: &str, customer: &str) -> String {
+    json!({"id": id, "object": "event", "type": "customer.updated",
+        "data": {"object": {"id": customer, "email": "alice@example.com"}}})
+    .to_string()
+}
+
+fn github(delivery: &str, login: &str) -> Delivery {
+    let body =
+        json!({"action": "added", "member": {"login": login}, "sender": {"login": "octocat"}})
+            .to_string();
+    let sig = hex::encode(hmac_sha256(GITHUB_SECRET.as_bytes(), &[body.as_bytes()]));
+    Delivery {
+        path: "/v1/sources/idp/github".into(),
+        req: Req::new(&body)
+            .header("x-github-event", "member")
+            .header("x-github-delivery", delivery)
+            .header("x-hub-signature-256", &format!("sha256={sig}")),
+    }
+}
+
+fn standard_at(id: &str, user: &str, ts: i64) -> Delivery {
+    let body =
+        json!({"type": "user.locked", "timestamp": "2026-11-30T10:00:00Z", "data": {"user": user}})
+            .to_string();
+    let sig = Secret::parse(STANDARD_SECRET)
+        .expect("secret")
+        .sign(id, ts, body.as_bytes());
+    Delivery {
+        path: "/v1/sources/idp/standard".into(),
+        req: Req::new(&body)
+            .header("webhook-id", id)
+            .header("webhook-timestamp", &ts.to_string())
+            .header("webhook-signature", &sig),
+    }
+}
+
+/// The receipt of an answered delivery: (accepted, duplicates, ignored, refused).
+fn receipt(r: &Resp) -> (u64, u64, u64, u64) {
+    assert_eq!(r.status, 200, "{}", text(r));
+    let b = r.json();
+    let n = |k: &str| b[k].as_u64().unwrap_or_else(|| panic!("no {k}: {b}"));
+    (n("accepted"), n("duplicates"), n("ignored"), n("refused"))
+}
+
+/// The decisions about `subject` of signal type `signal_type`, newest first.
+async fn decisions(client: &Client, subject: &str, signal_type: &str) -> Vec<Value> {
+    let r = client
+        .send(
+            "GET",
+            &format!(
+                "/v1/decisions?subject={}&type={signal_type}",
+                subject.replace('+', "%2B").replace('|', "%7C")
+            ),
+            Req::new("").header("authorization", API_KEY),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    r.json()["data"].as_array().cloned().unwrap_or_default()
+}
+
+/// Waits until `path` has seen `n` callbacks, then watches a moment for more: exactly `n`.
+async fn exactly(receiver: &Receiver, path: &str, n: usize) -> Vec<Received> {
+    let seen = eventually(
+        Duration::from_secs(15),
+        || async { receiver.seen_on(path) },
+        |s| s.len() >= n,
+    )
+    .await;
+    assert_eq!(seen.len(), n, "{path}: {seen:?}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let seen = receiver.seen_on(path);
+    assert_eq!(seen.len(), n, "{path}: more callbacks than events");
+    seen
+}
+
+fn metadata(callback: &Received) -> Value {
+    let body: Value = serde_json::from_slice(&callback.body).expect("callback JSON");
+    body["data"]["metadata"].clone()
+}
+
+#[tokio::test]
+async fn every_kind_is_taken_once_per_event_id() {
+    let (_dir, receiver, idem, client) = setup().await;
+
+    // Okta: a batch, then a batch overlapping it.
+    let first = okta(&[
+        okta_event("okta-1", "user.mfa.factor.deactivate", "alice@example.com"),
+        okta_event("okta-2", "user.session.start", "bob@example.com"),
+    ]);
+    assert_eq!(receipt(&first.send(&client).await), (2, 0, 0, 0));
+    let overlap = okta(&[
+        okta_event("okta-2", "user.session.start", "bob@example.com"),
+        okta_event("okta-3", "user.session.start", "carol@example.com"),
+    ]);
+    assert_eq!(receipt(&overlap.send(&client).await), (1, 1, 0, 0));
+
+    // Auth0: a log batch sent twice.
+    let entries = [("a0-1", "s", "auth0|dave"), ("a0-2", "s", "auth0|erin")];
+    assert_eq!(receipt(&auth0(&entries).send(&client).await), (2, 0, 0, 0));
+    assert_eq!(receipt(&auth0(&entries).send(&client).await), (0, 2, 0, 0));
+
+    // Twilio: a batch of CloudEvents, then one of them again.
+    let sms = [("EZ-1", "+15551110001"), ("EZ-2", "+15551110002")];
+    assert_eq!(
+        receipt(&twilio(&idem.base, &sms).send(&client).await),
+        (2, 0, 0, 0)
+    );
+    assert_eq!(
+        receipt(&twilio(&idem.base, &sms[1..]).send(&client).await),
+        (0, 1, 0, 0)
+    );
+
+    // Stripe: a retry carries a new timestamp and signature, and may be serialised otherwise.
+    let event = stripe_event("evt_1", "cus_alice");
+    assert_eq!(
+        receipt(&stripe_at(&event, now_secs()).send(&client).await),
+        (1, 0, 0, 0)
+    );
+    let reserialised =
+        serde_json::to_string_pretty(&serde_json::from_str::<Value>(&event).expect("json"))
+            .expect("pretty");
+    assert_eq!(
+        receipt(&stripe_at(&reserialised, now_secs() + 1).send(&client).await),
+        (0, 1, 0, 0)
+    );
+
+    // GitHub: a redelivery keeps X-GitHub-Delivery.
+    assert_eq!(
+        receipt(&github("gh-1", "frank").send(&client).await),
+        (1, 0, 0, 0)
+    );
+    assert_eq!(
+        receipt(&github("gh-1", "frank").send(&client).await),
+        (0, 1, 0, 0)
+    );
+
+    // Standard Webhooks: a retry keeps webhook-id, signed at another time.
+    assert_eq!(
+        receipt(
+            &standard_at("msg_1", "grace", now_secs())
+                .send(&client)
+                .await
+        ),
+        (1, 0, 0, 0)
+    );
+    assert_eq!(
+        receipt(
+            &standard_at("msg_1", "grace", now_secs() - 5)
+                .send(&client)
+                .await
+        ),
+        (0, 1, 0, 0)
+    );
+
+    // One callback per accepted event: mfa_reset from okta-1, EZ-1, EZ-2 and msg_1; login from
+    // okta-2, okta-3, a0-1, a0-2 and gh-1; takeover from evt_1.
+    let mfa = exactly(&receiver, "/mfa", 4).await;
+    let login = exactly(&receiver, "/login", 5).await;
+    let lock = exactly(&receiver, "/lock", 1).await;
+    for callback in mfa.iter().chain(&login).chain(&lock) {
+        assert!(callback.signed_with(CALLBACK_SECRET), "{callback:?}");
+    }
+    // A source signal's metadata names the event and nothing of its body.
+    let mut names: Vec<(String, String)> = mfa
+        .iter()
+        .chain(&login)
+        .chain(&lock)
+        .map(|c| {
+            let m = metadata(c);
+            assert_eq!(m.as_object().map(|o| o.len()), Some(3), "{m}");
+            (
+                m["source"].as_str().unwrap_or("").to_string(),
+                m["event_id"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    names.sort();
+    let expected: Vec<(String, String)> = [
+        ("auth0", "a0-1"),
+        ("auth0", "a0-2"),
+        ("github", "gh-1"),
+        ("okta_prod", "okta-1"),
+        ("okta_prod", "okta-2"),
+        ("okta_prod", "okta-3"),
+        ("standard", "msg_1"),
+        ("stripe", "evt_1"),
+        ("twilio", "EZ-1"),
+        ("twilio", "EZ-2"),
+    ]
+    .iter()
+    .map(|(s, e)| (s.to_string(), e.to_string()))
+    .collect();
+    assert_eq!(names, expected);
+    let okta_one = mfa
+        .iter()
+        .map(metadata)
+        .find(|m| m["event_id"] == "okta-1")
+        .expect("okta-1's callback");
+    assert_eq!(okta_one["event_type"], "user.mfa.factor.deactivate");
+
+    // The decisions API sees them: one decision per subject, not two.
+    assert_eq!(
+        decisions(&client, "alice@example.com", "mfa_reset")
+            .await
+            .len(),
+        1
+    );
+    assert_eq!(
+        decisions(&client, "bob@example.com", "login").await.len(),
+        1
+    );
+    assert_eq!(
+        decisions(&client, "+15551110002", "mfa_reset").await.len(),
+        1
+    );
+    assert_eq!(decisions(&client, "cus_alice", "takeover").await.len(), 1);
+
+    let metrics = client.send("GET", "/metrics", Req::new("")).await;
+    let metrics = String::from_utf8_lossy(&metrics.body).to_string();
+    let events = |kind: &str, outcome: &str| {
+        metric_value(
+            &metrics,
+            &format!("idem_source_events_total{{kind=\"{kind}\",outcome=\"{outcome}\"}}"),
+        )
+    };
+    assert_eq!(events("okta", "accepted"), Some(3.0), "{metrics}");
+    assert_eq!(events("okta", "duplicate"), Some(1.0));
+    assert_eq!(events("auth0", "duplicate"), Some(2.0));
+    assert_eq!(events("stripe", "accepted"), Some(1.0));
+}
+
+#[tokio::test]
+async fn an_unauthenticated_delivery_claims_nothing() {
+    let (_dir, receiver, idem, client) = setup().await;
+    let problem = |r: &Resp, status: u16, slug: &str| {
+        assert_eq!(r.status, status, "{}", text(r));
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert_eq!(
+            r.problem_type(),
+            format!("urn:idem:problem:{slug}"),
+            "{}",
+            text(r)
+        );
+    };
+    let unauthenticated = "source-unauthenticated";
+
+    // Wrong secrets, a missing header, a stale timestamp (either way), a body changed after
+    // signing: each kind refuses.
+    let okta_wrong = okta(&[okta_event("o-1", "user.session.start", "a@x")]);
+    let okta_wrong = Delivery {
+        req: okta_wrong
+            .req
+            .without("authorization")
+            .header("authorization", "Basic bm9wZQ=="),
+        ..okta_wrong
+    };
+    problem(&okta_wrong.send(&client).await, 401, unauthenticated);
+    let okta_none = okta(&[okta_event("o-1", "user.session.start", "a@x")]);
+    let okta_none = Delivery {
+        req: okta_none.req.without("authorization"),
+        ..okta_none
+    };
+    problem(&okta_none.send(&client).await, 401, unauthenticated);
+
+    let auth0_raw = auth0(&[("a-1", "s", "auth0|x")]);
+    let auth0_raw = Delivery {
+        req: auth0_raw
+            .req
+            .without("authorization")
+            .header("authorization", AUTH0_TOKEN),
+        ..auth0_raw
+    };
+    problem(&auth0_raw.send(&client).await, 401, unauthenticated);
+
+    let tw = twilio(&idem.base, &[("EZ-9", "+1555")]);
+    let tampered = Delivery {
+        req: Req {
+            body: tw
+                .req
+                .body
+                .iter()
+                .map(|&b| if b == b'9' { b'8' } else { b })
+                .collect(),
+            headers: tw.req.headers.clone(),
+        },
+        path: tw.path.clone(),
+    };
+    problem(&tampered.send(&client).await, 401, unauthenticated);
+    let unsigned = Delivery {
+        req: tw.req.without("x-twilio-signature"),
+        path: tw.path,
+    };
+    problem(&unsigned.send(&client).await, 401, unauthenticated);
+
+    let event = stripe_event("evt_9", "cus_9");
+    problem(
+        &stripe_at(&event, now_secs() - 301).send(&client).await,
+        401,
+        "stale-timestamp",
+    );
+    problem(
+        &stripe_at(&event, now_secs() + 301).send(&client).await,
+        401,
+        "stale-timestamp",
+    );
+    let wrong_key = stripe_at(&event, now_secs());
+    let forged = hex::encode(hmac_sha256(b"whsec_other", &[b"1.", event.as_bytes()]));
+    let wrong_key = Delivery {
+        req: wrong_key
+            .req
+            .without("stripe-signature")
+            .header("stripe-signature", &format!("t={},v1={forged}", now_secs())),
+        ..wrong_key
+    };
+    problem(&wrong_key.send(&client).await, 401, unauthenticated);
+
+    let gh = github("gh-9", "x");
+    let gh = Delivery {
+        req: gh
+            .req
+            .without("x-hub-signature-256")
+            .header("x-hub-signature-256", "sha256=00"),
+        ..gh
+    };
+    problem(&gh.send(&client).await, 401, unauthenticated);
+
+    problem(
+        &standard_at("msg_9", "x", now_secs() - 400)
+            .send(&client)
+            .await,
+        401,
+        "stale-timestamp",
+    );
+
+    // Nothing was claimed: the same events, signed right, are accepted now, once each.
+    assert_eq!(
+        receipt(
+            &okta(&[okta_event("o-1", "user.session.start", "a@x")])
+                .send(&client)
+                .await
+        ),
+        (1, 0, 0, 0)
+    );
+    assert_eq!(
+        receipt(&auth0(&[("a-1", "s", "auth0|x")]).send(&client).await),
+        (1, 0, 0, 0)
+    );
+    assert_eq!(
+        receipt(&twilio(&idem.base, &[("EZ-9", "+1555")]).send(&client).await),
+        (1, 0, 0, 0)
+    );
+    assert_eq!(
+        receipt(&stripe_at(&event, now_secs()).send(&client).await),
+        (1, 0, 0, 0)
+    );
+    assert_eq!(
+        receipt(&github("gh-9", "x").send(&client).await),
+        (1, 0, 0, 0)
+    );
+    assert_eq!(
+        receipt(&standard_at("msg_9", "x", now_secs()).send(&client).await),
+        (1, 0, 0, 0)
+    );
+    exactly(&receiver, "/login", 3).await;
+    exactly(&receiver, "/mfa", 2).await;
+
+    // No such tenant or source; another method; a body that is not the provider's shape.
+    let r = client
+        .send("POST", "/v1/sources/nobody/okta_prod", Req::new("{}"))
+        .await;
+    problem(&r, 404, "not-found");
+    let r = client
+        .send("POST", "/v1/sources/idp/nothing", Req::new("{}"))
+        .await;
+    problem(&r, 404, "not-found");
+    let r = client
+        .send(
+            "POST",
+            "/v1/sources/idp/okta_prod",
+            Req::new(r#"{"data":{}}"#).header("authorization", OKTA_AUTH),
+        )
+        .await;
+    problem(&r, 400, "invalid-events");
+    let r = client
+        .send(
+            "POST",
+            "/v1/sources/idp/okta_prod",
+            Req::new("{not json").header("authorization", OKTA_AUTH),
+        )
+        .await;
+    problem(&r, 400, "malformed-json");
+    let big = format!(
+        r#"{{"data":{{"events":[]}},"pad":"{}"}}"#,
+        "x".repeat(1024 * 1024)
+    );
+    let r = client
+        .send(
+            "POST",
+            "/v1/sources/idp/okta_prod",
+            Req::new(&big).header("authorization", OKTA_AUTH),
+        )
+        .await;
+    problem(&r, 413, "payload-too-large");
+}
+
+#[tokio::test]
+async fn unmapped_and_subjectless_events_are_counted_and_acknowledged() {
+    let (_dir, receiver, _idem, client) = setup().await;
+    let mut no_target = okta_event("okta-n2", "user.mfa.factor.deactivate", "x");
+    no_target["target"] = Value::Null;
+    let mut no_id = okta_event("", "user.session.start", "y");
+    no_id.as_object_mut().map(|o| o.remove("uuid"));
+    let batch = || {
+        okta(&[
+            okta_event("okta-n1", "group.user_membership.add", "z@example.com"),
+            no_target.clone(),
+            no_id.clone(),
+            okta_event("okta-n4", "user.session.end", "w@example.com"),
+        ])
+    };
+    assert_eq!(receipt(&batch().send(&client).await), (1, 0, 1, 2));
+    // Neither ignored nor refused events are claimed: sent again, the same.
+    assert_eq!(receipt(&batch().send(&client).await), (0, 1, 1, 2));
+    exactly(&receiver, "/login", 1).await;
+    assert!(receiver.seen_on("/mfa").is_empty());
+
+    let metrics = client.send("GET", "/metrics", Req::new("")).await;
+    let metrics = String::from_utf8_lossy(&metrics.body).to_string();
+    let okta = |outcome: &str| {
+        metric_value(
+            &metrics,
+            &format!("idem_source_events_total{{kind=\"okta\",outcome=\"{outcome}\"}}"),
+        )
+    };
+    assert_eq!(okta("ignored"), Some(2.0), "{metrics}");
+    assert_eq!(okta("refused"), Some(4.0));
+    assert_eq!(okta("accepted"), Some(1.0));
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "idem_source_deliveries_total{kind=\"okta\",outcome=\"ok\"}"
+        ),
+        Some(2.0)
+    );
+}
+
+#[tokio::test]
+async fn okta_verifies_its_event_hook_with_the_configured_authorization() {
+    let (_dir, _receiver, _idem, client) = setup().await;
+    let challenge = "X3ZvbGR5LWNoYWxsZW5nZQ";
+    let r = client
+        .send(
+            "GET",
+            "/v1/sources/idp/okta_prod",
+            Req::new("")
+                .header("authorization", OKTA_AUTH)
+                .header("x-okta-verification-challenge", challenge),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    assert_eq!(r.json(), json!({"verification": challenge}));
+    let r = client
+        .send(
+            "GET",
+            "/v1/sources/idp/okta_prod",
+            Req::new("")
+                .header("authorization", "Basic d3Jvbmc=")
+                .header("x-okta-verification-challenge", challenge),
+        )
+        .await;
+    assert_eq!(r.status, 401, "{}", text(&r));
+    let r = client
+        .send("GET", "/v1/sources/idp/stripe", Req::new(""))
+        .await;
+    assert_eq!(r.status, 405, "{}", text(&r));
+}
+
+#[tokio::test]
+async fn no_event_body_or_subject_is_stored_or_sent_on() {
+    let (dir, receiver, idem, client) = setup().await;
+    let secret_subject = "alice.private@example.com";
+    let delivery = okta(&[okta_event(
+        "okta-p1",
+        "user.mfa.factor.deactivate",
+        secret_subject,
+    )]);
+    assert_eq!(receipt(&delivery.send(&client).await), (1, 0, 0, 0));
+    let seen = exactly(&receiver, "/mfa", 1).await;
+    let config_path = idem.kill();
+    for needle in [secret_subject.as_bytes(), b"Alice Example", b"Reset factor"] {
+        assert!(
+            !contains(&seen[0].body, needle),
+            "the callback carries {needle:?}"
+        );
+        for (place, bytes) in stored(&config_path, &dir.path().join("data")) {
+            assert!(
+                !contains(&bytes, needle),
+                "{place} holds {:?}",
+                String::from_utf8_lossy(needle)
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_sigkill_after_the_answer_still_delivers_each_callback_once() {
+    let (dir, receiver, idem, client) = setup().await;
+    // The first attempt hangs, so the process dies while it is being made.
+    receiver.script("/mfa", &[hang(Duration::from_millis(1500)), status(200)]);
+    let sms = [("EZ-k1", "+15552220001")];
+    assert_eq!(
+        receipt(&twilio(&idem.base, &sms).send(&client).await),
+        (1, 0, 0, 0)
+    );
+    eventually(
+        Duration::from_secs(5),
+        || async { receiver.seen_on("/mfa") },
+        |s| !s.is_empty(),
+    )
+    .await;
+    let config_path = idem.kill();
+    let idem = Idem::start_with(config_path, &[]);
+    let client = Client::new(&idem.base);
+    // The provider's retry after the restart is a duplicate.
+    assert_eq!(
+        receipt(&twilio(&idem.base, &sms).send(&client).await),
+        (0, 1, 0, 0)
+    );
+    // The callback is made again after the restart, under the same webhook-id and bytes.
+    let seen = eventually(
+        Duration::from_secs(20),
+        || async { receiver.seen_on("/mfa") },
+        |s| s.len() >= 2,
+    )
+    .await;
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[0].header("webhook-id"), seen[1].header("webhook-id"));
+    assert_eq!(seen[0].body, seen[1].body);
+    let found = decisions(&client, "+15552220001", "mfa_reset").await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    let delivery_id = found[0]["actions"][0]["delivery_id"]
+        .as_str()
+        .expect("delivery id")
+        .to_string();
+    let delivered = eventually(
+        Duration::from_secs(10),
+        || async {
+            client
+                .send(
+                    "GET",
+                    &format!("/v1/deliveries/{delivery_id}"),
+                    Req::new("").header("authorization", API_KEY),
+                )
+                .await
+                .json()
+        },
+        |d| d["status"] == "delivered",
+    )
+    .await;
+    assert_eq!(delivered["status"], "delivered", "{delivered}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        receiver.seen_on("/mfa").len(),
+        2,
+        "no third attempt once delivered"
+    );
+    drop(dir);
+}
+
+#[tokio::test]
+async fn a_map_type_without_a_playbook_is_a_config_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let cfg = sources_config(&dir.path().join("data"), &receiver, DELIVERY).replace(
+        "type = \"mfa_reset\"\nsubject = \"/data/to\"",
+        "type = \"nope\"\nsubject = \"/data/to\"",
+    );
+    let path = dir.path().join("idem.toml");
+    std::fs::write(&path, cfg).expect("write config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .expect("run idem");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("tenants.idp.sources.twilio.map[0].type"),
+        "{stderr}"
+    );
+}
