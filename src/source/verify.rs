@@ -73,14 +73,7 @@ pub fn check(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
     match source.kind {
         SourceKind::Okta => {
             let value = header(headers, "authorization")?;
-            match source
-                .secrets
-                .iter()
-                .any(|s| bool::from(s.as_bytes().ct_eq(value.as_bytes())))
-            {
-                true => Ok(()),
-                false => Err(Refused::Mismatch("Authorization")),
-            }
+            one_of(source, value)
         }
         SourceKind::Auth0 => {
             let value = header(headers, "authorization")?;
@@ -91,14 +84,7 @@ pub fn check(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
                 .ok_or(Refused::Malformed(
                     "the Authorization scheme must be Bearer",
                 ))?;
-            match source
-                .secrets
-                .iter()
-                .any(|s| bool::from(s.as_bytes().ct_eq(token.as_bytes())))
-            {
-                true => Ok(()),
-                false => Err(Refused::Mismatch("Authorization")),
-            }
+            one_of(source, token)
         }
         SourceKind::Github => {
             let value = header(headers, "x-hub-signature-256")?;
@@ -141,6 +127,19 @@ pub fn check(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
                 VerifyError::NoMatch => Refused::Mismatch("webhook-signature"),
             })
         }
+    }
+}
+
+/// An `Authorization` credential that is one of the source's secrets, compared in constant
+/// time with each.
+fn one_of(source: &Source, credential: &str) -> Result<(), Refused> {
+    let matches = source
+        .secrets
+        .iter()
+        .any(|s| bool::from(s.as_bytes().ct_eq(credential.as_bytes())));
+    match matches {
+        true => Ok(()),
+        false => Err(Refused::Mismatch("Authorization")),
     }
 }
 
