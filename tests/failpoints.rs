@@ -4,7 +4,8 @@
 //! over at once, one decision, one set of side effects, the actions re-run with the same ids and
 //! bytes before the recovery point and nothing re-run after it, an unrecorded retry attempt made
 //! again. A group commit whose sync fails halts the store: the process exits by itself, and its
-//! restart replays every answered key.
+//! restart replays every answered key. With every group commit slowed, a source event's queued
+//! callback still waits until its claim is durable.
 #![cfg(feature = "failpoints")]
 
 mod common;
@@ -326,4 +327,36 @@ async fn a_failed_sync_halts_the_store_and_a_restart_replays_every_answered_key(
     assert_eq!(r.status, 201, "the failed request's retry is decided");
     let again = client.signal(failed.request()).await;
     assert!(again.replayed() && again.body == r.body, "and decided once");
+}
+
+/// A source's event, whose callback is queued in its claim's one write: with every group commit
+/// slowed (`store.sync=sleep`), the retry worker sees the queued delivery in the store's memory
+/// long before it is durable, and must still not make the callback before the write is on disk
+/// and the provider has its answer.
+#[tokio::test]
+async fn a_queued_callback_waits_for_its_claim_to_be_durable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let cfg = with_okta_hook(&config(
+        &dir.path().join("data"),
+        &receiver,
+        "",
+        "inline_timeout = \"1s\"\nschedule = [\"40ms\"]",
+    ));
+    let idem = Idem::start_env(dir.path(), &cfg, &[("FAILPOINTS", "store.sync=sleep(400)")]);
+    let r = Client::new(&idem.base)
+        .send(
+            "POST",
+            "/v1/sources/beta/hook",
+            okta_hook_delivery("evt-slow", "slow@example.com"),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    assert!(
+        receiver.seen_on("/notify").is_empty(),
+        "a callback left before its claim was durable: {:?}",
+        receiver.seen_on("/notify")
+    );
+    let seen = receiver.wait_for(1).await;
+    assert_eq!(seen[0].path, "/notify");
 }

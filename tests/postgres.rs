@@ -481,30 +481,20 @@ async fn an_endpoint_opened_on_one_node_gets_no_attempt_from_another_and_they_sh
 #[tokio::test]
 async fn a_source_event_sent_to_every_node_at_once_makes_one_decision_and_one_delivery() {
     let (dir, receiver, url, cfg) = on_a_fresh_database().await;
-    // An Okta source on tenant beta, whose sim_swap playbook has one action.
-    let cfg = format!(
-        "{cfg}\n[tenants.beta.sources.hook]\nkind = \"okta\"\nsecret = \"okta-hook-value\"\n\
-         [[tenants.beta.sources.hook.map]]\nevent = \"user.*\"\ntype = \"sim_swap\"\n\
-         subject = \"/target/0/alternateId\"\n"
-    );
+    let cfg = with_okta_hook(&cfg);
     let nodes = three_nodes(dir.path(), &cfg);
     let clients: Vec<Client> = nodes.iter().map(|n| Client::new(&n.base)).collect();
     let events = 12;
     let mut sends = Vec::new();
     for n in 0..events {
-        let body = serde_json::json!({"data": {"events": [{
-            "uuid": format!("evt-{n}"), "eventType": "user.mfa.factor.deactivate",
-            "target": [{"alternateId": format!("user{n}@example.com")}]
-        }]}})
-        .to_string();
         for client in &clients {
-            let body = body.clone();
+            let (uuid, who) = (format!("evt-{n}"), format!("user{n}@example.com"));
             sends.push(async move {
                 client
                     .send(
                         "POST",
                         "/v1/sources/beta/hook",
-                        Req::new(&body).header("authorization", "okta-hook-value"),
+                        okta_hook_delivery(&uuid, &who),
                     )
                     .await
             });
@@ -529,13 +519,17 @@ async fn a_source_event_sent_to_every_node_at_once_makes_one_decision_and_one_de
         row.get::<_, i64>(0)
     });
     assert_eq!(rows, events as i64);
-    let seen = eventually(
+    eventually(
         Duration::from_secs(10),
         || async { receiver.seen_on("/notify") },
         |s| s.len() >= events as usize,
     )
     .await;
+    // One callback per event, and no more once they settle.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let seen = receiver.seen_on("/notify");
     let ids: std::collections::HashSet<&str> =
         seen.iter().map(|c| c.header("webhook-id")).collect();
+    assert_eq!(seen.len(), events as usize, "{seen:?}");
     assert_eq!(ids.len(), events as usize, "{seen:?}");
 }

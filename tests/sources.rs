@@ -619,6 +619,15 @@ async fn an_unauthenticated_delivery_claims_nothing() {
         )
         .await;
     problem(&r, 400, "malformed-json");
+    // Authentication comes before parsing: unauthenticated, the same body is a 401.
+    let r = client
+        .send(
+            "POST",
+            "/v1/sources/idp/okta_prod",
+            Req::new("{not json").header("authorization", "Basic bm9wZQ=="),
+        )
+        .await;
+    problem(&r, 401, "source-unauthenticated");
     let big = format!(
         r#"{{"data":{{"events":[]}},"pad":"{}"}}"#,
         "x".repeat(1024 * 1024)
@@ -693,6 +702,14 @@ async fn okta_verifies_its_event_hook_with_the_configured_authorization() {
         .send(
             "GET",
             "/v1/sources/idp/okta_prod",
+            Req::new("").header("authorization", OKTA_AUTH),
+        )
+        .await;
+    assert_eq!(r.status, 400, "no challenge: {}", text(&r));
+    let r = client
+        .send(
+            "GET",
+            "/v1/sources/idp/okta_prod",
             Req::new("")
                 .header("authorization", "Basic d3Jvbmc=")
                 .header("x-okta-verification-challenge", challenge),
@@ -735,12 +752,18 @@ async fn no_event_body_or_subject_is_stored_or_sent_on() {
 #[tokio::test]
 async fn a_sigkill_after_the_answer_still_delivers_each_callback_once() {
     let (dir, receiver, idem, client) = setup().await;
-    // The first attempt hangs, so the process dies while it is being made.
-    receiver.script("/mfa", &[hang(Duration::from_millis(1500)), status(200)]);
+    // The first attempt hangs past the attempt deadline, so the process dies while it is
+    // being made; the answer does not wait for it (it would take the deadline if it did).
+    receiver.script("/mfa", &[hang(Duration::from_secs(5)), status(200)]);
     let sms = [("EZ-k1", "+15552220001")];
+    let sent = std::time::Instant::now();
     assert_eq!(
         receipt(&twilio(&idem.base, &sms).send(&client).await),
         (1, 0, 0, 0)
+    );
+    assert!(
+        sent.elapsed() < Duration::from_secs(2),
+        "the answer waited for the callback"
     );
     eventually(
         Duration::from_secs(5),
@@ -818,4 +841,35 @@ async fn a_map_type_without_a_playbook_is_a_config_error() {
         stderr.contains("tenants.idp.sources.twilio.map[0].type"),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn an_event_twice_in_a_batch_and_two_events_of_one_subject_make_one_decision() {
+    let (_dir, receiver, _idem, client) = setup().await;
+    let batch = okta(&[
+        okta_event("okta-t1", "user.session.start", "twice@example.com"),
+        okta_event("okta-t1", "user.session.start", "twice@example.com"),
+    ]);
+    assert_eq!(receipt(&batch.send(&client).await), (1, 1, 0, 0));
+    exactly(&receiver, "/login", 1).await;
+    // takeover is decided once per subject: a second event about the same customer is
+    // accepted (it is a new event) and answered by the first decision, with no callback.
+    assert_eq!(
+        receipt(
+            &stripe_at(&stripe_event("evt_s1", "cus_same"), now_secs())
+                .send(&client)
+                .await
+        ),
+        (1, 0, 0, 0)
+    );
+    assert_eq!(
+        receipt(
+            &stripe_at(&stripe_event("evt_s2", "cus_same"), now_secs())
+                .send(&client)
+                .await
+        ),
+        (1, 0, 0, 0)
+    );
+    exactly(&receiver, "/lock", 1).await;
+    assert_eq!(decisions(&client, "cus_same", "takeover").await.len(), 1);
 }

@@ -4,8 +4,9 @@
 //! routed by its type and claimed under the provider's event id, all at once, so one group
 //! commit makes the batch durable; the answer counts what became of each event once every
 //! accepted one's claim and decision are on disk. Callbacks are queued in the same write and
-//! made by the delivery workers after the answer: providers time out in seconds. Also `GET`,
-//! Okta's one-time verification of an event hook.
+//! made by the retry worker after the answer: providers time out in seconds. An event's claim
+//! lasts at least [`EVENT_CLAIM_MIN`], the longest a provider retries. Also `GET`, Okta's
+//! one-time verification of an event hook.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,12 +35,23 @@ use crate::source::{Source, SourceKind, MAX_EVENT_ID, MAX_SOURCE_BODY};
 /// sending the same event twice at once) before it is counted a duplicate all the same.
 const CONCURRENT_WAIT: Duration = Duration::from_secs(2);
 
+/// The least an event's claim lasts (`idempotency.key_ttl` when longer): Stripe retries an
+/// event for up to three days, and a retry after its claim expired would be a new decision.
+pub const EVENT_CLAIM_MIN: Duration = Duration::from_secs(3 * 24 * 3600);
+
+/// The longest event type kept in a source signal's metadata; a longer one is refused.
+const MAX_EVENT_TYPE: usize = 256;
+
 /// What became of one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
+    /// Claimed now: its decision is made, its callbacks follow.
     Accepted,
+    /// Claimed before (a provider's retry).
     Duplicate,
+    /// Its type matches no `map` entry.
     Ignored,
+    /// No usable event id or type, or no subject where the map says.
     Refused,
 }
 
@@ -151,22 +163,21 @@ async fn handle(
     };
     let mut failed = None;
     for outcome in outcomes {
-        let counted = match outcome {
+        let label = match &outcome {
             Ok(outcome) => outcome.as_str(),
-            Err(problem) => {
-                failed.get_or_insert(problem);
-                "failed"
-            }
+            Err(_) => "failed",
         };
         SOURCE_EVENTS
-            .with_label_values(&[source.kind.as_str(), counted])
+            .with_label_values(&[source.kind.as_str(), label])
             .inc();
-        match counted {
-            "accepted" => receipt.accepted += 1,
-            "duplicate" => receipt.duplicates += 1,
-            "ignored" => receipt.ignored += 1,
-            "refused" => receipt.refused += 1,
-            _ => {}
+        match outcome {
+            Ok(Outcome::Accepted) => receipt.accepted += 1,
+            Ok(Outcome::Duplicate) => receipt.duplicates += 1,
+            Ok(Outcome::Ignored) => receipt.ignored += 1,
+            Ok(Outcome::Refused) => receipt.refused += 1,
+            Err(problem) => {
+                failed.get_or_insert(problem);
+            }
         }
     }
     // One event not durable fails the delivery, so the provider sends it again; the events
@@ -189,6 +200,10 @@ async fn take(
         return Ok(Outcome::Ignored);
     };
     let event_type = event.event_type.clone().unwrap_or_default();
+    if event_type.len() > MAX_EVENT_TYPE {
+        tracing::warn!(tenant = %tenant.name, source = %source.name, "event refused: its type is over {MAX_EVENT_TYPE} bytes");
+        return Ok(Outcome::Refused);
+    }
     let Some(event_id) = event
         .id
         .clone()
@@ -236,8 +251,10 @@ async fn take(
         },
     };
     // Any delivery of the event is the same "payload": a provider re-serialises its retries.
+    let lasts = live.config.idempotency.key_ttl.max(EVENT_CLAIM_MIN);
     let mut submission = Submission::new(ANY_PAYLOAD, move |at| decider.decide(at))
         .queued()
+        .lasting(lasts)
         .waiting(Some(CONCURRENT_WAIT));
     if let Some(link) = link {
         submission = submission.via_subject(link);

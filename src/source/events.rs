@@ -1,7 +1,8 @@
 //! A delivery's events, where each kind of provider puts them: its id (the claim's key), its
 //! type (the route) and the JSON the subject pointer reads. Okta batches in `data.events`, Auth0
-//! and Twilio send a JSON array (or one object); Stripe, GitHub and Standard Webhooks send one event, GitHub and
-//! Standard Webhooks with its id in a header. Nothing here keeps any of the event.
+//! and Twilio send a JSON array (or one object); Stripe, GitHub and Standard Webhooks send one
+//! event, GitHub and Standard Webhooks with its id in a header. Nothing here keeps any of the
+//! event.
 
 use axum::http::HeaderMap;
 use serde_json::Value;

@@ -23,7 +23,7 @@ use subtle::ConstantTimeEq;
 use super::{Source, SourceKind};
 
 /// Why a delivery is not the provider's.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, thiserror::Error, PartialEq, Eq)]
 pub enum Refused {
     /// A header the scheme needs is missing (or not ASCII).
     #[error("send the {0} header this source is authenticated by")]
@@ -65,6 +65,19 @@ fn hmac_sha256(key: &[u8]) -> Hmac<Sha256> {
         Ok(mac) => mac,
         Err(_) => unreachable!("HMAC takes keys of any length"),
     }
+}
+
+fn hmac_sha1(key: &[u8]) -> Hmac<Sha1> {
+    match Hmac::<Sha1>::new_from_slice(key) {
+        Ok(mac) => mac,
+        Err(_) => unreachable!("HMAC takes keys of any length"),
+    }
+}
+
+/// The first value of a list-valued header (`X-Forwarded-*` may name every proxy).
+fn first<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    let value = headers.get(name)?.to_str().ok()?;
+    value.split(',').next().map(str::trim)
 }
 
 /// Checks that `delivery` comes from the provider `source` is configured for.
@@ -131,12 +144,13 @@ pub fn check(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
 }
 
 /// An `Authorization` credential that is one of the source's secrets, compared in constant
-/// time with each.
+/// time with each (as SHA-256 digests, so that not even the secret's length shows).
 fn one_of(source: &Source, credential: &str) -> Result<(), Refused> {
+    let presented = Sha256::digest(credential.as_bytes());
     let matches = source
         .secrets
         .iter()
-        .any(|s| bool::from(s.as_bytes().ct_eq(credential.as_bytes())));
+        .any(|s| bool::from(Sha256::digest(s.as_bytes()).ct_eq(&presented)));
     match matches {
         true => Ok(()),
         false => Err(Refused::Mismatch("Authorization")),
@@ -157,9 +171,7 @@ fn stripe(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
     }
     let malformed = Refused::Malformed("Stripe-Signature must be t=<unix seconds>,v1=<hex>");
     let timestamp = timestamp.ok_or(malformed)?;
-    let seconds: i64 = timestamp
-        .parse()
-        .map_err(|_| Refused::Malformed("Stripe-Signature must be t=<unix seconds>,v1=<hex>"))?;
+    let seconds: i64 = timestamp.parse().map_err(|_| malformed)?;
     let matches = source.secrets.iter().any(|s| {
         let mut mac = hmac_sha256(s.as_bytes());
         mac.update(timestamp.as_bytes());
@@ -179,8 +191,9 @@ fn stripe(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
 }
 
 /// `X-Twilio-Signature`: the body is bound by the URL's `bodySHA256`, and the URL by the
-/// signature. idem sees the path and query Twilio posted to, and the host it named; the scheme
-/// is the one a proxy in front says (`X-Forwarded-Proto`), else either of https and http.
+/// signature. idem sees the path and query Twilio posted to, and the host it named (a proxy's
+/// `X-Forwarded-Host`, else `Host`, else the request's authority); the scheme is the one a proxy
+/// in front says (`X-Forwarded-Proto`), else either of https and http.
 fn twilio(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
     let signature = header(delivery.headers, "x-twilio-signature")?;
     let tag = STANDARD
@@ -203,17 +216,11 @@ fn twilio(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
     ) {
         return Err(Refused::Mismatch("bodySHA256"));
     }
-    let host = delivery
-        .headers
-        .get("x-forwarded-host")
-        .or_else(|| delivery.headers.get("host"))
-        .and_then(|v| v.to_str().ok())
+    let host = first(delivery.headers, "x-forwarded-host")
+        .or_else(|| first(delivery.headers, "host"))
+        .or_else(|| delivery.uri.authority().map(|a| a.as_str()))
         .ok_or(Refused::Missing("host"))?;
-    let schemes: &[&str] = match delivery
-        .headers
-        .get("x-forwarded-proto")
-        .and_then(|v| v.to_str().ok())
-    {
+    let schemes: &[&str] = match first(delivery.headers, "x-forwarded-proto") {
         Some("http") => &["http"],
         Some("https") => &["https"],
         _ => &["https", "http"],
@@ -234,10 +241,7 @@ fn twilio(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
     });
     let matches = urls.into_iter().any(|url| {
         source.secrets.iter().any(|s| {
-            let mut mac = match Hmac::<Sha1>::new_from_slice(s.as_bytes()) {
-                Ok(mac) => mac,
-                Err(_) => unreachable!("HMAC takes keys of any length"),
-            };
+            let mut mac = hmac_sha1(s.as_bytes());
             mac.update(url.as_bytes());
             mac.verify_slice(&tag).is_ok()
         })
@@ -374,6 +378,14 @@ mod tests {
         ]);
         assert!(check_at(&s, &other_host, uri, body, 0).is_err());
         assert!(check_at(&source(SourceKind::Twilio, &["54321"]), &h, uri, body, 0).is_err());
+        // Behind proxies, the first X-Forwarded-Host is the one Twilio named.
+        let proxied = headers(&[
+            ("host", "10.0.0.7:8080"),
+            ("x-forwarded-host", "mycompany.com, edge.internal"),
+            ("x-forwarded-proto", "https"),
+            ("x-twilio-signature", "a9nBmqA0ju/hNViExpshrM61xv4="),
+        ]);
+        assert_eq!(check_at(&s, &proxied, uri, body, 0), Ok(()));
         let mut http = h.clone();
         http.insert("x-forwarded-proto", "http".parse().expect("value"));
         assert!(check_at(&s, &http, uri, body, 0).is_err());

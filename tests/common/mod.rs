@@ -894,3 +894,27 @@ pub fn most_at_once(arrivals: &[std::time::Instant], held_for: Duration) -> usiz
         .max()
         .unwrap_or(0)
 }
+
+/// The Authorization value of the Okta source [`with_okta_hook`] adds.
+pub const OKTA_HOOK_AUTH: &str = "okta-hook-value";
+
+/// `config` with an Okta source `hook` on tenant beta: `user.*` events become `sim_swap`
+/// signals (one action, `/notify`) about the event's first target.
+pub fn with_okta_hook(config: &str) -> String {
+    format!(
+        "{config}\n[tenants.beta.sources.hook]\nkind = \"okta\"\nsecret = \"{OKTA_HOOK_AUTH}\"\n\
+         [[tenants.beta.sources.hook.map]]\nevent = \"user.*\"\ntype = \"sim_swap\"\n\
+         subject = \"/target/0/alternateId\"\n"
+    )
+}
+
+/// An Okta event hook delivery of one `user.mfa.factor.deactivate` event `uuid` about `who`,
+/// for the source [`with_okta_hook`] adds.
+pub fn okta_hook_delivery(uuid: &str, who: &str) -> Req {
+    let body = serde_json::json!({"data": {"events": [{
+        "uuid": uuid, "eventType": "user.mfa.factor.deactivate",
+        "target": [{"alternateId": who}]
+    }]}})
+    .to_string();
+    Req::new(&body).header("authorization", OKTA_HOOK_AUTH)
+}

@@ -658,8 +658,10 @@ impl ClaimActor {
             // Nothing runs between this decision's claim, recovery point and completion (it has
             // no callbacks, or they are queued), so there is no side effect to guard: the three
             // records are one durable write, answered once it is durable, and the decision is
-            // kept with them. Queued deliveries are written first in it, so they are durable no
-            // later than the claim: after a crash the retry queue resumes them.
+            // kept with them. Queued deliveries are in the same unit (on sled applied before the
+            // claim, and units are durable in the order applied; on PostgreSQL one transaction),
+            // so they are durable no later than the claim: after a crash the retry queue resumes
+            // them.
             let response = first_response(&claim.decision, &[])?;
             let record = state.record(&claim.decision);
             let logs = delivery::new_logs(&claim.decision, &[], &state.ctx.deliveries);
@@ -816,13 +818,6 @@ impl ClaimActor {
             }
             AfterCommit::Answer(response) => {
                 failpoint::hit("claim.after_persist");
-                let queued = state
-                    .phase
-                    .claim()
-                    .is_some_and(|c| !c.decision.deliveries.is_empty());
-                if state.queued && queued {
-                    state.ctx.wake_retries.notify_one();
-                }
                 response
             }
         };
@@ -832,6 +827,14 @@ impl ClaimActor {
         match state.deduplicated {
             true => state.answer(Reply::Deduplicated(response)),
             false => state.answer(Reply::First(response)),
+        }
+        // Queued callbacks are due now: the retry worker makes them once the answer is out.
+        let has_callbacks = state
+            .phase
+            .claim()
+            .is_some_and(|c| !c.decision.deliveries.is_empty());
+        if state.queued && has_callbacks {
+            state.ctx.wake_retries.notify_one();
         }
         Ok(())
     }

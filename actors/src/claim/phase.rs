@@ -93,7 +93,7 @@ impl Phase {
             Phase::InFlight(_) => Ok(AfterCommit::RunActions),
             // The recovery point is durable: complete, and answer with its response.
             Phase::Dispatched(..) => Ok(AfterCommit::Complete),
-            // A decision without actions: claim, recovery point and completion are durable.
+            // One write (no actions, or queued ones): claim, recovery point and completion are durable.
             Phase::Completed(_, response) => Ok(AfterCommit::Answer(response.clone())),
             Phase::Free => Err(Invariant::NoClaim("commit")),
         }

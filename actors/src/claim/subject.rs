@@ -64,7 +64,9 @@ pub(super) async fn through_subject(
             .lasting(Duration::from_millis(link.window_ms))
             .waiting(wait)
             .sent_by_a_claim(taken_over);
-        sub.queued = queued;
+        if queued {
+            sub = sub.queued();
+        }
         let response = match submit(&family, &ctx, &id, sub).await {
             Ok(Reply::First(response) | Reply::Replayed(response) | Reply::Awaited(response)) => {
                 response

@@ -382,8 +382,9 @@ pub trait DeliveryStore: Send + Sync {
     /// A delivery's log, if it exists.
     fn load_delivery<'a>(&'a self, id: &'a str) -> Read<'a, Option<Vec<DeliveryEvent>>>;
 
-    /// Up to `limit` queued deliveries due at or before `now_ms`, oldest first. A store shared
-    /// by several nodes leases each to the caller, so no two nodes attempt it at once.
+    /// Up to `limit` queued deliveries due at or before `now_ms`, oldest first, each durable
+    /// with the unit that wrote it. A store shared by several nodes leases each to the caller,
+    /// so no two nodes attempt it at once.
     fn due(&self, now_ms: u64, limit: usize) -> Read<'_, Vec<Timed>>;
 
     /// Whether [`DeliveryStore::due`] leases what it returns, leaving out what is leased (a store

@@ -146,16 +146,8 @@ impl SledStore {
         };
         let key = claim_key(&head.id);
         let current = self.claims.get(&key)?;
-        if let Some(found) = &current {
-            let found = Index::parse(found)?;
-            let held = rule::Current {
-                generation: found.generation,
-                expires_at_ms: found.expires_at_ms,
-                writes: 0,
-            };
-            if !rule::may_start(Some(&held), now_ms) && fencing() {
-                return self.held(&head.id, now_ms);
-            }
+        if held_at(current.as_deref(), now_ms)? {
+            return self.held(&head.id, now_ms);
         }
         // The log first, only where nothing is (a writer of the same generation would be there
         // already); the index last, only if it still names what was read: a crash between the
@@ -191,19 +183,11 @@ impl SledStore {
         let Some(ClaimEvent::Claimed(claim)) = events.first() else {
             return Err(StoreError::NotAClaim);
         };
-        let Some(found) = self.claims.get(claim_key(id))? else {
-            return Ok(None);
-        };
-        let found = Index::parse(&found)?;
-        let held = rule::Current {
-            generation: found.generation,
-            expires_at_ms: found.expires_at_ms,
-            writes: 0,
-        };
-        if rule::may_start(Some(&held), claim.claimed_at_ms) || !fencing() {
-            return Ok(None);
+        let current = self.claims.get(claim_key(id))?;
+        match held_at(current.as_deref(), claim.claimed_at_ms)? {
+            true => Ok(Some(self.held(id, claim.claimed_at_ms)?)),
+            false => Ok(None),
         }
-        Ok(Some(self.held(id, claim.claimed_at_ms)?))
     }
 
     /// Appends `events` to the generation at `head`, which the caller found current
@@ -249,4 +233,19 @@ impl SledStore {
 /// builds only), which switches fencing off to show that the simulation's checker catches it.
 fn fencing() -> bool {
     !crate::failpoint::switched_on("sabotage")
+}
+
+/// Whether the key's index entry `current` names a generation that holds the key at `now_ms`,
+/// so a new start loses (sabotage aside).
+fn held_at(current: Option<&[u8]>, now_ms: u64) -> Result<bool, StoreError> {
+    let Some(found) = current else {
+        return Ok(false);
+    };
+    let found = Index::parse(found)?;
+    let held = rule::Current {
+        generation: found.generation,
+        expires_at_ms: found.expires_at_ms,
+        writes: 0,
+    };
+    Ok(!rule::may_start(Some(&held), now_ms) && fencing())
 }

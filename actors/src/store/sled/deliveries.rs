@@ -227,11 +227,25 @@ impl DeliveryStore for SledStore {
     }
 
     fn due(&self, now_ms: u64, limit: usize) -> Read<'_, Vec<Timed>> {
-        Box::pin(ready(
-            self.commits
-                .usable()
-                .and_then(|()| self.read_due(now_ms, limit)),
-        ))
+        let due = self
+            .commits
+            .usable()
+            .and_then(|()| self.read_due(now_ms, limit));
+        Box::pin(async move {
+            let due = due?;
+            // The trees answer what was applied, durable or not: a queued delivery is handed
+            // out only once the group commit after this read has made it, and the claim written
+            // with it, durable (units are durable in the order applied), so no callback leaves
+            // for a claim a crash could still lose.
+            if !due.is_empty() {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                self.commits.commit_then(Box::new(move |outcome| {
+                    let _ = tx.send(outcome);
+                }));
+                rx.await.map_err(|_| StoreError::Stopped)??;
+            }
+            Ok(due)
+        })
     }
 
     fn leases_due(&self) -> bool {
