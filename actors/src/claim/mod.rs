@@ -658,10 +658,9 @@ impl ClaimActor {
             // Nothing runs between this decision's claim, recovery point and completion (it has
             // no callbacks, or they are queued), so there is no side effect to guard: the three
             // records are one durable write, answered once it is durable, and the decision is
-            // kept with them. Queued deliveries are in the same unit (on sled applied before the
-            // claim, and units are durable in the order applied; on PostgreSQL one transaction),
-            // so they are durable no later than the claim: after a crash the retry queue resumes
-            // them.
+            // kept with them. Queued deliveries are in the same unit, which the store writes as
+            // one transaction, so they are durable with the claim, never without it: after a
+            // crash the retry queue resumes them.
             let response = first_response(&claim.decision, &[])?;
             let record = state.record(&claim.decision);
             let logs = delivery::new_logs(&claim.decision, &[], &state.ctx.deliveries);

@@ -93,7 +93,7 @@ impl DecisionStore for SledStore {
 
 impl SledStore {
     /// `tenant`'s decision `id`, unless it expired by `now_ms`.
-    fn read_decision(
+    pub(super) fn read_decision(
         &self,
         tenant: &str,
         id: &str,

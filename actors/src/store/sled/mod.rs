@@ -4,6 +4,7 @@
 //! sled's flush and an `fdatasync` have covered it; units become durable in the order they were
 //! applied.
 
+mod atomic;
 mod claims;
 mod commit;
 mod decisions;
@@ -89,14 +90,19 @@ impl SledStore {
                 return Ok(Written::Fenced);
             }
         }
-        // A start that carries delivery logs (a decision whose callbacks are queued) is refused
-        // before they are written: they belong to a decision that never holds the key.
-        if let Some(ClaimWrite::Start(id, events)) = &unit.claim {
-            if !unit.deliveries.is_empty() {
-                if let Some(refused) = self.refuses_start(id, events)? {
-                    return Ok(refused);
-                }
-            }
+        // A start that carries delivery logs (a decision whose callbacks are queued) is one
+        // transaction, refused whole when the key is held (see `atomic`).
+        if matches!(unit.claim, Some(ClaimWrite::Start(..))) && !unit.deliveries.is_empty() {
+            let Some(ClaimWrite::Start(id, events)) = unit.claim else {
+                return Err(StoreError::NotAClaim);
+            };
+            return self.start_atomically(
+                id,
+                events,
+                &unit.deliveries,
+                &unit.decisions,
+                unit.skip_existing,
+            );
         }
         // A decision's delivery logs before the claim record that names them: no later durable.
         for write in &unit.deliveries {

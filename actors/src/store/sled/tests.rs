@@ -340,3 +340,40 @@ fn a_data_directory_of_another_format_is_refused() {
     let refused = SledStore::open(other.path()).err().expect("refused");
     assert!(refused.to_string().contains("empty data_dir"), "{refused}");
 }
+
+#[tokio::test]
+async fn a_claim_with_queued_deliveries_is_written_whole_and_survives_a_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let id = claim_id("acme", 9);
+    let t = now_ms();
+    let ClaimEvent::Claimed(claim) = claimed(t, 60_000) else {
+        unreachable!("claimed() makes a claim");
+    };
+    let record =
+        idem_schemas::DecisionRecord::kept_for(&claim.decision, std::time::Duration::from_secs(60));
+    {
+        let store = open(dir.path());
+        let unit = Unit::new()
+            .write_deliveries(vec![delivery("msg_queued", t)])
+            .start_claim(id.clone(), vec![claimed(t, 60_000), done()])
+            .record_decision(record.clone());
+        assert!(matches!(commit(&store, unit).await, Written::Claimed(..)));
+        // Another start carrying deliveries while the key is held: nothing of it is written.
+        let lost = Unit::new()
+            .write_deliveries(vec![delivery("msg_other", t)])
+            .start_claim(id.clone(), vec![claimed(t + 5, 60_000)]);
+        assert!(matches!(commit(&store, lost).await, Written::Held(_)));
+    }
+    let store = open(dir.path());
+    let log = store.read_claim(&id, t).expect("load").expect("present");
+    assert_eq!(log.events, vec![claimed(t, 60_000), done()]);
+    assert!(store.exists("msg_queued").expect("exists"));
+    assert!(!store.exists("msg_other").expect("exists"));
+    let due = store.read_due(t + 1, 10).expect("due");
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].id, "msg_queued");
+    let kept = store
+        .read_decision("acme", &record.id, t)
+        .expect("decision");
+    assert_eq!(kept, Some(record));
+}

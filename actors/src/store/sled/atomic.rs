@@ -1,0 +1,158 @@
+//! A claim started together with its queued deliveries (a decision whose callbacks are queued,
+//! `Submission::queued`), written as one sled transaction. Everywhere else a unit relies on
+//! sled recovering its log in order (what was applied first is durable no later), which is
+//! enough when the claim a unit's deliveries belong to is already durable. Here it is not: a
+//! crash in the middle of the flush could keep the deliveries without the claim, and their
+//! callbacks would go out for a decision the provider's retry then makes again under other
+//! ids. A transaction is recovered whole or not at all.
+
+use idem_schemas::{ClaimEvent, DecisionRecord, DeliveryEvent};
+use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+
+use super::keys::{
+    claim_key, decision_key, delivery_key, log_key, log_prefix, status_key, subject_prefix,
+    tenant_prefix, time_key, Index,
+};
+use super::SledStore;
+use crate::codec;
+use crate::store::{ClaimId, DeliveryWrite, LogHead, StoreError, Written};
+
+/// The trees the transaction writes, in the order of [`SledStore::start_atomically`]'s list.
+const CLAIMS: usize = 0;
+const CLAIM_LOGS: usize = 1;
+const DELIVERIES: usize = 2;
+const DUE: usize = 3;
+const BY_STATUS: usize = 4;
+const DELIVERY_EXPIRY: usize = 5;
+const DECISIONS: usize = 6;
+const BY_SUBJECT: usize = 7;
+const DECISION_EXPIRY: usize = 8;
+
+/// One insert: into which tree, the key, the value.
+type Insert = (usize, Vec<u8>, Vec<u8>);
+
+/// Why the transaction gave up.
+enum Lost {
+    /// The key's index moved since it was read: another start won.
+    Raced,
+}
+
+impl SledStore {
+    /// Starts a generation of `id` with `events`, writing the new delivery logs `deliveries`
+    /// (those that exist already left alone when `skip_existing`) and keeping `decisions`, all
+    /// in one transaction; refused like any start when an unexpired generation holds the key.
+    pub(super) fn start_atomically(
+        &self,
+        id: ClaimId,
+        events: Vec<ClaimEvent>,
+        deliveries: &[DeliveryWrite],
+        decisions: &[DecisionRecord],
+        skip_existing: bool,
+    ) -> Result<Written, StoreError> {
+        if let Some(refused) = self.refuses_start(&id, &events)? {
+            return Ok(refused);
+        }
+        let Some(ClaimEvent::Claimed(claim)) = events.first() else {
+            return Err(StoreError::NotAClaim);
+        };
+        let head = LogHead {
+            id,
+            generation: claim.claimed_at_ms,
+            expires_at_ms: claim.expires_at_ms,
+            next: 1,
+        };
+        let index_key = claim_key(&head.id);
+        let current = self.claims.get(&index_key)?;
+        let claim_writes: Vec<Insert> = vec![
+            (
+                CLAIM_LOGS,
+                log_key(&log_prefix(&head), 0),
+                codec::encode_entry(&events)?,
+            ),
+            (CLAIMS, index_key.clone(), Index::of(&head).value()),
+        ];
+        // Each delivery's inserts, behind the key that says it exists.
+        let mut delivery_writes: Vec<(Vec<u8>, Vec<Insert>)> = Vec::new();
+        for write in deliveries {
+            let mut inserts = vec![(
+                BY_STATUS,
+                status_key(&write.tenant, write.to.status, &write.id),
+                Vec::new(),
+            )];
+            if let Some(due) = write.to.due_ms {
+                inserts.push((DUE, time_key(due, &write.id), Vec::new()));
+            }
+            for (n, event) in write.events.iter().enumerate() {
+                if let DeliveryEvent::Created(record) = event {
+                    let expiry = time_key(record.expires_at_ms, &write.id);
+                    inserts.push((DELIVERY_EXPIRY, expiry, Vec::new()));
+                }
+                let key = delivery_key(&write.id, write.first_seq + n as u32);
+                inserts.push((DELIVERIES, key, codec::encode(event)?));
+            }
+            delivery_writes.push((delivery_key(&write.id, 0), inserts));
+        }
+        // Each decision's inserts, behind its record's key (a record is written once).
+        let mut decision_writes: Vec<(Vec<u8>, Vec<Insert>)> = Vec::new();
+        for record in decisions {
+            let key = decision_key(&record.tenant, &record.id);
+            let listed = [
+                &subject_prefix(&record.tenant, &record.subject_hash)[..],
+                record.id.as_bytes(),
+            ]
+            .concat();
+            let expiry = [
+                &record.expires_at_ms.to_be_bytes()[..],
+                &tenant_prefix(&record.tenant),
+                record.id.as_bytes(),
+            ]
+            .concat();
+            let inserts = vec![
+                (DECISIONS, key.clone(), codec::encode(record)?),
+                (BY_SUBJECT, listed, Vec::new()),
+                (DECISION_EXPIRY, expiry, Vec::new()),
+            ];
+            decision_writes.push((key, inserts));
+        }
+        let trees = [
+            &self.claims,
+            &self.claim_logs,
+            &self.deliveries,
+            &self.due,
+            &self.by_status,
+            &self.delivery_expiry,
+            &self.decisions,
+            &self.by_subject,
+            &self.decision_expiry,
+        ];
+        let outcome = trees[..].transaction(|t| {
+            // The key's one actor is its only writer here; should anything have moved the
+            // index since it was read, the start has lost.
+            if t[CLAIMS].get(&index_key)? != current {
+                return Err(ConflictableTransactionError::Abort(Lost::Raced));
+            }
+            let mut inserts: Vec<&Insert> = claim_writes.iter().collect();
+            for (exists, writes) in &delivery_writes {
+                if !(skip_existing && t[DELIVERIES].get(exists)?.is_some()) {
+                    inserts.extend(writes);
+                }
+            }
+            for (exists, writes) in &decision_writes {
+                if t[DECISIONS].get(exists)?.is_none() {
+                    inserts.extend(writes);
+                }
+            }
+            for (tree, key, value) in inserts {
+                t[*tree].insert(key.as_slice(), value.as_slice())?;
+            }
+            Ok(())
+        });
+        match outcome {
+            Ok(()) => Ok(Written::Claimed(head, events)),
+            Err(TransactionError::Abort(Lost::Raced)) => self
+                .refuses_start(&head.id, &events)?
+                .map_or(Ok(Written::Fenced), Ok),
+            Err(TransactionError::Storage(e)) => Err(e.into()),
+        }
+    }
+}
