@@ -15,7 +15,7 @@ use super::keys::{
 };
 use super::SledStore;
 use crate::codec;
-use crate::store::{ClaimId, DeliveryWrite, LogHead, StoreError, Written};
+use crate::store::{ClaimId, DeliveryWrite, StoreError, Written};
 
 /// The trees the transaction writes, in the order of [`SledStore::start_atomically`]'s list.
 const CLAIMS: usize = 0;
@@ -52,15 +52,7 @@ impl SledStore {
         if let Some(refused) = self.refuses_start(&id, &events)? {
             return Ok(refused);
         }
-        let Some(ClaimEvent::Claimed(claim)) = events.first() else {
-            return Err(StoreError::NotAClaim);
-        };
-        let head = LogHead {
-            id,
-            generation: claim.claimed_at_ms,
-            expires_at_ms: claim.expires_at_ms,
-            next: 1,
-        };
+        let head = super::claims::first_head(id, &events)?;
         let index_key = claim_key(&head.id);
         let current = self.claims.get(&index_key)?;
         let claim_writes: Vec<Insert> = vec![

@@ -134,16 +134,8 @@ impl SledStore {
         id: ClaimId,
         events: Vec<ClaimEvent>,
     ) -> Result<Written, StoreError> {
-        let Some(ClaimEvent::Claimed(claim)) = events.first() else {
-            return Err(StoreError::NotAClaim);
-        };
-        let now_ms = claim.claimed_at_ms;
-        let head = LogHead {
-            id,
-            generation: claim.claimed_at_ms,
-            expires_at_ms: claim.expires_at_ms,
-            next: 1,
-        };
+        let head = first_head(id, &events)?;
+        let now_ms = head.generation;
         let key = claim_key(&head.id);
         let current = self.claims.get(&key)?;
         if held_at(current.as_deref(), now_ms)? {
@@ -233,6 +225,19 @@ impl SledStore {
 /// builds only), which switches fencing off to show that the simulation's checker catches it.
 fn fencing() -> bool {
     !crate::failpoint::switched_on("sabotage")
+}
+
+/// The head of a new generation of `id` whose log starts with `events` (its claim first).
+pub(super) fn first_head(id: ClaimId, events: &[ClaimEvent]) -> Result<LogHead, StoreError> {
+    let Some(ClaimEvent::Claimed(claim)) = events.first() else {
+        return Err(StoreError::NotAClaim);
+    };
+    Ok(LogHead {
+        id,
+        generation: claim.claimed_at_ms,
+        expires_at_ms: claim.expires_at_ms,
+        next: 1,
+    })
 }
 
 /// Whether the key's index entry `current` names a generation that holds the key at `now_ms`,
