@@ -133,9 +133,10 @@ async fn walk(client: &Client, path: &str, limit: usize) -> Vec<Vec<String>> {
     let mut pages = Vec::new();
     let mut after: Option<String> = None;
     for _ in 0..20 {
+        let sep = if path.contains('?') { '&' } else { '?' };
         let url = match &after {
-            Some(a) => format!("{path}&limit={limit}&after={}", enc(a)),
-            None => format!("{path}&limit={limit}"),
+            Some(a) => format!("{path}{sep}limit={limit}&after={}", enc(a)),
+            None => format!("{path}{sep}limit={limit}"),
         };
         let (data, next) = page(client, &url, beta()).await;
         assert!(data.len() <= limit, "GET {url}: at most {limit}");
@@ -480,6 +481,45 @@ async fn a_subjects_decisions_are_listed_newest_first_by_type_and_in_pages() {
 }
 
 #[tokio::test]
+async fn without_a_subject_the_tenants_decisions_are_listed_newest_first_in_pages() {
+    let (_dir, _receiver, _idem, client) = setup("", "", "").await;
+    let mut made = Vec::new();
+    for n in 0..5 {
+        let body = match n % 2 {
+            0 => sim_swap(&format!("+1555000{n}")),
+            _ => format!(r#"{{"type":"outcomes","subject":"+1666000{n}"}}"#),
+        };
+        let key = unique("recent");
+        made.push(id_of(&created(
+            client.signal(Req::new(&body).key(&key).beta()).await,
+            "a beta signal",
+        )));
+    }
+    // Another tenant's decision is never in beta's list.
+    let other = unique("other");
+    created(
+        client
+            .signal(Req::new(&sim_swap("+1777")).key(&other).acme_signed(&other))
+            .await,
+        "an acme signal",
+    );
+    let newest_first: Vec<String> = made.iter().rev().cloned().collect();
+    let pages = walk(&client, "/v1/decisions", 2).await;
+    assert_eq!(pages.concat(), newest_first, "{pages:?}");
+    assert_eq!(pages.len(), 3, "{pages:?}");
+    let swaps: Vec<String> = newest_first.iter().step_by(2).cloned().collect();
+    assert_eq!(
+        all_listed(&client, "/v1/decisions?type=sim_swap", beta()).await,
+        swaps
+    );
+    assert_eq!(
+        all_listed(&client, "/v1/decisions", acme()).await.len(),
+        1,
+        "acme sees its own one"
+    );
+}
+
+#[tokio::test]
 async fn a_once_per_subject_subject_lists_one_decision_however_many_signals() {
     let (_dir, _receiver, _idem, client) = setup("", DELIVERY, "").await;
     let u = "+447700900401";
@@ -573,9 +613,8 @@ async fn bad_queries_are_invalid_query_and_keyless_requests_unauthorized() {
     ));
     let subject = format!("subject={}", enc(s));
     let bad = [
-        "/v1/decisions".to_string(),
         "/v1/decisions?subject=".to_string(),
-        "/v1/decisions?type=sim_swap".to_string(),
+        "/v1/decisions?limit=0".to_string(),
         format!("/v1/decisions?{subject}&limit=0"),
         format!("/v1/decisions?{subject}&limit=201"),
         format!("/v1/decisions?{subject}&limit=x"),

@@ -370,12 +370,13 @@ impl Engine {
         Ok(view)
     }
 
-    /// A page of `tenant`'s decisions about the subject whose digest is `subject_hash` (of
-    /// `signal_type` only, if given), newest first, after the cursor `after`, at most `limit`.
+    /// A page of `tenant`'s decisions (about the subject whose digest is `subject_hash` only,
+    /// and of `signal_type` only, if given), newest first, after the cursor `after`, at most
+    /// `limit`.
     pub async fn decisions_about(
         &self,
         tenant: &str,
-        subject_hash: &str,
+        subject_hash: Option<&str>,
         signal_type: Option<&str>,
         after: Option<&str>,
         limit: usize,

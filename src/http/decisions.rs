@@ -1,6 +1,7 @@
 //! The decisions a tenant can look up: `GET /v1/decisions/{id}` (one decision, with each
 //! action's current delivery status) and `GET /v1/decisions?subject=…&type=…&limit=…&after=…`
-//! (a subject's decisions, newest first, a page at a time). The subject is digested for the
+//! (a subject's decisions, newest first, a page at a time; without `subject`, the tenant's
+//! newest decisions, the console's list). The subject is digested for the
 //! lookup, as it was when the decisions were made; it is never stored. Authenticated by the
 //! tenant's Bearer key; another tenant's decision is indistinguishable from a missing one.
 
@@ -41,7 +42,7 @@ pub async fn show(
     Ok(Json(view).into_response())
 }
 
-/// `GET /v1/decisions?subject=…`.
+/// `GET /v1/decisions[?subject=…]`: a subject's decisions, or without one the tenant's newest.
 pub async fn list(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -50,12 +51,14 @@ pub async fn list(
     let live = app.live.load_full();
     let tenant = live.api_keys.authenticate(&live.config, &headers)?;
     query::only(&query, &["subject", "type", "after", "limit"])?;
-    let subject = query
-        .get("subject")
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| {
-            query::invalid("subject is required: the identifier the signals were about")
-        })?;
+    let subject = match query.get("subject") {
+        Some(s) if s.is_empty() => {
+            return Err(query::invalid(
+                "subject must not be empty: the identifier the signals were about, or leave it out for the newest decisions",
+            ))
+        }
+        subject => subject,
+    };
     let limit = query::limit(&query, DEFAULT_LIMIT, MAX_LIMIT)?;
     let after = match query.get("after") {
         Some(cursor) if !cursor.starts_with("dec_") => {
@@ -66,10 +69,16 @@ pub async fn list(
         cursor => cursor.map(String::as_str),
     };
     let signal_type = query.get("type").map(String::as_str);
-    let subject_hash = app.digester.subject(&tenant.name, subject);
+    let subject_hash = subject.map(|s| app.digester.subject(&tenant.name, s));
     let page = app
         .engine
-        .decisions_about(&tenant.name, &subject_hash, signal_type, after, limit)
+        .decisions_about(
+            &tenant.name,
+            subject_hash.as_deref(),
+            signal_type,
+            after,
+            limit,
+        )
         .await
         .map_err(|e| ApiError::read_failed("the decisions", e))?;
     Ok(Json(DecisionPage {

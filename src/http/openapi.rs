@@ -71,10 +71,10 @@ fn get_decision() {}
     get,
     path = "/v1/decisions",
     tag = "decisions",
-    summary = "A subject's decisions, newest first",
-    description = "The subject is digested for the lookup, as it was when the signals were decided; it is never stored. Keyless decisions are listed too, for decisions.retention.",
+    summary = "A subject's decisions, or the tenant's, newest first",
+    description = "The subject is digested for the lookup, as it was when the signals were decided; it is never stored. Without `subject`, the tenant's newest decisions. Keyless decisions are listed too, for decisions.retention.",
     params(
-        ("subject" = String, Query, min_length = 1, description = "The subject as the signals carried it (phone number, account id)"),
+        ("subject" = Option<String>, Query, min_length = 1, description = "The subject as the signals carried it (phone number, account id); leave it out for all of the tenant's decisions"),
         ("type" = Option<String>, Query, description = "Only decisions of this signal type"),
         ("after" = Option<String>, Query, pattern = r"^dec_.+$", description = "The `next_after` of the previous page"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Page size, 1 to 200 (default 50)"),

@@ -336,13 +336,13 @@ pub trait DecisionStore: Send + Sync {
         now_ms: u64,
     ) -> Read<'a, Option<DecisionRecord>>;
 
-    /// Up to `limit` of `tenant`'s decisions about the subject whose digest is `subject_hash`
-    /// (of `signal_type` only, if given), newest first, older than the decision `before` if
-    /// given, unexpired at `now_ms`.
+    /// Up to `limit` of `tenant`'s decisions (about the subject whose digest is `subject_hash`
+    /// only, and of `signal_type` only, if given), newest first, older than the decision
+    /// `before` if given, unexpired at `now_ms`.
     fn decisions_about<'a>(
         &'a self,
         tenant: &'a str,
-        subject_hash: &'a str,
+        subject_hash: Option<&'a str>,
         signal_type: Option<&'a str>,
         before: Option<&'a str>,
         limit: usize,

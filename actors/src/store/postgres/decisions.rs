@@ -1,6 +1,7 @@
 //! Decisions kept for lookup in PostgreSQL: one row per decision in `idem_decisions`, with its
 //! record, its subject's digest and the end of its retention. A subject's decisions, newest
-//! first, are one scan of the `(tenant, subject, id)` index backwards: ids are time-ordered.
+//! first, are one scan of the `(tenant, subject, id)` index backwards, and a tenant's of the
+//! primary key `(tenant, id)`: ids are time-ordered.
 //! Written by the group commit (`batch`), with the claim record that makes the decision.
 
 use idem_schemas::DecisionRecord;
@@ -38,7 +39,7 @@ impl DecisionStore for PgStore {
     fn decisions_about<'a>(
         &'a self,
         tenant: &'a str,
-        subject_hash: &'a str,
+        subject_hash: Option<&'a str>,
         signal_type: Option<&'a str>,
         before: Option<&'a str>,
         limit: usize,
@@ -46,22 +47,34 @@ impl DecisionStore for PgStore {
     ) -> Read<'a, Vec<DecisionRecord>> {
         Box::pin(async move {
             let client = self.client().await?;
-            let rows = super::rows(
-                &client,
-                "SELECT record FROM idem_decisions \
-                 WHERE tenant = $1 AND subject = $2 AND expires_at_ms > $3 \
-                 AND ($4::text IS NULL OR id < $4) AND ($6::text IS NULL OR signal_type = $6) \
-                 ORDER BY id DESC LIMIT $5",
-                &[
-                    &tenant,
-                    &subject_bytes(subject_hash),
-                    &(now_ms as i64),
-                    &before,
-                    &(limit as i64),
-                    &signal_type,
-                ],
-            )
-            .await?;
+            let (now, limit) = (now_ms as i64, limit as i64);
+            let rows = match subject_hash.map(subject_bytes) {
+                Some(subject) => {
+                    super::rows(
+                        &client,
+                        "SELECT record FROM idem_decisions \
+                         WHERE tenant = $1 AND subject = $2 AND expires_at_ms > $3 \
+                         AND ($4::text IS NULL OR id < $4) \
+                         AND ($6::text IS NULL OR signal_type = $6) \
+                         ORDER BY id DESC LIMIT $5",
+                        &[&tenant, &subject, &now, &before, &limit, &signal_type],
+                    )
+                    .await?
+                }
+                // The tenant's newest: one backward scan of the primary key.
+                None => {
+                    super::rows(
+                        &client,
+                        "SELECT record FROM idem_decisions \
+                         WHERE tenant = $1 AND expires_at_ms > $2 \
+                         AND ($3::text IS NULL OR id < $3) \
+                         AND ($5::text IS NULL OR signal_type = $5) \
+                         ORDER BY id DESC LIMIT $4",
+                        &[&tenant, &now, &before, &limit, &signal_type],
+                    )
+                    .await?
+                }
+            };
             rows.iter().map(record).collect()
         })
     }

@@ -31,12 +31,19 @@ impl DecisionStore for SledStore {
     fn decisions_about<'a>(
         &'a self,
         tenant: &'a str,
-        subject_hash: &'a str,
+        subject_hash: Option<&'a str>,
         signal_type: Option<&'a str>,
         before: Option<&'a str>,
         limit: usize,
         now_ms: u64,
     ) -> Read<'a, Vec<DecisionRecord>> {
+        let Some(subject_hash) = subject_hash else {
+            let read = self
+                .commits
+                .usable()
+                .and_then(|()| self.recent_decisions(tenant, signal_type, before, limit, now_ms));
+            return Box::pin(ready(read));
+        };
         let read = self.commits.usable().and_then(|()| {
             let prefix = subject_prefix(tenant, subject_hash);
             let end = match before {
@@ -104,6 +111,39 @@ impl SledStore {
         };
         let record: DecisionRecord = codec::decode(&found)?;
         Ok((record.expires_at_ms > now_ms).then_some(record))
+    }
+
+    /// Up to `limit` of `tenant`'s newest decisions (of `signal_type` only, if given), older than
+    /// `before` if given: one backward scan of the tenant's records, keyed by time-ordered id.
+    fn recent_decisions(
+        &self,
+        tenant: &str,
+        signal_type: Option<&str>,
+        before: Option<&str>,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<DecisionRecord>, StoreError> {
+        let prefix = tenant_prefix(tenant);
+        let end = match before {
+            Some(id) => [&prefix[..], id.as_bytes()].concat(),
+            // Past every id of the prefix: ids are ASCII.
+            None => [&prefix[..], &[0xff]].concat(),
+        };
+        let mut found = Vec::new();
+        for entry in self.decisions.range(prefix..end).rev() {
+            let (_, value) = entry?;
+            let record: DecisionRecord = codec::decode(&value)?;
+            if record.expires_at_ms <= now_ms
+                || signal_type.is_some_and(|t| record.signal_type != t)
+            {
+                continue;
+            }
+            found.push(record);
+            if found.len() == limit {
+                break;
+            }
+        }
+        Ok(found)
     }
 
     /// Keeps `record` (in sled's memory until the next commit), unless it is kept already.
