@@ -301,8 +301,8 @@ pub struct Redelivered {
 
 /// What a source did with a provider's delivery: every event is counted once. `accepted`:
 /// claimed now, its decision made (its callbacks follow); `duplicates`: claimed before (a
-/// provider's retry); `ignored`: its type matches no `map` entry; `refused`: it has no id or no
-/// subject where the map says.
+/// provider's retry); `ignored`: it has no type, or one no `map` entry matches; `refused`: it
+/// has no usable id, a type over the limit, or no subject where the map says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SourceReceipt {
@@ -312,7 +312,7 @@ pub struct SourceReceipt {
     pub duplicates: u64,
     /// Events of a type the source does not map.
     pub ignored: u64,
-    /// Events without an id or a subject.
+    /// Events without a usable id, with a type over the limit, or without a subject.
     pub refused: u64,
 }
 

@@ -1,7 +1,7 @@
 //! The decisions a tenant can look up: `GET /v1/decisions/{id}` (one decision, with each
 //! action's current delivery status) and `GET /v1/decisions?subject=…&type=…&limit=…&after=…`
 //! (a subject's decisions, newest first, a page at a time; without `subject`, the tenant's
-//! newest decisions, the console's list). The subject is digested for the
+//! newest decisions). The subject is digested for the
 //! lookup, as it was when the decisions were made; it is never stored. Authenticated by the
 //! tenant's Bearer key; another tenant's decision is indistinguishable from a missing one.
 

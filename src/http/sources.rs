@@ -29,7 +29,7 @@ use crate::http::problem::{ApiError, Kind};
 use crate::http::{App, Live};
 use crate::source::events::{self, Event};
 use crate::source::verify::{self, Refused};
-use crate::source::{Source, SourceKind, MAX_EVENT_ID, MAX_SOURCE_BODY};
+use crate::source::{Source, SourceKind, MAX_EVENT_ID, MAX_EVENT_TYPE, MAX_SOURCE_BODY};
 
 /// How long an event waits for a delivery of it that is being claimed right now (a provider
 /// sending the same event twice at once) before it is counted a duplicate all the same.
@@ -38,9 +38,6 @@ const CONCURRENT_WAIT: Duration = Duration::from_secs(2);
 /// The least an event's claim lasts (`idempotency.key_ttl` when longer): Stripe retries an
 /// event for up to three days, and a retry after its claim expired would be a new decision.
 pub const EVENT_CLAIM_MIN: Duration = Duration::from_secs(3 * 24 * 3600);
-
-/// The longest event type kept in a source signal's metadata; a longer one is refused.
-const MAX_EVENT_TYPE: usize = 256;
 
 /// What became of one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +48,7 @@ enum Outcome {
     Duplicate,
     /// Its type matches no `map` entry.
     Ignored,
-    /// No usable event id or type, or no subject where the map says.
+    /// No usable event id, a type over the limit, or no subject where the map says.
     Refused,
 }
 

@@ -22,6 +22,9 @@ pub const MAX_SOURCE_BODY: usize = 1024 * 1024;
 /// The longest event id claimed; a longer one is refused.
 pub const MAX_EVENT_ID: usize = 256;
 
+/// The longest event type kept in a source signal's metadata; a longer one is refused.
+pub const MAX_EVENT_TYPE: usize = 256;
+
 /// What sends to a source, and so how it authenticates and where its events are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceKind {

@@ -186,8 +186,8 @@ impl Submission {
     /// The same submission, whose decision's callbacks are queued, due at once, instead of
     /// attempted before the answer: the claim, its recovery point, its completion and the
     /// queued deliveries are one durable write, answered as soon as it is on disk, and the
-    /// retry worker makes the first attempts right after. For senders that time out in seconds
-    /// (a source's events).
+    /// retry worker makes the first attempts right after (through a subject's claim, that
+    /// claim makes the one write). For senders that time out in seconds (a source's events).
     pub fn queued(mut self) -> Self {
         self.queued = true;
         self
