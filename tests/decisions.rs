@@ -43,19 +43,6 @@ fn acme() -> Req {
     Req::new("").header("authorization", "Bearer sk_acme_test_key")
 }
 
-/// Percent-encodes a query value (a raw subject has `+`, which a query would read as a space).
-fn enc(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// The listing path of `subject`'s decisions, with `rest` (`&type=…`, …) after it.
 fn about(subject: &str, rest: &str) -> String {
     format!("/v1/decisions?subject={}{rest}", enc(subject))

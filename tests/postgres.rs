@@ -33,6 +33,11 @@ fn sql(url: &str, query: &str) {
 
 /// A temp dir, a receiver, a fresh database and a config on it.
 async fn on_a_fresh_database() -> (tempfile::TempDir, Receiver, String, String) {
+    on_a_fresh_database_with("").await
+}
+
+/// [`on_a_fresh_database`], the config's `[delivery]` section being `delivery`.
+async fn on_a_fresh_database_with(delivery: &str) -> (tempfile::TempDir, Receiver, String, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
     let url = fresh_database();
@@ -41,7 +46,7 @@ async fn on_a_fresh_database() -> (tempfile::TempDir, Receiver, String, String) 
         &dir.path().join("data"),
         &receiver,
         "",
-        "",
+        delivery,
     );
     (dir, receiver, url, cfg)
 }
@@ -371,17 +376,11 @@ async fn beta_endpoint(client: &Client, url: &str) -> serde_json::Value {
 
 #[tokio::test]
 async fn an_endpoint_opened_on_one_node_gets_no_attempt_from_another_and_they_share_its_limit() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let url = fresh_database();
-    let cfg = config_on(
-        &on_postgres(&url),
-        &dir.path().join("data"),
-        &receiver,
-        "",
+    let (dir, receiver, _url, cfg) = on_a_fresh_database_with(
         "inline_timeout = \"2s\"\nschedule = [\"100ms\"]\nbreaker_threshold = 2\n\
          breaker_cooldown = \"1h\"\nmax_in_flight_per_endpoint = 2",
-    );
+    )
+    .await;
     let nodes: Vec<Idem> = (0..2)
         .map(|n| {
             let node_dir = dir.path().join(format!("node{n}"));
@@ -525,9 +524,13 @@ async fn a_source_event_sent_to_every_node_at_once_makes_one_decision_and_one_de
         |s| s.len() >= events as usize,
     )
     .await;
-    // One callback per event, and no more once they settle.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let seen = receiver.seen_on("/notify");
+    // One callback per event, and no more in a while: the check polls, failing at the first.
+    let seen = eventually(
+        Duration::from_millis(500),
+        || async { receiver.seen_on("/notify") },
+        |s| s.len() > events as usize,
+    )
+    .await;
     let ids: std::collections::HashSet<&str> =
         seen.iter().map(|c| c.header("webhook-id")).collect();
     assert_eq!(seen.len(), events as usize, "{seen:?}");

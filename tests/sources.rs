@@ -277,10 +277,7 @@ async fn decisions(client: &Client, subject: &str, signal_type: &str) -> Vec<Val
     let r = client
         .send(
             "GET",
-            &format!(
-                "/v1/decisions?subject={}&type={signal_type}",
-                subject.replace('+', "%2B").replace('|', "%7C")
-            ),
+            &format!("/v1/decisions?subject={}&type={signal_type}", enc(subject)),
             Req::new("").header("authorization", API_KEY),
         )
         .await;
@@ -288,7 +285,11 @@ async fn decisions(client: &Client, subject: &str, signal_type: &str) -> Vec<Val
     r.json()["data"].as_array().cloned().unwrap_or_default()
 }
 
-/// Waits until `path` has seen `n` callbacks, then watches a moment for more: exactly `n`.
+/// How long a negative check watches for a callback that must not come: several retry steps.
+/// It polls, so it fails as soon as one comes.
+const LATE: Duration = Duration::from_millis(600);
+
+/// Waits until `path` has seen `n` callbacks, then watches [`LATE`] for more: exactly `n`.
 async fn exactly(receiver: &Receiver, path: &str, n: usize) -> Vec<Received> {
     let seen = eventually(
         Duration::from_secs(15),
@@ -297,8 +298,7 @@ async fn exactly(receiver: &Receiver, path: &str, n: usize) -> Vec<Received> {
     )
     .await;
     assert_eq!(seen.len(), n, "{path}: {seen:?}");
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let seen = receiver.seen_on(path);
+    let seen = eventually(LATE, || async { receiver.seen_on(path) }, |s| s.len() > n).await;
     assert_eq!(seen.len(), n, "{path}: more callbacks than events");
     seen
 }
@@ -811,12 +811,13 @@ async fn a_sigkill_after_the_answer_still_delivers_each_callback_once() {
     )
     .await;
     assert_eq!(delivered["status"], "delivered", "{delivered}");
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(
-        receiver.seen_on("/mfa").len(),
-        2,
-        "no third attempt once delivered"
-    );
+    let later = eventually(
+        LATE,
+        || async { receiver.seen_on("/mfa").len() },
+        |n| *n > 2,
+    )
+    .await;
+    assert_eq!(later, 2, "no third attempt once delivered");
     drop(dir);
 }
 

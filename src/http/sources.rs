@@ -275,25 +275,22 @@ async fn take(
             Kind::Internal,
             "an event's claim holds another payload",
         )),
-        Ok(Reply::Failed(e)) => {
-            tracing::error!(tenant = %tenant.name, source = %source.name, error = %e, "source event claim failed");
-            Err(ApiError::new(
-                Kind::Internal,
-                "an event could not be stored; send the delivery again",
-            ))
-        }
+        Ok(Reply::Failed(e)) => Err(not_stored(tenant, source, &e)),
         Err(RegistryError::Overloaded | RegistryError::Unavailable) => Err(ApiError::new(
             Kind::Unavailable,
             "too busy to take the delivery now; send it again",
         )),
-        Err(e) => {
-            tracing::error!(tenant = %tenant.name, source = %source.name, error = %e, "source event claim actor failed");
-            Err(ApiError::new(
-                Kind::Internal,
-                "an event could not be stored; send the delivery again",
-            ))
-        }
+        Err(e) => Err(not_stored(tenant, source, &e)),
     }
+}
+
+/// A `500` for an event whose claim failed with `e`, which is logged, not shown.
+fn not_stored(tenant: &Tenant, source: &Source, e: &dyn std::fmt::Display) -> ApiError {
+    tracing::error!(tenant = %tenant.name, source = %source.name, error = %e, "a source event's claim failed");
+    ApiError::new(
+        Kind::Internal,
+        "an event could not be stored; send the delivery again",
+    )
 }
 
 /// `GET`: Okta's one-time verification of an event hook, with the configured authorization.

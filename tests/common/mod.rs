@@ -918,3 +918,16 @@ pub fn okta_hook_delivery(uuid: &str, who: &str) -> Req {
     .to_string();
     Req::new(&body).header("authorization", OKTA_HOOK_AUTH)
 }
+
+/// Percent-encodes a query value (a raw subject has `+`, which a query would read as a space).
+pub fn enc(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

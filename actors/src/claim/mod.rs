@@ -828,11 +828,12 @@ impl ClaimActor {
             false => state.answer(Reply::First(response)),
         }
         // Queued callbacks are due now: the retry worker makes them once the answer is out.
-        let has_callbacks = state
-            .phase
-            .claim()
-            .is_some_and(|c| !c.decision.deliveries.is_empty());
-        if state.queued && has_callbacks {
+        if state.queued
+            && state
+                .phase
+                .claim()
+                .is_some_and(|c| !c.decision.deliveries.is_empty())
+        {
             state.ctx.wake_retries.notify_one();
         }
         Ok(())

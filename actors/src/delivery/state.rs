@@ -417,22 +417,27 @@ mod tests {
         assert_eq!(state.placement.due_ms, Some(T + 99));
     }
 
-    #[test]
-    fn a_held_back_callback_is_created_queued_with_no_attempt() {
-        let decision = Decision {
+    /// Decision `dec_1` of tenant acme, made at `T`, with `deliveries`.
+    fn decision(deliveries: Vec<PlannedDelivery>) -> Decision {
+        Decision {
             id: "dec_1".into(),
             tenant: "acme".into(),
             signal_type: "sim_swap".into(),
             verdict: Verdict::Deny,
             subject_hash: "ab".into(),
             created_at_ms: T,
-            deliveries: vec![PlannedDelivery {
-                id: "msg_1".into(),
-                action: "lock".into(),
-                url: "http://127.0.0.1:9/".into(),
-                body: vec![1],
-            }],
-        };
+            deliveries,
+        }
+    }
+
+    #[test]
+    fn a_held_back_callback_is_created_queued_with_no_attempt() {
+        let decision = decision(vec![PlannedDelivery {
+            id: "msg_1".into(),
+            action: "lock".into(),
+            url: "http://127.0.0.1:9/".into(),
+            body: vec![1],
+        }]);
         let logs = new_logs(&decision, &[], &settings());
         assert_eq!(logs.len(), 1);
         let state = DeliveryState::fold(logs[0].events.clone()).expect("fold");
@@ -449,15 +454,7 @@ mod tests {
             url: "http://127.0.0.1:9/".into(),
             body: vec![n],
         };
-        let decision = Decision {
-            id: "dec_1".into(),
-            tenant: "acme".into(),
-            signal_type: "sim_swap".into(),
-            verdict: Verdict::Deny,
-            subject_hash: "ab".into(),
-            created_at_ms: T,
-            deliveries: vec![planned(1), planned(2)],
-        };
+        let decision = decision(vec![planned(1), planned(2)]);
         let outcomes = vec![
             ActionOutcome {
                 delivery_id: "msg_1".into(),
