@@ -16,6 +16,8 @@ pub struct Signal<'a> {
     pub tenant: &'a str,
     /// The signal type (the playbook's key).
     pub signal_type: &'a str,
+    /// The source it came from, if any.
+    pub source: Option<&'a str>,
     /// Keyed digest of the subject.
     pub subject_hash: String,
     /// The signal's metadata, echoed in every callback.
@@ -73,6 +75,7 @@ pub fn decide(
         id,
         tenant: signal.tenant.to_string(),
         signal_type: signal.signal_type.to_string(),
+        source: signal.source.map(str::to_string),
         verdict: playbook.decision,
         subject_hash: signal.subject_hash,
         created_at_ms: now_ms,
@@ -107,6 +110,7 @@ mod tests {
         let signal = Signal {
             tenant: "acme",
             signal_type: "sim_swap",
+            source: None,
             subject_hash: "abc".into(),
             metadata,
         };

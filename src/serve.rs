@@ -111,6 +111,7 @@ pub async fn run(
         limiter: Default::default(),
         redeliveries: Default::default(),
         engine,
+        stats: crate::http::stats::Tally::new(idem_schemas::timefmt::now_ms()),
     });
     on_listen(addr);
     tracing::info!(%addr, store = ?config.store, "serving");

@@ -49,6 +49,8 @@ async fn openapi_covers_every_endpoint_and_agrees_with_the_schema_files() {
     assert_eq!(
         paths,
         [
+            "/console",
+            "/console/{asset}",
             "/healthz",
             "/metrics",
             "/openapi.json",
@@ -60,7 +62,8 @@ async fn openapi_covers_every_endpoint_and_agrees_with_the_schema_files() {
             "/v1/deliveries/{id}/redeliver",
             "/v1/endpoints",
             "/v1/signals",
-            "/v1/sources/{tenant}/{source}"
+            "/v1/sources/{tenant}/{source}",
+            "/v1/stats"
         ]
     );
     let sources = &doc["paths"]["/v1/sources/{tenant}/{source}"];

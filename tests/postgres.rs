@@ -2,9 +2,10 @@
 //! nodes starting together on an empty database all come up and share one schema, and a
 //! database whose schema is newer than this idem knows is refused with exit status 2 and one
 //! line naming both versions; `/healthz` answers 503 while the database cannot be reached and
-//! 200 once it can again; a database of schema 1 that still holds claims is refused (their
-//! records and payload fingerprints are an older idem's); a request waiting (`Prefer: wait`) on
-//! one node for a key held by another is answered as soon as the holder's answer is durable.
+//! 200 once it can again; a database of an older schema that still holds claims is refused
+//! (its records are in an older idem's format) and an empty one migrated; a request waiting
+//! (`Prefer: wait`) on one node for a key held by another is answered as soon as the holder's
+//! answer is durable.
 //! (Every contract test also runs on PostgreSQL: `scripts/test`.)
 
 mod common;
@@ -100,7 +101,7 @@ async fn a_database_with_a_newer_schema_is_refused_with_exit_2() {
     assert_eq!(code, Some(2), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("version 99") && stderr.contains("version 3 "),
+        stderr.contains("version 99") && stderr.contains("version 4 "),
         "{stderr}"
     );
 }
@@ -267,30 +268,33 @@ fn serve_to_exit(dir: &std::path::Path, cfg: &str) -> (Option<i32>, String) {
 }
 
 #[tokio::test]
-async fn a_schema_1_database_holding_claims_is_refused_and_an_empty_one_migrated() {
+async fn an_older_schema_holding_records_is_refused_and_an_empty_one_migrated() {
     let (dir, _receiver, url, cfg) = on_a_fresh_database().await;
-    // Schema 1 as an older idem left it: its tables, and one claim of its own.
+    // Schema 3 as an older idem left it (its records in another format): one claim of its own,
+    // and an endpoint's health.
     {
         let idem = Idem::start(dir.path(), &cfg);
         idem.terminate().await;
     }
-    sql(
-        &url,
-        "DROP TABLE idem_decisions; DROP TABLE idem_endpoints; UPDATE idem_schema SET version = 1",
-    );
+    sql(&url, "UPDATE idem_schema SET version = 3");
     sql(
         &url,
         "INSERT INTO idem_claims (tenant, digest, generation, expires_at_ms, log, writes, holder) \
-         VALUES ('acme', '\\x00', 1, 9999999999999, '\\x00', 1, 1)",
+         VALUES ('acme', '\\x00', 1, 9999999999999, '\\x04', 1, 1)",
+    );
+    sql(
+        &url,
+        "INSERT INTO idem_endpoints (tenant, url, health) VALUES ('acme', 'http://x/', '\\x04')",
     );
     let (code, stderr) = serve_to_exit(dir.path(), &cfg);
     assert_eq!(code, Some(2), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("schema 1 with 1 claims") && stderr.contains("new database"),
+        stderr.contains("schema 3 with 1 claims, deliveries and decisions")
+            && stderr.contains("new database"),
         "{stderr}"
     );
-    // Without claims, schema 1 is brought to this idem's.
+    // Without them, schema 3 is brought to this idem's; the old health is gone.
     sql(&url, "DELETE FROM idem_claims");
     let idem = Idem::start(dir.path(), &cfg);
     let key = unique("migrated");
@@ -305,7 +309,18 @@ async fn a_schema_1_database_holding_claims_is_refused_and_an_empty_one_migrated
             .expect("version");
         row.get::<_, i32>(0)
     });
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
+    let old_health = with_postgres(&url, |client| async move {
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM idem_endpoints WHERE url = 'http://x/'",
+                &[],
+            )
+            .await
+            .expect("endpoints");
+        row.get::<_, i64>(0)
+    });
+    assert_eq!(old_health, 0);
 }
 
 #[tokio::test]

@@ -3,71 +3,8 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
-
 use common::*;
 use idem_schemas::signature::Secret;
-
-struct ReceiveProc {
-    child: Child,
-    base: String,
-    lines: mpsc::Receiver<String>,
-}
-
-impl ReceiveProc {
-    fn start(state: &Path) -> ReceiveProc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
-            .args([
-                "receive",
-                "--listen",
-                "127.0.0.1:0",
-                "--secret",
-                CALLBACK_SECRET,
-                "--state",
-            ])
-            .arg(state)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn receive");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let first = lines.next().and_then(Result::ok).expect("address line");
-        let base = first
-            .strip_prefix("idem receive listening on ")
-            .expect("address")
-            .to_string();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        ReceiveProc {
-            child,
-            base,
-            lines: rx,
-        }
-    }
-
-    /// The next printed line (or panics after 10 s).
-    fn line(&self) -> String {
-        self.lines
-            .recv_timeout(Duration::from_secs(10))
-            .expect("a printed line")
-    }
-}
-
-impl Drop for ReceiveProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn signed(body: &str, id: &str, ts: i64) -> Req {
     let sig = Secret::parse(CALLBACK_SECRET)
@@ -83,7 +20,7 @@ fn signed(body: &str, id: &str, ts: i64) -> Req {
 async fn receive_verifies_deduplicates_and_remembers_across_restarts() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("seen");
-    let receiver = ReceiveProc::start(&state);
+    let receiver = ReceiveProc::start("127.0.0.1:0", &state);
 
     // A real idem calling the receiver.
     let cfg = format!(
@@ -161,7 +98,7 @@ actions = [ {{ name = "lock_account", url = "{base}/hooks/lock" }}, {{ name = "o
     assert!(receiver.line().starts_with("new msg_tampered"));
 
     drop(receiver);
-    let receiver = ReceiveProc::start(&state);
+    let receiver = ReceiveProc::start("127.0.0.1:0", &state);
     let client = Client::new(&receiver.base);
     let after_restart = client
         .send("POST", "/hooks", signed(body, "msg_manual", now))

@@ -428,13 +428,10 @@ async fn every_kind_is_taken_once_per_event_id() {
         .expect("okta-1's callback");
     assert_eq!(okta_one["event_type"], "user.mfa.factor.deactivate");
 
-    // The decisions API sees them: one decision per subject, not two.
-    assert_eq!(
-        decisions(&client, "alice@example.com", "mfa_reset")
-            .await
-            .len(),
-        1
-    );
+    // The decisions API sees them: one decision per subject, not two, naming its source.
+    let alice = decisions(&client, "alice@example.com", "mfa_reset").await;
+    assert_eq!(alice.len(), 1);
+    assert_eq!(alice[0]["source"], "okta_prod", "{alice:?}");
     assert_eq!(
         decisions(&client, "bob@example.com", "login").await.len(),
         1

@@ -120,6 +120,7 @@ impl Engine {
                 id: format!("bulk_{now:x}"),
                 tenant: id.tenant.clone(),
                 signal_type: "deliveries.redeliver".into(),
+                source: None,
                 verdict: Verdict::Allow,
                 subject_hash: String::new(),
                 created_at_ms: now,

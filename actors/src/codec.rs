@@ -6,8 +6,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 /// The version byte written in front of every record (3: ids and digests stored as bytes; 4: a
-/// claim names its subject's claim).
-pub const FORMAT_VERSION: u8 = 4;
+/// claim names its subject's claim; 5: a decision names its source).
+pub const FORMAT_VERSION: u8 = 5;
 
 /// No stored record is larger than this; a length prefix claiming more is corruption.
 const MAX_RECORD: usize = 4 * 1024 * 1024;

@@ -182,7 +182,7 @@ impl Dispatcher {
                 let error = if e.is_timeout() {
                     format!("no answer within {} ms", deadline.as_millis())
                 } else {
-                    e.without_url().to_string()
+                    network_error(e)
                 };
                 tracing::debug!(delivery = %delivery.id, %error, latency_ms, "callback failed");
                 (
@@ -211,6 +211,24 @@ pub fn parse_retry_after(value: &str) -> Option<u64> {
         .duration_since(std::time::SystemTime::now())
         .unwrap_or_default();
     Some(wait.as_millis() as u64)
+}
+
+/// What went wrong on the network, as the attempt log shows it: reqwest's own message says only
+/// "error sending request"; the cause at the end of its chain says what (connection refused, a
+/// name that does not resolve, a certificate refused). The URL is left out: a tenant's endpoint
+/// may carry a token in its query.
+fn network_error(e: reqwest::Error) -> String {
+    let mut root = None;
+    let mut cause = std::error::Error::source(&e);
+    while let Some(next) = cause {
+        root = Some(next.to_string());
+        cause = next.source();
+    }
+    match root {
+        Some(root) if e.is_connect() => format!("cannot connect: {root}"),
+        Some(root) => format!("{}: {root}", e.without_url()),
+        None => e.without_url().to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -326,6 +326,16 @@ impl Engine {
         Ok(view)
     }
 
+    /// How many of `tenant`'s deliveries have `status`, counting no further than `cap`.
+    pub async fn count_deliveries(
+        &self,
+        tenant: &str,
+        status: DeliveryStatus,
+        cap: u64,
+    ) -> Result<u64, EngineError> {
+        Ok(self.store.count_deliveries(tenant, status, cap).await?)
+    }
+
     /// A page of `tenant`'s deliveries with `status` (every status when `None`), after the
     /// cursor `after`, at most `limit`.
     pub async fn list_deliveries(
@@ -429,6 +439,7 @@ impl Engine {
             signal_type: record.signal_type,
             decision: record.verdict,
             subject_hash: record.subject_hash,
+            source: record.source,
             actions,
             created_at: idem_schemas::timefmt::rfc3339_millis(record.created_at_ms),
         }))

@@ -54,6 +54,7 @@ fn submission(fingerprint: u8) -> Submission {
             id: format!("dec_{at}"),
             tenant: "acme".into(),
             signal_type: "sim_swap".into(),
+            source: None,
             verdict: Verdict::Deny,
             subject_hash: "ab".into(),
             created_at_ms: at,

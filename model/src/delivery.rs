@@ -136,6 +136,7 @@ impl DeliveryModel {
             id: "dec_1".into(),
             tenant: "acme".into(),
             signal_type: "sim_swap".into(),
+            source: None,
             verdict: Verdict::Deny,
             subject_hash: String::new(),
             created_at_ms: 1_000,

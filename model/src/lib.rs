@@ -339,6 +339,7 @@ fn decision(key: usize, generation: u64) -> Decision {
         id: id.clone(),
         tenant: "acme".into(),
         signal_type: "sim_swap".into(),
+        source: None,
         verdict: Verdict::Deny,
         subject_hash: String::new(),
         created_at_ms: generation,

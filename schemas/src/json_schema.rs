@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 use crate::wire::{
     CallbackEnvelope, DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryView,
     EndpointList, Problem, RedeliverRequest, Redelivered, SignalRequest, SourceReceipt,
+    TenantStats,
 };
 
 /// Every published document: its file name under `schemas/json/` and its schema.
@@ -34,6 +35,7 @@ pub fn documents() -> Vec<(&'static str, Value)> {
         ),
         ("redelivered.schema.json", document::<Redelivered>()),
         ("source-receipt.schema.json", document::<SourceReceipt>()),
+        ("tenant-stats.schema.json", document::<TenantStats>()),
     ]
 }
 

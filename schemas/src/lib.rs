@@ -17,5 +17,5 @@ pub use wire::{
     ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecidedAction,
     DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryStatus, DeliveryView,
     EndpointList, EndpointState, EndpointView, OktaVerification, Problem, RedeliverRequest,
-    Redelivered, SignalRequest, SourceReceipt, Verdict,
+    Redelivered, SignalRequest, SourceReceipt, TenantStats, Verdict,
 };

@@ -20,6 +20,9 @@ pub struct Decision {
     pub tenant: String,
     /// The signal type that selected the playbook.
     pub signal_type: String,
+    /// The source the signal came from (its name under the tenant's sources); `None` for a
+    /// signal posted to `POST /v1/signals`.
+    pub source: Option<String>,
     /// The playbook's verdict.
     pub verdict: Verdict,
     /// Keyed digest of the subject (hex).
@@ -110,6 +113,9 @@ pub struct StoredResponse {
 }
 
 /// An event of a claim's log.
+// A log holds one `Claimed` and at most two small events after it, moved a handful of times:
+// boxing the claim would cost an allocation per claim to save a few bytes of the others.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ClaimEvent {
     /// The key is claimed and the decision fixed (`in_flight`).
@@ -173,6 +179,8 @@ pub struct DecisionRecord {
     pub tenant: String,
     /// The signal type.
     pub signal_type: String,
+    /// The source the signal came from, if any.
+    pub source: Option<String>,
     /// The verdict.
     pub verdict: Verdict,
     /// Keyed digest of the subject (hex).
@@ -206,6 +214,7 @@ impl DecisionRecord {
             id: decision.id.clone(),
             tenant: decision.tenant.clone(),
             signal_type: decision.signal_type.clone(),
+            source: decision.source.clone(),
             verdict: decision.verdict,
             subject_hash: decision.subject_hash.clone(),
             created_at_ms: decision.created_at_ms,

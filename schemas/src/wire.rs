@@ -350,11 +350,37 @@ pub struct DecisionView {
     pub decision: Verdict,
     /// Keyed digest of the subject (hex).
     pub subject_hash: String,
+    /// The source the signal came from (its name under the tenant's sources), or null for a
+    /// signal posted to `POST /v1/signals`.
+    pub source: Option<String>,
     /// One entry per playbook action, in playbook order.
     pub actions: Vec<DecidedAction>,
     /// When the decision was made (RFC 3339, milliseconds).
     #[schema(format = DateTime)]
     pub created_at: String,
+}
+
+/// A tenant's live figures (`GET /v1/stats`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TenantStats {
+    /// The tenant's name.
+    pub tenant: String,
+    /// When the answering node started: `signals` and `decisions` are counted from then, by
+    /// that node.
+    #[schema(format = DateTime)]
+    pub since: String,
+    /// Signals taken (authenticated and naming a playbook, or a source event mapped to one),
+    /// duplicates included.
+    pub signals: u64,
+    /// Decisions made from them.
+    pub decisions: u64,
+    /// Deliveries waiting for an attempt now, counted up to `counted_to`.
+    pub queued: u64,
+    /// Deliveries that ran out of attempts, within their retention, counted up to `counted_to`.
+    pub dead: u64,
+    /// `queued` and `dead` stop counting here: this value means at least as many.
+    pub counted_to: u64,
 }
 
 /// A page of a subject's decisions, newest first.

@@ -116,6 +116,7 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
             ),
         ));
     };
+    app.stats.signal(&tenant.name);
 
     // 4. The decision: made at once without a key, and with one only by the request that wins
     // the claim. A playbook decided once per subject goes through the subject's claim, keyed or
@@ -135,6 +136,7 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
         live: live.clone(),
         digester: app.digester.clone(),
         tenant: tenant.name.clone(),
+        source: None,
         signal,
     };
     let decide = move |at| decider.decide(at);
@@ -176,8 +178,9 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
 
 /// Counts a decision answered as made by this request (not a replay, nor a keyed signal whose
 /// subject had a decision already).
-pub(crate) fn decided(verdict: Verdict) {
+pub(crate) fn decided(app: &App, tenant: &str, verdict: Verdict) {
     DECISIONS.with_label_values(&[verdict.as_str()]).inc();
+    app.stats.decision(tenant);
 }
 
 /// Everything a signal's decision needs, owned, so a keyed request can hand it to its claim
@@ -186,6 +189,8 @@ pub(crate) struct Decider {
     pub(crate) live: Arc<Live>,
     pub(crate) digester: Digester,
     pub(crate) tenant: String,
+    /// The source's name, for a source's event.
+    pub(crate) source: Option<String>,
     pub(crate) signal: SignalRequest,
 }
 
@@ -206,6 +211,7 @@ impl Decider {
             Signal {
                 tenant: &self.tenant,
                 signal_type: &self.signal.signal_type,
+                source: self.source.as_deref(),
                 subject_hash: self.digester.subject(&self.tenant, &self.signal.subject),
                 metadata: self.signal.metadata.unwrap_or_default(),
             },
@@ -223,7 +229,7 @@ async fn keyless(app: &App, decision: Decision) -> Result<Handled, ApiError> {
         .keyless(&decision)
         .await
         .map_err(|e| ApiError::new(Kind::Internal, e.to_string()))?;
-    decided(decision.verdict);
+    decided(app, &decision.tenant, decision.verdict);
     tracing::debug!(decision = %decision.id, "keyless signal decided");
     Ok(("keyless", stored(&response, false)))
 }
@@ -247,7 +253,7 @@ async fn claim(
     };
     match app.engine.submit(id, submission).await {
         Ok(Reply::First(response)) => {
-            decided(verdict);
+            decided(app, &id.tenant, verdict);
             Ok(("first", stored(&response, false)))
         }
         Ok(Reply::Replayed(response)) if of_subject => {

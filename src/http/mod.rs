@@ -3,6 +3,7 @@
 //! what it answers. It decides nothing about a key and makes nothing durable itself.
 
 pub mod auth;
+pub mod console;
 pub mod decisions;
 pub mod deliveries;
 pub mod endpoints;
@@ -14,6 +15,7 @@ pub mod query;
 pub mod ratelimit;
 pub mod server;
 pub mod sources;
+pub mod stats;
 
 use std::sync::Arc;
 
@@ -58,6 +60,8 @@ pub struct App {
     pub redeliveries: ratelimit::RateLimiter,
     /// Claims, deliveries and the store behind them.
     pub engine: Engine,
+    /// Each tenant's signals and decisions, as this node counted them.
+    pub stats: stats::Tally,
 }
 
 /// The router of the whole service.
@@ -74,10 +78,13 @@ pub fn router(app: Arc<App>) -> Router {
             post(deliveries::redeliver_matching),
         )
         .route("/v1/endpoints", get(endpoints::list))
+        .route("/v1/stats", get(stats::show))
         .route(
             "/v1/sources/{tenant}/{source}",
             post(sources::receive).get(sources::verify_hook),
         )
+        .route("/console", get(console::page))
+        .route("/console/{asset}", get(console::asset))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics::render))
         .route(

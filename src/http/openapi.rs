@@ -8,7 +8,7 @@ use idem_schemas::{
     ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecidedAction,
     DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryStatus, DeliveryView,
     EndpointList, EndpointState, EndpointView, OktaVerification, Problem, RedeliverRequest,
-    Redelivered, SignalRequest, SourceReceipt, Verdict,
+    Redelivered, SignalRequest, SourceReceipt, TenantStats, Verdict,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ObjectBuilder, Type};
@@ -175,6 +175,45 @@ fn redeliver_matching() {}
 fn list_endpoints() {}
 
 #[utoipa::path(
+    get,
+    path = "/v1/stats",
+    tag = "console",
+    summary = "The tenant's live figures",
+    description = "`signals` (authenticated and naming a playbook, or a source event mapped to one; duplicates included) and `decisions` are counted by the answering node since `since`, when it started; on several nodes each counts what it took. `queued` and `dead` are the store's, shared by every node, counted up to `counted_to`.",
+    responses(
+        (status = 200, body = TenantStats),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+fn stats() {}
+
+#[utoipa::path(
+    get,
+    path = "/console",
+    tag = "console",
+    summary = "The web console",
+    description = "A page served from assets in the binary. It signs in with the tenant's API key, kept in the tab's sessionStorage and sent to this API as the Bearer token, and calls nothing but this API. Served with a Content-Security-Policy allowing only this origin and no inline script or style.",
+    responses((status = 200, description = "The page", body = String, content_type = "text/html")),
+)]
+fn console() {}
+
+#[utoipa::path(
+    get,
+    path = "/console/{asset}",
+    tag = "console",
+    summary = "The console's script, style sheet and icon",
+    params(("asset" = String, Path, description = "`app.js`, `app.css` or `icon.svg`")),
+    responses(
+        (status = 200, description = "The asset", content(
+            (String = "text/javascript"), (String = "text/css"), (String = "image/svg+xml")
+        )),
+        (status = 404, description = "not-found: no such asset", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
+fn console_asset() {}
+
+#[utoipa::path(
     post,
     path = "/v1/sources/{tenant}/{source}",
     tag = "sources",
@@ -237,13 +276,14 @@ fn openapi() {}
     info(title = "idem", description = "Exactly-once trust decisions for identity webhooks"),
     paths(
         post_signals, get_decision, list_decisions, get_delivery, list_deliveries, redeliver,
-        redeliver_matching, list_endpoints, post_source, get_source, healthz, metrics, openapi
+        redeliver_matching, list_endpoints, stats, post_source, get_source, console,
+        console_asset, healthz, metrics, openapi
     ),
     components(schemas(
         SignalRequest, DecisionResponse, ActionResult, ActionStatus, Verdict, Problem,
         CallbackEnvelope, CallbackData, DeliveryView, DeliveryPage, AttemptView, DeliveryStatus,
         DecisionView, DecisionPage, DecidedAction, EndpointList, EndpointView, EndpointState,
-        RedeliverRequest, Redelivered, SourceReceipt, OktaVerification
+        RedeliverRequest, Redelivered, SourceReceipt, OktaVerification, TenantStats
     )),
     modifiers(&Extras)
 )]

@@ -219,6 +219,7 @@ async fn take(
             format!("no playbook for {:?}", route.signal_type),
         )
     })?;
+    app.stats.signal(&tenant.name);
     let link = playbook.once_per_subject.map(|window| SubjectLink {
         digest: app
             .digester
@@ -240,6 +241,7 @@ async fn take(
         live: live.clone(),
         digester: app.digester.clone(),
         tenant: tenant.name.clone(),
+        source: Some(source.name.clone()),
         signal: SignalRequest {
             signal_type: route.signal_type.clone(),
             subject,
@@ -258,7 +260,7 @@ async fn take(
     }
     match app.engine.submit(&id, submission).await {
         Ok(Reply::First(_)) => {
-            decided(playbook.decision);
+            decided(app, &tenant.name, playbook.decision);
             Ok(Outcome::Accepted)
         }
         // Claimed now, and its subject had a decision within the playbook's window: that one

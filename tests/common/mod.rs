@@ -931,3 +931,85 @@ pub fn enc(value: &str) -> String {
         })
         .collect()
 }
+
+/// `idem receive`, the reference receiver, as its own process (with [`CALLBACK_SECRET`]):
+/// stopped for real (its port then refuses connections) and started again on the same port.
+pub struct ReceiveProc {
+    child: Child,
+    /// `http://` and the address it listens on.
+    pub base: String,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl ReceiveProc {
+    /// Starts `idem receive` on `listen` (port 0: a free one), remembering ids in `state`.
+    pub fn start(listen: &str, state: &Path) -> ReceiveProc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args(["receive", "--listen", listen, "--secret", CALLBACK_SECRET])
+            .arg("--state")
+            .arg(state)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn idem receive");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let first = lines.next().and_then(Result::ok).expect("address line");
+        let base = first
+            .strip_prefix("idem receive listening on ")
+            .expect("the address")
+            .to_string();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        ReceiveProc {
+            child,
+            base,
+            lines: rx,
+        }
+    }
+
+    /// The address it listens on, `host:port`.
+    pub fn addr(&self) -> &str {
+        self.base.trim_start_matches("http://")
+    }
+
+    /// The next printed line (or panics after 10 s).
+    pub fn line(&self) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a printed line")
+    }
+
+    /// Waits (up to 20 s) for a line starting with `prefix`, passing over others.
+    pub fn wait_line(&self, prefix: &str) -> String {
+        loop {
+            match self.lines.recv_timeout(Duration::from_secs(20)) {
+                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(_) => continue,
+                Err(_) => panic!("idem receive printed no line starting with {prefix:?}"),
+            }
+        }
+    }
+
+    /// The lines printed and not yet read.
+    pub fn printed(&self) -> Vec<String> {
+        self.lines.try_iter().collect()
+    }
+
+    /// Kills it (SIGKILL); the address it listened on.
+    pub fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.addr().to_string()
+    }
+}
+
+impl Drop for ReceiveProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

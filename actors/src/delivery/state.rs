@@ -423,6 +423,7 @@ mod tests {
             id: "dec_1".into(),
             tenant: "acme".into(),
             signal_type: "sim_swap".into(),
+            source: None,
             verdict: Verdict::Deny,
             subject_hash: "ab".into(),
             created_at_ms: T,

@@ -414,6 +414,14 @@ pub trait DeliveryStore: Send + Sync {
         limit: usize,
     ) -> Result<Vec<DeliveryStatus>, StoreError>;
 
+    /// How many of `tenant`'s deliveries have `status`, counting no further than `cap`.
+    fn count_deliveries<'a>(
+        &'a self,
+        tenant: &'a str,
+        status: DeliveryStatus,
+        cap: u64,
+    ) -> Read<'a, u64>;
+
     /// How many deliveries are queued.
     fn queued(&self) -> Read<'_, u64>;
 

@@ -105,6 +105,26 @@ impl DeliveryStore for PgStore {
         })
     }
 
+    fn count_deliveries<'a>(
+        &'a self,
+        tenant: &'a str,
+        status: DeliveryStatus,
+        cap: u64,
+    ) -> Read<'a, u64> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let row = super::row(
+                &client,
+                "SELECT count(*) FROM (SELECT 1 FROM idem_deliveries \
+                 WHERE tenant = $1 AND status = $2 LIMIT $3) AS counted",
+                &[&tenant, &(status_number(status) as i16), &(cap as i64)],
+            )
+            .await?;
+            let counted: i64 = row.map_or(Ok(0), |row| row.try_get(0))?;
+            Ok(counted as u64)
+        })
+    }
+
     fn expire_deliveries(
         &self,
         now_ms: u64,

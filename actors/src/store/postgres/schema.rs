@@ -75,11 +75,18 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (tenant, url)
     );
     "#,
+    // 4: a decision names its source, so every record is of another format (codec version 5):
+    // a database that holds claims, deliveries or decisions an older idem wrote is refused (see
+    // `migrate`). Endpoint health is an observation, rebuilt by the next attempts: it starts
+    // afresh.
+    r#"
+    DELETE FROM idem_endpoints;
+    "#,
 ];
 
-/// The first schema whose claim logs this idem reads: older logs encode another claim record
-/// and fingerprint payloads another way.
-const FIRST_READABLE_CLAIMS: i32 = 2;
+/// The first schema whose records this idem reads: older ones encode claims, deliveries and
+/// decisions another way.
+const FIRST_READABLE: i32 = 4;
 
 /// The schema version this idem reads and writes.
 pub const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -101,16 +108,29 @@ pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
             known: VERSION,
         });
     }
-    if found > 0 && found < FIRST_READABLE_CLAIMS {
-        let claims: i64 = tx
-            .query_one("SELECT count(*) FROM idem_claims", &[])
+    if found > 0 && found < FIRST_READABLE {
+        // Schema 1 has no decisions table.
+        let decisions = if found >= 2 {
+            "(SELECT count(*) FROM idem_decisions)"
+        } else {
+            "0"
+        };
+        let held: i64 = tx
+            .query_one(
+                &format!(
+                    "SELECT (SELECT count(*) FROM idem_claims) \
+                     + (SELECT count(*) FROM idem_deliveries) + {decisions}"
+                ),
+                &[],
+            )
             .await?
             .get(0);
-        if claims > 0 {
+        if held > 0 {
             return Err(StoreError::OldClaims(format!(
-                "schema {found} with {claims} claims that an older idem wrote (this idem reads \
-                 claims of schema {FIRST_READABLE_CLAIMS} on): start on a new database, or stop \
-                 every node, let key_ttl pass and delete the rows of idem_claims"
+                "schema {found} with {held} claims, deliveries and decisions that an older idem \
+                 wrote (this idem reads those of schema {FIRST_READABLE} on): start on a new \
+                 database, or stop every node, let key_ttl and decisions.retention pass and \
+                 delete the rows of idem_claims, idem_deliveries and idem_decisions"
             )));
         }
     }

@@ -279,6 +279,27 @@ impl DeliveryStore for SledStore {
         self.expire(now_ms, requeue_ms, limit)
     }
 
+    fn count_deliveries<'a>(
+        &'a self,
+        tenant: &'a str,
+        status: DeliveryStatus,
+        cap: u64,
+    ) -> Read<'a, u64> {
+        Box::pin(ready(self.commits.usable().and_then(|()| {
+            let mut prefix = tenant_prefix(tenant);
+            prefix.push(status_byte(status));
+            let mut n = 0;
+            for key in self.by_status.scan_prefix(prefix).keys() {
+                key?;
+                n += 1;
+                if n >= cap {
+                    break;
+                }
+            }
+            Ok(n)
+        })))
+    }
+
     fn queued(&self) -> Read<'_, u64> {
         Box::pin(ready(self.read_queued()))
     }

@@ -35,6 +35,7 @@ fn claimed(at: u64, ttl: u64) -> ClaimEvent {
             id: format!("dec_{at}"),
             tenant: "acme".into(),
             signal_type: "sim_swap".into(),
+            source: None,
             verdict: Verdict::Deny,
             subject_hash: "ab".into(),
             created_at_ms: at,
