@@ -323,6 +323,42 @@ async fn an_older_schema_holding_records_is_refused_and_an_empty_one_migrated() 
     assert_eq!(old_health, 0);
 }
 
+/// Refused, each an older idem's: a schema-1 database (it has no decisions table) holding a
+/// delivery, and a schema-2 one holding a decision.
+#[tokio::test]
+async fn older_schemas_holding_deliveries_or_decisions_are_refused() {
+    for (version, setup, insert) in [
+        (
+            1,
+            "DROP TABLE idem_decisions; DROP TABLE idem_endpoints",
+            "INSERT INTO idem_deliveries (id, tenant, status, expires_at_ms, log, records) \
+             VALUES ('msg_old', 'acme', 0, 9999999999999, '\\x04', 1)",
+        ),
+        (
+            2,
+            "DROP TABLE idem_endpoints",
+            "INSERT INTO idem_decisions (tenant, id, subject, signal_type, expires_at_ms, record) \
+             VALUES ('acme', 'dec_old', '\\x00', 'sim_swap', 9999999999999, '\\x04')",
+        ),
+    ] {
+        let (dir, _receiver, url, cfg) = on_a_fresh_database().await;
+        Idem::start(dir.path(), &cfg).terminate().await;
+        sql(
+            &url,
+            &format!("{setup}; UPDATE idem_schema SET version = {version}"),
+        );
+        sql(&url, insert);
+        let (code, stderr) = serve_to_exit(dir.path(), &cfg);
+        assert_eq!(code, Some(2), "schema {version}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "schema {version} with 1 claims, deliveries and decisions"
+            )),
+            "{stderr}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_waiter_on_another_node_is_answered_when_the_holders_answer_is_durable() {
     let (dir, receiver, _, cfg) = on_a_fresh_database().await;

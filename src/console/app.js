@@ -9,6 +9,7 @@
 const KEY = 'idem.key';
 const REFRESH_MS = 2000;
 const TIMEOUT_MS = 10000;
+const BULK_TIMEOUT_MS = 600000;
 const PAGE = 50;
 const STATUSES = ['queued', 'delivered', 'failed', 'dead'];
 const REFUSED = 'The key was refused; sign in again.';
@@ -23,7 +24,8 @@ const state = {
   again: false,       // another refresh was asked for while one was in flight
   timer: 0,
   busy: new Set(),    // delivery ids (or 'bulk') with a redeliver request in flight
-  lastList: '#/decisions',
+  subject: '',        // the subject searched for: kept here, never in the URL or history
+  bulkKey: null,      // the Idempotency-Key of a bulk redelivery until it is answered
 };
 
 const $ = (sel) => document.querySelector(sel);
@@ -145,16 +147,16 @@ function showSigninError(message) {
 // ---------------------------------------------------------------- API
 
 /** Fetches a same-origin API path as JSON; throws ApiError with a message saying what to do. */
-async function api(path, { method = 'GET', body, headers = {}, key = state.key } = {}) {
+async function api(path, { method = 'GET', body, headers = {}, key = state.key, timeout = TIMEOUT_MS } = {}) {
   let res;
   try {
     res = await fetch(path, {
       method, body, cache: 'no-store', credentials: 'omit',
-      signal: AbortSignal.timeout(TIMEOUT_MS),
+      signal: AbortSignal.timeout(timeout),
       headers: { Accept: 'application/json', Authorization: `Bearer ${key}`, ...headers },
     });
   } catch (e) {
-    const why = e.name === 'TimeoutError' ? `no answer within ${TIMEOUT_MS / 1000} s` : e.message;
+    const why = e.name === 'TimeoutError' ? `no answer within ${timeout / 1000} s` : e.message;
     throw new ApiError(0, `idem does not answer (${why}): is it running?`);
   }
   if (res.ok) {
@@ -224,16 +226,21 @@ async function redeliver(id, button) {
   }
 }
 
-/** Redelivers every dead callback of the tenant; one idempotency key per press. */
+/** Redelivers every dead callback of the tenant. A press after a failed one sends the same
+ *  Idempotency-Key, so what the first got through is not redelivered twice; an answered
+ *  press ends the key. Many deliveries take a while: the request may run for minutes. */
 async function redeliverDead(button) {
   state.busy.add('bulk');
   button.disabled = true;
+  state.bulkKey ??= uuid();
   try {
     const res = await api('/v1/deliveries/redeliver', {
       method: 'POST',
       body: JSON.stringify({ status: 'dead' }),
-      headers: { 'Content-Type': 'application/json', 'Idempotency-Key': uuid() },
+      headers: { 'Content-Type': 'application/json', 'Idempotency-Key': state.bulkKey },
+      timeout: BULK_TIMEOUT_MS,
     });
+    state.bulkKey = null;
     const n = res?.redelivered ?? 0;
     showNotice(n ? `${n.toLocaleString()} dead ${n === 1 ? 'delivery' : 'deliveries'} redelivered`
       : 'No dead delivery to redeliver.');
@@ -283,26 +290,24 @@ const decisionsView = {
       id: 'subject', type: 'search', placeholder: 'Subject (phone number, account id)',
       autocomplete: 'off', spellcheck: 'false',
     });
-    input.value = r.subject;
+    input.value = state.subject;
+    const search = (s) => { state.subject = s; route(); };
     const form = el('form', { id: 'search', class: 'search', role: 'search', onsubmit: (e) => {
       e.preventDefault();
-      const s = input.value.trim();
-      const before = location.hash;
-      location.hash = s ? `#/decisions?subject=${encodeURIComponent(s)}` : '#/decisions';
-      if (location.hash === before) { state.rendered = null; refresh(); }
+      search(input.value.trim());
     } },
     el('label', { for: 'subject', class: 'visually-hidden', text: 'Subject' }),
     input,
     el('button', { type: 'submit', class: 'primary', text: 'Search' }),
-    r.subject ? el('a', { href: '#/decisions', class: 'clear', text: 'Clear' }) : null);
+    state.subject ? el('button', { type: 'button', class: 'clear', text: 'Clear', onclick: () => search('') }) : null);
     return [el('div', { class: 'toolbar' }, el('h1', { text: 'Decisions' }), form), dataRegion()];
   },
-  load(r) {
-    const subject = r.subject ? `&subject=${encodeURIComponent(r.subject)}` : '';
+  load() {
+    const subject = state.subject ? `&subject=${encodeURIComponent(state.subject)}` : '';
     return loadPages(`/v1/decisions?limit=${PAGE}${subject}`);
   },
   render(r, { rows, next }) {
-    if (!rows.length) return [el('p', { id: 'empty', class: 'empty' }, r.subject ? NO_MATCH : NO_DECISIONS)];
+    if (!rows.length) return [el('p', { id: 'empty', class: 'empty' }, state.subject ? NO_MATCH : NO_DECISIONS)];
     return [table('decisions', ['Time', 'Type', 'Verdict', 'Source', 'Subject', 'Actions', 'Decision'],
       rows.map(decisionRow)), loadMore(next)];
   },
@@ -335,7 +340,7 @@ function actionSection(action, res) {
 
 const decisionView = {
   build() {
-    return [el('p', { class: 'back' }, el('a', { href: state.lastList, text: '← Decisions' })), dataRegion()];
+    return [el('p', { class: 'back' }, el('a', { href: '#/decisions', text: '← Decisions' })), dataRegion()];
   },
   async load(r) {
     let d;
@@ -449,7 +454,7 @@ const VIEWS = { decisions: decisionsView, decision: decisionView, deliveries: de
 function parseRoute() {
   const [path, query = ''] = location.hash.replace(/^#/, '').split('?');
   const q = new URLSearchParams(query);
-  if (path === '' || path === '/' || path === '/decisions') return { view: 'decisions', subject: (q.get('subject') || '').trim() };
+  if (path === '' || path === '/' || path === '/decisions') return { view: 'decisions' };
   if (path === '/deliveries') {
     const s = q.get('status');
     return { view: 'deliveries', status: STATUSES.includes(s) ? s : 'dead' };
@@ -476,11 +481,10 @@ function route() {
   let r = parseRoute();
   if (!r) {
     history.replaceState(null, '', '#/decisions');
-    r = { view: 'decisions', subject: '' };
+    r = { view: 'decisions' };
   }
   const searching = document.activeElement?.id === 'subject';
   Object.assign(state, { route: r, gen: state.gen + 1, pages: 1, rendered: null });
-  if (r.view === 'decisions') state.lastList = location.hash || '#/decisions';
   markNav(r);
   showError('');
   showNotice('');
@@ -585,7 +589,7 @@ function enterApp(key, stats) {
 /** Forgets the key, stops refreshing and shows the (cleared) sign-in form. */
 function signOut(message = '') {
   sessionStorage.removeItem(KEY);
-  Object.assign(state, { key: null, gen: state.gen + 1, rendered: null });
+  Object.assign(state, { key: null, gen: state.gen + 1, rendered: null, subject: '', bulkKey: null });
   state.busy.clear();
   clearTimeout(state.timer);
   $('#app').hidden = true;

@@ -41,9 +41,16 @@ impl Asset {
 
     /// The asset, or 304 when the browser's copy has the same tag.
     fn respond(&self, request: &HeaderMap) -> Response {
+        // RFC 9110 13.1.2: a list of tags, compared weakly (a proxy that compresses may have
+        // marked the tag W/), or `*`.
+        let etag = self.etag.to_str().unwrap_or_default();
         let fresh = request
-            .get(header::IF_NONE_MATCH)
-            .is_some_and(|tag| tag == self.etag);
+            .get_all(header::IF_NONE_MATCH)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .map(|tag| tag.trim())
+            .any(|tag| tag == "*" || tag.trim_start_matches("W/") == etag);
         let mut response = if fresh {
             StatusCode::NOT_MODIFIED.into_response()
         } else {

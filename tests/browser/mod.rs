@@ -167,6 +167,15 @@ impl Browser {
         self.find(css).await.expect("the element just seen")
     }
 
+    /// Waits until nothing matches `css`.
+    pub async fn wait_gone(&self, css: &str, what: &str) {
+        let started = Instant::now();
+        while self.find(css).await.is_some() {
+            assert!(started.elapsed() < PATIENCE, "{what}: {css} still there");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Clicks `element` as a user does (WebDriver's click: scrolled into view, real events).
     pub async fn click(&self, element: &Element) {
         let id = element.id();

@@ -939,6 +939,8 @@ pub struct ReceiveProc {
     /// `http://` and the address it listens on.
     pub base: String,
     lines: std::sync::mpsc::Receiver<String>,
+    /// Every line taken from `lines` so far.
+    read: Mutex<Vec<String>>,
 }
 
 impl ReceiveProc {
@@ -968,6 +970,7 @@ impl ReceiveProc {
             child,
             base,
             lines: rx,
+            read: Mutex::default(),
         }
     }
 
@@ -976,27 +979,32 @@ impl ReceiveProc {
         self.base.trim_start_matches("http://")
     }
 
+    fn next(&self, within: Duration) -> Option<String> {
+        let line = self.lines.recv_timeout(within).ok()?;
+        self.read.lock().expect("lock").push(line.clone());
+        Some(line)
+    }
+
     /// The next printed line (or panics after 10 s).
     pub fn line(&self) -> String {
-        self.lines
-            .recv_timeout(Duration::from_secs(10))
-            .expect("a printed line")
+        self.next(Duration::from_secs(10)).expect("a printed line")
     }
 
     /// Waits (up to 20 s) for a line starting with `prefix`, passing over others.
     pub fn wait_line(&self, prefix: &str) -> String {
         loop {
-            match self.lines.recv_timeout(Duration::from_secs(20)) {
-                Ok(line) if line.starts_with(prefix) => return line,
-                Ok(_) => continue,
-                Err(_) => panic!("idem receive printed no line starting with {prefix:?}"),
+            match self.next(Duration::from_secs(20)) {
+                Some(line) if line.starts_with(prefix) => return line,
+                Some(_) => continue,
+                None => panic!("idem receive printed no line starting with {prefix:?}"),
             }
         }
     }
 
-    /// The lines printed and not yet read.
+    /// Every line it printed so far, those already read included.
     pub fn printed(&self) -> Vec<String> {
-        self.lines.try_iter().collect()
+        while self.next(Duration::ZERO).is_some() {}
+        self.read.lock().expect("lock").clone()
     }
 
     /// Kills it (SIGKILL); the address it listened on.
