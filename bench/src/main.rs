@@ -3,7 +3,8 @@
 //! closed-loop workers, and prints a table: requests/s, latency percentiles, statuses, the
 //! server's peak RSS and data-dir bytes, and each scenario's ratio to `keyless` in the same run
 //! (the storm's losers' p99 also as a ratio to idem's own 404 for the same bursts in the same
-//! run).
+//! run, and `claim`, one durable write per new key, as a ratio to the `redis` anchor doing the
+//! same job in the same run).
 //!
 //! `cargo run --release -p bench -- --scenario keyless,unique,replay,storm,pg,ceiling
 //! --duration 10s --concurrency 32 [--runs N] [--rate R] [--json FILE] [--window-keys 1000000]
@@ -103,7 +104,14 @@ async fn load(args: &Args, binary: &Path, receiver: std::net::SocketAddr) -> Res
             .iter()
             .find(|r| r.name == "keyless")
             .map(|r| r.stats.rate());
-        let figures: Vec<Figures> = rows.iter().map(|r| Figures::of(r, keyless)).collect();
+        let redis = rows
+            .iter()
+            .find(|r| r.name == "redis")
+            .map(|r| r.stats.rate());
+        let figures: Vec<Figures> = rows
+            .iter()
+            .map(|r| Figures::of(r, keyless).against_anchor(redis))
+            .collect();
         if args.runs > 1 {
             // Each run's notes (the storm's one-decision check among them) under its rows.
             figures.iter().for_each(Figures::print_note);

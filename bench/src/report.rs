@@ -56,6 +56,8 @@ pub struct Figures {
     ratio: Option<f64>,
     /// The row's p99 over its `floor_p99` (the storm's losers over idem's own 404).
     floor_ratio: Option<f64>,
+    /// `claim`'s requests/s over the `redis` anchor's in the same run.
+    anchor_ratio: Option<f64>,
     /// p50, p90, p99 and max latency, in ms.
     latency_ms: [f64; 4],
     requests: u64,
@@ -77,6 +79,7 @@ impl Figures {
                 .floor_p99
                 .filter(|floor| !floor.is_zero())
                 .map(|floor| s.percentile(99.0).as_secs_f64() / floor.as_secs_f64()),
+            anchor_ratio: None,
             latency_ms: [50.0, 90.0, 99.0, 100.0].map(|p| ms(s.percentile(p))),
             requests: s.requests,
             rss: row.rss,
@@ -84,6 +87,15 @@ impl Figures {
             statuses: s.statuses.clone(),
             note: row.note.clone(),
         }
+    }
+
+    /// A `claim` row's figures with its ratio to the `redis` anchor's requests/s in the same
+    /// run, if both ran.
+    pub fn against_anchor(mut self, redis: Option<f64>) -> Figures {
+        if self.name.starts_with("claim") {
+            self.anchor_ratio = redis.map(|r| self.rate / r);
+        }
+        self
     }
 
     /// Each figure's median over `runs` (statuses summed).
@@ -98,11 +110,13 @@ impl Figures {
         }
         let ratios: Vec<f64> = runs.clone().filter_map(|r| r.ratio).collect();
         let floor_ratios: Vec<f64> = runs.clone().filter_map(|r| r.floor_ratio).collect();
+        let anchor_ratios: Vec<f64> = runs.clone().filter_map(|r| r.anchor_ratio).collect();
         Figures {
             name: first.map_or_else(String::new, |f| f.name.clone()),
             rate: of(&|f| f.rate),
             ratio: (!ratios.is_empty()).then(|| median(ratios)),
             floor_ratio: (!floor_ratios.is_empty()).then(|| median(floor_ratios)),
+            anchor_ratio: (!anchor_ratios.is_empty()).then(|| median(anchor_ratios)),
             latency_ms: [0, 1, 2, 3].map(|i| of(&|f| f.latency_ms[i])),
             requests: of(&|f| f.requests as f64) as u64,
             rss: of(&|f| f.rss as f64) as u64,
@@ -139,6 +153,12 @@ impl Figures {
         if let Some(r) = self.floor_ratio {
             println!("  {} losers p99 / idem's own 404 p99: {r:.2}x", self.name);
         }
+        if let Some(r) = self.anchor_ratio {
+            println!(
+                "  {} / redis (SET NX, appendfsync always): {r:.2}x",
+                self.name
+            );
+        }
     }
 
     /// The row's note, if it has one, under the table.
@@ -156,6 +176,7 @@ impl Figures {
             "requests_per_s": self.rate,
             "ratio_to_keyless": self.ratio,
             "p99_ratio_to_404_floor": self.floor_ratio,
+            "ratio_to_redis": self.anchor_ratio,
             "requests": self.requests,
             "p50_ms": p50,
             "p90_ms": p90,
@@ -231,6 +252,24 @@ mod tests {
         assert_eq!(unique.statuses.get(&201), Some(&156));
         assert_eq!(unique.latency_ms, [5.0, 6.0, 6.0, 6.0]);
         assert_eq!(unique.rss, 50 << 20);
+    }
+
+    #[test]
+    fn claim_is_a_ratio_to_the_redis_anchor_of_its_own_run_and_no_other_row_is() {
+        // Runs whose claim/redis ratios are 0.1, 0.3 and 0.2: the median is 0.2.
+        let runs: Vec<Figures> = [(10, 100), (30, 100), (40, 200)]
+            .iter()
+            .map(|&(claim, redis)| {
+                Figures::of(&row("claim", claim, &[1], 201), None)
+                    .against_anchor(Some(redis as f64))
+            })
+            .collect();
+        let claim = Figures::median(runs.iter());
+        assert!((claim.anchor_ratio.unwrap_or(0.0) - 0.2).abs() < 1e-9);
+        let unique = Figures::of(&row("unique", 10, &[1], 201), None).against_anchor(Some(100.0));
+        assert_eq!(unique.anchor_ratio, None);
+        let alone = Figures::of(&row("claim", 10, &[1], 201), None).against_anchor(None);
+        assert_eq!(alone.anchor_ratio, None, "no redis row in the run");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 mod ceiling;
 mod keyless;
 mod pg;
+mod redis;
 mod replay;
 mod storm;
 mod unique;
@@ -28,6 +29,9 @@ pub enum Scenario {
     Keyless,
     /// Every request a new key: claim, dispatch, complete (two group commits)
     Unique,
+    /// Every request a new key of a playbook without actions: claim, recovery point and
+    /// completion in one durable write (the job `redis` does)
+    Claim,
     /// Every request a completed key (1000 keys)
     Replay,
     /// --storm-keys keys x --storm-copies simultaneous copies, after one unmeasured burst;
@@ -39,6 +43,9 @@ pub enum Scenario {
     Window,
     /// The seed design's three durable writes on the local PostgreSQL (the baseline)
     Pg,
+    /// `SET key v NX` on a throw-away redis-server with appendonly and appendfsync always,
+    /// from as many connections (the anchor of `claim`)
+    Redis,
     /// The load generator against a trivial in-process server: its own limit
     Ceiling,
 }
@@ -49,10 +56,12 @@ impl Scenario {
         match self {
             Scenario::Keyless => "keyless",
             Scenario::Unique => "unique",
+            Scenario::Claim => "claim",
             Scenario::Replay => "replay",
             Scenario::Storm => "storm",
             Scenario::Window => "window",
             Scenario::Pg => "pg",
+            Scenario::Redis => "redis",
             Scenario::Ceiling => "ceiling",
         }
     }
@@ -61,7 +70,11 @@ impl Scenario {
     pub fn has_callgrind(self) -> bool {
         matches!(
             self,
-            Scenario::Keyless | Scenario::Unique | Scenario::Replay | Scenario::Storm
+            Scenario::Keyless
+                | Scenario::Unique
+                | Scenario::Claim
+                | Scenario::Replay
+                | Scenario::Storm
         )
     }
 }
@@ -119,9 +132,9 @@ pub async fn run_scenarios(
 ) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     for scenario in args.scenarios() {
-        // The baseline and the ceiling run no idem: once, whatever the stores.
+        // The baselines and the ceiling run no idem: once, whatever the stores.
         let stores = match scenario {
-            Scenario::Pg | Scenario::Ceiling => &[StoreKind::Sled][..],
+            Scenario::Pg | Scenario::Redis | Scenario::Ceiling => &[StoreKind::Sled][..],
             _ => &args.stores[..],
         };
         for &store in stores {
@@ -148,16 +161,18 @@ pub async fn run_scenarios(
             };
             let mut row = match scenario {
                 Scenario::Keyless => keyless::run(&ctx).await?,
-                Scenario::Unique => unique::run(&ctx).await?,
+                Scenario::Unique => unique::run(&ctx, Scenario::Unique).await?,
+                Scenario::Claim => unique::run(&ctx, Scenario::Claim).await?,
                 Scenario::Replay => replay::run(&ctx).await?,
                 Scenario::Storm => storm::run(&ctx).await?,
                 Scenario::Window => window::run(&ctx, extra).await?,
                 Scenario::Pg => pg::run(&ctx).await?,
+                Scenario::Redis => redis::run(&ctx).await?,
                 Scenario::Ceiling => ceiling::run(&ctx).await?,
             };
             let spread = matches!(
                 scenario,
-                Scenario::Unique | Scenario::Replay | Scenario::Storm
+                Scenario::Unique | Scenario::Claim | Scenario::Replay | Scenario::Storm
             );
             match store {
                 StoreKind::Postgres if nodes > 1 && spread => {
@@ -184,10 +199,12 @@ pub async fn instructions(
     let http = client();
     match scenario {
         Scenario::Keyless => keyless::instructions(idem, http, counters, requests).await,
-        Scenario::Unique => unique::instructions(idem, http, counters, requests).await,
+        Scenario::Unique | Scenario::Claim => {
+            unique::instructions(scenario, idem, http, counters, requests).await
+        }
         Scenario::Replay => replay::instructions(idem, http, counters, requests).await,
         Scenario::Storm => storm::instructions(idem, counters).await,
-        Scenario::Window | Scenario::Pg | Scenario::Ceiling => {
+        Scenario::Window | Scenario::Pg | Scenario::Redis | Scenario::Ceiling => {
             Err(format!("--callgrind does not measure {}", scenario.name()))
         }
     }

@@ -1,27 +1,41 @@
 //! `unique`: signed `sim_swap` signals, each under a new idempotency key, as fast as answered (or
 //! paced by `--rate`): claim, dispatch, complete (two group commits) on top of `keyless`' work.
+//! `claim`: the same with a playbook without actions (`noop`), so a signal is one durable write,
+//! its claim, recovery point and completion at once: the job the `redis` anchor does.
 
-use super::{with_storage_written, Context};
+use super::{with_storage_written, Context, Scenario};
 use crate::callgrind::{self, Counters, Measured};
 use crate::report::Row;
 use crate::server::Idem;
 use crate::signals::signal;
 
+/// The signal type `scenario` (`unique` or `claim`) sends.
+fn signal_type(scenario: Scenario) -> &'static str {
+    match scenario {
+        Scenario::Claim => "noop",
+        _ => "sim_swap",
+    }
+}
+
 /// The scenario.
-pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
+pub async fn run(ctx: &Context<'_>, scenario: Scenario) -> Result<Row, String> {
     let nodes = ctx.start_nodes("24h")?;
     let http = ctx.http.clone();
     let urls: Vec<String> = nodes.iter().map(Idem::signals_url).collect();
     let run_id = idem_schemas::timefmt::now_ms();
-    Ok(with_storage_written(ctx, &nodes[0], "unique", move |n| {
-        let url = urls[n as usize % urls.len()].clone();
-        request(http.clone(), url, run_id, n)
-    })
-    .await)
+    let kind = signal_type(scenario);
+    Ok(
+        with_storage_written(ctx, &nodes[0], scenario.name(), move |n| {
+            let url = urls[n as usize % urls.len()].clone();
+            request(http.clone(), url, kind, run_id, n)
+        })
+        .await,
+    )
 }
 
 /// `--callgrind`: the same requests, every one under a new key.
 pub async fn instructions(
+    scenario: Scenario,
     idem: &Idem,
     http: reqwest::Client,
     counters: &Counters,
@@ -29,15 +43,16 @@ pub async fn instructions(
 ) -> Result<Measured, String> {
     let url = idem.signals_url();
     let run_id = idem_schemas::timefmt::now_ms();
+    let kind = signal_type(scenario);
     let stats = callgrind::after_warm_up(counters, requests, move |n| {
-        request(http.clone(), url.clone(), run_id, n)
+        request(http.clone(), url.clone(), kind, run_id, n)
     })
     .await?;
     Ok(stats.into())
 }
 
-/// Signal `n` under its own key, `u-<run_id>-<n>`; its status.
-async fn request(http: reqwest::Client, url: String, run_id: u64, n: u64) -> u16 {
+/// Signal `n` of `kind` under its own key, `u-<run_id>-<n>`; its status.
+async fn request(http: reqwest::Client, url: String, kind: &str, run_id: u64, n: u64) -> u16 {
     let key = format!("u-{run_id}-{n}");
-    signal(&http, &url, "sim_swap", n, Some(&key)).await.0
+    signal(&http, &url, kind, n, Some(&key)).await.0
 }
