@@ -69,8 +69,6 @@ async fn shot(browser: &Browser, name: &str) {
     if let Some(dir) = std::env::var_os("IDEM_CONSOLE_SCREENSHOTS") {
         let dir = PathBuf::from(dir);
         std::fs::create_dir_all(&dir).expect("screenshot dir");
-        // Let the refresh that just landed finish painting.
-        tokio::time::sleep(Duration::from_millis(300)).await;
         browser.screenshot(&dir.join(format!("{name}.png"))).await;
     }
 }

@@ -6,7 +6,7 @@
 use idem_schemas::{DeliveryEvent, DeliveryRecord, DeliveryStatus};
 
 use super::keys::{
-    delivery_key, delivery_prefix, split_time_key, status_byte, status_key, tenant_prefix, time_key,
+    delivery_key, delivery_prefix, split_time_key, status_byte, status_key, time_key,
 };
 use super::SledStore;
 use crate::codec;
@@ -60,8 +60,7 @@ impl SledStore {
                     continue;
                 }
             }
-            let mut prefix = tenant_prefix(tenant);
-            prefix.push(status_byte(st));
+            let prefix = status_key(tenant, st, "");
             let start = match after {
                 Some((after_status, id)) if after_status == st => {
                     let mut k = status_key(tenant, st, id);
@@ -286,17 +285,13 @@ impl DeliveryStore for SledStore {
         cap: u64,
     ) -> Read<'a, u64> {
         Box::pin(ready(self.commits.usable().and_then(|()| {
-            let mut prefix = tenant_prefix(tenant);
-            prefix.push(status_byte(status));
-            let mut n = 0;
-            for key in self.by_status.scan_prefix(prefix).keys() {
-                key?;
-                n += 1;
-                if n >= cap {
-                    break;
-                }
-            }
-            Ok(n)
+            // The listing's entries of `status`: `status_key` with no id is their prefix.
+            let entries = self.by_status.scan_prefix(status_key(tenant, status, ""));
+            entries
+                .keys()
+                .take(cap as usize)
+                .try_fold(0, |n, key| key.map(|_| n + 1))
+                .map_err(StoreError::from)
         })))
     }
 
