@@ -1,7 +1,7 @@
 //! The expiry sweeper: a task that, every `period`, deletes claim generations whose `key_ttl`
-//! has passed, final deliveries past their retention and decisions past theirs, each by walking
-//! an index kept in expiry order from its oldest entry. The store's size follows the keys in the
-//! window, and a tick touches only what is due.
+//! has passed, final deliveries past their retention and decisions past theirs, each walked in
+//! the order it expires from its oldest. The store's size follows the keys in the window, and a
+//! tick touches only what is due.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -337,13 +337,25 @@ pub mod hex_text {
             .enumerate()
             .rev()
             .find_map(|(n, p)| Some((n as u8, text.strip_prefix(p)?)))?;
-        // Lowercase only: `hex::encode` must give the same text back.
-        let lowercase = hex.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
-        if hex.is_empty() || !lowercase {
+        let hex = hex.as_bytes();
+        if hex.is_empty() || hex.len() % 2 != 0 {
             return None;
         }
-        let bytes = hex::decode(hex).ok()?;
+        let mut bytes = Vec::with_capacity(hex.len() / 2);
+        for pair in hex.chunks_exact(2) {
+            bytes.push(nibble(pair[0])? << 4 | nibble(pair[1])?);
+        }
         Some(Stored::Hex { prefix, bytes })
+    }
+
+    /// A lowercase hex digit's value: lowercase only, so that reading it back gives the same
+    /// text.
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        }
     }
 
     /// Stores `text` (serde `with`).

@@ -10,8 +10,8 @@ use idem_schemas::{ClaimEvent, DecisionRecord, DeliveryEvent};
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
 use super::keys::{
-    claim_key, decision_key, delivery_key, log_key, log_prefix, status_key, subject_prefix,
-    tenant_prefix, time_key, Index,
+    claim_key, decision_key, delivery_key, log_key, log_prefix, status_key, subject_listing,
+    time_key, Index,
 };
 use super::SledStore;
 use crate::codec;
@@ -26,7 +26,6 @@ const BY_STATUS: usize = 4;
 const DELIVERY_EXPIRY: usize = 5;
 const DECISIONS: usize = 6;
 const BY_SUBJECT: usize = 7;
-const DECISION_EXPIRY: usize = 8;
 
 /// One insert: into which tree, the key, the value.
 type Insert = (usize, Vec<u8>, Vec<u8>);
@@ -88,21 +87,9 @@ impl SledStore {
         let mut decision_writes: Vec<(Vec<u8>, Vec<Insert>)> = Vec::new();
         for record in decisions {
             let key = decision_key(&record.tenant, &record.id);
-            let listed = [
-                &subject_prefix(&record.tenant, &record.subject_hash)[..],
-                record.id.as_bytes(),
-            ]
-            .concat();
-            let expiry = [
-                &record.expires_at_ms.to_be_bytes()[..],
-                &tenant_prefix(&record.tenant),
-                record.id.as_bytes(),
-            ]
-            .concat();
             let inserts = vec![
                 (DECISIONS, key.clone(), codec::encode(record)?),
-                (BY_SUBJECT, listed, Vec::new()),
-                (DECISION_EXPIRY, expiry, Vec::new()),
+                (BY_SUBJECT, subject_listing(record), Vec::new()),
             ];
             decision_writes.push((key, inserts));
         }
@@ -115,7 +102,6 @@ impl SledStore {
             &self.delivery_expiry,
             &self.decisions,
             &self.by_subject,
-            &self.decision_expiry,
         ];
         let outcome = trees[..].transaction(|t| {
             // The key's one actor is its only writer here; should anything have moved the

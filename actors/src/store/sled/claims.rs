@@ -137,13 +137,9 @@ impl SledStore {
         let head = first_head(id, &events)?;
         let now_ms = head.generation;
         let key = claim_key(&head.id);
-        let current = self.claims.get(&key)?;
-        if held_at(current.as_deref(), now_ms)? {
-            return self.held(&head.id, now_ms);
-        }
         // The log first, only where nothing is (a writer of the same generation would be there
-        // already); the index last, only if it still names what was read: a crash between the
-        // two leaves a log nothing names, swept in time, never an index naming no log.
+        // already); the index last: a crash between the two leaves a log nothing names, swept
+        // in time, never an index naming no log. A start that loses removes its log again.
         let first = log_key(&log_prefix(&head), 0);
         let written = self.claim_logs.compare_and_swap(
             &first,
@@ -153,9 +149,21 @@ impl SledStore {
         if written.is_err() && fencing() {
             return self.held(&head.id, now_ms);
         }
-        let named = self
-            .claims
-            .compare_and_swap(&key, current, Some(Index::of(&head).value()))?;
+        // Most starts are of a key never claimed (its actor found nothing a moment ago), so the
+        // index is written where nothing is, in one descent, without reading it first. Only
+        // when something is there does it count: a generation that expired is replaced, if it
+        // is still what was found; one that holds the key wins.
+        let index = Index::of(&head).value();
+        let named =
+            match self
+                .claims
+                .compare_and_swap(&key, None as Option<&[u8]>, Some(index.clone()))?
+            {
+                Err(found) if !held_at(found.current.as_deref(), now_ms)? => self
+                    .claims
+                    .compare_and_swap(&key, found.current, Some(index))?,
+                named => named,
+            };
         if named.is_err() && fencing() {
             self.claim_logs.remove(&first)?;
             return self.held(&head.id, now_ms);

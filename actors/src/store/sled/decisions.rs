@@ -1,15 +1,16 @@
-//! Decisions kept for lookup, in sled. Three trees: `decisions` holds each record under its
+//! Decisions kept for lookup, in sled. Two trees: `decisions` holds each record under its
 //! tenant and id; `decisions_by_subject` names each decision under its tenant and subject
-//! digest, in id order, which is the order decisions are made (ids are time-ordered), so a
-//! subject's decisions newest first are one reverse scan of a prefix; `decision_expiry` orders
-//! them by the end of their retention, for the sweeper. A record is written once: writing a
-//! decision that is kept already (a claim finished again after a take-over) leaves it as it is.
+//! digest. Ids are time-ordered, so both are in the order decisions are made: a subject's
+//! decisions newest first are one reverse scan of a prefix, and a tenant's decisions are in the
+//! order they expire (one retention for all), so the sweeper walks each tenant's from its oldest
+//! and needs no index of its own. A record is written once: writing a decision that is kept
+//! already (a claim finished again after a take-over) leaves it as it is.
 
 use std::future::ready;
 
 use idem_schemas::DecisionRecord;
 
-use super::keys::{decision_key, split_decision_expiry_key, subject_prefix, tenant_prefix};
+use super::keys::{decision_key, past_tenant, subject_listing, subject_prefix, tenant_prefix};
 use super::SledStore;
 use crate::codec;
 use crate::store::{DecisionStore, Read, StoreError};
@@ -74,25 +75,31 @@ impl DecisionStore for SledStore {
     }
 
     fn expire_decisions(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        // Each tenant's decisions from its oldest, up to the first that has not expired. Made
+        // under a longer retention than today's, the oldest hold the newer ones behind them
+        // back until they go too; an expired record reads as none meanwhile.
         let mut expired = 0;
-        for entry in self
-            .decision_expiry
-            .range(..now_ms.to_be_bytes().to_vec())
-            .take(limit)
-        {
-            let (key, _) = entry?;
-            let (tenant, id) = split_decision_expiry_key(&key)?;
-            if let Some(record) = self.decisions.remove(decision_key(&tenant, &id))? {
-                let record: DecisionRecord = codec::decode(&record)?;
-                let listed = [
-                    &subject_prefix(&tenant, &record.subject_hash)[..],
-                    id.as_bytes(),
-                ]
-                .concat();
-                self.by_subject.remove(listed)?;
+        let mut from = Vec::new();
+        while expired < limit {
+            let Some(first) = self.decisions.range(from..).keys().next() else {
+                break;
+            };
+            let first = first?;
+            let next_tenant = past_tenant(&first)?;
+            for entry in self.decisions.range(first.to_vec()..next_tenant.clone()) {
+                let (key, value) = entry?;
+                let record: DecisionRecord = codec::decode(&value)?;
+                if record.expires_at_ms > now_ms {
+                    break;
+                }
+                self.decisions.remove(&key)?;
+                self.by_subject.remove(subject_listing(&record))?;
+                expired += 1;
+                if expired == limit {
+                    break;
+                }
             }
-            self.decision_expiry.remove(&key)?;
-            expired += 1;
+            from = next_tenant;
         }
         Ok(expired)
     }
@@ -157,19 +164,7 @@ impl SledStore {
         if kept.is_err() {
             return Ok(());
         }
-        let listed = [
-            &subject_prefix(&record.tenant, &record.subject_hash)[..],
-            record.id.as_bytes(),
-        ]
-        .concat();
-        self.by_subject.insert(listed, &[])?;
-        let expiry = [
-            &record.expires_at_ms.to_be_bytes()[..],
-            &tenant_prefix(&record.tenant),
-            record.id.as_bytes(),
-        ]
-        .concat();
-        self.decision_expiry.insert(expiry, &[])?;
+        self.by_subject.insert(subject_listing(record), &[])?;
         Ok(())
     }
 }

@@ -11,8 +11,9 @@ use crate::store::StoreError;
 /// claim logs in expiry order behind an index, 16 MiB segments; 5: `completed` a flag on the
 /// index entry, ids and digests stored as bytes; 6: a claim names its subject's claim, payload
 /// fingerprints are of the body's RFC 8785 form, and decisions are kept for lookup; 7: a
-/// decision names its source.
-pub const FORMAT: u8 = 7;
+/// decision names its source; 8: decisions swept in the order they were made, without an expiry
+/// index.
+pub const FORMAT: u8 = 8;
 
 /// Where the data directory's format is written (sled's default tree).
 pub const FORMAT_KEY: &[u8] = b"idem_format";

@@ -12,9 +12,8 @@
 //! - `decisions`: `tenant length ‖ tenant ‖ decision id → record`.
 //! - `decisions_by_subject`: `tenant length ‖ tenant ‖ digest length ‖ subject digest ‖
 //!   decision id`, a subject's decisions in the order they were made.
-//! - `decision_expiry`: `expires_at ‖ tenant length ‖ tenant ‖ decision id`.
 
-use idem_schemas::DeliveryStatus;
+use idem_schemas::{DecisionRecord, DeliveryStatus};
 
 use crate::store::{ClaimId, LogHead, StoreError, Timed};
 
@@ -193,14 +192,17 @@ pub fn subject_prefix(tenant: &str, subject_hash: &str) -> Vec<u8> {
     key
 }
 
-/// A `decision_expiry` key back into its tenant and decision id.
-pub fn split_decision_expiry_key(key: &[u8]) -> Result<(String, String), StoreError> {
-    let malformed = StoreError::Malformed("decision_expiry");
-    let (_, rest) = key.split_first_chunk::<8>().ok_or(malformed.clone())?;
-    let (&len, rest) = rest.split_first().ok_or(malformed.clone())?;
-    let (tenant, id) = rest
-        .split_at_checked(len as usize)
-        .ok_or(malformed.clone())?;
-    let text = |b: &[u8]| String::from_utf8(b.to_vec()).map_err(|_| malformed.clone());
-    Ok((text(tenant)?, text(id)?))
+/// A decision's entry in its subject's listing: `subject prefix ‖ decision id`.
+pub fn subject_listing(record: &DecisionRecord) -> Vec<u8> {
+    let mut key = subject_prefix(&record.tenant, &record.subject_hash);
+    key.extend_from_slice(record.id.as_bytes());
+    key
+}
+
+/// The first key past every decision of the tenant whose decision `key` is (ids are ASCII).
+pub fn past_tenant(key: &[u8]) -> Result<Vec<u8>, StoreError> {
+    let malformed = || StoreError::Malformed("decisions");
+    let len = *key.first().ok_or_else(malformed)? as usize;
+    let prefix = key.get(..1 + len).ok_or_else(malformed)?;
+    Ok([prefix, &[0xff]].concat())
 }

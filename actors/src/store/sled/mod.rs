@@ -43,8 +43,6 @@ pub struct SledStore {
     decisions: ::sled::Tree,
     /// A subject's decisions, in the order they were made.
     by_subject: ::sled::Tree,
-    /// Decisions by the end of their retention.
-    decision_expiry: ::sled::Tree,
     /// Each endpoint's health, by tenant and URL.
     endpoints: ::sled::Tree,
     commits: GroupCommit,
@@ -64,7 +62,6 @@ impl SledStore {
             delivery_expiry: db.open_tree("delivery_expiry")?,
             decisions: db.open_tree("decisions")?,
             by_subject: db.open_tree("decisions_by_subject")?,
-            decision_expiry: db.open_tree("decision_expiry")?,
             endpoints: db.open_tree("endpoints")?,
             commits: GroupCommit::start(db.clone(), dir)?,
             db,

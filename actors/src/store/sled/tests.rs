@@ -6,15 +6,16 @@ use std::sync::Arc;
 
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{
-    Claim, ClaimEvent, Decision, DeliveryEvent, DeliveryRecord, DeliveryStatus, StoredResponse,
-    Verdict,
+    Claim, ClaimEvent, Decision, DecisionRecord, DeliveryEvent, DeliveryRecord, DeliveryStatus,
+    StoredResponse, Verdict,
 };
 
 use super::format::{FORMAT_KEY, SEGMENT_BYTES};
 use super::keys::{claim_key, log_key, log_prefix};
 use super::{SledStore, FORMAT};
 use crate::store::{
-    ClaimId, ClaimStore, DeliveryWrite, LogHead, Placement, Store, StoreError, Unit, Written,
+    ClaimId, ClaimStore, DecisionStore, DeliveryWrite, LogHead, Placement, Store, StoreError, Unit,
+    Written,
 };
 
 /// A claim id of `tenant` whose digest is `byte` repeated.
@@ -377,4 +378,72 @@ async fn a_claim_with_queued_deliveries_is_written_whole_and_survives_a_reopen()
         .read_decision("acme", &record.id, t)
         .expect("decision");
     assert_eq!(kept, Some(record));
+}
+
+/// A decision record of `tenant` made at `at` (its id in that order), about subject `subject`,
+/// kept until `expires_at`.
+fn record(tenant: &str, at: u64, expires_at: u64, subject: &str) -> DecisionRecord {
+    DecisionRecord {
+        id: format!("dec_{at:032x}"),
+        tenant: tenant.into(),
+        signal_type: "sim_swap".into(),
+        source: None,
+        verdict: Verdict::Deny,
+        subject_hash: subject.into(),
+        created_at_ms: at,
+        expires_at_ms: expires_at,
+        actions: vec![],
+    }
+}
+
+#[tokio::test]
+async fn decisions_are_swept_per_tenant_from_their_oldest_up_to_the_first_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let now = now_ms();
+    let (past, later) = (now - 1, now + 60_000);
+    let kept = [
+        // acme: two expired, then one kept, then one expired behind it (made under a shorter
+        // retention): it waits for the one before it.
+        record("acme", 1, past, "aa"),
+        record("acme", 2, past, "aa"),
+        record("acme", 3, later, "aa"),
+        record("acme", 4, past, "bb"),
+        // Tenants with a name of acme's length and of another: each is swept on its own.
+        record("acmf", 1, past, "aa"),
+        record("bank", 5, later, "aa"),
+        record("zeta-co", 1, past, "cc"),
+        record("zeta-co", 2, past, "cc"),
+    ];
+    let mut unit = Unit::new();
+    for r in &kept {
+        unit = unit.record_decision(r.clone());
+    }
+    commit(&store, unit).await;
+
+    // A batch of 3 stops there; the next sweep goes on where decisions are still due.
+    assert_eq!(store.expire_decisions(now, 3).expect("sweep"), 3);
+    assert_eq!(store.expire_decisions(now, 100).expect("sweep"), 2);
+    assert_eq!(store.expire_decisions(now, 100).expect("sweep"), 0);
+
+    let left: Vec<(String, String)> = store
+        .decisions
+        .iter()
+        .values()
+        .map(|v| {
+            let r: DecisionRecord = crate::codec::decode(&v.expect("value")).expect("record");
+            (r.tenant, r.id)
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [("acme", 3), ("acme", 4), ("bank", 5)]
+        .iter()
+        .map(|(t, at)| (t.to_string(), format!("dec_{at:032x}")))
+        .collect();
+    assert_eq!(left, expected);
+    // Each swept decision left its subject's listing too; the kept ones are still listed.
+    assert_eq!(store.by_subject.len(), 3);
+    // The expired one held back reads as gone; the kept one reads.
+    let read = |at: u64| store.read_decision("acme", &format!("dec_{at:032x}"), now);
+    assert!(read(4).expect("read").is_none());
+    assert!(read(3).expect("read").is_some());
 }
