@@ -80,7 +80,7 @@ impl Digester {
 
     /// The `subject_hash` of a subject (hex).
     pub fn subject(&self, tenant: &str, subject: &str) -> String {
-        hex::encode(self.digest(b"idem/subject/v1", tenant, subject.as_bytes()))
+        idem_schemas::lower_hex(&self.digest(b"idem/subject/v1", tenant, subject.as_bytes()))
     }
 
     /// The fingerprint of a request body: of its RFC 8785 canonical form, so a retry that

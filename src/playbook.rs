@@ -35,7 +35,10 @@ pub fn delivery_id(decision_id: &str, action: &str) -> String {
     h.update(decision_id.as_bytes());
     h.update([0]);
     h.update(action.as_bytes());
-    format!("msg_{time_part}{}", &hex::encode(h.finalize())[..16])
+    format!(
+        "msg_{time_part}{}",
+        &idem_schemas::lower_hex(&h.finalize()[..8])
+    )
 }
 
 /// Applies `playbook` to `signal` at `now_ms`.

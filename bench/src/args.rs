@@ -120,6 +120,11 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 2000, requires = "callgrind",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub callgrind_requests: u64,
+
+    /// With --callgrind: keep each scenario's dump as DIR/<scenario>.cg.out, for
+    /// callgrind_annotate (otherwise it goes with the scenario's temp dir)
+    #[arg(long, value_name = "DIR", requires = "callgrind")]
+    pub callgrind_keep: Option<PathBuf>,
 }
 
 impl Args {
@@ -309,12 +314,15 @@ mod tests {
         assert_eq!(args.scenarios(), vec![Scenario::Unique, Scenario::Storm]);
         let args = parse(&["--callgrind", "--callgrind-requests", "500"]).expect("parses");
         assert_eq!(args.callgrind_requests, 500);
+        let args = parse(&["--callgrind", "--callgrind-keep", "/tmp/dumps"]).expect("parses");
+        assert_eq!(args.callgrind_keep, Some(PathBuf::from("/tmp/dumps")));
         for argv in [
             &["--callgrind", "--scenario", "keyless,pg"][..],
             &["--callgrind", "--scenario", "window"],
             &["--callgrind", "--rate", "100"],
             &["--callgrind", "--duration", "2s"],
             &["--callgrind-requests", "500"],
+            &["--callgrind-keep", "/tmp/dumps"],
         ] {
             assert!(parse(argv).is_err(), "{argv:?} was accepted");
         }

@@ -59,8 +59,8 @@ impl Counters {
     }
 
     /// Dumps the counters; the instructions counted since they were last zeroed (the sum over
-    /// the dump files this dump wrote).
-    pub async fn dump(&self) -> Result<u64, String> {
+    /// the dump files this dump wrote), and those files.
+    pub async fn dump(&self) -> Result<(u64, Vec<PathBuf>), String> {
         let before = dumps(&self.out);
         control("-d", self.pid).await?;
         // The dump is written by the server's process; wait until its files are complete (their
@@ -77,7 +77,7 @@ impl Counters {
                 })
                 .collect();
             match totals {
-                Some(totals) if !totals.is_empty() => return Ok(totals.iter().sum()),
+                Some(totals) if !totals.is_empty() => return Ok((totals.iter().sum(), new)),
                 _ if started.elapsed() > Duration::from_secs(120) => {
                     return Err(format!(
                         "callgrind_control -d {}: no complete dump beside {} after 120 s",
@@ -166,7 +166,10 @@ pub async fn run(args: &Args, binary: &Path, receiver: SocketAddr) -> Result<(),
         let started = Instant::now();
         let measured =
             scenario::instructions(scenario, &idem, &counters, args.callgrind_requests).await?;
-        let instructions = counters.dump().await?;
+        let (instructions, files) = counters.dump().await?;
+        if let Some(keep) = &args.callgrind_keep {
+            keep_dumps(&files, keep, scenario.name())?;
+        }
         // SIGTERM and wait: the server writes its final profile, which nobody reads.
         drop(idem);
         let per_request = instructions as f64 / measured.requests.max(1) as f64;
@@ -232,6 +235,21 @@ async fn control(flag: &'static str, pid: u32) -> Result<(), String> {
             String::from_utf8_lossy(&output.stderr)
         ))
     }
+}
+
+/// Copies a scenario's dump `files` into `dir` as `<scenario>.cg.out` (one file per thread
+/// dump, numbered after the first).
+fn keep_dumps(files: &[PathBuf], dir: &Path, scenario: &str) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("--callgrind-keep {}: {e}", dir.display()))?;
+    for (n, file) in files.iter().enumerate() {
+        let name = match n {
+            0 => format!("{scenario}.cg.out"),
+            n => format!("{scenario}.cg.out.{n}"),
+        };
+        std::fs::copy(file, dir.join(&name))
+            .map_err(|e| format!("--callgrind-keep {}: {e}", dir.join(name).display()))?;
+    }
+    Ok(())
 }
 
 /// The dump files beside `out` (`<out>.N`).

@@ -10,8 +10,9 @@ pub mod timefmt;
 pub mod wire;
 
 pub use stored::{
-    ActionOutcome, AttemptRecord, Claim, ClaimEvent, Decision, DecisionRecord, DeliveryEvent,
-    DeliveryRecord, NextStep, PlannedDelivery, RecordedAction, StoredResponse, SubjectLink,
+    lower_hex, ActionOutcome, AttemptRecord, Claim, ClaimEvent, Decision, DecisionRecord,
+    DeliveryEvent, DeliveryRecord, NextStep, PlannedDelivery, RecordedAction, StoredResponse,
+    SubjectLink,
 };
 pub use wire::{
     ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecidedAction,

@@ -957,7 +957,11 @@ const MAX_ROUNDS: usize = 64;
 
 /// The registry name of the actor of `id`: `…/claim/<tenant>/<digest in hex>`.
 fn actor_name(family: &Family, id: &ClaimId) -> String {
-    family.name(&format!("{}/{}", id.tenant, hex::encode(id.digest)))
+    let mut what = String::with_capacity(id.tenant.len() + 65);
+    what.push_str(&id.tenant);
+    what.push('/');
+    what.push_str(&idem_schemas::lower_hex(&id.digest));
+    family.name(&what)
 }
 
 /// The way to claim actors: finds or starts a key's actor and hands it a request.
