@@ -86,6 +86,13 @@ pub struct Args {
           value_parser = RangedU64ValueParser::<usize>::new().range(2..))]
     pub storm_copies: usize,
 
+    /// How many of a claim's four entries the sled scenario writes per request, in order: its
+    /// log entry, its index entry, the decision record, its subject's listing (what a store
+    /// laid out with fewer entries per claim could reach)
+    #[arg(long, value_name = "N", default_value_t = 4,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..=4))]
+    pub sled_entries: usize,
+
     /// Stores idem runs on, comma-separated: `sled` (embedded) and `postgres` (a fresh database
     /// of the local server, postgres://postgres@127.0.0.1:5432, for each scenario); each
     /// scenario that runs idem runs once per store, the postgres rows named `… (postgres)`
@@ -113,6 +120,7 @@ pub struct Args {
     /// Measures keyless, unique, replay and storm. Needs valgrind (apt-get install valgrind)
     #[arg(long, conflicts_with_all = [
         "duration", "concurrency", "runs", "rate", "window_keys", "storm_keys", "storm_copies",
+        "sled_entries",
     ])]
     pub callgrind: bool,
 
@@ -211,6 +219,8 @@ mod tests {
             "--window-keys",
             "--storm-keys",
             "--storm-copies",
+            "--sled-entries",
+            "--callgrind-keep",
             "--idem",
             "--callgrind",
             "--callgrind-requests",
@@ -267,6 +277,18 @@ mod tests {
             (args.window_keys, args.storm_keys, args.storm_copies),
             (1000, 2, 50)
         );
+        assert_eq!(args.sled_entries, 4);
+        let args = parse(&["--scenario", "sled", "--sled-entries", "1"]).expect("parses");
+        assert_eq!(
+            (args.scenarios(), args.sled_entries),
+            (vec![Scenario::Sled], 1)
+        );
+        for bad in ["0", "5"] {
+            assert!(
+                parse(&["--sled-entries", bad]).is_err(),
+                "--sled-entries {bad}"
+            );
+        }
         let args = parse(&["--duration", "10s"]).expect("10s parses");
         assert_eq!(args.duration, Duration::from_secs(10));
     }

@@ -4,7 +4,7 @@
 //! server's peak RSS and data-dir bytes, and each scenario's ratio to `keyless` in the same run
 //! (the storm's losers' p99 also as a ratio to idem's own 404 for the same bursts in the same
 //! run, and `claim`, one durable write per new key, as a ratio to the `redis` anchor doing the
-//! same job in the same run).
+//! same job in the same run, as is `sled`, the store alone doing a claim's writes).
 //!
 //! `cargo run --release -p bench -- --scenario keyless,unique,replay,storm,pg,ceiling
 //! --duration 10s --concurrency 32 [--runs N] [--rate R] [--json FILE] [--window-keys 1000000]

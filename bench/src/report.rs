@@ -56,7 +56,8 @@ pub struct Figures {
     ratio: Option<f64>,
     /// The row's p99 over its `floor_p99` (the storm's losers over idem's own 404).
     floor_ratio: Option<f64>,
-    /// `claim`'s requests/s over the `redis` anchor's in the same run.
+    /// `claim`'s (or the store's own ceiling, `sled`'s) requests/s over the `redis` anchor's in
+    /// the same run.
     anchor_ratio: Option<f64>,
     /// p50, p90, p99 and max latency, in ms.
     latency_ms: [f64; 4],
@@ -89,10 +90,10 @@ impl Figures {
         }
     }
 
-    /// A `claim` row's figures with its ratio to the `redis` anchor's requests/s in the same
-    /// run, if both ran.
+    /// A `claim` (or `sled`) row's figures with its ratio to the `redis` anchor's requests/s in
+    /// the same run, if both ran.
     pub fn against_anchor(mut self, redis: Option<f64>) -> Figures {
-        if self.name.starts_with("claim") {
+        if self.name.starts_with("claim") || self.name == "sled" {
             self.anchor_ratio = redis.map(|r| self.rate / r);
         }
         self
@@ -255,7 +256,7 @@ mod tests {
     }
 
     #[test]
-    fn claim_is_a_ratio_to_the_redis_anchor_of_its_own_run_and_no_other_row_is() {
+    fn claim_and_the_store_ceiling_are_ratios_to_the_redis_anchor_of_their_run_no_other_row_is() {
         // Runs whose claim/redis ratios are 0.1, 0.3 and 0.2: the median is 0.2.
         let runs: Vec<Figures> = [(10, 100), (30, 100), (40, 200)]
             .iter()
@@ -268,6 +269,9 @@ mod tests {
         assert!((claim.anchor_ratio.unwrap_or(0.0) - 0.2).abs() < 1e-9);
         let unique = Figures::of(&row("unique", 10, &[1], 201), None).against_anchor(Some(100.0));
         assert_eq!(unique.anchor_ratio, None);
+        // The store's own ceiling is held to the same anchor.
+        let sled = Figures::of(&row("sled", 10, &[1], 201), None).against_anchor(Some(100.0));
+        assert!((sled.anchor_ratio.unwrap_or(0.0) - 0.1).abs() < 1e-9);
         let alone = Figures::of(&row("claim", 10, &[1], 201), None).against_anchor(None);
         assert_eq!(alone.anchor_ratio, None, "no redis row in the run");
     }

@@ -6,6 +6,7 @@ mod keyless;
 mod pg;
 mod redis;
 mod replay;
+mod sled;
 mod storm;
 mod unique;
 mod window;
@@ -16,7 +17,7 @@ use std::path::Path;
 
 use crate::args::Args;
 use crate::callgrind::{Counters, Measured};
-use crate::load::drive;
+use crate::load::{drive, Stats};
 use crate::report::{Figures, Row};
 use crate::server::{fresh_database, start_idem, Idem, StoreKind};
 use crate::signals::client;
@@ -46,6 +47,9 @@ pub enum Scenario {
     /// `SET key v NX` on a throw-away redis-server with appendonly and appendfsync always,
     /// from as many connections (the anchor of `claim`)
     Redis,
+    /// A `claim`'s four sled entries straight into sled, durable by a group commit, from as many
+    /// workers: the store's own ceiling for `claim`
+    Sled,
     /// The load generator against a trivial in-process server: its own limit
     Ceiling,
 }
@@ -62,6 +66,7 @@ impl Scenario {
             Scenario::Window => "window",
             Scenario::Pg => "pg",
             Scenario::Redis => "redis",
+            Scenario::Sled => "sled",
             Scenario::Ceiling => "ceiling",
         }
     }
@@ -110,6 +115,23 @@ impl Context<'_> {
         )
     }
 
+    /// `send(n)` from the bench's closed-loop workers for the bench's duration (paced by
+    /// `--rate` if given).
+    pub async fn drive<F, Fut>(&self, send: F) -> Stats
+    where
+        F: Fn(u64) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = u16> + Send,
+    {
+        drive(
+            self.args.concurrency,
+            self.args.duration,
+            None,
+            self.args.rate,
+            send,
+        )
+        .await
+    }
+
     /// [`Context::start_idem`] on each of the scenario's nodes (one config, one store).
     pub fn start_nodes(&self, key_ttl: &str) -> Result<Vec<Idem>, String> {
         (0..self.nodes)
@@ -134,7 +156,9 @@ pub async fn run_scenarios(
     for scenario in args.scenarios() {
         // The baselines and the ceiling run no idem: once, whatever the stores.
         let stores = match scenario {
-            Scenario::Pg | Scenario::Redis | Scenario::Ceiling => &[StoreKind::Sled][..],
+            Scenario::Pg | Scenario::Redis | Scenario::Sled | Scenario::Ceiling => {
+                &[StoreKind::Sled][..]
+            }
             _ => &args.stores[..],
         };
         for &store in stores {
@@ -168,6 +192,7 @@ pub async fn run_scenarios(
                 Scenario::Window => window::run(&ctx, extra).await?,
                 Scenario::Pg => pg::run(&ctx).await?,
                 Scenario::Redis => redis::run(&ctx).await?,
+                Scenario::Sled => sled::run(&ctx).await?,
                 Scenario::Ceiling => ceiling::run(&ctx).await?,
             };
             let spread = matches!(
@@ -204,7 +229,7 @@ pub async fn instructions(
         }
         Scenario::Replay => replay::instructions(idem, http, counters, requests).await,
         Scenario::Storm => storm::instructions(idem, counters).await,
-        Scenario::Window | Scenario::Pg | Scenario::Redis | Scenario::Ceiling => {
+        Scenario::Window | Scenario::Pg | Scenario::Redis | Scenario::Sled | Scenario::Ceiling => {
             Err(format!("--callgrind does not measure {}", scenario.name()))
         }
     }
@@ -219,14 +244,7 @@ where
     Fut: Future<Output = u16> + Send,
 {
     let written = idem.storage_bytes_written();
-    let stats = drive(
-        ctx.args.concurrency,
-        ctx.args.duration,
-        None,
-        ctx.args.rate,
-        send,
-    )
-    .await;
+    let stats = ctx.drive(send).await;
     // What each request cost the disk: sled rewrites leaves and relocates pages, so this is
     // several times the records' own bytes, and it moves with the number of entries a request
     // writes more than with their size.

@@ -14,7 +14,6 @@ use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
 use super::Context;
-use crate::load::drive;
 use crate::report::Row;
 
 /// The server, killed when dropped.
@@ -112,12 +111,8 @@ pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
         connections.push(Mutex::new(c));
     }
     let connections = Arc::new(connections);
-    let stats = drive(
-        ctx.args.concurrency,
-        ctx.args.duration,
-        None,
-        ctx.args.rate,
-        move |n| {
+    let stats = ctx
+        .drive(move |n| {
             let connections = connections.clone();
             async move {
                 let mut c = connections[n as usize % connections.len()].lock().await;
@@ -128,9 +123,8 @@ pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
                     _ => 500,
                 }
             }
-        },
-    )
-    .await;
+        })
+        .await;
     drop(server);
     Ok(Row {
         name: "redis".into(),
