@@ -1,7 +1,7 @@
 //! The expiry sweeper: a task that, every `period`, deletes claim generations whose `key_ttl`
 //! has passed, final deliveries past their retention and decisions past theirs, each walked in
 //! the order it expires from its oldest. The store's size follows the keys in the window, and a
-//! tick touches only what is due.
+//! tick touches little beyond what is due (on sled, one kept decision per tenant).
 
 use std::sync::Arc;
 use std::time::Duration;

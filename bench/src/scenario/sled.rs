@@ -90,7 +90,8 @@ fn claim(
         let index = [&expires[..], &at.to_be_bytes()].concat();
         let _ = claims.compare_and_swap(key, None as Option<&[u8]>, Some(index))?;
     }
-    let id = [&at.to_be_bytes()[..], &mix(n, 9)].concat();
+    // A decision id as idem writes it: `dec_` and 32 hex digits, time first.
+    let id = format!("dec_{at:016x}{:016x}", u64::from_be_bytes(mix(n, 9))).into_bytes();
     if entries >= 3 {
         let decision_key = [&tenant[..], &id].concat();
         let _ = decisions.compare_and_swap(

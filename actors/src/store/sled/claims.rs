@@ -7,7 +7,8 @@
 //! far less than one more entry in leaves it consolidates and splits.
 //!
 //! The index decides who holds a key: a new generation is written only while no unexpired one
-//! is named there (a compare-and-swap against what was read), and an append only while the index
+//! is named there (a compare-and-swap against nothing, or against the expired entry that swap
+//! found), and an append only while the index
 //! still names the appender's generation and its log ends where the appender last wrote. Within
 //! one process a key has one writer (its claim actor), and sled's lock on the data directory
 //! keeps other processes out, so these checks refuse stale writers rather than settle races.
@@ -159,9 +160,16 @@ impl SledStore {
                 .claims
                 .compare_and_swap(&key, None as Option<&[u8]>, Some(index.clone()))?
             {
-                Err(found) if !held_at(found.current.as_deref(), now_ms)? => self
-                    .claims
-                    .compare_and_swap(&key, found.current, Some(index))?,
+                Err(found) => match held_at(found.current.as_deref(), now_ms) {
+                    Ok(false) => self
+                        .claims
+                        .compare_and_swap(&key, found.current, Some(index))?,
+                    Ok(true) => Err(found),
+                    Err(damaged) => {
+                        self.claim_logs.remove(&first)?;
+                        return Err(damaged);
+                    }
+                },
                 named => named,
             };
         if named.is_err() && fencing() {

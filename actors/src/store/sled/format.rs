@@ -15,6 +15,9 @@ use crate::store::StoreError;
 /// index.
 pub const FORMAT: u8 = 8;
 
+/// The older format a directory is upgraded from when it opens.
+const UPGRADES: u8 = 7;
+
 /// Where the data directory's format is written (sled's default tree).
 pub const FORMAT_KEY: &[u8] = b"idem_format";
 
@@ -62,10 +65,19 @@ pub fn open(dir: &Path) -> Result<::sled::Db, StoreError> {
     Ok(db)
 }
 
-/// Refuses a data directory written in another format; marks a new one with this format.
+/// Refuses a data directory written in another format (upgrading the one format this one only
+/// drops a tree of); marks a new one with this format.
 fn check(db: &::sled::Db) -> Result<(), StoreError> {
     match db.get(FORMAT_KEY)? {
         Some(found) if *found == [FORMAT] => Ok(()),
+        // Format 7 differs only by the decisions' expiry index, which this format sweeps
+        // without. The tree goes before the new mark: sled recovers its log in order, so a
+        // directory marked 8 never still holds it, and a crash between the two upgrades again.
+        Some(found) if *found == [UPGRADES] => {
+            db.drop_tree("decision_expiry")?;
+            db.insert(FORMAT_KEY, &[FORMAT])?;
+            Ok(())
+        }
         Some(found) => Err(StoreError::Format(format!(
             "format {}",
             found.first().copied().unwrap_or(0)

@@ -199,10 +199,15 @@ pub fn subject_listing(record: &DecisionRecord) -> Vec<u8> {
     key
 }
 
-/// The first key past every decision of the tenant whose decision `key` is (ids are ASCII).
+/// The first key past every decision of the tenant whose decision `key` is (ids are ASCII, so
+/// a key not before it is damage, refused rather than walked again).
 pub fn past_tenant(key: &[u8]) -> Result<Vec<u8>, StoreError> {
     let malformed = || StoreError::Malformed("decisions");
     let len = *key.first().ok_or_else(malformed)? as usize;
     let prefix = key.get(..1 + len).ok_or_else(malformed)?;
-    Ok([prefix, &[0xff]].concat())
+    let past = [prefix, &[0xff]].concat();
+    match past.as_slice() > key {
+        true => Ok(past),
+        false => Err(malformed()),
+    }
 }

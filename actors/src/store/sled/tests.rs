@@ -341,6 +341,53 @@ fn a_data_directory_of_another_format_is_refused() {
     assert_eq!(refusal(other.path()), format!("format {}", FORMAT + 1));
     let refused = SledStore::open(other.path()).err().expect("refused");
     assert!(refused.to_string().contains("empty data_dir"), "{refused}");
+
+    // Format 6 is refused too; only format 7 is upgraded (next test).
+    let six = tempfile::tempdir().expect("tempdir");
+    {
+        let db = sled_at(six.path(), SEGMENT_BYTES);
+        db.insert(FORMAT_KEY, &[6]).expect("insert");
+        db.flush().expect("flush");
+    }
+    assert_eq!(refusal(six.path()), "format 6");
+}
+
+#[tokio::test]
+async fn a_format_7_directory_is_upgraded_in_place_and_keeps_its_claims() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let id = claim_id("acme", 7);
+    let at = now_ms();
+    {
+        let store = open(dir.path());
+        start(&store, &id, claimed(at, 60_000)).await;
+    }
+    // Marked 7 and holding the expiry index format 7 wrote.
+    {
+        let db = ::sled::Config::new()
+            .path(dir.path())
+            .segment_size(SEGMENT_BYTES)
+            .open()
+            .expect("sled");
+        db.insert(FORMAT_KEY, &[7]).expect("mark");
+        db.open_tree("decision_expiry")
+            .expect("tree")
+            .insert(b"expiry", b"")
+            .expect("insert");
+        db.flush().expect("flush");
+    }
+    let store = open(dir.path());
+    assert_eq!(
+        store.db.get(FORMAT_KEY).expect("get").as_deref(),
+        Some(&[FORMAT][..])
+    );
+    assert!(!store
+        .db
+        .tree_names()
+        .iter()
+        .any(|t| &t[..] == b"decision_expiry"));
+    // The claim made before the upgrade still holds its key.
+    let log = store.read_claim(&id, at + 1).expect("read").expect("kept");
+    assert_eq!(log.head.generation, at);
 }
 
 #[tokio::test]
@@ -413,7 +460,8 @@ async fn decisions_are_swept_per_tenant_from_their_oldest_up_to_the_first_kept()
         record("acmf", 1, past, "aa"),
         record("bank", 5, later, "aa"),
         record("zeta-co", 1, past, "cc"),
-        record("zeta-co", 2, past, "cc"),
+        // Expiring this very millisecond: gone, as it reads.
+        record("zeta-co", 2, now, "cc"),
     ];
     let mut unit = Unit::new();
     for r in &kept {
@@ -421,8 +469,10 @@ async fn decisions_are_swept_per_tenant_from_their_oldest_up_to_the_first_kept()
     }
     commit(&store, unit).await;
 
-    // A batch of 3 stops there; the next sweep goes on where decisions are still due.
-    assert_eq!(store.expire_decisions(now, 3).expect("sweep"), 3);
+    // A batch stops at its limit, within a tenant or across them; the next sweep goes on where
+    // decisions are still due.
+    assert_eq!(store.expire_decisions(now, 1).expect("sweep"), 1);
+    assert_eq!(store.expire_decisions(now, 2).expect("sweep"), 2);
     assert_eq!(store.expire_decisions(now, 100).expect("sweep"), 2);
     assert_eq!(store.expire_decisions(now, 100).expect("sweep"), 0);
 
