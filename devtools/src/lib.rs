@@ -1,7 +1,10 @@
 //! What the bench, the simulations and the tests share: building the `idem` binary into a target
 //! directory of its own (the `cargo run` that started them holds the main one, and a features
 //! build must not replace the normal release binary), starting `idem serve` until it prints the
-//! address it listens on, and reading a value off its `/metrics` page.
+//! address it listens on, and reading a value off its `/metrics` page. `imports` finds import
+//! circles between a crate's modules (the workspace's test refuses any).
+
+pub mod imports;
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
