@@ -1,14 +1,11 @@
 //! idem: exactly-once trust decisions for identity webhooks. This crate is the binary's side:
-//! configuration, the HTTP front, playbooks, providers' sources, keyed digests, `serve`, which
-//! wires them to the actors and the store of `idem-actors`, and `receive`, the reference
-//! receiver.
+//! configuration, the HTTP front (which authenticates and routes each signal, and maps what the
+//! engine of `idem-actors` answers to HTTP), providers' sources, `serve`, which wires them to
+//! the engine, and `receive`, the reference receiver.
 
-pub mod canonical;
 pub mod config;
-pub mod digest;
 pub mod http;
 pub mod key;
-pub mod playbook;
 pub mod prefer;
 pub mod receive;
 pub mod serve;

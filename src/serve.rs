@@ -6,15 +6,12 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use idem_actors::endpoint::BreakerSettings;
-use idem_actors::{Engine, EngineConfig, Keyring};
+use idem_actors::{Engine, Keyring};
 use idem_schemas::signature::Secret;
 
 use crate::config::Config;
-use crate::digest::Digester;
 use crate::http::{self, App, Live};
 
 /// Why the service could not run.
@@ -59,30 +56,6 @@ impl Keyring for ConfigKeyring {
     }
 }
 
-/// The engine's settings, from the configuration.
-fn engine_config(config: &Config) -> EngineConfig {
-    let (i, d) = (&config.idempotency, &config.delivery);
-    EngineConfig {
-        store: config.store.clone(),
-        key_ttl: i.key_ttl,
-        in_flight_timeout: i.in_flight_timeout,
-        idle_actor_timeout: i.idle_actor_timeout,
-        max_live_actors: i.max_live_actors,
-        max_waiters: i.max_waiters,
-        decision_retention: config.decisions.retention,
-        sweep_interval: i.sweep_interval,
-        inline_timeout: d.inline_timeout,
-        schedule: d.schedule.clone(),
-        breaker: BreakerSettings {
-            threshold: d.breaker_threshold,
-            cooldown: d.breaker_cooldown,
-            // A probe whose node died is followed by another once its deadline has passed.
-            probe_timeout: d.inline_timeout + Duration::from_secs(1),
-            max_in_flight: d.max_in_flight_per_endpoint,
-        },
-    }
-}
-
 /// Runs the service until `shutdown` completes. `on_listen` is told the bound address. With
 /// `reload_from`, SIGHUP reloads the tenants (API keys, secrets, playbooks) and the signature
 /// tolerance from that file without dropping in-flight work; a bad file is refused and logged,
@@ -95,7 +68,7 @@ pub async fn run(
 ) -> Result<(), ServeError> {
     let live = Arc::new(ArcSwap::from_pointee(Live::new(config.clone())));
     let keyring = Arc::new(ConfigKeyring(live.clone()));
-    let engine = Engine::start(engine_config(&config), keyring).await?;
+    let engine = Engine::start(config.engine.clone(), keyring).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| ServeError::Listen {
@@ -107,14 +80,13 @@ pub async fn run(
         reload_from.map(|path| tokio::spawn(reload_on_sighup(path, live.clone(), config.clone())));
     let app = Arc::new(App {
         live,
-        digester: Digester::new(&config.idempotency.key_secret),
         limiter: Default::default(),
         redeliveries: Default::default(),
         engine,
         stats: crate::http::stats::Tally::new(idem_schemas::timefmt::now_ms()),
     });
     on_listen(addr);
-    tracing::info!(%addr, store = ?config.store, "serving");
+    tracing::info!(%addr, store = ?config.engine.store, "serving");
     // A store that failed for good stops the service as a shutdown signal would: the requests
     // in flight are answered (500, retry with the same key), then the process exits non-zero.
     let mut halted = app.engine.halted();
@@ -157,11 +129,12 @@ pub async fn run(
 
 /// Keys read once at start; a reload that changes them is applied only after a restart.
 fn restart_only(a: &Config, b: &Config) -> Vec<&'static str> {
-    let (ai, bi, ad, bd) = (&a.idempotency, &b.idempotency, &a.delivery, &b.delivery);
+    let (ai, bi) = (&a.engine.idempotency, &b.engine.idempotency);
+    let (ad, bd) = (&a.engine.delivery, &b.engine.delivery);
     [
         ("listen", a.listen != b.listen),
         ("data_dir", a.data_dir != b.data_dir),
-        ("store", a.store != b.store),
+        ("store", a.engine.store != b.engine.store),
         (
             "http.read_timeout",
             a.http.read_timeout != b.http.read_timeout,
@@ -187,7 +160,7 @@ fn restart_only(a: &Config, b: &Config) -> Vec<&'static str> {
         ("idempotency.max_waiters", ai.max_waiters != bi.max_waiters),
         (
             "decisions.retention",
-            a.decisions.retention != b.decisions.retention,
+            a.engine.decisions.retention != b.engine.decisions.retention,
         ),
         (
             "delivery.inline_timeout",

@@ -99,23 +99,28 @@ impl Engine {
         Ok(redelivered)
     }
 
-    /// A bulk redelivery's answer: with `key` (the claim of its idempotency key and the
-    /// fingerprint of its body, which a retry must match), once per key.
+    /// A bulk redelivery's answer: with `key` (its idempotency key and its body, whose
+    /// fingerprint a retry must match), once per key.
     pub async fn redeliver_bulk(
         &self,
         tenant: &str,
         filter: &RedeliverFilter,
-        key: Option<(ClaimId, [u8; 32])>,
+        key: Option<(&str, &serde_json::Value)>,
     ) -> Result<BulkReply, EngineError> {
-        let Some((id, fingerprint)) = key else {
+        let Some((key, body)) = key else {
             return Ok(BulkReply::First(self.redelivered(tenant, filter).await?));
         };
+        let id = ClaimId {
+            tenant: tenant.to_string(),
+            digest: self.digester().bulk_key(tenant, key),
+        };
+        let fingerprint = self.digester().fingerprint(tenant, body);
         let now = now_ms();
         let claim = Claim {
             fingerprint,
             holder: self.epoch(),
             claimed_at_ms: now,
-            expires_at_ms: now + self.key_ttl().as_millis() as u64,
+            expires_at_ms: now + self.settings().idempotency.key_ttl.as_millis() as u64,
             decision: Decision {
                 id: format!("bulk_{now:x}"),
                 tenant: id.tenant.clone(),
@@ -206,7 +211,7 @@ impl Engine {
             .try_fold(Phase::Free, Phase::apply)?;
         let holder = Holder {
             epoch: self.epoch(),
-            in_flight_timeout_ms: self.in_flight_timeout().as_millis() as u64,
+            in_flight_timeout_ms: self.settings().idempotency.in_flight_timeout.as_millis() as u64,
         };
         Ok(match phase::step(&phase, None, &fingerprint, now, holder) {
             Step::Replay(response) => Some(BulkReply::Replayed(response)),

@@ -16,44 +16,18 @@ use idem_schemas::{
     StoredResponse,
 };
 
-use crate::claim::{ClaimContext, ClaimSettings, Claims, Reply, Submission};
-use crate::delivery::{
-    new_logs, Deliveries, DeliveryContext, DeliveryError, DeliverySettings, RedeliverError,
-};
+use crate::claim::{first_response, ClaimContext, ClaimError, Claims, Reply, Submission};
+use crate::delivery::{new_logs, Deliveries, DeliveryContext, DeliveryError, RedeliverError};
+use crate::digest::Digester;
 use crate::dispatch::{ClientError, Dispatcher, Keyring};
-use crate::endpoint::{BreakerSettings, EndpointHealth, EndpointId, Endpoints};
-use crate::store::{Backend, ClaimId, Halted, Node, Store, StoreError, Unit};
+use crate::endpoint::{EndpointHealth, EndpointId, Endpoints};
+use crate::metrics::Metric;
+use crate::settings::Settings;
+use crate::store::{ClaimId, Halted, Node, Store, StoreError, Unit};
 use crate::supervise::RegistryError;
 
 /// How long `/healthz` waits for the store's probe to become durable.
 pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// What the engine is built from.
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// The store: sled in a data directory, or PostgreSQL.
-    pub store: Backend,
-    /// How long a key and its result live after the claim; final deliveries are kept as long.
-    pub key_ttl: Duration,
-    /// After this, an `in_flight` claim may be taken over even from a live holder.
-    pub in_flight_timeout: Duration,
-    /// An actor with nothing to do for this long stops.
-    pub idle_actor_timeout: Duration,
-    /// At most this many claim actors run at once.
-    pub max_live_actors: usize,
-    /// At most this many requests wait on one key (`Prefer: wait`).
-    pub max_waiters: usize,
-    /// How long decisions are kept for lookup (and their deliveries, at least `key_ttl`).
-    pub decision_retention: Duration,
-    /// How often expired claims and deliveries are swept.
-    pub sweep_interval: Duration,
-    /// The deadline of each callback attempt.
-    pub inline_timeout: Duration,
-    /// The wait before each retry of a series.
-    pub schedule: Vec<Duration>,
-    /// The endpoints' breaker and limit of attempts at once.
-    pub breaker: BreakerSettings,
-}
 
 /// Why the engine failed.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +47,9 @@ pub enum EngineError {
     /// A response could not be serialised.
     #[error("cannot serialise the response: {0}")]
     Response(#[from] serde_json::Error),
+    /// A claim failed.
+    #[error(transparent)]
+    Claim(#[from] ClaimError),
     /// A claim's log does not fold.
     #[error(transparent)]
     ClaimLog(#[from] crate::claim::phase::InvalidTransition),
@@ -121,12 +98,10 @@ impl Gauges {
 pub struct Engine {
     store: Arc<dyn Store>,
     epoch: u64,
-    key_ttl: Duration,
-    in_flight_timeout: Duration,
+    settings: Arc<Settings>,
+    digester: Digester,
     endpoints: Arc<Endpoints>,
     dispatcher: Arc<Dispatcher>,
-    delivery_settings: DeliverySettings,
-    decision_retention: Duration,
     claims: Arc<Claims>,
     deliveries: Arc<Deliveries>,
     /// Hands the other nodes' news of claims to the actors (on a store shared by nodes).
@@ -148,44 +123,34 @@ fn process_epoch() -> u64 {
 }
 
 impl Engine {
-    /// Opens the store and starts the actors and background tasks;
-    /// callbacks are signed with the secrets `keyring` gives.
-    pub async fn start(
-        config: EngineConfig,
-        keyring: Arc<dyn Keyring>,
-    ) -> Result<Self, EngineError> {
+    /// Opens the store `settings` name and starts the actors and background tasks; callbacks
+    /// are signed with the secrets `keyring` gives.
+    pub async fn start(settings: Settings, keyring: Arc<dyn Keyring>) -> Result<Self, EngineError> {
+        let settings = Arc::new(settings);
         let epoch = process_epoch();
-        let node = Node {
+        let store = crate::store::open(Node {
             epoch,
-            in_flight_timeout: config.in_flight_timeout,
-            attempt_timeout: config.inline_timeout,
-        };
-        let store = crate::store::open(&config.store, node).await?;
+            settings: settings.clone(),
+        })
+        .await?;
         crate::metrics::count_deliveries(store.count_by_status().await?);
-        let endpoints = Arc::new(Endpoints::new(store.clone(), config.breaker));
+        let endpoints = Arc::new(Endpoints::new(store.clone(), settings.clone()));
         // What the breakers were before a restart holds from the first request on.
         endpoints.refresh().await?;
         let dispatcher = Arc::new(Dispatcher::new(
             keyring,
-            config.inline_timeout,
+            settings.delivery.inline_timeout,
             endpoints.clone(),
         )?);
         // Actor names are unique per engine: ractor's registry is process-wide.
         let instance = format!("idem-{epoch:x}");
-        let delivery_settings = DeliverySettings {
-            schedule: config.schedule.clone(),
-            attempt_timeout: config.inline_timeout,
-            idle_timeout: config.idle_actor_timeout,
-            // A delivery is kept as long as its decision, whose lookup shows its status.
-            retention: config.key_ttl.max(config.decision_retention),
-        };
         let deliveries = Arc::new(
             Deliveries::start(
                 &instance,
                 Arc::new(DeliveryContext::new(
                     store.clone(),
                     dispatcher.clone(),
-                    delivery_settings.clone(),
+                    settings.clone(),
                 )),
             )
             .await?,
@@ -193,21 +158,13 @@ impl Engine {
         let wake_retries = Arc::new(tokio::sync::Notify::new());
         let claims = Claims::start(
             &instance,
-            Arc::new(ClaimContext {
-                wake_retries: wake_retries.clone(),
-                store: store.clone(),
-                dispatcher: dispatcher.clone(),
-                deliveries: delivery_settings.clone(),
-                settings: ClaimSettings {
-                    key_ttl: config.key_ttl,
-                    in_flight_timeout: config.in_flight_timeout,
-                    idle_timeout: config.idle_actor_timeout,
-                    max_live_actors: config.max_live_actors,
-                    max_waiters: config.max_waiters,
-                    decision_retention: config.decision_retention,
-                    holder: epoch,
-                },
-            }),
+            Arc::new(ClaimContext::new(
+                store.clone(),
+                dispatcher.clone(),
+                settings.clone(),
+                epoch,
+                wake_retries.clone(),
+            )),
         )
         .await?;
         let claims = Arc::new(claims);
@@ -220,27 +177,26 @@ impl Engine {
                 }
             })
         });
+        let shortest_step = settings.delivery.shortest_step();
         let retry_worker = crate::retry_worker::spawn(
             store.clone(),
             deliveries.clone(),
-            crate::retry_worker::tick_for(delivery_settings.shortest_step()),
+            crate::retry_worker::tick_for(shortest_step),
             wake_retries,
         );
         let refresher = endpoints.spawn_refresh();
         let sweeper = crate::sweeper::spawn(
             store.clone(),
-            config.sweep_interval,
-            delivery_settings.shortest_step(),
+            settings.idempotency.sweep_interval,
+            shortest_step,
         );
         Ok(Engine {
             store,
             epoch,
-            key_ttl: config.key_ttl,
-            in_flight_timeout: config.in_flight_timeout,
+            digester: Digester::new(&settings.idempotency.key_secret),
+            settings,
             endpoints,
             dispatcher,
-            delivery_settings,
-            decision_retention: config.decision_retention,
             claims,
             deliveries,
             news,
@@ -265,14 +221,14 @@ impl Engine {
         self.epoch
     }
 
-    /// How long a key and its answer live.
-    pub(crate) fn key_ttl(&self) -> Duration {
-        self.key_ttl
+    /// The engine's settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
     }
 
-    /// After this, an in-flight claim may be taken over.
-    pub(crate) fn in_flight_timeout(&self) -> Duration {
-        self.in_flight_timeout
+    /// The keyed digests of this engine's `key_secret`.
+    pub(crate) fn digester(&self) -> &Digester {
+        &self.digester
     }
 
     /// `tenant`'s endpoints with a stored health, and its queued deliveries by URL, as the
@@ -291,23 +247,31 @@ impl Engine {
         self.endpoints.known()
     }
 
-    /// A keyed signal: its claim actor decides what this request gets.
-    pub async fn submit(&self, id: &ClaimId, sub: Submission) -> Result<Reply, RegistryError> {
+    /// A claimed request: its claim actor decides what it gets.
+    pub(crate) async fn submit(
+        &self,
+        id: &ClaimId,
+        sub: Submission,
+    ) -> Result<Reply, RegistryError> {
         self.claims.submit(id, sub).await
     }
 
-    /// A keyless signal: processed every time (at-least-once), through the same dispatch code
-    /// as a keyed one; the response to send.
-    pub async fn keyless(&self, decision: &Decision) -> Result<StoredResponse, EngineError> {
+    /// A keyless signal's decision: processed every time (at-least-once), through the same
+    /// dispatch code as a keyed one; the response to send.
+    pub(crate) async fn keyless(&self, decision: &Decision) -> Result<StoredResponse, EngineError> {
         let outcomes = self.dispatcher.dispatch(decision).await;
         // Queued callbacks are durable in the retry queue before the response says so.
-        let logs = new_logs(decision, &outcomes, &self.delivery_settings);
-        let record = DecisionRecord::kept_for(decision, self.decision_retention);
+        let logs = new_logs(decision, &outcomes, &self.settings);
+        logs.counts.into_iter().for_each(Metric::count);
+        let record = DecisionRecord::kept_for(decision, self.settings.decisions.retention);
         self.store
-            .commit(Unit::new().write_deliveries(logs).record_decision(record))
+            .commit(
+                Unit::new()
+                    .write_deliveries(logs.writes)
+                    .record_decision(record),
+            )
             .await?;
-        let body = serde_json::to_vec(&decision.response(&outcomes))?;
-        Ok(StoredResponse { status: 201, body })
+        Ok(first_response(decision, &outcomes)?)
     }
 
     /// `tenant`'s delivery `id` (another tenant's is as missing as a missing one).
@@ -380,22 +344,22 @@ impl Engine {
         Ok(view)
     }
 
-    /// A page of `tenant`'s decisions (about the subject whose digest is `subject_hash` only,
-    /// and of `signal_type` only, if given), newest first, after the cursor `after`, at most
-    /// `limit`.
+    /// A page of `tenant`'s decisions (about `subject` only, and of `signal_type` only, if
+    /// given), newest first, after the cursor `after`, at most `limit`.
     pub async fn decisions_about(
         &self,
         tenant: &str,
-        subject_hash: Option<&str>,
+        subject: Option<&str>,
         signal_type: Option<&str>,
         after: Option<&str>,
         limit: usize,
     ) -> Result<DecisionList, EngineError> {
+        let subject_hash = subject.map(|s| self.digester.subject(tenant, s));
         let records = self
             .store
             .decisions_about(
                 tenant,
-                subject_hash,
+                subject_hash.as_deref(),
                 signal_type,
                 after,
                 limit + 1,
@@ -473,7 +437,7 @@ impl Engine {
     /// Deletes what has expired now (the sweeper does this every `sweep_interval`), and
     /// returns once that is durable.
     pub async fn sweep(&self) -> Result<(), StoreError> {
-        let (store, requeue) = (self.store.clone(), self.delivery_settings.shortest_step());
+        let (store, requeue) = (self.store.clone(), self.settings.delivery.shortest_step());
         tokio::task::spawn_blocking(move || {
             while crate::sweeper::sweep_once(&*store, requeue)? > 0 {}
             Ok::<_, StoreError>(())

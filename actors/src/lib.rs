@@ -1,31 +1,48 @@
-//! idem's engine: the actors that turn signals into decisions exactly once, and the store they
-//! write to. `engine` is the one handle the HTTP front uses. `claim` is the actor that owns one
-//! idempotency key (its state machine in `claim::phase`), `delivery` the actor that owns one
-//! callback's retries (its fold in `delivery::state`); `supervise` finds or starts actors by
-//! name under a supervisor, and `idle` stops them when idle; `dispatch` makes callback attempts;
-//! `retry_worker` wakes due deliveries; `sweeper` deletes what expired. `store` is the storage
-//! seam (claims, deliveries, units of work) and `store::sled` its embedded implementation;
-//! `codec` encodes what is stored.
+//! idem's engine: what turns signals into decisions exactly once, and the store it writes to.
+//! Data flows one way: the HTTP front hands `engine` (through `signal`, the signal path) a
+//! routed signal; the claim core (`claim::core`) decides what the request gets and when each
+//! record is written; the `playbook` makes the decision; `delivery` carries its callbacks out;
+//! `store` keeps it all.
+//!
+//! What callers use: `engine` and `signal` (the handle and its one entry for signals),
+//! `settings` (what it is built from), `playbook`, `bulk` (bulk redelivery), `breaker` (an
+//! endpoint's health as the API shows it), `metrics` and `failpoint`.
+//!
+//! What the checkers drive and read: the sans-IO cores, `claim::core` and `claim::phase` (a
+//! key's claim), `delivery::state` (a callback's log and retry policy), `breaker`; the claim a
+//! signal is decided under (`signal::claimed`, by the keyed digests of `digest`); the store's
+//! rules (`store::rule`), its unit of work and what it answers; `codec`, how records are stored.
+//!
+//! Inside: the actors that carry the cores' effects out (`claim`'s and `delivery`'s, found or
+//! started under a supervisor by `supervise`, stopped when idle by `idle`), `dispatch` (signed
+//! callback attempts), `endpoint` (each endpoint's admission and limit), `retry_worker`,
+//! `sweeper`.
 
+pub mod breaker;
 pub mod bulk;
 pub mod claim;
 pub mod codec;
 pub mod delivery;
-pub mod dispatch;
-pub mod endpoint;
+pub mod digest;
+mod dispatch;
+mod endpoint;
 pub mod engine;
 pub mod failpoint;
-pub mod idle;
+mod idle;
 pub mod metrics;
-pub mod retry_worker;
+pub mod playbook;
+mod retry_worker;
+pub mod settings;
+pub mod signal;
 pub mod store;
-pub mod supervise;
-pub mod sweeper;
+mod supervise;
+mod sweeper;
 
 pub use bulk::{BulkReply, RedeliverFilter};
-pub use claim::{ClaimError, DecideError, Reply, Submission};
 pub use delivery::RedeliverError;
 pub use dispatch::Keyring;
-pub use engine::{DecisionList, DeliveryList, Engine, EngineConfig, EngineError, Gauges};
-pub use store::{ClaimId, StoreError};
+pub use engine::{DecisionList, DeliveryList, Engine, EngineError, Gauges};
+pub use settings::Settings;
+pub use signal::{By, Outcome, Routed, SignalError};
+pub use store::StoreError;
 pub use supervise::RegistryError;

@@ -2,7 +2,8 @@
 //! `GET /metrics`): claim transitions, delivery attempts by outcome, breaker transitions, actor
 //! failures, the group
 //! commit's latency, and deliveries by status (gauges counted once from the store at start,
-//! then moved with each delivery write).
+//! then moved with each delivery write). The sans-IO cores do not count: they say what to count
+//! as a [`Metric`], and whoever carries out their effects counts it.
 
 use std::sync::LazyLock;
 
@@ -81,6 +82,41 @@ pub static FLUSH_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     )
     .expect("metric registers once")
 });
+
+/// A count a core asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Metric {
+    /// A claim transition recorded durably: `claimed`, `dispatched`, `completed`, `taken_over`.
+    Transition(&'static str),
+    /// A delivery attempt, by its number in the delivery's life (1 is the inline one) and the
+    /// outcome that follows it.
+    Attempt {
+        /// The attempt's number.
+        number: usize,
+        /// `retry`, `delivered`, `failed` or `dead`.
+        outcome: &'static str,
+    },
+    /// A delivery moved between statuses (`None`: created, or forgotten).
+    Moved {
+        /// Its status before.
+        from: Option<DeliveryStatus>,
+        /// Its status after.
+        to: Option<DeliveryStatus>,
+    },
+}
+
+impl Metric {
+    /// Counts it.
+    pub fn count(self) {
+        match self {
+            Metric::Transition(state) => CLAIM_TRANSITIONS.with_label_values(&[state]).inc(),
+            Metric::Attempt { number, outcome } => DELIVERY_ATTEMPTS
+                .with_label_values(&[attempt_label(number), outcome])
+                .inc(),
+            Metric::Moved { from, to } => delivery_moved(from, to),
+        }
+    }
+}
 
 /// Sets the delivery gauges from the store's counts, in [`DeliveryStatus::ALL`] order.
 pub fn count_deliveries(counts: [u64; 4]) {

@@ -2,15 +2,15 @@
 //! the retry workers of several nodes leasing it, attempting it and recording the attempt under
 //! their lease token, in any order; a lease that expires under a slow worker, a node that
 //! crashes, and the tenant's redelivery of a final delivery. The log starts as `new_logs` makes
-//! it, each attempt's outcome follows `DeliverySettings::next_step`, every log is folded with
-//! `DeliveryState`, and the store grants leases and records by `store::rule`.
+//! it, each attempt's outcome follows `Delivery::next_step`, every log is folded with
+//! `DeliveryState`, and the store grants leases and records by `store::rule` (with fencing off,
+//! the sabotage the checker must catch).
 
 use std::time::Duration;
 
-use idem_actors::delivery::state::{
-    attempt_after_final, new_logs, DeliverySettings, DeliveryState,
-};
-use idem_actors::store::rule;
+use idem_actors::delivery::state::{attempt_after_final, new_logs, DeliveryState};
+use idem_actors::store::rule::{self, Fencing};
+use idem_actors::Settings;
 use idem_schemas::{
     ActionOutcome, ActionStatus, AttemptRecord, Decision, DeliveryEvent, DeliveryStatus,
     PlannedDelivery, Verdict,
@@ -30,11 +30,11 @@ pub struct DeliveryBounds {
     pub redeliveries: u8,
 }
 
-/// The model; `fencing` off is the sabotage the checker must catch.
+/// The model; fencing off is the sabotage the checker must catch.
 #[derive(Debug, Clone)]
 pub struct DeliveryModel {
     pub bounds: DeliveryBounds,
-    pub fencing: bool,
+    pub fencing: Fencing,
 }
 
 /// A worker's lease on the delivery, and whether it has made its attempt.
@@ -106,13 +106,13 @@ impl DeliverySystem {
     }
 }
 
-fn settings() -> DeliverySettings {
-    DeliverySettings {
-        schedule: vec![Duration::from_millis(10); 2],
-        attempt_timeout: Duration::from_millis(5),
-        idle_timeout: Duration::from_secs(1),
-        retention: Duration::from_secs(3600),
-    }
+fn settings() -> Settings {
+    let mut settings = Settings::default();
+    settings.delivery.schedule = vec![Duration::from_millis(10); 2];
+    settings.delivery.inline_timeout = Duration::from_millis(5);
+    settings.idempotency.key_ttl = Duration::from_secs(3600);
+    settings.decisions.retention = Duration::from_secs(3600);
+    settings
 }
 
 fn fold(log: &[DeliveryEvent]) -> Option<DeliveryState> {
@@ -153,6 +153,7 @@ impl DeliveryModel {
             attempt: attempt(1_000, false),
         }];
         new_logs(&decision, &outcomes, &settings())
+            .writes
             .into_iter()
             .flat_map(|w| w.events)
             .collect()
@@ -241,7 +242,7 @@ impl Model for DeliveryModel {
                 } else {
                     ActionStatus::Queued
                 };
-                let next = settings().next_step(
+                let next = settings().delivery.next_step(
                     &state.record.id,
                     status,
                     state.series_attempts + 1,
@@ -256,9 +257,9 @@ impl Model for DeliveryModel {
             }
             DeliveryAction::Record(n) => {
                 let record = s.net.remove(n);
-                let granted =
-                    rule::may_record(s.log.len() as u32, s.token, record.first_seq, record.lease);
-                if granted || !self.fencing {
+                let records = s.log.len() as u32;
+                let (token, first, lease) = (s.token, record.first_seq, record.lease);
+                if rule::may_record(records, token, first, lease, self.fencing) {
                     if record.lease.is_some_and(|l| l != s.token) {
                         s.fenced_visible = true;
                     }
@@ -309,7 +310,7 @@ impl Model for DeliveryModel {
                 |_, s: &DeliverySystem| {
                     let settled_then_answered = attempt_after_final(&s.log).is_some();
                     let within_its_retries = fold(&s.log).is_some_and(|d| {
-                        d.series_attempts as usize <= settings().schedule.len() + 1
+                        d.series_attempts as usize <= settings().delivery.schedule.len() + 1
                     });
                     !s.fenced_visible && !settled_then_answered && within_its_retries
                 },

@@ -1,39 +1,85 @@
 //! An exhaustive check of the claim protocol across nodes, with stateright: every interleaving,
-//! up to a bound, of clients sending copies of a keyed signal to any node; the messages between
-//! the nodes, the store and the receiver delivered in any order; a callback that succeeds or
-//! fails; a node crashing (losing its memory, keeping the store) or stalling past its heartbeat
-//! and waking to finish what it was doing; and `in_flight_timeout` expiring. Nodes step each
-//! request and commit through the functions the claim actor runs (`phase::step`, `Phase::apply`,
-//! `Phase::after_commit`, `first_response`), and the store decides through `store::rule`, as
-//! sled and PostgreSQL do. What is written here is the actor's plumbing (which message carries
-//! what) and the store's bookkeeping, not the protocol's decisions. `delivery` checks the
-//! delivery lease protocol the same way.
+//! up to a bound, of clients sending copies of a signal to any node; the messages between the
+//! nodes, the store and the receiver delivered in any order; a callback that succeeds or fails;
+//! a node crashing (losing its memory, keeping the store) or stalling past its heartbeat and
+//! waking to finish what it was doing; a waiter's deadline; and `in_flight_timeout` expiring.
+//!
+//! What runs is the real code: each node's claims are the claim core (`claim::core::Core`), fed
+//! every input the claim actor feeds it, its effects carried out as the actor carries them out;
+//! the claim a signal is decided under is the engine's own choice (`signal::claimed`); the store
+//! takes the core's real units and answers with real `Written`s, decided by `store::rule` as
+//! sled and PostgreSQL decide them. This file holds only the plumbing: which message carries
+//! what, and the store's bookkeeping. A sabotage is the same code with one rule switched off:
+//! fencing in the store rule, or the core's answer after the recovery point.
+//!
+//! Each [`Scenario`] is a path of the service: signals with callbacks attempted inline; copies
+//! that wait for the first request's answer (`Prefer: wait`); keys decided once per subject,
+//! through the subject's claim; and source events, whose decision and queued callbacks are one
+//! write, the retry worker making the callbacks. `delivery` checks the delivery lease protocol
+//! the same way.
 
 pub mod delivery;
 
-use idem_actors::claim::first_response;
-use idem_actors::claim::phase::{self, AfterCommit, Holder, Phase, Step};
-use idem_actors::store::rule::{self, Current};
-use idem_actors::store::{ClaimId, LogHead};
-use idem_schemas::{
-    ActionOutcome, ActionStatus, AttemptRecord, Claim, ClaimEvent, Decision, PlannedDelivery,
-    StoredResponse, Verdict,
-};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
 
+use idem_actors::claim::core::{Context, Core};
+use idem_actors::claim::effect::{Effect, Effects};
+use idem_actors::claim::phase::Phase;
+use idem_actors::claim::{ClaimError, Reply, Request};
+use idem_actors::digest::Digester;
+use idem_actors::playbook::{Action as Callback, Playbook};
+use idem_actors::signal::{claimed, By};
+use idem_actors::store::rule::{self, Current, Fencing};
+use idem_actors::store::{ClaimId, ClaimLog, ClaimWrite, LogHead, Unit, Written};
+use idem_actors::Settings;
+use idem_schemas::{
+    ActionOutcome, ActionStatus, AttemptRecord, ClaimEvent, Decision, DeliveryEvent,
+    DeliveryStatus, PlannedDelivery, SignalRequest, StoredResponse, Verdict,
+};
+use serde_json::json;
 use stateright::{Model, Property};
+
+pub use idem_actors::claim::core::Sabotage as CoreSabotage;
 
 /// The clock's start (unix milliseconds); the model's time moves only when claims are made and
 /// when `in_flight_timeout` expires.
 const T0: u64 = 1_000_000;
 /// `in_flight_timeout`.
-const IN_FLIGHT_TIMEOUT_MS: u64 = 30_000;
-/// `key_ttl`: longer than any run of the model (expiry is outside it).
-const KEY_TTL_MS: u64 = 86_400_000;
-/// Final retries per key (see [`State::final_retries`]).
+const IN_FLIGHT_TIMEOUT: Duration = Duration::from_secs(30);
+/// `key_ttl` and the once-per-subject window: longer than any run of the model (expiry is
+/// outside it).
+const WINDOW: Duration = Duration::from_secs(86_400);
+/// How long a waiting copy may wait (its deadline comes whenever the checker says).
+const WAIT: Duration = Duration::from_secs(10);
+/// Final retries per key (see [`State::wants_final_retry`]).
 const FINAL_RETRIES: u8 = 2;
-/// Every copy of a key carries the same body.
-const FINGERPRINT: [u8; 32] = [7; 32];
+
+/// A path of the service the checker runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scenario {
+    /// Keyed signals whose callbacks are attempted inside the request.
+    Inline,
+    /// The same, every copy waiting for the first request's answer (`Prefer: wait`).
+    Waiting,
+    /// Keys of a playbook decided once per subject, all about one subject: each key's claim
+    /// offers its decision to the subject's claim.
+    Subject,
+    /// A source's events: claim, recovery point, completion and queued deliveries in one write,
+    /// the callbacks made by the retry worker from the store.
+    Queued,
+}
+
+impl Scenario {
+    /// Every scenario, in the order they are checked.
+    pub const ALL: [Scenario; 4] = [
+        Scenario::Inline,
+        Scenario::Waiting,
+        Scenario::Subject,
+        Scenario::Queued,
+    ];
+}
 
 /// How far the checker goes.
 #[derive(Debug, Clone, Copy)]
@@ -50,32 +96,151 @@ pub struct Bounds {
     pub stalls: u8,
 }
 
-/// A deliberately broken protocol, which the checker must catch.
+impl Bounds {
+    /// The bounds `scenario` is checked within by default: two nodes, and as much else as
+    /// reaches the cases the scenario is for within a few minutes.
+    pub fn default_for(scenario: Scenario) -> Bounds {
+        let base = Bounds {
+            nodes: 2,
+            keys: 1,
+            copies: 2,
+            crashes: 1,
+            stalls: 1,
+        };
+        match scenario {
+            Scenario::Inline | Scenario::Queued => base,
+            // A crash is what leaves a holder gone; a stall adds little to waiting but states.
+            Scenario::Waiting => Bounds { stalls: 0, ..base },
+            // Two keys about one subject on one node, each sent once (then retried as its
+            // client does): the subject's claim is always on the offering key's node, and the
+            // keys' contention for it is the same on one node as on two.
+            Scenario::Subject => Bounds {
+                nodes: 1,
+                keys: 2,
+                copies: 1,
+                crashes: 0,
+                stalls: 0,
+            },
+        }
+    }
+}
+
+/// A deliberately broken protocol, which the checker must catch: one rule of the real code
+/// switched off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Sabotage {
-    /// The protocol as it runs.
-    None,
-    /// The store grants every start, append and take-over.
+    /// The store grants every start, append and take-over ([`Fencing::Off`]).
     NoFencing,
-    /// The first answer leaves before its recovery point is durable.
+    /// The core answers before its recovery point is durable.
     AnswerBeforeRecoveryPoint,
 }
 
-/// The model: bounds, and the protocol checked.
+/// The model: the scenario, its bounds, and the protocol checked.
 #[derive(Debug, Clone)]
 pub struct ClaimModel {
+    pub scenario: Scenario,
     pub bounds: Bounds,
-    pub sabotage: Sabotage,
+    pub sabotage: Option<Sabotage>,
+    /// What every core reads.
+    settings: Arc<Settings>,
+    /// Each key's claim and request, as the engine chooses them.
+    signals: Vec<Claimed>,
+    /// The claims: each key's, then the subject's (in [`Scenario::Subject`]).
+    claims: Vec<ClaimId>,
 }
 
-/// One node's claim actor for a key: its memory, lost in a crash.
+/// A key's signal: its claim (an index into the claims) and what the claim reads of it.
+#[derive(Debug, Clone)]
+struct Claimed {
+    claim: usize,
+    request: Request,
+}
+
+/// Where an answer goes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Actor {
-    phase: Phase,
-    head: Option<LogHead>,
-    generation: u64,
-    /// The key's first request waits for its answer here.
-    first: bool,
+pub enum Port {
+    /// To key `key`'s client.
+    Client { key: usize },
+    /// To the actor `at` of claim `claim`, which offered generation `generation`'s decision to
+    /// its subject's claim.
+    Offer {
+        at: At,
+        claim: usize,
+        generation: u64,
+    },
+}
+
+/// One life of a claim's actor: on `node`, in the incarnation of epoch `epoch`, the `life`-th
+/// actor started there. A message for an actor that stopped is lost with it, as a ractor
+/// message cast to a stopped actor is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct At {
+    node: usize,
+    epoch: u64,
+    life: u32,
+}
+
+/// A claim's actor: its life and its core.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Live {
+    life: u32,
+    core: Core<Port>,
+}
+
+/// An answer, as it travels.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Answer {
+    First(Vec<u8>),
+    Replay(Vec<u8>),
+    Awaited(Vec<u8>),
+    Deduplicated(Vec<u8>),
+    /// 409: in flight.
+    Conflict,
+    /// 422.
+    Mismatch,
+    /// 500: retry with the same key.
+    Error,
+}
+
+impl Answer {
+    fn of(reply: &Reply) -> Answer {
+        match reply {
+            Reply::First(r) => Answer::First(r.body.clone()),
+            Reply::Replayed(r) => Answer::Replay(r.body.clone()),
+            Reply::Awaited(r) => Answer::Awaited(r.body.clone()),
+            Reply::Deduplicated(r) => Answer::Deduplicated(r.body.clone()),
+            Reply::InFlight => Answer::Conflict,
+            Reply::Mismatch => Answer::Mismatch,
+            Reply::Failed(_) => Answer::Error,
+        }
+    }
+
+    /// The reply it was (for the subject's answer, fed back to the offering claim).
+    fn reply(&self) -> Reply {
+        let response = |body: &Vec<u8>| StoredResponse {
+            status: 201,
+            body: body.clone(),
+        };
+        match self {
+            Answer::First(b) => Reply::First(response(b)),
+            Answer::Replay(b) => Reply::Replayed(response(b)),
+            Answer::Awaited(b) => Reply::Awaited(response(b)),
+            Answer::Deduplicated(b) => Reply::Deduplicated(response(b)),
+            Answer::Conflict => Reply::InFlight,
+            Answer::Mismatch => Reply::Mismatch,
+            Answer::Error => Reply::Failed(Arc::new(ClaimError::Subject("failed".into()))),
+        }
+    }
+
+    /// The response's bytes, if it carries one.
+    fn body(&self) -> Option<&Vec<u8>> {
+        match self {
+            Answer::First(b) | Answer::Replay(b) | Answer::Awaited(b) | Answer::Deduplicated(b) => {
+                Some(b)
+            }
+            Answer::Conflict | Answer::Mismatch | Answer::Error => None,
+        }
+    }
 }
 
 /// An idem node.
@@ -85,11 +250,13 @@ pub struct Node {
     epoch: u64,
     /// Stopped (SIGSTOP): its heartbeat has expired, and nothing it holds moves.
     stalled: bool,
-    /// Its claim actors, by key.
-    actors: Vec<Option<Actor>>,
+    /// Its claims' actors, by claim: its memory, lost in a crash.
+    claims: Vec<Option<Live>>,
+    /// Actors started on it so far.
+    lives: u32,
 }
 
-/// A key's row in the store: its current generation.
+/// A claim's row in the store: its current generation.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Row {
     current: Current,
@@ -100,83 +267,107 @@ pub struct Row {
     completed: bool,
 }
 
-/// A write a node asks of the store.
+/// A delivery in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Write {
-    Start(Vec<ClaimEvent>),
-    Append(LogHead, Vec<ClaimEvent>),
-    TakeOver(LogHead),
-    Complete(LogHead),
-}
-
-/// What a write came to.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Written {
-    Claimed(LogHead, Vec<ClaimEvent>),
-    Appended(LogHead, Vec<ClaimEvent>),
-    Held(Vec<ClaimEvent>, LogHead),
-    TakenOver(LogHead),
-    Fenced,
+pub struct Stored {
+    id: String,
+    decision: String,
+    body: Vec<u8>,
+    /// Queued for the retry worker, and not attempted by it yet.
+    due: bool,
 }
 
 /// A message on its way.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Msg {
-    /// A client's copy of a key, to a node.
-    Request { key: usize, node: usize },
-    /// A node's write, to the store (for the actor's generation when it wrote).
-    Unit {
+    /// A request to a node's claim: a client's copy, or a claim's offer to its subject's.
+    Request {
         node: usize,
-        epoch: u64,
-        key: usize,
-        generation: u64,
-        write: Write,
+        claim: usize,
+        port: Port,
+        request: Request,
+        /// The decision offered, for an offer (a client's request decides its own).
+        offered: Option<Decision>,
     },
-    /// The store's answer, to the node (for the actor's generation when it wrote).
-    Reply {
-        node: usize,
-        epoch: u64,
-        key: usize,
+    /// An actor's unit, to the store (for its claim's generation then).
+    Commit {
+        at: At,
+        claim: usize,
+        generation: u64,
+        unit: Unit,
+    },
+    /// `completed`, to the store.
+    Complete { claim: usize, head: LogHead },
+    /// What a unit came to, to its actor.
+    Committed {
+        at: At,
+        claim: usize,
         generation: u64,
         written: Written,
     },
-    /// A callback, to the receiver.
-    Callback {
-        key: usize,
-        delivery: String,
-        body: Vec<u8>,
-    },
-    /// A node's actions for a generation have run.
+    /// A claim's actions have run.
     ActionsDone {
-        node: usize,
-        epoch: u64,
-        key: usize,
+        at: At,
+        claim: usize,
         generation: u64,
+        taken_over: bool,
     },
+    /// A callback, to the receiver.
+    Callback { delivery: String, body: Vec<u8> },
+    /// The subject's claim's answer to an offer.
+    Offered {
+        at: At,
+        claim: usize,
+        generation: u64,
+        answer: Answer,
+    },
+    /// A waiter's deadline: it may pass at any moment, unless it is `in_flight_timeout` or
+    /// more away (an offer's wait), which passes only once that much time has (`after`
+    /// timeouts).
+    WaitOver {
+        at: At,
+        claim: usize,
+        waiter: u64,
+        after: Option<u8>,
+    },
+    /// Another node waits for this claim, held here.
+    Asked { node: usize, claim: usize },
+    /// The claim, held elsewhere, has a durable answer.
+    Answered { node: usize, claim: usize },
+    /// An actor's read of the claim after it was answered elsewhere.
+    Reread { at: At, claim: usize },
 }
 
-/// What a client was answered.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Answer {
-    First(Vec<u8>),
-    Replay(Vec<u8>),
-    /// 409: in flight.
-    Conflict,
-    /// 500: retry with the same key.
-    Error,
+impl Msg {
+    /// The node it is for, if it is for one (a stalled node takes none).
+    fn to_node(&self) -> Option<usize> {
+        match self {
+            Msg::Request { node, .. } | Msg::Asked { node, .. } | Msg::Answered { node, .. } => {
+                Some(*node)
+            }
+            Msg::Committed { at, .. }
+            | Msg::ActionsDone { at, .. }
+            | Msg::Offered { at, .. }
+            | Msg::WaitOver { at, .. }
+            | Msg::Reread { at, .. } => Some(at.node),
+            Msg::Commit { .. } | Msg::Complete { .. } | Msg::Callback { .. } => None,
+        }
+    }
 }
 
 /// The whole system.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct State {
     pub nodes: Vec<Node>,
-    /// The store, by key.
+    /// The store's claims, by claim.
     pub rows: Vec<Option<Row>>,
+    /// The store's deliveries.
+    pub deliveries: Vec<Stored>,
     pub net: Vec<Msg>,
-    /// By key.
+    /// What each key's client was answered.
     pub answers: Vec<Vec<Answer>>,
-    /// What the receiver saw: key, delivery id, body.
-    pub callbacks: Vec<(usize, String, Vec<u8>)>,
+    /// What the receiver saw: delivery id and body.
+    pub callbacks: Vec<(String, Vec<u8>)>,
     pub copies_left: Vec<u8>,
     /// Retries a client makes once all its copies were answered without the key's bytes (a
     /// 409, say) and nothing of the key is left to happen: the retry that real clients make.
@@ -188,6 +379,8 @@ pub struct State {
     pub timeouts: u8,
     /// Claims made so far: each at its own time.
     pub claims_made: u64,
+    /// A unit that carried deliveries was refused (its claim write held or fenced).
+    pub refused_deliveries: bool,
 }
 
 /// A step of the model.
@@ -203,6 +396,8 @@ pub enum Action {
         msg: usize,
         ok: bool,
     },
+    /// The retry worker makes the callback of the queued delivery at this place.
+    Retry(usize),
     Crash(usize),
     Stall(usize),
     Wake(usize),
@@ -212,7 +407,7 @@ pub enum Action {
 
 impl State {
     fn now(&self) -> u64 {
-        T0 + self.claims_made + self.timeouts as u64 * IN_FLIGHT_TIMEOUT_MS
+        T0 + self.claims_made + self.timeouts as u64 * IN_FLIGHT_TIMEOUT.as_millis() as u64
     }
 
     /// Whether the store sees the holder of `row` as gone: timed out, or its node's heartbeat
@@ -237,75 +432,20 @@ impl State {
         self.callbacks.dedup();
     }
 
-    /// `action`, taken from this state, in a few words.
-    pub fn describe(&self, action: &Action) -> String {
-        let head = |h: &LogHead| format!("gen {} at {}", h.generation, h.next);
-        match action {
-            Action::Send { key, node } => format!("client sends key {key} to node {node}"),
-            Action::Deliver { msg, ok } => match self.net.get(*msg) {
-                Some(Msg::Request { key, node }) => {
-                    format!("node {node} takes key {key}'s request")
-                }
-                Some(Msg::Unit {
-                    node, key, write, ..
-                }) => {
-                    let write = match write {
-                        Write::Start(events) => match events.first() {
-                            Some(ClaimEvent::Claimed(c)) => {
-                                format!("start gen {}", c.claimed_at_ms)
-                            }
-                            _ => "start".into(),
-                        },
-                        Write::Append(h, _) => format!("append the recovery point to {}", head(h)),
-                        Write::TakeOver(h) => format!("take over {}", head(h)),
-                        Write::Complete(h) => format!("complete {}", head(h)),
-                    };
-                    format!("store gets node {node}'s write for key {key}: {write}")
-                }
-                Some(Msg::Reply {
-                    node, key, written, ..
-                }) => {
-                    let written = match written {
-                        Written::Claimed(h, _) => format!("claimed {}", head(h)),
-                        Written::Appended(h, _) => format!("appended, now {}", head(h)),
-                        Written::Held(_, h) => format!("held by {}", head(h)),
-                        Written::TakenOver(h) => format!("taken over as {}", head(h)),
-                        Written::Fenced => "fenced".into(),
-                    };
-                    format!("node {node} hears for key {key}: {written}")
-                }
-                Some(Msg::Callback { delivery, .. }) => format!("receiver gets {delivery}"),
-                Some(Msg::ActionsDone { node, key, .. }) => format!(
-                    "node {node}'s actions for key {key} ran ({})",
-                    if *ok {
-                        "delivered"
-                    } else {
-                        "receiver down: queued"
-                    }
-                ),
-                None => "nothing".into(),
-            },
-            Action::Crash(n) => format!("node {n} crashes"),
-            Action::Stall(n) => format!("node {n} stalls past its heartbeat"),
-            Action::Wake(n) => format!("node {n} wakes"),
-            Action::TimeOut => "in_flight_timeout passes".into(),
-        }
-    }
-
     /// Whether `key`'s client retries once more: it has no answer with the key's bytes, and no
     /// copy of it is on its way or waiting at a node.
     fn wants_final_retry(&self, key: usize) -> bool {
-        let answered = self.answers[key]
-            .iter()
-            .any(|a| matches!(a, Answer::First(_) | Answer::Replay(_)));
+        let answered = self.answers[key].iter().any(|a| a.body().is_some());
+        let client = Port::Client { key };
         let on_its_way = self
             .net
             .iter()
-            .any(|m| matches!(m, Msg::Request { key: k, .. } if *k == key));
+            .any(|m| matches!(m, Msg::Request { port, .. } if *port == client));
         let waiting = self
             .nodes
             .iter()
-            .any(|n| n.actors[key].as_ref().is_some_and(|a| a.first));
+            .flat_map(|n| n.claims.iter().flatten())
+            .any(|l| l.core.waiting().any(|p| *p == client));
         self.final_retries[key] > 0 && !answered && !on_its_way && !waiting
     }
 
@@ -316,6 +456,110 @@ impl State {
         }
         self.answers[key].push(answer);
     }
+
+    /// The recorded response of claim `claim`, if its row folds to one.
+    fn recorded(&self, claim: usize) -> Option<StoredResponse> {
+        fold(&self.rows[claim].as_ref()?.events)?
+            .response()
+            .cloned()
+    }
+
+    /// `action`, taken from this state, in a few words.
+    pub fn describe(&self, action: &Action) -> String {
+        let head = |h: &LogHead| format!("gen {} at {}", h.generation, h.next);
+        match action {
+            Action::Send { key, node } => format!("client sends key {key} to node {node}"),
+            Action::Deliver { msg, ok } => match self.net.get(*msg) {
+                Some(Msg::Request {
+                    node, claim, port, ..
+                }) => match port {
+                    Port::Client { key } => {
+                        format!("node {node} takes key {key}'s request (claim {claim})")
+                    }
+                    Port::Offer { claim: from, .. } => {
+                        format!("node {node}'s claim {from} offers its decision to claim {claim}")
+                    }
+                },
+                Some(Msg::Commit {
+                    at, claim, unit, ..
+                }) => {
+                    let node = at.node;
+                    let write = match unit.claim_write() {
+                        Some(ClaimWrite::Start(_, events)) => match events.first() {
+                            Some(ClaimEvent::Claimed(c)) if events.len() == 3 => {
+                                format!("start gen {} with its recovery point", c.claimed_at_ms)
+                            }
+                            Some(ClaimEvent::Claimed(c)) => {
+                                format!("start gen {}", c.claimed_at_ms)
+                            }
+                            _ => "start".into(),
+                        },
+                        Some(ClaimWrite::Append(h, _)) => {
+                            format!("append the recovery point to {}", head(h))
+                        }
+                        Some(ClaimWrite::TakeOver(h)) => format!("take over {}", head(h)),
+                        None => "deliveries".into(),
+                    };
+                    format!("store gets node {node}'s write for claim {claim}: {write}")
+                }
+                Some(Msg::Complete { claim, head: h }) => {
+                    format!("store gets claim {claim}'s completion of {}", head(h))
+                }
+                Some(Msg::Committed {
+                    at, claim, written, ..
+                }) => {
+                    let node = at.node;
+                    let written = match written {
+                        Written::Claimed(h, _) => format!("claimed {}", head(h)),
+                        Written::Appended(h, _) => format!("appended, now {}", head(h)),
+                        Written::Held(log) => format!("held by {}", head(&log.head)),
+                        Written::TakenOver(h) => format!("taken over as {}", head(h)),
+                        Written::Fenced => "fenced".into(),
+                        Written::Nothing => "nothing".into(),
+                    };
+                    format!("node {node} hears for claim {claim}: {written}")
+                }
+                Some(Msg::Callback { delivery, .. }) => format!("receiver gets {delivery}"),
+                Some(Msg::ActionsDone { at, claim, .. }) => format!(
+                    "node {}'s actions for claim {claim} ran ({})",
+                    at.node,
+                    if *ok {
+                        "delivered"
+                    } else {
+                        "receiver down: queued"
+                    }
+                ),
+                Some(Msg::Offered {
+                    at, claim, answer, ..
+                }) => format!(
+                    "node {}'s claim {claim} hears its subject's {answer:?}",
+                    at.node
+                ),
+                Some(Msg::WaitOver { at, claim, .. }) => format!(
+                    "a waiter's deadline passes at node {}'s claim {claim}",
+                    at.node
+                ),
+                Some(Msg::Asked { node, claim }) => {
+                    format!("node {node} is asked for claim {claim}")
+                }
+                Some(Msg::Answered { node, claim }) => {
+                    format!("node {node} hears claim {claim} answered")
+                }
+                Some(Msg::Reread { at, claim }) => {
+                    format!("node {} reads claim {claim} again", at.node)
+                }
+                None => "nothing".into(),
+            },
+            Action::Retry(n) => match self.deliveries.get(*n) {
+                Some(d) => format!("the retry worker makes {}", d.id),
+                None => "nothing".into(),
+            },
+            Action::Crash(n) => format!("node {n} crashes"),
+            Action::Stall(n) => format!("node {n} stalls past its heartbeat"),
+            Action::Wake(n) => format!("node {n} wakes"),
+            Action::TimeOut => "in_flight_timeout passes".into(),
+        }
+    }
 }
 
 /// A fixed order for values without one (the hasher's keys are fixed).
@@ -325,14 +569,25 @@ fn hash_of<T: Hash>(value: &T) -> u64 {
     h.finish()
 }
 
-fn claim_id(key: usize) -> ClaimId {
-    ClaimId {
-        tenant: "acme".into(),
-        digest: [key as u8; 32],
+fn fold(events: &[ClaimEvent]) -> Option<Phase> {
+    events
+        .iter()
+        .cloned()
+        .try_fold(Phase::Free, |phase, event| phase.apply(event))
+        .ok()
+}
+
+fn head_of(id: &ClaimId, row: &Row) -> LogHead {
+    LogHead {
+        id: id.clone(),
+        generation: row.current.generation,
+        expires_at_ms: row.current.expires_at_ms,
+        next: row.current.writes,
     }
 }
 
-/// The decision a claim of `key` at `generation` fixes: its id and its callback's id and bytes.
+/// The decision a claim of key `key` makes at `generation`: its id and its callback's id and
+/// bytes.
 fn decision(key: usize, generation: u64) -> Decision {
     let id = format!("dec_{key}_{generation}");
     Decision {
@@ -352,381 +607,506 @@ fn decision(key: usize, generation: u64) -> Decision {
     }
 }
 
-/// The actor of a node that had none for the key: what the store holds, adopted.
-fn load(row: Option<&Row>, key: usize) -> Option<Actor> {
-    let Some(row) = row else {
-        return Some(Actor {
-            phase: Phase::Free,
-            head: None,
-            generation: 0,
-            first: false,
-        });
-    };
-    let phase = fold(&row.events)?;
-    Some(Actor {
-        phase,
-        head: Some(head_of(row, key)),
-        generation: row.current.generation,
-        first: false,
-    })
-}
-
-fn fold(events: &[ClaimEvent]) -> Option<Phase> {
-    events
-        .iter()
-        .cloned()
-        .try_fold(Phase::Free, |phase, event| phase.apply(event))
-        .ok()
-}
-
-fn head_of(row: &Row, key: usize) -> LogHead {
-    LogHead {
-        id: claim_id(key),
-        generation: row.current.generation,
-        expires_at_ms: row.current.expires_at_ms,
-        next: row.current.writes,
-    }
+/// The decision id a response's bytes name.
+fn decision_of(body: &[u8]) -> Option<&[u8]> {
+    let at = body.windows(4).position(|w| w == b"dec_")?;
+    let end = body[at..].iter().position(|&b| b == b'"')?;
+    Some(&body[at..at + end])
 }
 
 impl ClaimModel {
-    /// The protocol as it runs, within `bounds`.
-    pub fn new(bounds: Bounds) -> Self {
+    /// `scenario` as it runs, within `bounds`; `sabotage` breaks one rule.
+    pub fn new(scenario: Scenario, bounds: Bounds, sabotage: Option<Sabotage>) -> Self {
+        let mut settings = Settings::default();
+        settings.idempotency.key_ttl = WINDOW;
+        settings.idempotency.in_flight_timeout = IN_FLIGHT_TIMEOUT;
+        let playbook = Playbook {
+            decision: Verdict::Deny,
+            actions: vec![Callback {
+                name: "lock_account".into(),
+                url: "http://receiver/lock".into(),
+            }],
+            once_per_subject: (scenario == Scenario::Subject).then_some(WINDOW),
+        };
+        let digester = Digester::new(b"the model's key secret");
+        let mut claims: Vec<ClaimId> = Vec::new();
+        let mut signals = Vec::new();
+        for key in 0..bounds.keys {
+            let signal = SignalRequest {
+                signal_type: "sim_swap".into(),
+                subject: "+447700900123".into(),
+                occurred_at: None,
+                metadata: None,
+            };
+            let (name, body) = (
+                format!("key_{key}"),
+                json!({"type": "sim_swap", "key": key}),
+            );
+            let by = match scenario {
+                Scenario::Queued => By::Event {
+                    source: "okta",
+                    id: &name,
+                },
+                Scenario::Waiting => By::Request {
+                    key: Some(&name),
+                    body: &body,
+                    wait: Some(WAIT),
+                },
+                Scenario::Inline | Scenario::Subject => By::Request {
+                    key: Some(&name),
+                    body: &body,
+                    wait: None,
+                },
+            };
+            let chosen = claimed(&digester, &settings, "acme", &signal, &playbook, &by)
+                .unwrap_or_else(|| unreachable!("every signal of the model is claimed"));
+            claims.push(chosen.id);
+            signals.push(Claimed {
+                claim: key,
+                request: chosen.request,
+            });
+        }
+        // The subject's claim, where each key's claim offers its decision.
+        if let Some(link) = signals.first().and_then(|s| s.request.subject) {
+            claims.push(ClaimId {
+                tenant: "acme".into(),
+                digest: link.digest,
+            });
+        }
         ClaimModel {
+            scenario,
             bounds,
-            sabotage: Sabotage::None,
+            sabotage,
+            settings: Arc::new(settings),
+            signals,
+            claims,
         }
     }
 
-    fn fencing(&self) -> bool {
-        self.sabotage != Sabotage::NoFencing
-    }
-
-    /// A request for `key` reaches `node`: the claim actor's `submit`.
-    fn request(&self, s: &mut State, node: usize, key: usize) {
-        let now = s.now();
-        let epoch = s.nodes[node].epoch;
-        let holder = Holder {
-            epoch,
-            in_flight_timeout_ms: IN_FLIGHT_TIMEOUT_MS,
-        };
-        if s.nodes[node].actors[key].is_none() {
-            s.nodes[node].actors[key] = load(s.rows[key].as_ref(), key);
-        }
-        let Some(actor) = s.nodes[node].actors[key].as_mut() else {
-            // A log that does not fold: the actor cannot start.
-            return s.answer(key, Answer::Error);
-        };
-        let waiting = actor.first.then_some(&FINGERPRINT);
-        match phase::step(&actor.phase, waiting, &FINGERPRINT, now, holder) {
-            Step::Replay(response) => s.answer(key, Answer::Replay(response.body)),
-            Step::InFlight => s.answer(key, Answer::Conflict),
-            Step::Mismatch => unreachable!("every copy carries the same body"),
-            Step::Claim => {
-                let generation = now.max(actor.generation + 1);
-                actor.generation = generation;
-                actor.first = true;
-                let claim = Claim {
-                    fingerprint: FINGERPRINT,
-                    holder: epoch,
-                    claimed_at_ms: generation,
-                    expires_at_ms: generation + KEY_TTL_MS,
-                    decision: decision(key, generation),
-                    subject: None,
-                };
-                s.claims_made += 1;
-                let write = Write::Start(vec![ClaimEvent::Claimed(claim)]);
-                s.net.push(Msg::Unit {
-                    node,
-                    epoch,
-                    key,
-                    generation,
-                    write,
-                });
-            }
-            Step::TakeOver => {
-                let Some(head) = actor.head.clone() else {
-                    return s.answer(key, Answer::Error);
-                };
-                actor.first = true;
-                let (generation, write) = (actor.generation, Write::TakeOver(head));
-                s.net.push(Msg::Unit {
-                    node,
-                    epoch,
-                    key,
-                    generation,
-                    write,
-                });
-            }
-            Step::Finish => match complete(s, node, key) {
-                Some(response) => s.answer(key, Answer::Replay(response.body)),
-                None => fail(s, node, key),
+    /// What node `node`'s cores read.
+    fn context(&self, s: &State, node: usize) -> Context {
+        Context {
+            settings: self.settings.clone(),
+            holder: s.nodes[node].epoch,
+            sabotage: match self.sabotage {
+                Some(Sabotage::AnswerBeforeRecoveryPoint) => {
+                    Some(CoreSabotage::AnswerBeforeRecoveryPoint)
+                }
+                _ => None,
             },
         }
     }
 
-    /// A write reaches the store, which decides it by `store::rule`.
-    fn store(&self, s: &mut State, unit: Msg) {
-        let Msg::Unit {
+    fn fencing(&self) -> Fencing {
+        match self.sabotage {
+            Some(Sabotage::NoFencing) => Fencing::Off,
+            _ => Fencing::On,
+        }
+    }
+
+    /// The actor of claim `claim` on `node`, started from the store if the node has none (as
+    /// the claim actor's `pre_start` does); `None` if its log does not fold.
+    fn start(&self, s: &mut State, node: usize, claim: usize) -> Option<At> {
+        let n = &mut s.nodes[node];
+        if n.claims[claim].is_none() {
+            let log = s.rows[claim].as_ref().map(|row| ClaimLog {
+                events: row.events.clone(),
+                head: head_of(&self.claims[claim], row),
+            });
+            let core = Core::new(self.claims[claim].clone(), log).ok()?;
+            n.lives += 1;
+            n.claims[claim] = Some(Live {
+                life: n.lives,
+                core,
+            });
+        }
+        let life = n.claims[claim].as_ref()?.life;
+        Some(At {
             node,
-            epoch,
-            key,
-            generation,
-            write,
-        } = unit
-        else {
+            epoch: n.epoch,
+            life,
+        })
+    }
+
+    /// Whether `at` is the actor of claim `claim` now: a message for an actor that stopped, or
+    /// for an incarnation that crashed, is lost.
+    fn alive(s: &State, at: At, claim: usize) -> bool {
+        let n = &s.nodes[at.node];
+        n.epoch == at.epoch && n.claims[claim].as_ref().is_some_and(|l| l.life == at.life)
+    }
+
+    /// Hands `input` to the actor `at` of claim `claim` and carries out its effects.
+    fn drive(
+        &self,
+        s: &mut State,
+        at: At,
+        claim: usize,
+        input: impl FnOnce(&mut Core<Port>, &Context, u64, &mut Effects<Port>),
+    ) {
+        let (cx, now) = (self.context(s, at.node), s.now());
+        let mut out = Vec::new();
+        let Some(live) = s.nodes[at.node].claims[claim].as_mut() else {
             return;
         };
-        let current = s.rows[key].as_ref().map(|r| r.current);
-        let held = |s: &State| match &s.rows[key] {
-            Some(row) => Written::Held(row.events.clone(), head_of(row, key)),
+        input(&mut live.core, &cx, now, &mut out);
+        self.carry_out(s, at, claim, out);
+    }
+
+    /// Carries out a core's effects as the claim actor does.
+    fn carry_out(&self, s: &mut State, at: At, claim: usize, out: Effects<Port>) {
+        let mut stop = false;
+        for effect in out {
+            match effect {
+                Effect::Commit { generation, unit } => {
+                    if matches!(unit.claim_write(), Some(ClaimWrite::Start(..))) {
+                        s.claims_made += 1;
+                    }
+                    s.net.push(Msg::Commit {
+                        at,
+                        claim,
+                        generation,
+                        unit,
+                    })
+                }
+                Effect::Complete(head) => s.net.push(Msg::Complete { claim, head }),
+                Effect::RunActions {
+                    generation,
+                    decision,
+                    taken_over,
+                } => {
+                    for d in &decision.deliveries {
+                        s.net.push(Msg::Callback {
+                            delivery: d.id.clone(),
+                            body: d.body.clone(),
+                        });
+                    }
+                    s.net.push(Msg::ActionsDone {
+                        at,
+                        claim,
+                        generation,
+                        taken_over,
+                    });
+                }
+                Effect::Offer { generation, offer } => {
+                    if let Some(to) = self.claims.iter().position(|c| *c == offer.to) {
+                        s.net.push(Msg::Request {
+                            node: at.node,
+                            claim: to,
+                            port: Port::Offer {
+                                at,
+                                claim,
+                                generation,
+                            },
+                            request: offer.request,
+                            offered: Some(offer.decision),
+                        });
+                    }
+                }
+                Effect::Reply(Port::Client { key }, reply) => s.answer(key, Answer::of(&reply)),
+                Effect::Reply(
+                    Port::Offer {
+                        at,
+                        claim,
+                        generation,
+                    },
+                    reply,
+                ) => s.net.push(Msg::Offered {
+                    at,
+                    claim,
+                    generation,
+                    answer: Answer::of(&reply),
+                }),
+                Effect::StartTimer { waiter, wait } => {
+                    let after = (wait >= IN_FLIGHT_TIMEOUT).then_some(s.timeouts);
+                    s.net.push(Msg::WaitOver {
+                        at,
+                        claim,
+                        waiter,
+                        after,
+                    })
+                }
+                Effect::AskHolder(holder) => {
+                    if let Some(node) = s.nodes.iter().position(|n| n.epoch == holder) {
+                        s.net.push(Msg::Asked { node, claim });
+                    }
+                }
+                Effect::AnnounceAnswer => announce(s, at.node, claim),
+                Effect::Reread => s.net.push(Msg::Reread { at, claim }),
+                // The retry worker is always ready (see `Action::Retry`); counts, logs and
+                // failpoints change nothing here.
+                Effect::WakeRetries
+                | Effect::Count(_)
+                | Effect::TookOver
+                | Effect::Failpoint(_) => {}
+                Effect::Stop(_) => stop = true,
+            }
+        }
+        // The actor stops: its memory goes, the next request starts another from the store.
+        if stop && Self::alive(s, at, claim) {
+            s.nodes[at.node].claims[claim] = None;
+        }
+    }
+
+    /// A unit reaches the store, which decides it by `store::rule`; what it came to.
+    fn store(&self, s: &mut State, epoch: u64, claim: usize, unit: &Unit) -> Written {
+        let fencing = self.fencing();
+        let current = s.rows[claim].as_ref().map(|r| r.current);
+        let id = &self.claims[claim];
+        let held = |s: &State| match &s.rows[claim] {
+            Some(row) => Written::Held(ClaimLog {
+                events: row.events.clone(),
+                head: head_of(id, row),
+            }),
             None => Written::Fenced,
         };
-        let written = match write {
-            Write::Start(events) => {
-                let Some(ClaimEvent::Claimed(claim)) = events.first() else {
-                    return;
+        let written = match unit.claim_write() {
+            None => Written::Nothing,
+            Some(ClaimWrite::Start(_, events)) => {
+                let Some(ClaimEvent::Claimed(c)) = events.first() else {
+                    return Written::Fenced;
                 };
-                let claimed_at = claim.claimed_at_ms;
-                if rule::may_start(current.as_ref(), claimed_at) || !self.fencing() {
-                    let current = Current {
-                        generation: claimed_at,
-                        expires_at_ms: claim.expires_at_ms,
-                        writes: 1,
-                    };
-                    let row = Row {
-                        current,
-                        holder: claim.holder,
-                        timed_out: false,
-                        events: events.clone(),
-                        completed: false,
-                    };
-                    let head = head_of(&row, key);
-                    s.rows[key] = Some(row);
-                    Written::Claimed(head, events)
-                } else {
-                    held(s)
+                match rule::may_start(current.as_ref(), c.claimed_at_ms, fencing) {
+                    true => {
+                        let row = Row {
+                            current: Current {
+                                generation: c.claimed_at_ms,
+                                expires_at_ms: c.expires_at_ms,
+                                writes: 1,
+                            },
+                            holder: c.holder,
+                            timed_out: false,
+                            events: events.clone(),
+                            completed: false,
+                        };
+                        let head = head_of(id, &row);
+                        s.rows[claim] = Some(row);
+                        Written::Claimed(head, events.clone())
+                    }
+                    false => held(s),
                 }
             }
-            Write::Append(head, events) => {
-                let granted = rule::may_append(current.as_ref(), &head) || !self.fencing();
-                match s.rows[key].as_mut() {
+            Some(ClaimWrite::Append(head, events)) => {
+                let granted = rule::may_append(current.as_ref(), head, fencing);
+                match s.rows[claim].as_mut() {
                     Some(row) if granted => {
                         row.events.extend(events.iter().cloned());
                         row.current.writes += 1;
                         let next = LogHead {
                             next: head.next + 1,
-                            ..head
+                            ..head.clone()
                         };
-                        Written::Appended(next, events)
+                        Written::Appended(next, events.clone())
                     }
                     _ => Written::Fenced,
                 }
             }
-            Write::TakeOver(head) => {
-                let gone = s.rows[key].as_ref().is_some_and(|row| s.holder_gone(row));
-                let granted = rule::may_take_over(current.as_ref(), &head, gone) || !self.fencing();
-                match s.rows[key].as_mut() {
+            Some(ClaimWrite::TakeOver(head)) => {
+                let gone = s.rows[claim].as_ref().is_some_and(|row| s.holder_gone(row));
+                let granted = rule::may_take_over(current.as_ref(), head, gone, fencing);
+                match s.rows[claim].as_mut() {
                     Some(row) if granted => {
                         row.current.generation += 1;
                         row.holder = epoch;
                         row.timed_out = false;
                         Written::TakenOver(LogHead {
                             generation: row.current.generation,
-                            ..head
+                            ..head.clone()
                         })
                     }
                     _ => held(s),
                 }
             }
-            Write::Complete(head) => {
-                if let Some(row) = s.rows[key].as_mut() {
+        };
+        if !rule::writes_with(&written) && !unit.delivery_writes().is_empty() {
+            s.refused_deliveries = true;
+        }
+        if rule::writes_with(&written) {
+            for write in unit.delivery_writes() {
+                // A new delivery that exists is left as it is (a take-over meeting an earlier
+                // holder's), as both stores do.
+                if write.first_seq != 0 || s.deliveries.iter().any(|d| d.id == write.id) {
+                    continue;
+                }
+                if let Some(DeliveryEvent::Created(record)) = write.events.first() {
+                    s.deliveries.push(Stored {
+                        id: record.id.clone(),
+                        decision: record.decision_id.clone(),
+                        body: record.body.clone(),
+                        due: write.to.status == DeliveryStatus::Queued,
+                    });
+                }
+            }
+        }
+        written
+    }
+
+    /// The key a claim's client is, if the claim is a key's.
+    fn key_of(&self, claim: usize) -> Option<usize> {
+        self.signals.iter().position(|signal| signal.claim == claim)
+    }
+
+    fn deliver(&self, s: &mut State, msg: Msg, ok: bool) {
+        match msg {
+            Msg::Request {
+                node,
+                claim,
+                port,
+                request,
+                offered,
+            } => {
+                // An offer from an actor that is gone went with it (a call inside the process).
+                if let Port::Offer {
+                    at, claim: from, ..
+                } = port
+                {
+                    if !Self::alive(s, at, from) {
+                        return;
+                    }
+                }
+                let key = self.key_of(claim).unwrap_or(claim);
+                let Some(at) = self.start(s, node, claim) else {
+                    // A log that does not fold: the actor cannot start, and the request fails.
+                    let failed = Reply::Failed(Arc::new(ClaimError::Subject("no log".into())));
+                    let out = vec![Effect::Reply(port, failed)];
+                    let nobody = At {
+                        node,
+                        epoch: s.nodes[node].epoch,
+                        life: 0,
+                    };
+                    return self.carry_out(s, nobody, claim, out);
+                };
+                self.drive(s, at, claim, |core, cx, now, out| {
+                    let decide =
+                        |generation| Ok(offered.unwrap_or_else(|| decision(key, generation)));
+                    core.submit(cx, &request, port, now, decide, out)
+                });
+            }
+            Msg::Commit {
+                at,
+                claim,
+                generation,
+                unit,
+            } => {
+                let written = self.store(s, at.epoch, claim, &unit);
+                s.net.push(Msg::Committed {
+                    at,
+                    claim,
+                    generation,
+                    written,
+                });
+            }
+            Msg::Complete { claim, head } => {
+                if let Some(row) = s.rows[claim].as_mut() {
                     if row.current.generation == head.generation {
                         row.completed = true;
                     }
                 }
-                return;
             }
-        };
-        s.net.push(Msg::Reply {
-            node,
-            epoch,
-            key,
-            generation,
-            written,
-        });
-    }
-
-    /// The store's answer reaches the actor: the claim actor's `committed`.
-    fn committed(&self, s: &mut State, node: usize, key: usize, generation: u64, written: Written) {
-        let Some(actor) = s.nodes[node].actors[key].as_mut() else {
-            return;
-        };
-        if generation != actor.generation || !actor.first {
-            return;
-        }
-        match written {
-            Written::Claimed(head, events) | Written::Appended(head, events) => {
-                actor.head = Some(head);
-                for event in events {
-                    let Ok(next) = actor.phase.clone().apply(event) else {
-                        return fail(s, node, key);
-                    };
-                    actor.phase = next;
-                }
-                match actor.phase.after_commit() {
-                    Ok(AfterCommit::RunActions) => dispatch(s, node, key),
-                    Ok(AfterCommit::Complete) => match complete(s, node, key) {
-                        Some(response) => s.answer(key, Answer::First(response.body)),
-                        None => fail(s, node, key),
-                    },
-                    Ok(AfterCommit::Answer(response)) => {
-                        actor.first = false;
-                        s.answer(key, Answer::First(response.body));
-                    }
-                    Err(_) => fail(s, node, key),
-                }
+            Msg::Committed {
+                at,
+                claim,
+                generation,
+                written,
+            } if Self::alive(s, at, claim) => self.drive(s, at, claim, |core, cx, now, out| {
+                core.committed(cx, generation, Ok(written), now, out)
+            }),
+            Msg::ActionsDone {
+                at,
+                claim,
+                generation,
+                taken_over,
+            } if Self::alive(s, at, claim) => {
+                let decision = s.nodes[at.node].claims[claim]
+                    .as_ref()
+                    .and_then(|l| l.core.phase().claim().map(|c| c.decision.clone()));
+                let outcomes = decision.map_or_else(Vec::new, |d| outcomes(&d, generation, ok));
+                self.drive(s, at, claim, |core, cx, _, out| {
+                    core.dispatched(cx, generation, outcomes, taken_over, out)
+                })
             }
-            Written::Held(events, head) => {
-                let Some(phase) = fold(&events) else {
-                    return fail(s, node, key);
-                };
-                actor.phase = phase;
-                actor.generation = head.generation;
-                actor.head = Some(head);
-                actor.first = false;
-                let now = s.now();
-                let holder = Holder {
-                    epoch: s.nodes[node].epoch,
-                    in_flight_timeout_ms: IN_FLIGHT_TIMEOUT_MS,
-                };
-                let Some(actor) = s.nodes[node].actors[key].as_ref() else {
+            Msg::Offered {
+                at,
+                claim,
+                generation,
+                answer,
+            } if Self::alive(s, at, claim) => self.drive(s, at, claim, |core, cx, _, out| {
+                core.offered(cx, generation, Ok(answer.reply()), out)
+            }),
+            Msg::WaitOver {
+                at, claim, waiter, ..
+            } if Self::alive(s, at, claim) => {
+                self.drive(s, at, claim, |core, _, _, out| core.wait_over(waiter, out))
+            }
+            Msg::Reread { at, claim } if Self::alive(s, at, claim) => {
+                let Some(row) = s.rows[claim].as_ref() else {
                     return;
                 };
-                let answer = match phase::step(&actor.phase, None, &FINGERPRINT, now, holder) {
-                    Step::Replay(response) => Answer::Replay(response.body),
-                    _ => Answer::Conflict,
+                let log = ClaimLog {
+                    events: row.events.clone(),
+                    head: head_of(&self.claims[claim], row),
                 };
-                s.answer(key, answer);
+                self.drive(s, at, claim, |core, _, _, out| core.reread(log, out))
             }
-            Written::TakenOver(head) => {
-                actor.generation = head.generation;
-                actor.head = Some(head);
-                dispatch(s, node, key);
+            // News of a claim goes to its actor on the node, if it has one.
+            Msg::Asked { node, claim } => match self.running(s, node, claim) {
+                Some(at) => self.drive(s, at, claim, |core, _, _, out| core.asked(out)),
+                // Held here, but its actor is gone: the answer is in the store already.
+                None => announce(s, node, claim),
+            },
+            Msg::Answered { node, claim } => {
+                if let Some(at) = self.running(s, node, claim) {
+                    self.drive(s, at, claim, |core, _, _, out| core.answered(out));
+                }
             }
-            Written::Fenced => fail(s, node, key),
+            // For an actor that is gone.
+            Msg::Committed { .. }
+            | Msg::ActionsDone { .. }
+            | Msg::Offered { .. }
+            | Msg::WaitOver { .. }
+            | Msg::Reread { .. } => {}
+            Msg::Callback { delivery, body } => s.callbacks.push((delivery, body)),
         }
     }
 
-    /// A node's actions have run: the claim actor's `dispatched`, with the recovery point.
-    fn dispatched(&self, s: &mut State, node: usize, key: usize, generation: u64, ok: bool) {
-        let epoch = s.nodes[node].epoch;
-        let Some(actor) = s.nodes[node].actors[key].as_mut() else {
-            return;
-        };
-        let running = generation == actor.generation
-            && matches!(actor.phase, Phase::InFlight(_))
-            && actor.first;
-        let (true, Some(claim), Some(head)) = (running, actor.phase.claim(), actor.head.clone())
-        else {
-            return;
-        };
-        let outcomes: Vec<ActionOutcome> = claim
-            .decision
-            .deliveries
-            .iter()
-            .map(|d| ActionOutcome {
-                delivery_id: d.id.clone(),
-                status: if ok {
-                    ActionStatus::Delivered
-                } else {
-                    ActionStatus::Queued
-                },
-                attempt: AttemptRecord {
-                    at_ms: generation,
-                    code: ok.then_some(200),
-                    error: (!ok).then(|| "connection refused".into()),
-                    latency_ms: 1,
-                    retry_after_ms: None,
-                },
-            })
-            .collect();
-        let Ok(response) = first_response(&claim.decision, &outcomes) else {
-            return fail(s, node, key);
-        };
-        if self.sabotage == Sabotage::AnswerBeforeRecoveryPoint {
-            actor.first = false;
-            s.answer(key, Answer::First(response.body.clone()));
-        }
-        let write = Write::Append(head, vec![ClaimEvent::Dispatched { outcomes, response }]);
-        s.net.push(Msg::Unit {
+    /// The actor of claim `claim` running on `node`, if there is one.
+    fn running(&self, s: &State, node: usize, claim: usize) -> Option<At> {
+        let n = &s.nodes[node];
+        n.claims[claim].as_ref().map(|l| At {
             node,
-            epoch,
-            key,
-            generation,
-            write,
-        });
+            epoch: n.epoch,
+            life: l.life,
+        })
     }
 }
 
-/// The actor's callbacks run: each planned delivery goes out with its id and bytes.
-fn dispatch(s: &mut State, node: usize, key: usize) {
-    let epoch = s.nodes[node].epoch;
-    let Some(actor) = s.nodes[node].actors[key].as_ref() else {
-        return;
-    };
-    let Some(claim) = actor.phase.claim() else {
-        return fail(s, node, key);
-    };
-    let generation = actor.generation;
-    for d in &claim.decision.deliveries {
-        s.net.push(Msg::Callback {
-            key,
-            delivery: d.id.clone(),
-            body: d.body.clone(),
-        });
-    }
-    s.net.push(Msg::ActionsDone {
-        node,
-        epoch,
-        key,
-        generation,
-    });
-}
-
-/// The actor's `complete`: the recorded response, with `completed` queued for the store.
-fn complete(s: &mut State, node: usize, key: usize) -> Option<StoredResponse> {
-    let epoch = s.nodes[node].epoch;
-    let actor = s.nodes[node].actors[key].as_mut()?;
-    let (Phase::Dispatched(_, _, response), Some(head)) = (&actor.phase, &actor.head) else {
-        return None;
-    };
-    let (response, head, generation) = (response.clone(), head.clone(), actor.generation);
-    actor.phase = actor.phase.clone().apply(ClaimEvent::Completed).ok()?;
-    actor.first = false;
-    s.net.push(Msg::Unit {
-        node,
-        epoch,
-        key,
-        generation,
-        write: Write::Complete(head),
-    });
-    Some(response)
-}
-
-/// The actor fails: its waiting request gets a 500, and its memory goes.
-fn fail(s: &mut State, node: usize, key: usize) {
-    if let Some(actor) = s.nodes[node].actors[key].take() {
-        if actor.first {
-            s.answer(key, Answer::Error);
-        }
+/// Tells the nodes other than `node` that claim `claim` has a durable answer.
+fn announce(s: &mut State, node: usize, claim: usize) {
+    for other in (0..s.nodes.len()).filter(|&n| n != node) {
+        s.net.push(Msg::Answered { node: other, claim });
     }
 }
 
-/// The decision id in a response's bytes.
-fn decision_of(body: &[u8]) -> Option<&[u8]> {
-    let at = body.windows(4).position(|w| w == b"dec_")?;
-    let end = body[at..].iter().position(|&b| b == b'"')?;
-    Some(&body[at..at + end])
+/// What `decision`'s callbacks gave, made at `generation`: delivered, or queued after a
+/// refused connection.
+fn outcomes(decision: &Decision, generation: u64, ok: bool) -> Vec<ActionOutcome> {
+    decision
+        .deliveries
+        .iter()
+        .map(|d| ActionOutcome {
+            delivery_id: d.id.clone(),
+            status: match ok {
+                true => ActionStatus::Delivered,
+                false => ActionStatus::Queued,
+            },
+            attempt: AttemptRecord {
+                at_ms: generation,
+                code: ok.then_some(200),
+                error: (!ok).then(|| "connection refused".into()),
+                latency_ms: 1,
+                retry_after_ms: None,
+            },
+        })
+        .collect()
 }
 
 impl Model for ClaimModel {
@@ -740,10 +1120,12 @@ impl Model for ClaimModel {
                 .map(|n| Node {
                     epoch: n as u64 + 1,
                     stalled: false,
-                    actors: vec![None; b.keys],
+                    claims: vec![None; self.claims.len()],
+                    lives: 0,
                 })
                 .collect(),
-            rows: vec![None; b.keys],
+            rows: vec![None; self.claims.len()],
+            deliveries: Vec::new(),
             net: Vec::new(),
             answers: vec![Vec::new(); b.keys],
             callbacks: Vec::new(),
@@ -753,6 +1135,7 @@ impl Model for ClaimModel {
             stalls_left: b.stalls,
             timeouts: 0,
             claims_made: 0,
+            refused_deliveries: false,
         }]
     }
 
@@ -765,15 +1148,23 @@ impl Model for ClaimModel {
             }
         }
         for (n, msg) in s.net.iter().enumerate() {
-            let stalled = |node: usize| s.nodes[node].stalled;
-            match msg {
-                Msg::Request { node, .. } | Msg::Reply { node, .. } if stalled(*node) => {}
-                Msg::ActionsDone { node, .. } if stalled(*node) => {}
-                Msg::ActionsDone { .. } => {
-                    actions.push(Action::Deliver { msg: n, ok: true });
-                    actions.push(Action::Deliver { msg: n, ok: false });
-                }
-                _ => actions.push(Action::Deliver { msg: n, ok: true }),
+            if msg.to_node().is_some_and(|node| s.nodes[node].stalled) {
+                continue;
+            }
+            if matches!(msg, Msg::WaitOver { after: Some(t), .. } if s.timeouts <= *t) {
+                continue;
+            }
+            actions.push(Action::Deliver { msg: n, ok: true });
+            if matches!(msg, Msg::ActionsDone { .. }) {
+                actions.push(Action::Deliver { msg: n, ok: false });
+            }
+        }
+        // The retry worker attempts what is queued in the store (the delivery model checks its
+        // leases; here, that it only ever sends what the store holds).
+        // A queued inline attempt's retries are the delivery model's to check.
+        for (n, delivery) in s.deliveries.iter().enumerate() {
+            if delivery.due && self.scenario == Scenario::Queued {
+                actions.push(Action::Retry(n));
             }
         }
         for (n, node) in s.nodes.iter().enumerate() {
@@ -787,14 +1178,11 @@ impl Model for ClaimModel {
             }
         }
         // Time passes: once at any moment (a slow holder outlived by its timeout), and again
-        // whenever nothing else can happen while a claim is stuck in flight (fairness: time
-        // always moves on).
-        let stuck = s.net.is_empty()
-            && !s
-                .nodes
-                .iter()
-                .flat_map(|n| n.actors.iter().flatten())
-                .any(|a| a.first)
+        // whenever nothing else can happen but what waits for time (a deadline of
+        // `in_flight_timeout`) while a claim is stuck in flight (fairness: time always moves
+        // on).
+        let waits_for_time = |m: &Msg| matches!(m, Msg::WaitOver { after: Some(_), .. });
+        let stuck = s.net.iter().all(waits_for_time)
             && s.rows
                 .iter()
                 .flatten()
@@ -812,45 +1200,41 @@ impl Model for ClaimModel {
                     0 => s.final_retries[key] -= 1,
                     _ => s.copies_left[key] -= 1,
                 }
-                s.net.push(Msg::Request { key, node });
+                let signal = &self.signals[key];
+                s.net.push(Msg::Request {
+                    node,
+                    claim: signal.claim,
+                    port: Port::Client { key },
+                    request: signal.request.clone(),
+                    offered: None,
+                });
             }
-            Action::Deliver { msg, ok } => match s.net.remove(msg) {
-                Msg::Request { key, node } => self.request(&mut s, node, key),
-                unit @ Msg::Unit { .. } => self.store(&mut s, unit),
-                Msg::Reply {
-                    node,
-                    epoch,
-                    key,
-                    generation,
-                    written,
-                } if s.nodes[node].epoch == epoch => {
-                    self.committed(&mut s, node, key, generation, written)
-                }
-                Msg::ActionsDone {
-                    node,
-                    epoch,
-                    key,
-                    generation,
-                } if s.nodes[node].epoch == epoch => {
-                    self.dispatched(&mut s, node, key, generation, ok)
-                }
-                // For an incarnation that is gone.
-                Msg::Reply { .. } | Msg::ActionsDone { .. } => {}
-                Msg::Callback {
-                    key,
-                    delivery,
-                    body,
-                } => s.callbacks.push((key, delivery, body)),
-            },
+            Action::Deliver { msg, ok } => {
+                let msg = s.net.remove(msg);
+                self.deliver(&mut s, msg, ok);
+            }
+            Action::Retry(n) => {
+                let delivery = &mut s.deliveries[n];
+                delivery.due = false;
+                let callback = (delivery.id.clone(), delivery.body.clone());
+                s.callbacks.push(callback);
+            }
             Action::Crash(n) => {
                 s.crashes_left -= 1;
                 let node = &mut s.nodes[n];
                 node.epoch += 100;
                 node.stalled = false;
-                let waiting: Vec<usize> = (0..node.actors.len())
-                    .filter(|&k| node.actors[k].as_ref().is_some_and(|a| a.first))
+                let waiting: Vec<usize> = node
+                    .claims
+                    .iter()
+                    .flatten()
+                    .flat_map(|l| l.core.waiting())
+                    .filter_map(|p| match p {
+                        Port::Client { key } => Some(*key),
+                        Port::Offer { .. } => None,
+                    })
                     .collect();
-                node.actors = vec![None; node.actors.len()];
+                node.claims = vec![None; node.claims.len()];
                 for key in waiting {
                     s.answer(key, Answer::Error);
                 }
@@ -874,25 +1258,18 @@ impl Model for ClaimModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always(
-                "one decision per key, every answer its bytes",
-                |_, s: &State| {
+                "one decision per key, every answer its recorded bytes",
+                |m: &ClaimModel, s: &State| {
                     (0..s.answers.len()).all(|key| {
-                        let mut bodies = s.answers[key].iter().filter_map(|a| match a {
-                            Answer::First(b) | Answer::Replay(b) => Some(b),
-                            _ => None,
-                        });
+                        let mut bodies = s.answers[key].iter().filter_map(Answer::body);
                         let Some(first) = bodies.next() else {
                             return true;
                         };
                         // An answer's bytes are the recovery point's, durable before it left.
-                        let stored = s.rows[key].as_ref().and_then(|row| fold(&row.events));
-                        let recorded = match &stored {
-                            Some(Phase::Dispatched(_, _, r) | Phase::Completed(_, r)) => &r.body,
-                            _ => return false,
-                        };
-                        first == recorded && bodies.all(|b| b == first)
+                        let recorded = s.recorded(m.signals[key].claim);
+                        recorded.is_some_and(|r| &r.body == first) && bodies.all(|b| b == first)
                     })
                 },
             ),
@@ -910,25 +1287,31 @@ impl Model for ClaimModel {
                 },
             ),
             Property::always(
-                "every callback carries its key's one decision",
-                |_, s: &State| {
-                    s.callbacks.iter().all(|(key, delivery, body)| {
-                        let Some(
-                            Phase::InFlight(c) | Phase::Dispatched(c, ..) | Phase::Completed(c, _),
-                        ) = s.rows[*key].as_ref().and_then(|row| fold(&row.events))
-                        else {
-                            return false;
-                        };
-                        c.decision
-                            .deliveries
-                            .iter()
-                            .any(|d| &d.id == delivery && &d.body == body)
-                            && s.answers[*key].iter().all(|a| match a {
-                                Answer::First(b) | Answer::Replay(b) => {
-                                    decision_of(&b[..]) == Some(c.decision.id.as_bytes())
-                                }
-                                _ => true,
-                            })
+                "every callback carries its claim's one decision, the one its key answers with",
+                |m: &ClaimModel, s: &State| {
+                    s.callbacks.iter().all(|(delivery, body)| {
+                        s.rows.iter().enumerate().any(|(claim, row)| {
+                            let Some(d) = row
+                                .as_ref()
+                                .and_then(|row| fold(&row.events))
+                                .and_then(|p| p.claim().map(|c| c.decision.clone()))
+                            else {
+                                return false;
+                            };
+                            let planned = d
+                                .deliveries
+                                .iter()
+                                .any(|p| &p.id == delivery && &p.body == body);
+                            // The subject's claim answers no client: its scenario's own
+                            // property checks what the keys were answered.
+                            let answered_with = m.key_of(claim).is_none_or(|key| {
+                                s.answers[key]
+                                    .iter()
+                                    .filter_map(Answer::body)
+                                    .all(|b| decision_of(b) == Some(d.id.as_bytes()))
+                            });
+                            planned && answered_with
+                        })
                     })
                 },
             ),
@@ -936,26 +1319,96 @@ impl Model for ClaimModel {
             // next retry is answered with it (a 409 or a 500 before then is retried).
             Property::eventually(
                 "every key is decided and its response recorded",
-                |_, s: &State| {
-                    s.rows.iter().all(|row| {
-                        row.as_ref().is_some_and(|row| {
-                            matches!(
-                                fold(&row.events),
-                                Some(Phase::Dispatched(..) | Phase::Completed(..))
-                            )
-                        })
-                    })
+                |m: &ClaimModel, s: &State| {
+                    m.signals
+                        .iter()
+                        .all(|signal| s.recorded(signal.claim).is_some())
                 },
             ),
-            Property::sometimes("a claim is taken over", |_, s: &State| {
-                s.rows.iter().flatten().any(|row| {
-                    matches!(row.events.first(), Some(ClaimEvent::Claimed(c)) if c.claimed_at_ms != row.current.generation)
-                })
-            }),
-            Property::sometimes("a stale holder is fenced out", |_, s: &State| {
-                s.answers.iter().flatten().any(|a| *a == Answer::Error)
-                    && s.rows.iter().flatten().any(|row| row.completed)
-            }),
-        ]
+        ];
+        // A claim in flight (inline callbacks, or an offer to the subject's claim) is what a
+        // crash or a stall leaves to be taken over, and its old holder to be fenced.
+        if self.scenario != Scenario::Queued {
+            properties.extend(vec![
+                Property::sometimes("a claim is taken over", |_, s: &State| {
+                    s.rows.iter().flatten().any(|row| match row.events.first() {
+                        Some(ClaimEvent::Claimed(c)) => c.claimed_at_ms != row.current.generation,
+                        _ => false,
+                    })
+                }),
+                Property::sometimes("a stale holder is fenced out", |_, s: &State| {
+                    s.answers.iter().flatten().any(|a| *a == Answer::Error)
+                        && s.rows.iter().flatten().any(|row| row.completed)
+                }),
+            ]);
+        }
+        properties.extend(match self.scenario {
+            Scenario::Inline => vec![],
+            Scenario::Waiting => vec![Property::sometimes(
+                "a waiter is answered with the first request's bytes",
+                |_, s: &State| {
+                    s.answers
+                        .iter()
+                        .flatten()
+                        .any(|a| matches!(a, Answer::Awaited(_)))
+                },
+            )],
+            Scenario::Subject => vec![
+                Property::always(
+                    "one decision per subject: every key answered with the subject's",
+                    |m: &ClaimModel, s: &State| {
+                        let subject = m.claims.len() - 1;
+                        let decision = s.rows[subject]
+                            .as_ref()
+                            .and_then(|row| fold(&row.events))
+                            .and_then(|p| p.claim().map(|c| c.decision.id.clone()));
+                        let is_it = |named: Option<&[u8]>| {
+                            decision
+                                .as_ref()
+                                .is_some_and(|d| named == Some(d.as_bytes()))
+                        };
+                        s.answers
+                            .iter()
+                            .flatten()
+                            .filter_map(Answer::body)
+                            .all(|b| is_it(decision_of(b)))
+                            && s.callbacks.iter().all(|(_, body)| is_it(Some(body)))
+                    },
+                ),
+                Property::sometimes(
+                    "a key is answered with another key's decision",
+                    |_, s: &State| {
+                        s.answers
+                            .iter()
+                            .flatten()
+                            .any(|a| matches!(a, Answer::Deduplicated(_)))
+                    },
+                ),
+            ],
+            Scenario::Queued => vec![
+                Property::always(
+                    "a queued delivery is stored only with its durable decision",
+                    |_, s: &State| {
+                        s.deliveries.iter().all(|d| {
+                            s.rows.iter().flatten().any(|row| {
+                                matches!(
+                                    fold(&row.events),
+                                    Some(Phase::Completed(c, _)) if c.decision.id == d.decision
+                                )
+                            })
+                        })
+                    },
+                ),
+                Property::sometimes(
+                    "the retry worker makes a queued callback",
+                    |_, s: &State| !s.callbacks.is_empty(),
+                ),
+                Property::sometimes(
+                    "a start that loses to the claim holding its key writes none of its deliveries",
+                    |_, s: &State| s.refused_deliveries && s.deliveries.len() == 1,
+                ),
+            ],
+        });
+        properties
     }
 }

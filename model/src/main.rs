@@ -1,28 +1,45 @@
-//! `cargo run --release -p model -- [--nodes 2] [--keys 1] [--copies 2] [--crashes 1]
-//! [--stalls 1] [--sabotage no-fencing|answer-first|no-lease-fencing]`: checks every
-//! interleaving of the claim protocol, then of the delivery lease protocol, within the bounds;
-//! prints the states visited and each property's result, and exits 0 only when every safety and
-//! liveness property holds and every `sometimes` property was reached (so the bounds did reach
-//! the cases they are for). A counterexample is printed as its sequence of steps.
+//! `cargo run --release -p model -- [--scenario inline|waiting|subject|queued] [--nodes 2]
+//! [--keys 1] [--copies 2] [--crashes 1] [--stalls 1]
+//! [--sabotage no-fencing|answer-first|no-lease-fencing]`: checks every interleaving of the
+//! claim protocol in each scenario (or the one named), then of the delivery lease protocol,
+//! within the bounds (each scenario's own, unless given); prints the states visited and each
+//! property's result, and exits 0 only when every safety and liveness property holds and every
+//! `sometimes` property was reached (so the bounds did reach the cases they are for). A
+//! counterexample is printed as its sequence of steps.
 
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::process::ExitCode;
 
+use idem_actors::store::rule::Fencing;
 use model::delivery::{DeliveryBounds, DeliveryModel};
-use model::{Bounds, ClaimModel, Sabotage};
-use stateright::{Checker, Expectation, Model};
+use model::{Bounds, ClaimModel, Sabotage, Scenario};
+use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
-fn main() -> ExitCode {
-    let mut bounds = Bounds {
-        nodes: 2,
-        keys: 1,
-        copies: 2,
-        crashes: 1,
-        stalls: 1,
+/// What the command line asks for.
+struct Args {
+    scenarios: Vec<Scenario>,
+    /// Bounds given on the command line, over each scenario's own.
+    nodes: Option<usize>,
+    keys: Option<usize>,
+    copies: Option<u8>,
+    crashes: Option<u8>,
+    stalls: Option<u8>,
+    sabotage: Option<Sabotage>,
+    lease_fencing: Fencing,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut parsed = Args {
+        scenarios: Scenario::ALL.to_vec(),
+        nodes: None,
+        keys: None,
+        copies: None,
+        crashes: None,
+        stalls: None,
+        sabotage: None,
+        lease_fencing: Fencing::On,
     };
-    let mut sabotage = Sabotage::None;
-    let mut lease_fencing = true;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().unwrap_or_default();
@@ -31,43 +48,81 @@ fn main() -> ExitCode {
                 .parse::<u8>()
                 .map_err(|_| format!("{flag} takes a number"))
         };
-        let parsed = match flag.as_str() {
-            "--nodes" => number().map(|n| bounds.nodes = n.max(1) as usize),
-            "--keys" => number().map(|n| bounds.keys = n.max(1) as usize),
-            "--copies" => number().map(|n| bounds.copies = n),
-            "--crashes" => number().map(|n| bounds.crashes = n),
-            "--stalls" => number().map(|n| bounds.stalls = n),
-            "--sabotage" => match value.as_str() {
-                "no-fencing" => Ok((Sabotage::NoFencing, true)),
-                "answer-first" => Ok((Sabotage::AnswerBeforeRecoveryPoint, true)),
-                "no-lease-fencing" => Ok((Sabotage::None, false)),
-                other => Err(format!(
-                    "--sabotage {other}: no-fencing, answer-first or no-lease-fencing"
-                )),
+        match flag.as_str() {
+            "--scenario" => {
+                let scenario = match value.as_str() {
+                    "inline" => Scenario::Inline,
+                    "waiting" => Scenario::Waiting,
+                    "subject" => Scenario::Subject,
+                    "queued" => Scenario::Queued,
+                    other => {
+                        return Err(format!(
+                            "--scenario {other}: inline, waiting, subject or queued"
+                        ))
+                    }
+                };
+                parsed.scenarios = vec![scenario];
             }
-            .map(|(claims, leases)| (sabotage, lease_fencing) = (claims, leases)),
-            other => Err(format!("unknown argument {other}")),
-        };
-        if let Err(e) = parsed {
+            "--nodes" => parsed.nodes = Some(number()?.max(1) as usize),
+            "--keys" => parsed.keys = Some(number()?.max(1) as usize),
+            "--copies" => parsed.copies = Some(number()?),
+            "--crashes" => parsed.crashes = Some(number()?),
+            "--stalls" => parsed.stalls = Some(number()?),
+            "--sabotage" => match value.as_str() {
+                "no-fencing" => parsed.sabotage = Some(Sabotage::NoFencing),
+                "answer-first" => parsed.sabotage = Some(Sabotage::AnswerBeforeRecoveryPoint),
+                "no-lease-fencing" => parsed.lease_fencing = Fencing::Off,
+                other => {
+                    return Err(format!(
+                        "--sabotage {other}: no-fencing, answer-first or no-lease-fencing"
+                    ))
+                }
+            },
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(parsed)
+}
+
+fn main() -> ExitCode {
+    let args = match parse() {
+        Ok(args) => args,
+        Err(e) => {
             eprintln!("model: {e}");
             return ExitCode::from(2);
         }
+    };
+    let mut held = true;
+    for scenario in &args.scenarios {
+        let d = Bounds::default_for(*scenario);
+        let bounds = Bounds {
+            nodes: args.nodes.unwrap_or(d.nodes),
+            keys: args.keys.unwrap_or(d.keys),
+            copies: args.copies.unwrap_or(d.copies),
+            crashes: args.crashes.unwrap_or(d.crashes),
+            stalls: args.stalls.unwrap_or(d.stalls),
+        };
+        println!(
+            "claims, {scenario:?}: {bounds:?}, sabotage {:?}",
+            args.sabotage
+        );
+        let model = ClaimModel::new(*scenario, bounds, args.sabotage);
+        held &= check(model, |state, action| state.describe(action));
     }
 
-    println!("claims: {bounds:?}, sabotage {sabotage:?}");
-    let claims = ClaimModel { bounds, sabotage };
-    let mut held = check(claims, |state, action| state.describe(action));
-
     let bounds = DeliveryBounds {
-        nodes: bounds.nodes,
+        nodes: args.nodes.unwrap_or(2),
         expiries: 2,
-        crashes: bounds.crashes,
+        crashes: args.crashes.unwrap_or(1),
         redeliveries: 1,
     };
-    println!("deliveries: {bounds:?}, lease fencing {lease_fencing}");
+    println!(
+        "deliveries: {bounds:?}, lease fencing {:?}",
+        args.lease_fencing
+    );
     let deliveries = DeliveryModel {
         bounds,
-        fencing: lease_fencing,
+        fencing: args.lease_fencing,
     };
     held &= check(deliveries, |_, action| format!("{action:?}"));
     match held {
@@ -83,13 +138,21 @@ where
     M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
+    let started = std::time::Instant::now();
     let properties = model.properties();
-    let checker = model.checker().threads(2).spawn_bfs().join();
+    // A counterexample ends the run: the rest of the space would take long to say no more.
+    let checker = model
+        .checker()
+        .threads(2)
+        .finish_when(HasDiscoveries::AnyFailures)
+        .spawn_bfs()
+        .join();
     println!(
-        "  states: {} unique, {} generated, depth {}",
+        "  states: {} unique, {} generated, depth {}, {:.1} s",
         checker.unique_state_count(),
         checker.state_count(),
-        checker.max_depth()
+        checker.max_depth(),
+        started.elapsed().as_secs_f64()
     );
     let mut held = true;
     for property in properties {

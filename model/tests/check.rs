@@ -1,43 +1,81 @@
-//! The model checker can fail: the claim and lease protocols as they run hold every property
-//! within small bounds (and reach the cases the bounds are for), and each sabotage is caught
-//! with a counterexample, a sequence of steps that ends where the property breaks.
+//! The model checker can fail: the claim protocol as it runs holds every property in every
+//! scenario within small bounds (and reaches the cases each is for), the lease protocol too, and
+//! each sabotage, the real code with one rule switched off, is caught with a counterexample: a
+//! sequence of steps that ends where the property breaks.
 
+use idem_actors::store::rule::Fencing;
 use model::delivery::{DeliveryAction, DeliveryBounds, DeliveryModel};
-use model::{Bounds, ClaimModel, Sabotage};
+use model::{Bounds, ClaimModel, Sabotage, Scenario};
 use stateright::{Checker, Expectation, Model};
 
-const SMALL: Bounds = Bounds {
-    nodes: 2,
-    keys: 1,
-    copies: 2,
-    crashes: 0,
-    stalls: 1,
-};
-
-fn check(sabotage: Sabotage) -> impl Checker<ClaimModel> {
-    ClaimModel {
-        bounds: SMALL,
-        sabotage,
+/// Bounds small enough for a test build: no crash but where the scenario needs one.
+fn small(scenario: Scenario) -> Bounds {
+    let bounds = Bounds {
+        nodes: 2,
+        keys: 1,
+        copies: 2,
+        crashes: 0,
+        stalls: 1,
+    };
+    match scenario {
+        Scenario::Inline | Scenario::Waiting => bounds,
+        // Its one write leaves nothing in flight: a crash is what it is about.
+        Scenario::Queued => Bounds::default_for(scenario),
+        Scenario::Subject => Bounds::default_for(scenario),
     }
-    .checker()
-    .spawn_bfs()
-    .join()
 }
 
-#[test]
-fn the_protocol_holds_and_reaches_take_overs_and_fencing() {
-    let checker = check(Sabotage::None);
+fn check(scenario: Scenario, sabotage: Option<Sabotage>) -> impl Checker<ClaimModel> {
+    ClaimModel::new(scenario, small(scenario), sabotage)
+        .checker()
+        .spawn_bfs()
+        .join()
+}
+
+/// Every property of `scenario` holds, and every case it is for is reached.
+fn holds(scenario: Scenario) {
+    let checker = check(scenario, None);
     assert!(
         checker.unique_state_count() > 10_000,
-        "the bounds reach past a few states"
+        "{scenario:?}: the bounds reach past a few states"
     );
     for property in checker.model().properties() {
         let found = checker.discovery(property.name);
         match property.expectation {
-            Expectation::Sometimes => assert!(found.is_some(), "{} is reached", property.name),
-            _ => assert!(found.is_none(), "{} holds: {found:?}", property.name),
+            Expectation::Sometimes => {
+                assert!(
+                    found.is_some(),
+                    "{scenario:?}: {} is reached",
+                    property.name
+                )
+            }
+            _ => assert!(
+                found.is_none(),
+                "{scenario:?}: {} holds: {found:?}",
+                property.name
+            ),
         }
     }
+}
+
+#[test]
+fn inline_callbacks_hold_and_reach_take_overs_and_fencing() {
+    holds(Scenario::Inline);
+}
+
+#[test]
+fn waiters_hold_and_are_answered_with_the_first_requests_bytes() {
+    holds(Scenario::Waiting);
+}
+
+#[test]
+fn a_subject_decides_once_and_answers_every_key_with_its_decision() {
+    holds(Scenario::Subject);
+}
+
+#[test]
+fn queued_callbacks_come_only_from_a_durable_claim() {
+    holds(Scenario::Queued);
 }
 
 /// The counterexample to `property`, as described steps.
@@ -55,21 +93,28 @@ fn counterexample(checker: &impl Checker<ClaimModel>, property: &'static str) ->
 
 #[test]
 fn without_fencing_a_stale_write_is_caught() {
-    let checker = check(Sabotage::NoFencing);
+    let checker = check(Scenario::Inline, Some(Sabotage::NoFencing));
     let steps = counterexample(&checker, "no write of a fenced-out holder is visible");
     assert!(
-        steps.iter().filter(|s| s.contains("start gen")).count() >= 2,
-        "two starts both written: {steps:#?}"
+        steps
+            .iter()
+            .filter(|s| s.contains("append the recovery point"))
+            .count()
+            >= 2,
+        "two recovery points both written: {steps:#?}"
     );
 }
 
 #[test]
 fn an_answer_before_its_recovery_point_is_caught() {
-    let checker = check(Sabotage::AnswerBeforeRecoveryPoint);
-    let steps = counterexample(&checker, "one decision per key, every answer its bytes");
+    let checker = check(Scenario::Inline, Some(Sabotage::AnswerBeforeRecoveryPoint));
+    let steps = counterexample(
+        &checker,
+        "one decision per key, every answer its recorded bytes",
+    );
     let answered = steps
         .iter()
-        .position(|s| s.contains("actions for key 0 ran"))
+        .position(|s| s.contains("actions for claim 0 ran"))
         .unwrap_or_else(|| panic!("the answer leaves as the actions end: {steps:#?}"));
     assert!(
         !steps[..answered]
@@ -79,16 +124,16 @@ fn an_answer_before_its_recovery_point_is_caught() {
     );
 }
 
-fn deliveries(fencing: bool) -> impl Checker<DeliveryModel> {
+fn deliveries(fencing: Fencing) -> impl Checker<DeliveryModel> {
     let bounds = match fencing {
-        true => DeliveryBounds {
+        Fencing::On => DeliveryBounds {
             nodes: 2,
             expiries: 2,
             crashes: 1,
             redeliveries: 1,
         },
         // Without fencing the runs go on longer: smaller bounds catch it as surely.
-        false => DeliveryBounds {
+        Fencing::Off => DeliveryBounds {
             nodes: 2,
             expiries: 1,
             crashes: 0,
@@ -103,7 +148,7 @@ fn deliveries(fencing: bool) -> impl Checker<DeliveryModel> {
 
 #[test]
 fn the_lease_protocol_holds_and_fences_an_expired_lease() {
-    let checker = deliveries(true);
+    let checker = deliveries(Fencing::On);
     assert!(checker.unique_state_count() > 10_000);
     for property in checker.model().properties() {
         let found = checker.discovery(property.name);
@@ -116,7 +161,7 @@ fn the_lease_protocol_holds_and_fences_an_expired_lease() {
 
 #[test]
 fn without_lease_fencing_a_stale_attempt_is_caught() {
-    let checker = deliveries(false);
+    let checker = deliveries(Fencing::Off);
     let path = checker
         .discovery("no record of a fenced-out lease is visible")
         .expect("a counterexample");

@@ -1,18 +1,22 @@
 //! The shapes idem speaks and stores. `wire` holds the public JSON documents (the signal a tenant
 //! posts, the decision we answer, the callback envelope we send, problem details), `stored` the
-//! events of the claim log, `signature` the Standard Webhooks scheme both directions use, and
-//! `json_schema` turns the wire types into the JSON Schema files kept under `schemas/json/`.
+//! events of the claim log, `signature` the Standard Webhooks scheme both directions use,
+//! `canonical` the strict JSON parser and RFC 8785's canonical form bodies are fingerprinted by,
+//! `hex` the hexadecimal of digests and ids, and `json_schema` turns the wire types into the
+//! JSON Schema files kept under `schemas/json/`.
 
+pub mod canonical;
+pub mod hex;
 pub mod json_schema;
 pub mod signature;
 pub mod stored;
 pub mod timefmt;
 pub mod wire;
 
+pub use hex::lower_hex;
 pub use stored::{
-    lower_hex, ActionOutcome, AttemptRecord, Claim, ClaimEvent, Decision, DecisionRecord,
-    DeliveryEvent, DeliveryRecord, NextStep, PlannedDelivery, RecordedAction, StoredResponse,
-    SubjectLink,
+    ActionOutcome, AttemptRecord, Claim, ClaimEvent, Decision, DecisionRecord, DeliveryEvent,
+    DeliveryRecord, NextStep, PlannedDelivery, RecordedAction, StoredResponse, SubjectLink,
 };
 pub use wire::{
     ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecidedAction,

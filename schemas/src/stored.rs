@@ -312,23 +312,6 @@ pub enum DeliveryEvent {
     },
 }
 
-/// `bytes` in lowercase hex. (The `hex` crate's `encode` builds its string a char at a time
-/// through an iterator, several times the cost, on every claim's hot path.)
-pub fn lower_hex(bytes: &[u8]) -> String {
-    let mut text = String::with_capacity(2 * bytes.len());
-    push_hex(&mut text, bytes);
-    text
-}
-
-/// Appends `bytes` in lowercase hex to `text`.
-fn push_hex(text: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        text.push(char::from(DIGITS[usize::from(b >> 4)]));
-        text.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
-}
-
 /// Ids and digests as they are stored: the bytes behind their lowercase hex, after a `dec_` or
 /// `msg_` prefix if they have one (every id and digest idem makes), or else the text as it is.
 /// A 64-digit subject digest takes 34 bytes instead of 65, an id 19 instead of 37: the claim log
@@ -354,25 +337,9 @@ pub mod hex_text {
             .enumerate()
             .rev()
             .find_map(|(n, p)| Some((n as u8, text.strip_prefix(p)?)))?;
-        let hex = hex.as_bytes();
-        if hex.is_empty() || hex.len() % 2 != 0 {
-            return None;
-        }
-        let mut bytes = Vec::with_capacity(hex.len() / 2);
-        for pair in hex.chunks_exact(2) {
-            bytes.push(nibble(pair[0])? << 4 | nibble(pair[1])?);
-        }
+        // Lowercase only, so that reading it back gives the same text.
+        let bytes = crate::hex::decode_lower(hex).filter(|b| !b.is_empty())?;
         Some(Stored::Hex { prefix, bytes })
-    }
-
-    /// A lowercase hex digit's value: lowercase only, so that reading it back gives the same
-    /// text.
-    fn nibble(c: u8) -> Option<u8> {
-        match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            _ => None,
-        }
     }
 
     /// Stores `text` (serde `with`).
@@ -392,7 +359,7 @@ pub mod hex_text {
                 })?;
                 let mut text = String::with_capacity(prefix.len() + 2 * bytes.len());
                 text.push_str(prefix);
-                super::push_hex(&mut text, &bytes);
+                crate::hex::push_lower_hex(&mut text, &bytes);
                 text
             }
         })
@@ -403,10 +370,7 @@ pub mod hex_text {
         use super::*;
 
         #[test]
-        fn lower_hex_is_the_hex_crates_text_and_reads_back() {
-            let every: Vec<u8> = (0..=255).collect();
-            assert_eq!(crate::lower_hex(&every), hex::encode(&every));
-            assert_eq!(crate::lower_hex(&[]), "");
+        fn packed_ids_read_back_as_they_were() {
             for text in ["dec_00ff10ab", "msg_0193a1b2c3d47000b000000000000001", "9f"] {
                 let Some(Stored::Hex { prefix, bytes }) = pack(text) else {
                     panic!("{text} not packed");

@@ -69,12 +69,11 @@ pub async fn list(
         cursor => cursor.map(String::as_str),
     };
     let signal_type = query.get("type").map(String::as_str);
-    let subject_hash = subject.map(|s| app.digester.subject(&tenant.name, s));
     let page = app
         .engine
         .decisions_about(
             &tenant.name,
-            subject_hash.as_deref(),
+            subject.map(String::as_str),
             signal_type,
             after,
             limit,

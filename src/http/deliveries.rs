@@ -14,7 +14,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use idem_actors::{BulkReply, ClaimId, RedeliverError, RedeliverFilter};
+use idem_actors::{BulkReply, RedeliverError, RedeliverFilter};
 use idem_schemas::timefmt::parse_rfc3339_ms;
 use idem_schemas::{DeliveryPage, DeliveryStatus, RedeliverRequest};
 
@@ -193,17 +193,13 @@ pub async fn redeliver_matching(
     let (value, filter) = parse_filter(&bytes)?;
     let tenant = live.api_keys.authenticate(&live.config, &headers)?;
     limit_redeliveries(&app, tenant)?;
-    let key = key.map(|key| {
-        let id = ClaimId {
-            tenant: tenant.name.clone(),
-            digest: app.digester.bulk_key(&tenant.name, &key),
-        };
-        (id, app.digester.fingerprint(&tenant.name, &value))
-    });
     // The redeliveries run to their end even if the client goes away meanwhile.
     let (run, name) = (app.clone(), tenant.name.clone());
-    let reply =
-        tokio::spawn(async move { run.engine.redeliver_bulk(&name, &filter, key).await }).await;
+    let reply = tokio::spawn(async move {
+        let key = key.as_deref().map(|key| (key, &value));
+        run.engine.redeliver_bulk(&name, &filter, key).await
+    })
+    .await;
     let error = match reply {
         Ok(Ok(reply)) => return bulk_answer(reply),
         Ok(Err(e)) => e.to_string(),

@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use idem_actors::endpoint::{Circuit, EndpointHealth};
+use idem_actors::breaker::{Circuit, EndpointHealth};
 use idem_schemas::timefmt::rfc3339_millis;
 use idem_schemas::{EndpointList, EndpointState, EndpointView};
 

@@ -1,9 +1,8 @@
-//! `POST /v1/signals`. Checks run in the contract's order, each refusal before the claim
+//! `POST /v1/signals`. Checks run in the documented order, each refusal before the claim
 //! leaving nothing stored: (1) key syntax, content type, size, JSON shape; (2) API key, then
-//! signature and timestamp; (3) a playbook for the type; (4) the claim, then the playbook runs.
-//! A keyed request is answered by its claim actor (first processing, replay, 409 or 422), which
-//! makes the decision only for the request that wins the claim; a keyless one is decided and
-//! processed every time, through the same playbook and dispatch code.
+//! signature and timestamp; then the engine's: (3) a playbook for the type; (4) the claim, then
+//! the playbook runs. This handler maps what the engine answers (first processing, replay,
+//! 409 or 422) to the response.
 
 use std::sync::Arc;
 
@@ -12,21 +11,19 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
-use idem_actors::claim::ANY_PAYLOAD;
-use idem_actors::{ClaimId, DecideError, RegistryError, Reply, Submission};
+use idem_actors::{By, Outcome, RegistryError, Routed, SignalError};
+use idem_schemas::canonical;
 use idem_schemas::timefmt::{is_rfc3339, now_ms};
-use idem_schemas::{Decision, SignalRequest, StoredResponse, SubjectLink, Verdict};
+use idem_schemas::{SignalRequest, StoredResponse, Verdict};
 use serde::Deserialize;
 use serde_json::Value;
 use tracing::Instrument;
 
-use crate::digest::Digester;
 use crate::http::auth::verify_signature;
 use crate::http::metrics::{DECISIONS, SIGNALS};
 use crate::http::problem::{ApiError, Kind};
-use crate::http::{App, Live};
+use crate::http::App;
 use crate::key;
-use crate::playbook::{self, Signal};
 
 /// The largest body accepted.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -104,76 +101,29 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
     }
     // A signed request is claimed under its webhook-id: a sender keeps it across its retries, so
     // a retry, and a captured request sent again, is a replay rather than a new decision.
-    let key = key.or_else(|| signed_id.map(str::to_owned));
+    let key = key.as_deref().or(signed_id);
 
-    // 3. The playbook.
-    let Some(playbook) = tenant.playbooks.get(&signal.signal_type) else {
-        return Err(ApiError::new(
-            Kind::UnknownSignalType,
-            format!(
-                "tenant {} has no playbook for signal type {:?}",
-                tenant.name, signal.signal_type
-            ),
-        ));
-    };
-    app.stats.signal(&tenant.name);
-
-    // 4. The decision: made at once without a key, and with one only by the request that wins
-    // the claim. A playbook decided once per subject goes through the subject's claim, keyed or
-    // not. Per-request spans and events are at debug level: at info, a span's fields are
-    // formatted for every request, duplicates included, for events that are rare.
+    // 3. The playbook, 4. the claim, then the playbook runs: the engine's. Per-request spans
+    // and events are at debug level: at info, a span's fields are formatted for every request,
+    // duplicates included, for events that are rare.
     let span = tracing::debug_span!("signal", tenant = %tenant.name, keyed = key.is_some());
-    let verdict = playbook.decision;
-    let subject = playbook.once_per_subject.map(|window| SubjectLink {
-        digest: app
-            .digester
-            .subject_claim(&tenant.name, &signal.signal_type, &signal.subject),
-        window_ms: window.as_millis() as u64,
-    });
     let wait = crate::prefer::wait(headers)
-        .and_then(|seconds| crate::prefer::applied(seconds, config.idempotency.max_wait));
-    let decider = Decider {
-        live: live.clone(),
-        digester: app.digester.clone(),
-        tenant: tenant.name.clone(),
-        source: None,
+        .and_then(|seconds| crate::prefer::applied(seconds, config.engine.idempotency.max_wait));
+    let routed = Routed {
+        tenant: &tenant.name,
+        playbooks: &tenant.playbooks,
         signal,
+        by: By::Request {
+            key,
+            body: &value,
+            wait,
+        },
     };
-    let decide = move |at| decider.decide(at);
-    match (key, subject) {
-        (None, None) => {
-            let decision = decide(now).map_err(|e| ApiError::new(Kind::Internal, e.to_string()))?;
-            keyless(app, decision).instrument(span).await
-        }
-        // Keyless, once per subject: the subject's claim is this request's key.
-        (None, Some(link)) => {
-            let id = ClaimId {
-                tenant: tenant.name.clone(),
-                digest: link.digest,
-            };
-            let window = std::time::Duration::from_millis(link.window_ms);
-            let submission = Submission::new(ANY_PAYLOAD, decide)
-                .lasting(window)
-                .waiting(wait);
-            claim(app, &id, submission, wait, true, verdict)
-                .instrument(span)
-                .await
-        }
-        (Some(key), subject) => {
-            let id = ClaimId {
-                tenant: tenant.name.clone(),
-                digest: app.digester.key(&tenant.name, &key),
-            };
-            let fingerprint = app.digester.fingerprint(&tenant.name, &value);
-            let mut submission = Submission::new(fingerprint, decide).waiting(wait);
-            if let Some(link) = subject {
-                submission = submission.via_subject(link);
-            }
-            claim(app, &id, submission, wait, false, verdict)
-                .instrument(span)
-                .await
-        }
+    let outcome = app.engine.signal(routed).instrument(span).await;
+    if !matches!(outcome, Err(SignalError::NoPlaybook(_))) {
+        app.stats.signal(&tenant.name);
     }
+    answer(app, &tenant.name, outcome, wait)
 }
 
 /// Counts a decision answered as made by this request (not a replay, nor a keyed signal whose
@@ -183,124 +133,86 @@ pub(crate) fn decided(app: &App, tenant: &str, verdict: Verdict) {
     app.stats.decision(tenant);
 }
 
-/// Everything a signal's decision needs, owned, so a keyed request can hand it to its claim
-/// actor, which makes the decision only if the request wins the claim.
-pub(crate) struct Decider {
-    pub(crate) live: Arc<Live>,
-    pub(crate) digester: Digester,
-    pub(crate) tenant: String,
-    /// The source's name, for a source's event.
-    pub(crate) source: Option<String>,
-    pub(crate) signal: SignalRequest,
-}
-
-impl Decider {
-    /// The decision, made at `now_ms` under the configuration the request arrived with.
-    pub(crate) fn decide(self, now_ms: u64) -> Result<Decision, DecideError> {
-        let playbook = self
-            .live
-            .config
-            .tenants
-            .get(&self.tenant)
-            .and_then(|t| t.playbooks.get(&self.signal.signal_type))
-            .ok_or_else(|| {
-                DecideError(format!("no playbook for {:?}", self.signal.signal_type).into())
-            })?;
-        let decision = playbook::decide(
-            playbook,
-            Signal {
-                tenant: &self.tenant,
-                signal_type: &self.signal.signal_type,
-                source: self.source.as_deref(),
-                subject_hash: self.digester.subject(&self.tenant, &self.signal.subject),
-                metadata: self.signal.metadata.unwrap_or_default(),
-            },
-            now_ms,
-        )
-        .map_err(|e| DecideError(Box::new(e)))?;
-        Ok(decision)
-    }
-}
-
-/// A keyless signal: processed every time (at-least-once), by the engine.
-async fn keyless(app: &App, decision: Decision) -> Result<Handled, ApiError> {
-    let response = app
-        .engine
-        .keyless(&decision)
-        .await
-        .map_err(|e| ApiError::new(Kind::Internal, e.to_string()))?;
-    decided(app, &decision.tenant, decision.verdict);
-    tracing::debug!(decision = %decision.id, "keyless signal decided");
-    Ok(("keyless", stored(&response, false)))
-}
-
-/// A keyed signal (or one decided once per subject): its claim actor decides what this
-/// request gets. `wait` is how long it may wait for an in-flight first request, as applied;
-/// `of_subject` says that the claim is the subject's, so that a replay is a deduplicated signal;
-/// `verdict` is the playbook's, counted if this request makes the decision.
-async fn claim(
+/// The answer to what the engine made of `tenant`'s signal, and the outcome it is counted
+/// under. `wait` is how long it could wait for an in-flight first request, as applied.
+fn answer(
     app: &App,
-    id: &ClaimId,
-    submission: Submission,
+    tenant: &str,
+    outcome: Result<Outcome, SignalError>,
     wait: Option<std::time::Duration>,
-    of_subject: bool,
-    verdict: Verdict,
 ) -> Result<Handled, ApiError> {
     let deduplicated = |mut r: Response| {
         r.headers_mut()
             .insert("idem-deduplicated", HeaderValue::from_static("subject"));
         r
     };
-    match app.engine.submit(id, submission).await {
-        Ok(Reply::First(response)) => {
-            decided(app, &id.tenant, verdict);
-            Ok(("first", stored(&response, false)))
+    let waited = |mut r: Response| {
+        if let Some(value) = wait
+            .map(crate::prefer::applied_header)
+            .and_then(|v| HeaderValue::from_str(&v).ok())
+        {
+            r.headers_mut().insert("preference-applied", value);
         }
-        Ok(Reply::Replayed(response)) if of_subject => {
-            Ok(("deduplicated", deduplicated(stored(&response, true))))
+        r
+    };
+    match outcome {
+        Ok(Outcome::Decided {
+            response,
+            verdict,
+            keyless,
+        }) => {
+            decided(app, tenant, verdict);
+            let label = match keyless {
+                true => "keyless",
+                false => "first",
+            };
+            Ok((label, stored(&response, false)))
         }
-        Ok(Reply::Replayed(response)) => Ok(("replayed", stored(&response, true))),
-        Ok(Reply::Deduplicated(response)) => {
-            Ok(("deduplicated", deduplicated(stored(&response, true))))
+        Ok(Outcome::Deduplicated { response, waited: w }) => {
+            let r = stored(&response, true);
+            let r = if w { waited(r) } else { r };
+            Ok(("deduplicated", deduplicated(r)))
         }
-        Ok(Reply::Awaited(response)) => {
-            let mut r = stored(&response, true);
-            if let Some(value) = wait
-                .map(crate::prefer::applied_header)
-                .and_then(|v| HeaderValue::from_str(&v).ok())
-            {
-                r.headers_mut().insert("preference-applied", value);
-            }
-            match of_subject {
-                true => Ok(("deduplicated", deduplicated(r))),
-                false => Ok(("awaited", r)),
-            }
-        }
-        Ok(Reply::InFlight) => Err(ApiError::new(
+        Ok(Outcome::Replayed {
+            response,
+            waited: false,
+        }) => Ok(("replayed", stored(&response, true))),
+        Ok(Outcome::Replayed {
+            response,
+            waited: true,
+        }) => Ok(("awaited", waited(stored(&response, true)))),
+        Ok(Outcome::InFlight) => Err(ApiError::new(
             Kind::KeyInFlight,
             "a request with this Idempotency-Key is still being processed; retry after a moment",
         )),
-        Ok(Reply::Mismatch) => Err(ApiError::new(
+        Ok(Outcome::Mismatch) => Err(ApiError::new(
             Kind::KeyReused,
             "this Idempotency-Key was used with a different payload; use a new key for a new signal",
         )),
-        Ok(Reply::Failed(e)) => {
-            tracing::error!(tenant = %id.tenant, error = %e, "claim failed");
+        Err(SignalError::NoPlaybook(signal_type)) => Err(ApiError::new(
+            Kind::UnknownSignalType,
+            format!("tenant {tenant} has no playbook for signal type {signal_type:?}"),
+        )),
+        Err(e @ (SignalError::Decide(_) | SignalError::Keyless(_))) => {
+            Err(ApiError::new(Kind::Internal, e.to_string()))
+        }
+        Err(SignalError::Claim(e)) => {
+            tracing::error!(%tenant, error = %e, "claim failed");
             Err(ApiError::new(
                 Kind::Internal,
                 "the claim could not be stored; retry with the same key",
             ))
         }
-        Err(RegistryError::Unavailable) => Err(ApiError::new(
+        Err(SignalError::Actors(RegistryError::Unavailable)) => Err(ApiError::new(
             Kind::Unavailable,
             "the key's actor is restarting; retry with the same key",
         )),
-        Err(RegistryError::Overloaded) => Err(ApiError::new(
+        Err(SignalError::Actors(RegistryError::Overloaded)) => Err(ApiError::new(
             Kind::Unavailable,
             "too many keys are in use right now (idempotency.max_live_actors); retry with the same key",
         )),
-        Err(e) => {
-            tracing::error!(tenant = %id.tenant, error = %e, "claim actor failed");
+        Err(SignalError::Actors(e)) => {
+            tracing::error!(%tenant, error = %e, "claim actor failed");
             Err(ApiError::new(
                 Kind::Internal,
                 "processing failed; retry with the same key",
@@ -394,13 +306,9 @@ pub(crate) async fn read_body(
 pub fn parse_signal(bytes: &[u8]) -> Result<(Value, SignalRequest), ApiError> {
     // A member named twice is refused: a gateway that reads the first would see another signal
     // than the one idem decides on.
-    let value = crate::canonical::parse(bytes).map_err(|e| match e {
-        crate::canonical::ParseError::Duplicate(_) => {
-            ApiError::new(Kind::InvalidSignal, e.to_string())
-        }
-        crate::canonical::ParseError::Syntax(_) => {
-            ApiError::new(Kind::MalformedJson, e.to_string())
-        }
+    let value = canonical::parse(bytes).map_err(|e| match e {
+        canonical::ParseError::Duplicate(_) => ApiError::new(Kind::InvalidSignal, e.to_string()),
+        canonical::ParseError::Syntax(_) => ApiError::new(Kind::MalformedJson, e.to_string()),
     })?;
     if !value.is_object() {
         return Err(ApiError::new(

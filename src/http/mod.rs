@@ -27,7 +27,6 @@ use axum::Router;
 use idem_actors::Engine;
 
 use crate::config::Config;
-use crate::digest::Digester;
 use problem::{ApiError, Kind};
 
 /// The configuration in force and what is derived from it, swapped whole on reload (SIGHUP).
@@ -52,8 +51,6 @@ impl Live {
 pub struct App {
     /// The configuration in force.
     pub live: Arc<ArcSwap<Live>>,
-    /// Keyed digests.
-    pub digester: Digester,
     /// Per-tenant rate limits.
     pub limiter: ratelimit::RateLimiter,
     /// Per-tenant limits of redelivery requests.

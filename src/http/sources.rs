@@ -5,25 +5,24 @@
 //! commit makes the batch durable; the answer counts what became of each event once every
 //! accepted one's claim and decision are on disk. Callbacks are queued in the same write and
 //! made by the retry worker after the answer: providers time out in seconds. An event's claim
-//! lasts at least [`EVENT_CLAIM_MIN`], the longest a provider retries. Also `GET`, Okta's
-//! one-time verification of an event hook.
+//! lasts at least [`idem_actors::signal::EVENT_CLAIM_MIN`], the longest a provider retries.
+//! Also `GET`, Okta's one-time verification of an event hook.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use idem_actors::claim::ANY_PAYLOAD;
-use idem_actors::{ClaimId, RegistryError, Reply, Submission};
+use idem_actors::{By, Outcome, RegistryError, Routed, SignalError};
+use idem_schemas::canonical;
 use idem_schemas::timefmt::now_ms;
-use idem_schemas::{OktaVerification, SignalRequest, SourceReceipt, SubjectLink};
+use idem_schemas::{OktaVerification, SignalRequest, SourceReceipt};
 use serde_json::{Map, Value};
 
 use crate::config::Tenant;
-use crate::http::ingest::{decided, read_body, Decider};
+use crate::http::ingest::{decided, read_body};
 use crate::http::metrics::{SOURCE_DELIVERIES, SOURCE_EVENTS};
 use crate::http::problem::{ApiError, Kind};
 use crate::http::{App, Live};
@@ -31,17 +30,9 @@ use crate::source::events::{self, Event};
 use crate::source::verify::{self, Refused};
 use crate::source::{Source, SourceKind, MAX_EVENT_ID, MAX_EVENT_TYPE, MAX_SOURCE_BODY};
 
-/// How long an event waits for a delivery of it that is being claimed right now (a provider
-/// sending the same event twice at once) before it is counted a duplicate all the same.
-const CONCURRENT_WAIT: Duration = Duration::from_secs(2);
-
-/// The least an event's claim lasts (`idempotency.key_ttl` when longer): Stripe retries an
-/// event for up to three days, and a retry after its claim expired would be a new decision.
-pub const EVENT_CLAIM_MIN: Duration = Duration::from_secs(3 * 24 * 3600);
-
 /// What became of one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
+enum Taken {
     /// Claimed now: its decision is made, its callbacks follow.
     Accepted,
     /// Claimed before (a provider's retry).
@@ -52,13 +43,13 @@ enum Outcome {
     Refused,
 }
 
-impl Outcome {
+impl Taken {
     fn as_str(self) -> &'static str {
         match self {
-            Outcome::Accepted => "accepted",
-            Outcome::Duplicate => "duplicate",
-            Outcome::Ignored => "ignored",
-            Outcome::Refused => "refused",
+            Taken::Accepted => "accepted",
+            Taken::Duplicate => "duplicate",
+            Taken::Ignored => "ignored",
+            Taken::Refused => "refused",
         }
     }
 }
@@ -137,8 +128,8 @@ async fn handle(
         },
     )
     .map_err(unauthenticated)?;
-    let value = crate::canonical::parse(&bytes)
-        .map_err(|e| ApiError::new(Kind::MalformedJson, e.to_string()))?;
+    let value =
+        canonical::parse(&bytes).map_err(|e| ApiError::new(Kind::MalformedJson, e.to_string()))?;
     let events = events::read(source.kind, headers, &value).map_err(|e| {
         ApiError::new(
             Kind::InvalidEvents,
@@ -146,12 +137,9 @@ async fn handle(
         )
     })?;
     // Every event at once: their claims share the store's group commits.
-    let outcomes = futures::future::join_all(
-        events
-            .iter()
-            .map(|event| take(app, live, tenant, source, event)),
-    )
-    .await;
+    let outcomes =
+        futures::future::join_all(events.iter().map(|event| take(app, tenant, source, event)))
+            .await;
     let mut receipt = SourceReceipt {
         accepted: 0,
         duplicates: 0,
@@ -168,10 +156,10 @@ async fn handle(
             .with_label_values(&[source.kind.as_str(), label])
             .inc();
         match outcome {
-            Ok(Outcome::Accepted) => receipt.accepted += 1,
-            Ok(Outcome::Duplicate) => receipt.duplicates += 1,
-            Ok(Outcome::Ignored) => receipt.ignored += 1,
-            Ok(Outcome::Refused) => receipt.refused += 1,
+            Ok(Taken::Accepted) => receipt.accepted += 1,
+            Ok(Taken::Duplicate) => receipt.duplicates += 1,
+            Ok(Taken::Ignored) => receipt.ignored += 1,
+            Ok(Taken::Refused) => receipt.refused += 1,
             Err(problem) => {
                 failed.get_or_insert(problem);
             }
@@ -188,18 +176,17 @@ async fn handle(
 /// Routes, checks and claims one event.
 async fn take(
     app: &App,
-    live: &Arc<Live>,
     tenant: &Tenant,
     source: &Source,
     event: &Event<'_>,
-) -> Result<Outcome, ApiError> {
+) -> Result<Taken, ApiError> {
     let Some(route) = event.event_type.as_deref().and_then(|t| source.route(t)) else {
-        return Ok(Outcome::Ignored);
+        return Ok(Taken::Ignored);
     };
     let event_type = event.event_type.clone().unwrap_or_default();
     if event_type.len() > MAX_EVENT_TYPE {
         tracing::warn!(tenant = %tenant.name, source = %source.name, "event refused: its type is over {MAX_EVENT_TYPE} bytes");
-        return Ok(Outcome::Refused);
+        return Ok(Taken::Refused);
     }
     let Some(event_id) = event
         .id
@@ -207,81 +194,60 @@ async fn take(
         .filter(|id| !id.is_empty() && id.len() <= MAX_EVENT_ID)
     else {
         tracing::warn!(tenant = %tenant.name, source = %source.name, event_type, "event refused: no event id (1 to {MAX_EVENT_ID} bytes)");
-        return Ok(Outcome::Refused);
+        return Ok(Taken::Refused);
     };
     let Some(subject) = events::subject(event.body, &route.subject) else {
         tracing::warn!(tenant = %tenant.name, source = %source.name, event_id, event_type, pointer = %route.subject, "event refused: no subject at the map's pointer");
-        return Ok(Outcome::Refused);
-    };
-    let playbook = tenant.playbooks.get(&route.signal_type).ok_or_else(|| {
-        ApiError::new(
-            Kind::Internal,
-            format!("no playbook for {:?}", route.signal_type),
-        )
-    })?;
-    app.stats.signal(&tenant.name);
-    let link = playbook.once_per_subject.map(|window| SubjectLink {
-        digest: app
-            .digester
-            .subject_claim(&tenant.name, &route.signal_type, &subject),
-        window_ms: window.as_millis() as u64,
-    });
-    let id = ClaimId {
-        tenant: tenant.name.clone(),
-        digest: app
-            .digester
-            .source_event(&tenant.name, &source.name, &event_id),
+        return Ok(Taken::Refused);
     };
     // The metadata is the event's name and nothing of its body, which carries personal data.
     let mut metadata = Map::new();
     metadata.insert("source".into(), Value::from(source.name.clone()));
-    metadata.insert("event_id".into(), Value::from(event_id));
+    metadata.insert("event_id".into(), Value::from(event_id.clone()));
     metadata.insert("event_type".into(), Value::from(event_type));
-    let decider = Decider {
-        live: live.clone(),
-        digester: app.digester.clone(),
-        tenant: tenant.name.clone(),
-        source: Some(source.name.clone()),
+    let routed = Routed {
+        tenant: &tenant.name,
+        playbooks: &tenant.playbooks,
         signal: SignalRequest {
             signal_type: route.signal_type.clone(),
             subject,
             occurred_at: None,
             metadata: Some(metadata),
         },
+        by: By::Event {
+            source: &source.name,
+            id: &event_id,
+        },
     };
-    // Any delivery of the event is the same "payload": a provider re-serialises its retries.
-    let lasts = live.config.idempotency.key_ttl.max(EVENT_CLAIM_MIN);
-    let mut submission = Submission::new(ANY_PAYLOAD, move |at| decider.decide(at))
-        .queued()
-        .lasting(lasts)
-        .waiting(Some(CONCURRENT_WAIT));
-    if let Some(link) = link {
-        submission = submission.via_subject(link);
+    let outcome = app.engine.signal(routed).await;
+    if !matches!(outcome, Err(SignalError::NoPlaybook(_))) {
+        app.stats.signal(&tenant.name);
     }
-    match app.engine.submit(&id, submission).await {
-        Ok(Reply::First(_)) => {
-            decided(app, &tenant.name, playbook.decision);
-            Ok(Outcome::Accepted)
+    match outcome {
+        Ok(Outcome::Decided { verdict, .. }) => {
+            decided(app, &tenant.name, verdict);
+            Ok(Taken::Accepted)
         }
         // Claimed now, and its subject had a decision within the playbook's window: that one
         // answers for it, and no callback is made again.
-        Ok(Reply::Deduplicated(_)) => Ok(Outcome::Accepted),
-        Ok(Reply::Replayed(_) | Reply::Awaited(_)) => Ok(Outcome::Duplicate),
+        Ok(Outcome::Deduplicated { .. }) => Ok(Taken::Accepted),
+        Ok(Outcome::Replayed { .. }) => Ok(Taken::Duplicate),
         // Another delivery of the event is still being claimed after the wait: not known to be
         // durable, so the provider is asked to send it again (then it is a duplicate).
-        Ok(Reply::InFlight) => Err(ApiError::new(
+        Ok(Outcome::InFlight) => Err(ApiError::new(
             Kind::Unavailable,
             "another delivery of an event is being taken right now; send the delivery again",
         )),
-        Ok(Reply::Mismatch) => Err(ApiError::new(
+        Ok(Outcome::Mismatch) => Err(ApiError::new(
             Kind::Internal,
             "an event's claim holds another payload",
         )),
-        Ok(Reply::Failed(e)) => Err(not_stored(tenant, source, &e)),
-        Err(RegistryError::Overloaded | RegistryError::Unavailable) => Err(ApiError::new(
-            Kind::Unavailable,
-            "too busy to take the delivery now; send it again",
-        )),
+        Err(SignalError::Actors(RegistryError::Overloaded | RegistryError::Unavailable)) => {
+            Err(ApiError::new(
+                Kind::Unavailable,
+                "too busy to take the delivery now; send it again",
+            ))
+        }
         Err(e) => Err(not_stored(tenant, source, &e)),
     }
 }

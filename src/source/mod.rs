@@ -4,17 +4,13 @@
 //! types to the tenant's signal types. A delivery is authenticated by the provider's own scheme
 //! over its raw bytes (`verify`), split into its events (`events`), and each mapped event becomes
 //! one signal claimed under the provider's event id, so a provider's retry is a replay. This
-//! module holds a source's configuration and picks the route of an event type.
+//! module holds a configured source (read by `config::sources`) and picks the route of an
+//! event type.
 
 pub mod events;
 pub mod verify;
 
-use std::collections::HashMap;
-
 use idem_schemas::signature::Secret;
-use serde::Deserialize;
-
-use crate::config::{ConfigError, OneOrMany, Playbook};
 
 /// The largest delivery a source accepts (a batch of events).
 pub const MAX_SOURCE_BODY: usize = 1024 * 1024;
@@ -65,7 +61,8 @@ impl SourceKind {
         }
     }
 
-    fn parse(name: &str) -> Option<SourceKind> {
+    /// The kind named `name` in the config.
+    pub fn parse(name: &str) -> Option<SourceKind> {
         SourceKind::ALL.into_iter().find(|k| k.as_str() == name)
     }
 }
@@ -135,135 +132,6 @@ impl Source {
                 .map(|(_, r)| r)
         })
     }
-}
-
-/// `[tenants.<t>.sources.<name>]` as written.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawSource {
-    kind: Option<String>,
-    secret: Option<OneOrMany>,
-    #[serde(default)]
-    map: Vec<RawRoute>,
-}
-
-/// A `map` entry as written.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawRoute {
-    event: Option<String>,
-    #[serde(rename = "type")]
-    signal_type: Option<String>,
-    subject: Option<String>,
-}
-
-fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        key: key.into(),
-        reason: reason.into(),
-    }
-}
-
-/// Validates source `name` of a tenant, whose config key is `key`, against its `playbooks`.
-pub(crate) fn validate(
-    key: &str,
-    name: String,
-    raw: RawSource,
-    playbooks: &HashMap<String, Playbook>,
-) -> Result<Source, ConfigError> {
-    if name.is_empty()
-        || name.len() > 64
-        || !name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    {
-        return Err(invalid(key, "a source name is 1 to 64 of [A-Za-z0-9_-]"));
-    }
-    let kind_text = raw
-        .kind
-        .ok_or_else(|| invalid(format!("{key}.kind"), "is required"))?;
-    let kind = SourceKind::parse(&kind_text).ok_or_else(|| {
-        invalid(
-            format!("{key}.kind"),
-            format!("{kind_text:?} is not one of okta, auth0, twilio, stripe, github, standard"),
-        )
-    })?;
-    let secrets = match raw.secret {
-        None => return Err(invalid(format!("{key}.secret"), "is required")),
-        Some(OneOrMany::One(s)) => vec![s],
-        Some(OneOrMany::Many(list)) => list,
-    };
-    if secrets.is_empty() || secrets.iter().any(|s| s.is_empty()) {
-        return Err(invalid(
-            format!("{key}.secret"),
-            "must be a non-empty string or a list of them",
-        ));
-    }
-    let standard_secrets = match kind {
-        SourceKind::Standard => secrets
-            .iter()
-            .map(|s| {
-                Secret::parse(s)
-                    .map_err(|e| invalid(format!("{key}.secret"), format!("a secret {e}")))
-            })
-            .collect::<Result<Vec<_>, _>>()?,
-        _ => Vec::new(),
-    };
-    let mut routes: Vec<Route> = Vec::with_capacity(raw.map.len());
-    for (n, r) in raw.map.into_iter().enumerate() {
-        let rkey = format!("{key}.map[{n}]");
-        let event = r
-            .event
-            .filter(|e| !e.is_empty())
-            .ok_or_else(|| invalid(format!("{rkey}.event"), "is required"))?;
-        let event = match event.strip_suffix('*') {
-            Some(prefix) => Pattern::Prefix(prefix.to_string()),
-            None => Pattern::Exact(event),
-        };
-        let (Pattern::Exact(text) | Pattern::Prefix(text)) = &event;
-        if text.contains('*') {
-            return Err(invalid(
-                format!("{rkey}.event"),
-                "a * may only end the event type",
-            ));
-        }
-        if routes.iter().any(|other| other.event == event) {
-            return Err(invalid(
-                format!("{rkey}.event"),
-                "is mapped twice in this source",
-            ));
-        }
-        let signal_type = r
-            .signal_type
-            .ok_or_else(|| invalid(format!("{rkey}.type"), "is required"))?;
-        if !playbooks.contains_key(&signal_type) {
-            return Err(invalid(
-                format!("{rkey}.type"),
-                format!("{signal_type:?} has no playbook in this tenant"),
-            ));
-        }
-        let subject = r
-            .subject
-            .ok_or_else(|| invalid(format!("{rkey}.subject"), "is required"))?;
-        if !subject.starts_with('/') {
-            return Err(invalid(
-                format!("{rkey}.subject"),
-                format!("{subject:?} is not a JSON pointer like \"/data/user_id\""),
-            ));
-        }
-        routes.push(Route {
-            event,
-            signal_type,
-            subject,
-        });
-    }
-    Ok(Source {
-        name,
-        kind,
-        secrets,
-        standard_secrets,
-        routes,
-    })
 }
 
 #[cfg(test)]

@@ -1,28 +1,22 @@
-//! The requests that wait for a key's answer instead of a 409 (`Prefer: wait`). A waiter is a
-//! reply port kept in its claim actor's state and a timer that tells the actor when its wait is
-//! over: it holds no thread and no lock. Waiters are answered all at once, the moment the key's
-//! response is durable; one whose wait runs out first gets 409. On a store shared by several
-//! nodes, the same bookkeeping says whether a holder on another node has been asked to tell this
-//! one, and whether another node waits on this one's answer.
+//! The requests that wait for a key's answer instead of a 409 (`Prefer: wait`). A waiter is an
+//! answer's destination kept in the claim's state and a timer that tells the claim when its wait
+//! is over: it holds no thread and no lock. Waiters are answered all at once, the moment the
+//! key's response is durable; one whose wait runs out first gets 409. On a store shared by
+//! several nodes, the same bookkeeping says whether a holder on another node has been asked to
+//! tell this one, and whether another node waits on this one's answer.
 
 use std::time::Duration;
 
 use idem_schemas::StoredResponse;
-use ractor::{ActorRef, RpcReplyPort};
 
-use super::{ClaimMsg, Reply};
+use super::effect::{Effect, Effects};
+use super::Reply;
 
-/// One waiting request.
-struct Waiter {
-    id: u64,
-    reply: RpcReplyPort<Reply>,
-}
-
-/// A key's waiters.
-#[derive(Default)]
-pub(super) struct Waiters {
-    /// In arrival order.
-    waiting: Vec<Waiter>,
+/// A key's waiters, each answered on its `P`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Waiters<P> {
+    /// In arrival order, each with its id.
+    waiting: Vec<(u64, P)>,
     /// The id of the next waiter.
     next: u64,
     /// Another node has requests waiting for this key's answer: tell it once it is durable.
@@ -31,34 +25,44 @@ pub(super) struct Waiters {
     pub asked_holder: bool,
 }
 
-impl Waiters {
+impl<P> Default for Waiters<P> {
+    fn default() -> Self {
+        Waiters {
+            waiting: Vec::new(),
+            next: 0,
+            remote: false,
+            asked_holder: false,
+        }
+    }
+}
+
+impl<P> Waiters<P> {
     /// Whether no request waits here.
     pub fn is_empty(&self) -> bool {
         self.waiting.is_empty()
     }
 
-    /// Keeps `reply` waiting for up to `wait`, if fewer than `max` wait; gives it back if not.
-    pub fn keep(
-        &mut self,
-        myself: &ActorRef<ClaimMsg>,
-        reply: RpcReplyPort<Reply>,
-        wait: Duration,
-        max: usize,
-    ) -> Option<RpcReplyPort<Reply>> {
+    /// Where the waiters are to be answered, in arrival order.
+    pub fn ports(&self) -> impl Iterator<Item = &P> {
+        self.waiting.iter().map(|(_, port)| port)
+    }
+
+    /// Keeps `port` waiting for up to `wait`, if fewer than `max` wait; answers it 409 if not.
+    pub fn keep(&mut self, port: P, wait: Duration, max: usize, out: &mut Effects<P>) {
         if self.waiting.len() >= max {
-            return Some(reply);
+            return out.push(Effect::Reply(port, Reply::InFlight));
         }
-        let id = self.next;
+        let waiter = self.next;
         self.next += 1;
-        self.waiting.push(Waiter { id, reply });
-        myself.send_after(wait, move || ClaimMsg::WaitOver(id));
-        None
+        self.waiting.push((waiter, port));
+        out.push(Effect::StartTimer { waiter, wait });
     }
 
     /// Waiter `id`'s wait is over: 409, if it still waits.
-    pub fn over(&mut self, id: u64) {
-        if let Some(at) = self.waiting.iter().position(|w| w.id == id) {
-            let _ = self.waiting.remove(at).reply.send(Reply::InFlight);
+    pub fn over(&mut self, id: u64, out: &mut Effects<P>) {
+        if let Some(at) = self.waiting.iter().position(|(w, _)| *w == id) {
+            let (_, port) = self.waiting.remove(at);
+            out.push(Effect::Reply(port, Reply::InFlight));
         }
         // With no one left waiting, a later waiter asks the holder afresh.
         if self.waiting.is_empty() {
@@ -68,9 +72,9 @@ impl Waiters {
 
     /// Answers every waiter with the key's durable `response`; whether another node waits for
     /// it too (and is to be told).
-    pub fn release(&mut self, response: &StoredResponse) -> bool {
-        for waiter in self.waiting.drain(..) {
-            let _ = waiter.reply.send(Reply::Awaited(response.clone()));
+    pub fn release(&mut self, response: &StoredResponse, out: &mut Effects<P>) -> bool {
+        for (_, port) in self.waiting.drain(..) {
+            out.push(Effect::Reply(port, Reply::Awaited(response.clone())));
         }
         self.asked_holder = false;
         std::mem::take(&mut self.remote)
@@ -78,9 +82,9 @@ impl Waiters {
 
     /// Answers every waiter with `reply`: 409 when the key has no answer to give them, 422 when
     /// the key turned out to hold another payload.
-    pub fn answer_all(&mut self, reply: Reply) {
-        for waiter in self.waiting.drain(..) {
-            let _ = waiter.reply.send(reply.clone());
+    pub fn answer_all(&mut self, reply: Reply, out: &mut Effects<P>) {
+        for (_, port) in self.waiting.drain(..) {
+            out.push(Effect::Reply(port, reply.clone()));
         }
         self.asked_holder = false;
     }

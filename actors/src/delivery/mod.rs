@@ -22,9 +22,11 @@ use crate::dispatch::Dispatcher;
 use crate::endpoint::Admission;
 use crate::failpoint;
 use crate::idle::IdleTimer;
+use crate::metrics::Metric;
+use crate::settings::Settings;
 use crate::store::{DeliveryWrite, Placement, Store, StoreError, Timed, Unit, Written};
 use crate::supervise::{Family, RegistryError};
-pub use state::{new_logs, DeliverySettings, DeliveryState, InvalidDeliveryLog};
+pub use state::{new_logs, DeliveryState, InvalidDeliveryLog, NewLogs};
 use state::{outcome_label, placement};
 
 /// What delivery actors share.
@@ -33,8 +35,8 @@ pub struct DeliveryContext {
     pub store: Arc<dyn Store>,
     /// Makes the attempts.
     pub dispatcher: Arc<Dispatcher>,
-    /// Retry policy.
-    pub settings: DeliverySettings,
+    /// The engine's settings (the retry policy is `delivery`'s).
+    pub settings: Arc<Settings>,
     /// Deliveries woken on this node whose attempt has not ended yet, since when: the retry
     /// worker does not wake them again meanwhile.
     pending: Mutex<HashMap<String, Instant>>,
@@ -62,7 +64,7 @@ impl DeliveryContext {
     pub fn new(
         store: Arc<dyn Store>,
         dispatcher: Arc<Dispatcher>,
-        settings: DeliverySettings,
+        settings: Arc<Settings>,
     ) -> Self {
         DeliveryContext {
             store,
@@ -80,7 +82,7 @@ impl DeliveryContext {
     /// (past three attempt deadlines, a mark is stale: its actor may have failed).
     fn mark_pending(&self, id: &str) -> bool {
         let now = Instant::now();
-        let stale = self.settings.attempt_timeout * 3;
+        let stale = self.settings.delivery.inline_timeout * 3;
         let mut pending = self.pending();
         match pending.get(id) {
             Some(since) if now.duration_since(*since) < stale => false,
@@ -187,8 +189,8 @@ impl DeliveryActorState {
         // Under a lease, the wait for a place leaves the lease room for the attempt and its
         // record (a lease lasts two attempt deadlines and a second).
         let wait = match lease {
-            Some(_) => self.ctx.settings.attempt_timeout / 2,
-            None => self.ctx.settings.attempt_timeout,
+            Some(_) => self.ctx.settings.delivery.inline_timeout / 2,
+            None => self.ctx.settings.delivery.inline_timeout,
         };
         let admission = self
             .ctx
@@ -224,12 +226,12 @@ impl DeliveryActorState {
                 &record.tenant,
                 &record.decision_id,
                 &planned,
-                self.ctx.settings.attempt_timeout,
+                self.ctx.settings.delivery.inline_timeout,
                 &permit,
             )
             .await;
         drop(permit);
-        let next = self.ctx.settings.next_step(
+        let next = self.ctx.settings.delivery.next_step(
             &record.id,
             status,
             self.delivery.series_attempts + 1,
@@ -239,9 +241,11 @@ impl DeliveryActorState {
         let number = self.delivery.attempts_total as usize + 1;
         tracing::info!(delivery = %record.id, attempt = number, code = ?attempt.code, error = ?attempt.error, next = ?next, "retry attempt");
         failpoint::hit("delivery.after_attempt");
-        crate::metrics::DELIVERY_ATTEMPTS
-            .with_label_values(&[crate::metrics::attempt_label(number), outcome_label(next)])
-            .inc();
+        Metric::Attempt {
+            number,
+            outcome: outcome_label(next),
+        }
+        .count();
         // Until this record is durable the attempt is not counted: a crash here makes it again,
         // with the same webhook-id and bytes.
         self.record(
@@ -278,9 +282,11 @@ impl Actor for DeliveryActor {
             .ok_or(DeliveryError::Missing(args.id))?;
         Ok(DeliveryActorState {
             delivery,
-            idle: IdleTimer::start(&myself, args.ctx.settings.idle_timeout, || {
-                DeliveryMsg::IdleCheck
-            }),
+            idle: IdleTimer::start(
+                &myself,
+                args.ctx.settings.idempotency.idle_actor_timeout,
+                || DeliveryMsg::IdleCheck,
+            ),
             ctx: args.ctx,
         })
     }

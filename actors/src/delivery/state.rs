@@ -1,8 +1,8 @@
 //! A delivery's state machine and retry policy, with no actor or store in it: `DeliveryState`
 //! is the fold of a delivery's log (created with its envelope bytes, then each attempt answered
-//! with what follows, any wait for its endpoint, and any redelivery), `DeliverySettings::next_step`
+//! with what follows, any wait for its endpoint, and any redelivery), `Delivery::next_step`
 //! what follows an attempt (the schedule's next step, with jitter), and `new_logs` the logs a
-//! decision's inline attempts start.
+//! decision's inline attempts start, with what to count for them.
 
 use idem_schemas::timefmt::rfc3339_millis;
 use idem_schemas::{
@@ -10,27 +10,16 @@ use idem_schemas::{
     DeliveryRecord, DeliveryStatus, DeliveryView, NextStep,
 };
 use std::collections::VecDeque;
-use std::time::Duration;
 
+use crate::metrics::Metric;
+use crate::settings::{Delivery, Settings};
 use crate::store::{DeliveryWrite, Placement};
-
-/// The retry policy.
-#[derive(Debug, Clone)]
-pub struct DeliverySettings {
-    /// The wait before each retry of a series, from the end of the attempt before it.
-    pub schedule: Vec<Duration>,
-    /// Deadline of each attempt.
-    pub attempt_timeout: Duration,
-    /// A delivery actor with nothing to do for this long stops.
-    pub idle_timeout: Duration,
-    /// How long after its creation a final delivery is kept (the claims' `key_ttl`).
-    pub retention: Duration,
-}
 
 /// How many attempts a delivery's state keeps (the most recent; the total is counted).
 pub const KEPT_ATTEMPTS: usize = 100;
 
-impl DeliverySettings {
+/// The retry policy.
+impl Delivery {
     /// What follows an attempt of delivery `id` classified `status`, the `series_attempts`-th
     /// of its series, ended at `now`. Each wait is its step of the schedule stretched by up to
     /// a tenth, by an amount fixed by the delivery and attempt, so the retries of deliveries
@@ -58,20 +47,6 @@ impl DeliverySettings {
                 NextStep::RetryAt(now + wait.max(asked))
             }
         }
-    }
-
-    /// The schedule's longest step (zero without retries).
-    pub fn longest_step(&self) -> Duration {
-        self.schedule.iter().max().copied().unwrap_or_default()
-    }
-
-    /// The schedule's shortest step (a second without retries).
-    pub fn shortest_step(&self) -> Duration {
-        self.schedule
-            .iter()
-            .min()
-            .copied()
-            .unwrap_or(Duration::from_secs(1))
     }
 }
 
@@ -222,16 +197,25 @@ impl DeliveryState {
     }
 }
 
-/// The logs of every callback of `decision`, whose inline attempts gave `outcomes`: created,
-/// then answered with what follows (queued ones enter the retry queue), counted in the metrics
-/// as first attempts and as deliveries by status. A callback without an outcome was held back
-/// (its endpoint open, or busy): it is created queued, due at once, with no attempt.
-pub fn new_logs(
-    decision: &Decision,
-    outcomes: &[ActionOutcome],
-    settings: &DeliverySettings,
-) -> Vec<DeliveryWrite> {
-    let mut logs = Vec::with_capacity(decision.deliveries.len());
+/// The logs of every callback of `decision`, whose inline attempts gave `outcomes`, and what to
+/// count for them.
+pub struct NewLogs {
+    /// Each callback's log: created, then answered with what follows (queued ones enter the
+    /// retry queue).
+    pub writes: Vec<DeliveryWrite>,
+    /// First attempts by outcome, and deliveries by status.
+    pub counts: Vec<Metric>,
+}
+
+/// The new logs of `decision`'s callbacks, whose inline attempts gave `outcomes`. A callback
+/// without an outcome was held back (its endpoint open, or busy, or its callbacks queued): it is
+/// created queued, due at once, with no attempt.
+pub fn new_logs(decision: &Decision, outcomes: &[ActionOutcome], settings: &Settings) -> NewLogs {
+    let retention = settings.delivery_retention().as_millis() as u64;
+    let mut logs = NewLogs {
+        writes: Vec::with_capacity(decision.deliveries.len()),
+        counts: Vec::with_capacity(2 * decision.deliveries.len()),
+    };
     for planned in &decision.deliveries {
         let record = DeliveryRecord {
             id: planned.id.clone(),
@@ -241,20 +225,21 @@ pub fn new_logs(
             url: planned.url.clone(),
             body: planned.body.clone(),
             created_at_ms: decision.created_at_ms,
-            expires_at_ms: decision.created_at_ms + settings.retention.as_millis() as u64,
+            expires_at_ms: decision.created_at_ms + retention,
         };
         let (events, to) = match outcomes.iter().find(|o| o.delivery_id == planned.id) {
             Some(outcome) => {
-                let next = settings.next_step(
+                let next = settings.delivery.next_step(
                     &planned.id,
                     outcome.status,
                     1,
                     &outcome.attempt,
                     outcome.attempt.at_ms + outcome.attempt.latency_ms,
                 );
-                crate::metrics::DELIVERY_ATTEMPTS
-                    .with_label_values(&["1", outcome_label(next)])
-                    .inc();
+                logs.counts.push(Metric::Attempt {
+                    number: 1,
+                    outcome: outcome_label(next),
+                });
                 let answered = DeliveryEvent::Answered {
                     attempt: outcome.attempt.clone(),
                     next,
@@ -272,8 +257,11 @@ pub fn new_logs(
                 (vec![DeliveryEvent::Created(record)], to)
             }
         };
-        crate::metrics::delivery_moved(None, Some(to.status));
-        logs.push(DeliveryWrite {
+        logs.counts.push(Metric::Moved {
+            from: None,
+            to: Some(to.status),
+        });
+        logs.writes.push(DeliveryWrite {
             tenant: decision.tenant.clone(),
             id: planned.id.clone(),
             lease: None,
@@ -290,16 +278,16 @@ pub fn new_logs(
 mod tests {
     use super::*;
     use idem_schemas::{PlannedDelivery, Verdict};
+    use std::time::Duration;
 
     const T: u64 = 1_000_000;
 
-    fn settings() -> DeliverySettings {
-        DeliverySettings {
-            schedule: vec![Duration::from_secs(5), Duration::from_secs(50)],
-            attempt_timeout: Duration::from_secs(1),
-            idle_timeout: Duration::from_secs(60),
-            retention: Duration::from_secs(3_600),
-        }
+    fn settings() -> Settings {
+        let mut settings = Settings::default();
+        settings.delivery.schedule = vec![Duration::from_secs(5), Duration::from_secs(50)];
+        settings.idempotency.key_ttl = Duration::from_secs(3_600);
+        settings.decisions.retention = Duration::from_secs(3_600);
+        settings
     }
 
     fn record() -> DeliveryRecord {
@@ -355,7 +343,7 @@ mod tests {
 
     #[test]
     fn what_follows_an_attempt() {
-        let s = settings();
+        let s = settings().delivery;
         let next = |id: &str, status, n, retry_after| {
             s.next_step(id, status, n, &attempt(None, retry_after), T)
         };
@@ -440,6 +428,14 @@ mod tests {
             body: vec![1],
         }]);
         let logs = new_logs(&decision, &[], &settings());
+        assert_eq!(
+            logs.counts,
+            vec![Metric::Moved {
+                from: None,
+                to: Some(DeliveryStatus::Queued)
+            }]
+        );
+        let logs = logs.writes;
         assert_eq!(logs.len(), 1);
         let state = DeliveryState::fold(logs[0].events.clone()).expect("fold");
         assert_eq!(state.attempts_total, 0);
@@ -469,6 +465,21 @@ mod tests {
             },
         ];
         let logs = new_logs(&decision, &outcomes, &settings());
+        let attempt_counted = |outcome| Metric::Attempt { number: 1, outcome };
+        let moved = |to| Metric::Moved {
+            from: None,
+            to: Some(to),
+        };
+        assert_eq!(
+            logs.counts,
+            vec![
+                attempt_counted("delivered"),
+                moved(DeliveryStatus::Delivered),
+                attempt_counted("retry"),
+                moved(DeliveryStatus::Queued),
+            ]
+        );
+        let logs = logs.writes;
         assert_eq!(logs.len(), 2);
         let placements: Vec<Placement> = logs.iter().map(|l| l.to).collect();
         assert_eq!(
@@ -480,7 +491,7 @@ mod tests {
                 },
                 Placement {
                     status: DeliveryStatus::Queued,
-                    due_ms: match settings().next_step(
+                    due_ms: match settings().delivery.next_step(
                         "msg_2",
                         ActionStatus::Queued,
                         1,

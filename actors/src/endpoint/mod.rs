@@ -1,13 +1,11 @@
 //! Endpoints: where each callback goes, and whether it may go now. `Endpoints` is the node's
-//! way to the breaker (see [`health`]) and to the limit of attempts at once per endpoint. The
+//! way to the breaker (see [`crate::breaker`]) and to the limit of attempts at once per endpoint. The
 //! breaker's state lives in the store, which applies each change atomically and durably: this
 //! node keeps a copy to decide at no cost whether an attempt may go, learns every change it
 //! makes from the store's answer, and reads the others' every [`REFRESH`]. The limit of
 //! attempts at once is shared between the nodes alive on the store: each takes its part of
 //! `max_in_flight` (at least one), so together they stay within it while there are no more nodes
 //! than places.
-
-pub mod health;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -16,32 +14,13 @@ use std::time::Duration;
 
 use idem_schemas::timefmt::now_ms;
 
-pub use health::{BreakerSettings, Circuit, EndpointEvent, EndpointHealth, Gate};
+pub use crate::breaker::{Circuit, EndpointEvent, EndpointHealth, EndpointId, Gate, Noted};
 
+use crate::settings::Settings;
 use crate::store::{Store, StoreError};
 
 /// How often the node reads the endpoints' health again from the store.
 pub const REFRESH: Duration = Duration::from_millis(200);
-
-/// An endpoint: one action URL of one tenant.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EndpointId {
-    /// The tenant.
-    pub tenant: String,
-    /// The action's URL.
-    pub url: String,
-}
-
-/// What the store answers to a noted event: the health after it, and whether it changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Noted {
-    /// The endpoint's health now.
-    pub health: EndpointHealth,
-    /// Whether the event changed it (for a probe: whether this caller makes it).
-    pub changed: bool,
-    /// The breaker before the event, as the store had it.
-    pub was: Circuit,
-}
 
 /// What the node knows of one endpoint.
 struct Entry {
@@ -95,7 +74,7 @@ impl Drop for Permit {
 /// The node's way to endpoint health and limits.
 pub struct Endpoints {
     store: Arc<dyn Store>,
-    settings: BreakerSettings,
+    settings: Arc<Settings>,
     /// By tenant, then URL (so a lookup by `&str` allocates nothing).
     known: Mutex<HashMap<String, HashMap<String, Arc<Entry>>>>,
     /// How many attempts at once this node may make to one endpoint.
@@ -103,12 +82,12 @@ pub struct Endpoints {
 }
 
 impl Endpoints {
-    /// The endpoints of a node on `store`, each given at most `settings.max_in_flight` attempts
-    /// at once across the nodes.
-    pub fn new(store: Arc<dyn Store>, settings: BreakerSettings) -> Self {
+    /// The endpoints of a node on `store`, each given at most `max_in_flight_per_endpoint`
+    /// attempts at once across the nodes.
+    pub fn new(store: Arc<dyn Store>, settings: Arc<Settings>) -> Self {
         Endpoints {
             store,
-            share: AtomicUsize::new(settings.max_in_flight),
+            share: AtomicUsize::new(settings.delivery.max_in_flight_per_endpoint),
             settings,
             known: Mutex::new(HashMap::new()),
         }
@@ -142,13 +121,13 @@ impl Endpoints {
     /// one caller of any node make the probe.
     pub async fn admit(&self, tenant: &str, url: &str, wait: Duration) -> Admission {
         let entry = self.entry(tenant, url);
-        match entry.health().gate(now_ms(), &self.settings) {
+        match entry.health().gate(now_ms(), &self.settings.delivery) {
             Gate::Pass => {
                 let Some(permit) = self.take(&entry, wait).await else {
                     return Admission::Busy;
                 };
                 // The endpoint may have opened while this attempt waited for its place.
-                match entry.health().gate(now_ms(), &self.settings) {
+                match entry.health().gate(now_ms(), &self.settings.delivery) {
                     Gate::Pass => Admission::Go(permit),
                     Gate::WaitUntil(at) => Admission::Held(at),
                     Gate::Probe => {
@@ -165,7 +144,7 @@ impl Endpoints {
     /// Asks the store to let this caller probe the endpoint.
     async fn probe(&self, entry: Arc<Entry>) -> Admission {
         let noted = self.note(&entry, EndpointEvent::ProbeStarted).await;
-        let later = |health: EndpointHealth| match health.gate(now_ms(), &self.settings) {
+        let later = |health: EndpointHealth| match health.gate(now_ms(), &self.settings.delivery) {
             Gate::WaitUntil(at) => Admission::Held(at),
             // Closed in between, or the store's clock is behind this node's.
             Gate::Pass | Gate::Probe => Admission::Held(now_ms() + 100),
@@ -177,7 +156,9 @@ impl Endpoints {
                 Admission::Go(Permit(entry))
             }
             Some(Noted { health, .. }) => later(health),
-            None => Admission::Held(now_ms() + self.settings.probe_timeout.as_millis() as u64),
+            None => Admission::Held(
+                now_ms() + self.settings.delivery.probe_timeout().as_millis() as u64,
+            ),
         }
     }
 
@@ -230,7 +211,7 @@ impl Endpoints {
         let (tenant, url) = (entry.id.tenant.as_str(), entry.id.url.as_str());
         match self
             .store
-            .note_endpoint(tenant, url, event, &self.settings)
+            .note_endpoint(tenant, url, event, &self.settings.delivery)
             .await
         {
             Ok(noted) => {
@@ -275,7 +256,7 @@ impl Endpoints {
             self.entry(&id.tenant, &id.url).keep(health);
         }
         let nodes = self.store.live_nodes().await?.max(1);
-        let share = (self.settings.max_in_flight / nodes).max(1);
+        let share = (self.settings.delivery.max_in_flight_per_endpoint / nodes).max(1);
         let before = self.share.swap(share, Ordering::Relaxed);
         crate::metrics::ENDPOINT_SHARE.set(share as i64);
         if share > before {

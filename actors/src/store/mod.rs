@@ -17,8 +17,9 @@ use std::sync::Arc;
 
 use idem_schemas::{ClaimEvent, DecisionRecord, DeliveryEvent, DeliveryRecord, DeliveryStatus};
 
+use crate::breaker::{EndpointEvent, EndpointHealth, EndpointId, Noted};
 use crate::codec::CodecError;
-use crate::endpoint::{BreakerSettings, EndpointEvent, EndpointHealth, EndpointId, Noted};
+use crate::settings::Delivery;
 
 /// Identifies a claim: a tenant and the keyed digest of an idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -30,7 +31,7 @@ pub struct ClaimId {
 }
 
 /// The current generation of a claim's log, as loaded.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ClaimLog {
     /// Its events, in order.
     pub events: Vec<ClaimEvent>,
@@ -53,7 +54,7 @@ pub struct LogHead {
 }
 
 /// Where a delivery sits in the indexes: its status, and while queued, when it is due.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Placement {
     /// The status.
     pub status: DeliveryStatus,
@@ -62,7 +63,7 @@ pub struct Placement {
 }
 
 /// A write to one delivery's log: records `first_seq..` and its move in the indexes.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct DeliveryWrite {
     /// The tenant the delivery belongs to.
     pub tenant: String,
@@ -82,8 +83,8 @@ pub struct DeliveryWrite {
 }
 
 /// What a unit's claim write is.
-#[derive(Debug, Clone, PartialEq)]
-enum ClaimWrite {
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ClaimWrite {
     /// Start a generation with `events`, the first of them its `Claimed`.
     Start(ClaimId, Vec<ClaimEvent>),
     /// Append `events` to the generation at the head.
@@ -94,7 +95,7 @@ enum ClaimWrite {
 
 /// A unit of work: the records one step writes, applied in order (a decision's new delivery
 /// logs before the claim record that names them) and made durable together by one commit.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
 #[must_use = "a unit is written only when committed"]
 pub struct Unit {
     deliveries: Vec<DeliveryWrite>,
@@ -154,10 +155,30 @@ impl Unit {
         self.skip_existing = true;
         self
     }
+
+    /// Its claim write, if it has one.
+    pub fn claim_write(&self) -> Option<&ClaimWrite> {
+        self.claim.as_ref()
+    }
+
+    /// Its delivery writes, in order.
+    pub fn delivery_writes(&self) -> &[DeliveryWrite] {
+        &self.deliveries
+    }
+
+    /// The decisions it keeps.
+    pub fn decisions(&self) -> &[DecisionRecord] {
+        &self.decisions
+    }
+
+    /// Whether its new deliveries that exist already are left as they are.
+    pub fn skips_existing(&self) -> bool {
+        self.skip_existing
+    }
 }
 
 /// What a committed unit's claim write came to.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Written {
     /// The unit wrote no claim record.
     Nothing,
@@ -253,52 +274,19 @@ impl From<CodecError> for StoreError {
 /// without holding a thread (the embedded one answers at once).
 pub type Read<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
-/// Which store the engine runs on.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Backend {
-    /// sled, embedded, in a data directory of this machine.
-    Sled {
-        /// Where its files live.
-        data_dir: std::path::PathBuf,
-    },
-    /// PostgreSQL.
-    Postgres {
-        /// The connection URL.
-        url: String,
-        /// Connections this node holds.
-        pool_size: usize,
-    },
-}
-
-impl std::fmt::Debug for Backend {
-    /// Leaves the URL out: it may carry a password.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Backend::Sled { data_dir } => {
-                f.debug_struct("Sled").field("data_dir", data_dir).finish()
-            }
-            Backend::Postgres { pool_size, .. } => f
-                .debug_struct("Postgres")
-                .field("url", &"..")
-                .field("pool_size", pool_size)
-                .finish(),
-        }
-    }
-}
-
-/// Opens the store `backend` names, for `node`.
-pub async fn open(backend: &Backend, node: Node) -> Result<Arc<dyn Store>, StoreError> {
-    Ok(match backend {
-        Backend::Sled { data_dir } => sled::SledStore::open(data_dir)?,
-        Backend::Postgres { url, pool_size } => {
-            postgres::PgStore::open(url, *pool_size, node).await?
+/// Opens the store `node`'s settings name, for `node`.
+pub async fn open(node: Node) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match node.settings.store.clone() {
+        crate::settings::Backend::Sled { data_dir } => sled::SledStore::open(&data_dir)?,
+        crate::settings::Backend::Postgres { url, pool_size } => {
+            postgres::PgStore::open(&url, pool_size, node).await?
         }
     })
 }
 
 /// A subject digest as stored: the bytes behind its hex (the text itself, should it not be hex).
 pub fn subject_bytes(subject_hash: &str) -> Vec<u8> {
-    hex::decode(subject_hash).unwrap_or_else(|_| subject_hash.as_bytes().to_vec())
+    idem_schemas::hex::decode(subject_hash).unwrap_or_else(|| subject_hash.as_bytes().to_vec())
 }
 
 /// A delivery status as stored: its place in [`DeliveryStatus::ALL`].
@@ -366,15 +354,14 @@ pub struct Timed {
     pub lease: Option<u64>,
 }
 
-/// The node a store is opened for: who it is, and how long a claim may stay in flight.
-#[derive(Debug, Clone, Copy)]
+/// The node a store is opened for: who it is, and its settings (the store they name, how long a
+/// claim may stay in flight, how long an attempt may take, which a delivery's lease outlasts).
+#[derive(Debug, Clone)]
 pub struct Node {
     /// This process's epoch, the holder of the claims it makes.
     pub epoch: u64,
-    /// After this, an in-flight claim may be taken over even from a live holder.
-    pub in_flight_timeout: std::time::Duration,
-    /// How long an attempt may take: a delivery's lease outlasts it.
-    pub attempt_timeout: std::time::Duration,
+    /// The engine's settings.
+    pub settings: Arc<crate::settings::Settings>,
 }
 
 /// Delivery logs and their indexes; writes go through a [`Unit`].
@@ -433,7 +420,7 @@ pub trait DeliveryStore: Send + Sync {
     fn count_by_status(&self) -> Read<'_, [u64; 4]>;
 }
 
-/// Endpoint health, shared by every node of the store (see [`crate::endpoint`]).
+/// Endpoint health, shared by every node of the store (see [`crate::breaker`]).
 pub trait EndpointStore: Send + Sync {
     /// Applies `event` to the health of `tenant`'s endpoint `url` atomically, by the store's
     /// clock, and answers the health after it. A change that moves the breaker is durable
@@ -443,7 +430,7 @@ pub trait EndpointStore: Send + Sync {
         tenant: &'a str,
         url: &'a str,
         event: EndpointEvent,
-        settings: &'a BreakerSettings,
+        settings: &'a Delivery,
     ) -> Read<'a, Noted>;
 
     /// Every endpoint with a stored health (of `tenant` only, if given).

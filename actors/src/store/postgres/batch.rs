@@ -7,7 +7,7 @@
 //! (`ON CONFLICT … DO UPDATE … WHERE` expired), otherwise the unit is answered with the row that
 //! holds the key; an append updates the row only where its generation and count of writes are
 //! the writer's (zero rows: fenced, and none of the unit is written). These are the rules of
-//! `store::rule`, stated in SQL.
+//! `store::rule`, stated in SQL; which parts of a unit follow its claim write is `rule`'s answer.
 
 use std::collections::{HashMap, HashSet};
 
@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 
 use super::claims::{claim_log, COLUMNS};
 use crate::codec;
+use crate::store::rule::{self, Fencing};
 use crate::store::{
     status_number, ClaimId, ClaimWrite, DeliveryWrite, LogHead, Node, StoreError, Then, Unit,
     Written,
@@ -58,17 +59,17 @@ pub(super) async fn run(pool: Pool, node: Node, mut jobs: mpsc::UnboundedReceive
                 Job::Complete(head) => completions.push(head),
             }
         }
-        let pool = pool.clone();
+        let (pool, node) = (pool.clone(), node.clone());
         tokio::spawn(async move {
             let timer = crate::metrics::FLUSH_SECONDS.start_timer();
-            let mut outcome = commit(&pool, node, &units, &completions).await;
+            let mut outcome = commit(&pool, &node, &units, &completions).await;
             for _ in 0..DEADLOCK_RETRIES {
                 match &outcome {
                     Err(StoreError::Postgres(e))
                         if e.code()
                             == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED) =>
                     {
-                        outcome = commit(&pool, node, &units, &completions).await;
+                        outcome = commit(&pool, &node, &units, &completions).await;
                     }
                     _ => break,
                 }
@@ -102,7 +103,7 @@ fn key(id: &ClaimId) -> Key {
 /// Writes `units` and `completions` in one transaction; what each unit came to.
 async fn commit(
     pool: &Pool,
-    node: Node,
+    node: &Node,
     units: &[Unit],
     completions: &[LogHead],
 ) -> Result<Vec<Written>, StoreError> {
@@ -111,9 +112,10 @@ async fn commit(
     let mut written: Vec<Option<Written>> = vec![None; units.len()];
     // Sabotage (failpoints builds only): fencing off, so that chaos across nodes can show its
     // checker catches what fencing prevents.
-    let fenced = match crate::failpoint::switched_on("sabotage") {
-        true => "true",
-        false => "c.generation = u.generation AND c.writes = u.next",
+    let fencing = Fencing::in_force();
+    let fenced = match fencing {
+        Fencing::Off => "true",
+        Fencing::On => "c.generation = u.generation AND c.writes = u.next",
     };
 
     // Appends first: a fenced unit writes nothing, its deliveries included.
@@ -175,7 +177,7 @@ async fn commit(
     // in flight too long, by its clock; a new generation fences every write of the old holder.
     for (n, unit) in units.iter().enumerate() {
         if let Some(ClaimWrite::TakeOver(head)) = &unit.claim {
-            written[n] = Some(take_over(&tx, node, head).await?);
+            written[n] = Some(take_over(&tx, node, head, fencing).await?);
         }
     }
 
@@ -194,26 +196,29 @@ async fn commit(
             .into_iter()
             .partition(|(_, id, _)| seen.insert(key(id)));
         round.sort_by_key(|a| key(a.1));
-        start_claims(&tx, &round, &mut written).await?;
+        start_claims(&tx, &round, &mut written, fencing).await?;
         starts = later;
     }
 
-    // Deliveries of the units whose claim write was not refused: a start that lost to another
-    // generation (a decision whose callbacks are queued) writes none. One transaction, so their
-    // order against the claim records does not matter for durability.
+    // The rest of each unit, as `rule::writes_with` says: a start that lost to another
+    // generation (a decision whose callbacks are queued) or a fenced append writes none of it.
+    let writes_rest =
+        |written: &[Option<Written>], n: usize| written[n].as_ref().is_none_or(rule::writes_with);
+    // Deliveries: one transaction, so their order against the claim records does not matter
+    // for durability.
     let deliveries: Vec<(usize, &DeliveryWrite, bool)> = units
         .iter()
         .enumerate()
-        .filter(|(n, _)| !matches!(written[*n], Some(Written::Fenced | Written::Held(_))))
+        .filter(|(n, _)| writes_rest(&written, *n))
         .flat_map(|(n, u)| u.deliveries.iter().map(move |d| (n, d, u.skip_existing)))
         .collect();
     write_deliveries(&tx, &deliveries, &mut written).await?;
 
-    // Decisions of the units whose claim write was not refused, kept once each.
+    // Decisions, kept once each.
     let mut decisions: Vec<&idem_schemas::DecisionRecord> = units
         .iter()
         .enumerate()
-        .filter(|(n, _)| !matches!(written[*n], Some(Written::Fenced | Written::Held(_))))
+        .filter(|(n, _)| writes_rest(&written, *n))
         .flat_map(|(_, u)| u.decisions.iter())
         .collect();
     if !decisions.is_empty() {
@@ -352,12 +357,14 @@ async fn write_deliveries(
 /// in flight for `in_flight_timeout`, both by the database's clock; otherwise what holds it.
 async fn take_over(
     tx: &deadpool_postgres::Transaction<'_>,
-    node: Node,
+    node: &Node,
     head: &LogHead,
+    fencing: Fencing,
 ) -> Result<Written, StoreError> {
-    let gone = match crate::failpoint::switched_on("sabotage") {
-        true => "($6::float8 IS NOT NULL OR $7::float8 IS NOT NULL)",
-        false => {
+    let in_flight_timeout = node.settings.idempotency.in_flight_timeout;
+    let gone = match fencing {
+        Fencing::Off => "($6::float8 IS NOT NULL OR $7::float8 IS NOT NULL)",
+        Fencing::On => {
             "(c.held_since <= clock_timestamp() - $6::float8 * interval '1 millisecond' \
                   OR NOT EXISTS (SELECT 1 FROM idem_nodes n WHERE n.epoch = c.holder \
                   AND n.heartbeat_at > clock_timestamp() - $7::float8 * interval '1 millisecond'))"
@@ -377,8 +384,8 @@ async fn take_over(
             &(head.generation as i64),
             &(head.next as i32),
             &(node.epoch as i64),
-            &(node.in_flight_timeout.as_millis() as f64),
-            &(super::liveness(node.in_flight_timeout).as_millis() as f64),
+            &(in_flight_timeout.as_millis() as f64),
+            &(super::liveness(in_flight_timeout).as_millis() as f64),
         ],
     )
     .await?;
@@ -408,6 +415,7 @@ async fn start_claims(
     tx: &deadpool_postgres::Transaction<'_>,
     round: &[(usize, &ClaimId, &Vec<idem_schemas::ClaimEvent>)],
     written: &mut [Option<Written>],
+    fencing: Fencing,
 ) -> Result<(), StoreError> {
     let mut tenants = Vec::new();
     let mut digests = Vec::new();
@@ -435,9 +443,9 @@ async fn start_claims(
         heads.insert(key(id), (*n, head, claim.claimed_at_ms, *events));
     }
     // The generation is the claim's time: the key is free when its row expired by then.
-    let held = match crate::failpoint::switched_on("sabotage") {
-        true => "true",
-        false => "idem_claims.expires_at_ms <= EXCLUDED.generation",
+    let held = match fencing {
+        Fencing::Off => "true",
+        Fencing::On => "idem_claims.expires_at_ms <= EXCLUDED.generation",
     };
     let rows = super::rows(
         tx,

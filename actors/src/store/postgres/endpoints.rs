@@ -10,8 +10,9 @@ use std::collections::HashMap;
 use idem_schemas::DeliveryEvent;
 
 use super::PgStore;
+use crate::breaker::{EndpointEvent, EndpointHealth, EndpointId, Noted};
 use crate::codec;
-use crate::endpoint::{BreakerSettings, EndpointEvent, EndpointHealth, EndpointId, Noted};
+use crate::settings::Delivery;
 use crate::store::{EndpointStore, Read, StoreError};
 
 impl EndpointStore for PgStore {
@@ -20,7 +21,7 @@ impl EndpointStore for PgStore {
         tenant: &'a str,
         url: &'a str,
         event: EndpointEvent,
-        settings: &'a BreakerSettings,
+        settings: &'a Delivery,
     ) -> Read<'a, Noted> {
         Box::pin(async move {
             let mut client = self.client().await?;

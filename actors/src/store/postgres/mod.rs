@@ -26,13 +26,6 @@ use tokio_postgres::Row;
 use crate::store::{Halted, LogHead, Node, Read, Store, StoreError, Then, Unit};
 use batch::Job;
 
-/// Checks a connection URL without connecting: why it cannot be used, if it cannot.
-pub fn check_url(url: &str) -> Result<(), String> {
-    url.parse::<tokio_postgres::Config>()
-        .map(drop)
-        .map_err(|e| format!("{url:?} is not a PostgreSQL URL: {e}"))
-}
-
 /// The PostgreSQL store of one node.
 pub struct PgStore {
     pool: Pool,
@@ -74,7 +67,7 @@ impl PgStore {
             heartbeat(&client, node.epoch).await?;
         }
         let (jobs, queue) = mpsc::unbounded_channel();
-        tokio::spawn(batch::run(pool.clone(), node, queue));
+        tokio::spawn(batch::run(pool.clone(), node.clone(), queue));
         let (loads, asked) = mpsc::unbounded_channel();
         tokio::spawn(claims::run_loads(pool.clone(), asked));
         let store = Arc::new(PgStore {
@@ -93,13 +86,13 @@ impl PgStore {
     /// How long a node's heartbeat stays fresh: past it, the node is gone and its in-flight
     /// claims may be taken over at once.
     pub(super) fn node_timeout(&self) -> std::time::Duration {
-        liveness(self.node.in_flight_timeout)
+        liveness(self.node.settings.idempotency.in_flight_timeout)
     }
 
     /// How long a lease on a due delivery lasts: past the attempt's deadline, with room to
     /// record its answer.
     pub(super) fn lease(&self) -> std::time::Duration {
-        self.node.attempt_timeout * 2 + std::time::Duration::from_secs(1)
+        self.node.settings.delivery.inline_timeout * 2 + std::time::Duration::from_secs(1)
     }
 
     /// A pooled connection.

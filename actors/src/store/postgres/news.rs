@@ -51,14 +51,18 @@ impl News {
     pub(super) fn ask(&self, id: &ClaimId, holder: u64) {
         self.send(format!(
             "a {holder:x} {} {}",
-            hex::encode(id.digest),
+            idem_schemas::lower_hex(&id.digest),
             id.tenant
         ));
     }
 
     /// Tells the nodes that the claim `id` has a durable answer.
     pub(super) fn answered(&self, id: &ClaimId) {
-        self.send(format!("d {} {}", hex::encode(id.digest), id.tenant));
+        self.send(format!(
+            "d {} {}",
+            idem_schemas::lower_hex(&id.digest),
+            id.tenant
+        ));
     }
 
     /// What the other nodes say, once.
@@ -91,7 +95,7 @@ fn parse(payload: &str) -> Option<ClaimNews> {
         "d" => None,
         _ => return None,
     };
-    let digest = hex::decode(words.next()?).ok()?.try_into().ok()?;
+    let digest = idem_schemas::hex::decode(words.next()?)?.try_into().ok()?;
     let tenant = words.next()?.to_string();
     let id = ClaimId { tenant, digest };
     Some(match holder {

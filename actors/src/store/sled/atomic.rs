@@ -39,7 +39,9 @@ enum Lost {
 impl SledStore {
     /// Starts a generation of `id` with `events`, writing the new delivery logs `deliveries`
     /// (those that exist already left alone when `skip_existing`) and keeping `decisions`, all
-    /// in one transaction; refused like any start when an unexpired generation holds the key.
+    /// in one transaction. The caller found no generation holding the key
+    /// ([`SledStore::refuses_start`]); should one have come meanwhile, the start is refused
+    /// whole, like any start that loses.
     pub(super) fn start_atomically(
         &self,
         id: ClaimId,
@@ -48,9 +50,6 @@ impl SledStore {
         decisions: &[DecisionRecord],
         skip_existing: bool,
     ) -> Result<Written, StoreError> {
-        if let Some(refused) = self.refuses_start(&id, &events)? {
-            return Ok(refused);
-        }
         let head = super::claims::first_head(id, &events)?;
         let index_key = claim_key(&head.id);
         let current = self.claims.get(&index_key)?;

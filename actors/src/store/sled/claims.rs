@@ -20,7 +20,8 @@ use idem_schemas::ClaimEvent;
 use super::keys::{claim_key, log_key, log_prefix, split_log_key, Index};
 use super::SledStore;
 use crate::codec;
-use crate::store::{rule, ClaimId, ClaimLog, ClaimStore, LogHead, Read, StoreError, Written};
+use crate::store::rule::{self, Fencing};
+use crate::store::{ClaimId, ClaimLog, ClaimStore, LogHead, Read, StoreError, Written};
 
 impl ClaimStore for SledStore {
     fn load_claim<'a>(&'a self, id: &'a ClaimId, now_ms: u64) -> Read<'a, Option<ClaimLog>> {
@@ -240,7 +241,7 @@ impl SledStore {
 /// Whether the store refuses stale writers: always, except in a sabotaged run (failpoints
 /// builds only), which switches fencing off to show that the simulation's checker catches it.
 fn fencing() -> bool {
-    !crate::failpoint::switched_on("sabotage")
+    Fencing::in_force() == Fencing::On
 }
 
 /// The head of a new generation of `id` whose log starts with `events` (its claim first).
@@ -268,5 +269,5 @@ fn held_at(current: Option<&[u8]>, now_ms: u64) -> Result<bool, StoreError> {
         expires_at_ms: found.expires_at_ms,
         writes: 0,
     };
-    Ok(!rule::may_start(Some(&held), now_ms) && fencing())
+    Ok(!rule::may_start(Some(&held), now_ms, Fencing::in_force()))
 }

@@ -10,8 +10,9 @@ use idem_schemas::{DeliveryEvent, DeliveryStatus};
 
 use super::keys::tenant_prefix;
 use super::SledStore;
+use crate::breaker::{EndpointEvent, EndpointHealth, EndpointId, Noted};
 use crate::codec;
-use crate::endpoint::{BreakerSettings, EndpointEvent, EndpointHealth, EndpointId, Noted};
+use crate::settings::Delivery;
 use crate::store::{EndpointStore, Read, Store, StoreError, Unit};
 
 fn endpoint_key(tenant: &str, url: &str) -> Vec<u8> {
@@ -27,7 +28,7 @@ impl SledStore {
         tenant: &str,
         url: &str,
         event: EndpointEvent,
-        settings: &BreakerSettings,
+        settings: &Delivery,
     ) -> Result<(Noted, bool), StoreError> {
         self.commits.usable()?;
         let key = endpoint_key(tenant, url);
@@ -119,7 +120,7 @@ impl EndpointStore for SledStore {
         tenant: &'a str,
         url: &'a str,
         event: EndpointEvent,
-        settings: &'a BreakerSettings,
+        settings: &'a Delivery,
     ) -> Read<'a, Noted> {
         Box::pin(async move {
             let (noted, moved) = self.apply_endpoint(tenant, url, event, settings)?;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 pub use format::FORMAT;
 
-use crate::store::{ClaimWrite, Halted, Read, Store, StoreError, Then, Unit, Written};
+use crate::store::{rule, ClaimWrite, Halted, Read, Store, StoreError, Then, Unit, Written};
 use commit::GroupCommit;
 use idem_schemas::timefmt::now_ms;
 
@@ -79,16 +79,23 @@ impl SledStore {
     }
 
     /// Applies a unit to the trees (memory until the next commit): what its claim write came
-    /// to. A fenced or refused claim write leaves the unit's deliveries unwritten.
+    /// to. What else of the unit is written follows [`rule::writes_with`].
     fn apply(&self, unit: Unit) -> Result<Written, StoreError> {
         self.commits.usable()?;
-        if let Some(ClaimWrite::Append(head, _)) = &unit.claim {
-            if !self.is_current(head)? {
-                return Ok(Written::Fenced);
+        // A decision's delivery logs go before the claim record that names them (no later
+        // durable), so a claim write that is refused is found out before they are written.
+        let refused = match &unit.claim {
+            Some(ClaimWrite::Append(head, _)) if !self.is_current(head)? => Some(Written::Fenced),
+            Some(ClaimWrite::Start(id, events)) if !unit.deliveries.is_empty() => {
+                self.refuses_start(id, events)?
             }
+            _ => None,
+        };
+        if let Some(refused) = refused.filter(|w| !rule::writes_with(w)) {
+            return Ok(refused);
         }
         // A start that carries delivery logs (a decision whose callbacks are queued) is one
-        // transaction, refused whole when the key is held (see `atomic`).
+        // transaction, refused whole should the key be taken meanwhile (see `atomic`).
         if matches!(unit.claim, Some(ClaimWrite::Start(..))) && !unit.deliveries.is_empty() {
             let Some(ClaimWrite::Start(id, events)) = unit.claim else {
                 return Err(StoreError::NotAClaim);
@@ -101,7 +108,6 @@ impl SledStore {
                 unit.skip_existing,
             );
         }
-        // A decision's delivery logs before the claim record that names them: no later durable.
         for write in &unit.deliveries {
             self.write_delivery(write, unit.skip_existing)?;
         }
@@ -117,7 +123,7 @@ impl SledStore {
             },
         };
         // The decision is kept with the claim record that makes it, never for a refused one.
-        if !matches!(written, Written::Fenced | Written::Held(_)) {
+        if rule::writes_with(&written) {
             for decision in &unit.decisions {
                 self.keep_decision(decision)?;
             }

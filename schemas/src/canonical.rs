@@ -415,7 +415,7 @@ mod tests {
             "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
             "literals": [null, true, false]
         }"#;
-        assert_eq!(hex::encode(canon(input)), expected);
+        assert_eq!(crate::lower_hex(canon(input).as_bytes()), expected);
     }
 
     /// RFC 8785 §3.2.3: the sorting test vector and its expected order.
@@ -598,7 +598,11 @@ mod tests {
             file.update(line.as_bytes());
             for (lines, hash) in recorded {
                 if index + 1 == lines {
-                    assert_eq!(hex::encode(file.clone().finalize()), hash, "{lines} lines");
+                    assert_eq!(
+                        crate::lower_hex(&file.clone().finalize()),
+                        hash,
+                        "{lines} lines"
+                    );
                 }
             }
         }

@@ -3,12 +3,43 @@
 //! id, each callback's id and its envelope bytes with their timestamp), so that whatever runs
 //! again later sends exactly the same thing.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
 use idem_schemas::timefmt::rfc3339_millis;
-use idem_schemas::{CallbackData, CallbackEnvelope, Decision, PlannedDelivery};
+use idem_schemas::{CallbackData, CallbackEnvelope, Decision, PlannedDelivery, Verdict};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::config::Playbook;
+/// The most actions one playbook may have (each is a callback per decision).
+pub const MAX_ACTIONS: usize = 16;
+
+/// A playbook: what a signal type becomes (`[tenants.<t>.playbooks.<type>]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Playbook {
+    /// The verdict.
+    pub decision: Verdict,
+    /// The callbacks, in order.
+    pub actions: Vec<Action>,
+    /// Within this long after a decision for a subject, further signals of this type for that
+    /// subject make no new decision: they get the first one's response.
+    pub once_per_subject: Option<Duration>,
+}
+
+/// One callback of a playbook.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Action {
+    /// Its name, unique in the playbook.
+    pub name: String,
+    /// Where it is POSTed.
+    pub url: String,
+}
+
+/// A tenant's playbooks, by signal type.
+pub type Playbooks = HashMap<String, Arc<Playbook>>;
 
 /// What the playbook needs to know about the signal.
 pub struct Signal<'a> {
@@ -89,7 +120,6 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Action;
     use idem_schemas::Verdict;
 
     #[test]

@@ -3,23 +3,33 @@
 //! `threshold` consecutive retryable failures it is `open` and gets no attempts; once `cooldown`
 //! has passed one attempt probes it (`half_open`), whose success closes it and whose failure
 //! opens it again. `EndpointHealth::apply` is the one transition function; the store applies it
-//! atomically, by its own clock, so nodes sharing a store share one breaker.
+//! atomically, by its own clock, so nodes sharing a store share one breaker. Its policy is
+//! `[delivery]`'s `breaker_threshold` and `breaker_cooldown`.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// The breaker's policy (`[delivery]`).
+use crate::settings::Delivery;
+
+/// An endpoint: one action URL of one tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointId {
+    /// The tenant.
+    pub tenant: String,
+    /// The action's URL.
+    pub url: String,
+}
+
+/// What the store answers to a noted event: the health after it, and whether it changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BreakerSettings {
-    /// Consecutive retryable failures that open an endpoint.
-    pub threshold: u32,
-    /// How long an open endpoint waits before a probe.
-    pub cooldown: Duration,
-    /// How long a probe may run before another may start (its node may have died).
-    pub probe_timeout: Duration,
-    /// Attempts at once to one endpoint, across every node.
-    pub max_in_flight: usize,
+pub struct Noted {
+    /// The endpoint's health now.
+    pub health: EndpointHealth,
+    /// Whether the event changed it (for a probe: whether this caller makes it).
+    pub changed: bool,
+    /// The breaker before the event, as the store had it.
+    pub was: Circuit,
 }
 
 /// Whether attempts go to an endpoint.
@@ -114,27 +124,23 @@ pub enum Gate {
 
 impl EndpointHealth {
     /// Whether an attempt may go to the endpoint at `now_ms`.
-    pub fn gate(&self, now_ms: u64, s: &BreakerSettings) -> Gate {
+    pub fn gate(&self, now_ms: u64, s: &Delivery) -> Gate {
         let after = |since: u64, wait: Duration| since.saturating_add(wait.as_millis() as u64);
+        let (cooldown, probe_timeout) = (s.breaker_cooldown, s.probe_timeout());
         match self.circuit {
             Circuit::Closed => Gate::Pass,
-            Circuit::Open { since_ms } if now_ms >= after(since_ms, s.cooldown) => Gate::Probe,
-            Circuit::Open { since_ms } => Gate::WaitUntil(after(since_ms, s.cooldown)),
-            Circuit::HalfOpen { since_ms } if now_ms >= after(since_ms, s.probe_timeout) => {
+            Circuit::Open { since_ms } if now_ms >= after(since_ms, cooldown) => Gate::Probe,
+            Circuit::Open { since_ms } => Gate::WaitUntil(after(since_ms, cooldown)),
+            Circuit::HalfOpen { since_ms } if now_ms >= after(since_ms, probe_timeout) => {
                 Gate::Probe
             }
-            Circuit::HalfOpen { since_ms } => Gate::WaitUntil(after(since_ms, s.probe_timeout)),
+            Circuit::HalfOpen { since_ms } => Gate::WaitUntil(after(since_ms, probe_timeout)),
         }
     }
 
     /// The one transition function: the health after `event` at `now_ms`, or `None` when the
     /// event changes nothing (a probe asked for when none may start is refused so).
-    pub fn apply(
-        &self,
-        event: EndpointEvent,
-        now_ms: u64,
-        s: &BreakerSettings,
-    ) -> Option<EndpointHealth> {
+    pub fn apply(&self, event: EndpointEvent, now_ms: u64, s: &Delivery) -> Option<EndpointHealth> {
         let mut next = *self;
         match event {
             EndpointEvent::Succeeded { at_ms } | EndpointEvent::Refused { at_ms } => {
@@ -153,7 +159,9 @@ impl EndpointHealth {
                 next.last_failure_ms = self.last_failure_ms.max(Some(at_ms));
                 next.consecutive_failures = self.consecutive_failures.saturating_add(1);
                 next.circuit = match self.circuit {
-                    Circuit::Closed if next.consecutive_failures < s.threshold => Circuit::Closed,
+                    Circuit::Closed if next.consecutive_failures < s.breaker_threshold => {
+                        Circuit::Closed
+                    }
                     // Only the probe's own failure ends a probe: one started before it says
                     // nothing of now.
                     probing @ Circuit::HalfOpen { since_ms } if at_ms < since_ms => probing,
@@ -179,12 +187,13 @@ impl EndpointHealth {
 mod tests {
     use super::*;
 
-    const S: BreakerSettings = BreakerSettings {
-        threshold: 3,
-        cooldown: Duration::from_secs(10),
-        probe_timeout: Duration::from_secs(2),
-        max_in_flight: 8,
-    };
+    /// Three failures open it, for ten seconds; a probe has two (its deadline and a second).
+    static S: std::sync::LazyLock<Delivery> = std::sync::LazyLock::new(|| Delivery {
+        breaker_threshold: 3,
+        breaker_cooldown: Duration::from_secs(10),
+        inline_timeout: Duration::from_secs(1),
+        ..Delivery::default()
+    });
 
     fn run(events: &[(EndpointEvent, u64)]) -> EndpointHealth {
         events

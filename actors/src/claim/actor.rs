@@ -1,0 +1,286 @@
+//! The claim actor: one key's claim core in a ractor actor. It hands the core each message and
+//! carries out the effects the core answers with, in order: commits through the store's group
+//! commit (whose outcome comes back as a message), actions and offers to a subject's claim in
+//! tasks of their own (their results come back as messages), answers on the requests' reply
+//! ports, timers, news to other nodes, counts. It decides nothing itself: it never waits for the
+//! disk in a handler, so the mailbox stays open and the duplicates of a storm are answered while
+//! the first request's records are being synced.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use idem_schemas::timefmt::now_ms;
+use idem_schemas::ActionOutcome;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use super::core::Core;
+use super::effect::{Effect, Effects, Offer};
+use super::{submit, ClaimContext, Reply, Submission};
+use crate::failpoint;
+use crate::idle::IdleTimer;
+use crate::store::{ClaimId, ClaimLog, StoreError, Written};
+use crate::supervise::Family;
+
+/// Where a claim actor's answers go.
+type Port = RpcReplyPort<Reply>;
+
+/// Messages of a claim actor: a request, or the result of an effect it carried out.
+pub(super) enum ClaimMsg {
+    /// A request for the key.
+    Submit(Arc<Submission>, Port),
+    /// The actions of generation `generation` ran.
+    Dispatched {
+        /// The claim generation they ran for.
+        generation: u64,
+        /// Each action's outcome.
+        outcomes: Vec<ActionOutcome>,
+        /// The run took over a claim whose holder is gone.
+        taken_over: bool,
+    },
+    /// The subject's claim answered generation `generation`'s offer (or why it could not).
+    Offered {
+        /// The claim generation that offered.
+        generation: u64,
+        /// Its answer.
+        answer: Result<Reply, String>,
+    },
+    /// A unit committed for generation `generation` is durable, or failed.
+    Committed {
+        /// The claim generation the unit was written for.
+        generation: u64,
+        /// What the unit came to.
+        outcome: Result<Written, StoreError>,
+    },
+    /// Time to check whether the actor has been idle long enough to stop (its own timer).
+    IdleCheck,
+    /// Waiter `id`'s wait is over.
+    WaitOver(u64),
+    /// Another node has requests waiting for this claim, which this node holds.
+    Asked,
+    /// The claim, held on another node, has a durable answer.
+    Answered,
+    /// The claim as read from the store once another node answered it.
+    Reread(ClaimLog),
+}
+
+/// The claim actor.
+pub(super) struct ClaimActor;
+
+/// What a claim actor starts from.
+pub(super) struct ClaimArgs {
+    /// The key it owns.
+    pub id: ClaimId,
+    /// What it shares with the others.
+    pub ctx: Arc<ClaimContext>,
+    /// Its family: a keyed claim of a decision made once per subject offers it to the
+    /// subject's actor.
+    pub family: Arc<Family>,
+}
+
+/// The actor's state.
+pub(super) struct ClaimState {
+    core: Core<Port>,
+    ctx: Arc<ClaimContext>,
+    family: Arc<Family>,
+    idle: IdleTimer<ClaimMsg>,
+    /// The effects of the message being handled (kept, so handling allocates no list).
+    effects: Effects<Port>,
+}
+
+impl Actor for ClaimActor {
+    type Msg = ClaimMsg;
+    type State = ClaimState;
+    type Arguments = ClaimArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ClaimMsg>,
+        args: ClaimArgs,
+    ) -> Result<ClaimState, ActorProcessingErr> {
+        let log = args.ctx.store.load_claim(&args.id, now_ms()).await?;
+        // Sabotage (failpoints builds only): the claim in the store is ignored, as if claims
+        // lived only in memory.
+        let log = log.filter(|_| !failpoint::switched_on("sabotage"));
+        let idle_timeout = args.ctx.core.settings.idempotency.idle_actor_timeout;
+        Ok(ClaimState {
+            core: Core::new(args.id, log)?,
+            ctx: args.ctx,
+            family: args.family,
+            idle: IdleTimer::start(&myself, idle_timeout, || ClaimMsg::IdleCheck),
+            effects: Vec::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<ClaimMsg>,
+        message: ClaimMsg,
+        state: &mut ClaimState,
+    ) -> Result<(), ActorProcessingErr> {
+        let mut out = std::mem::take(&mut state.effects);
+        // A waiter's deadline is no work of the actor's own.
+        let work = !matches!(message, ClaimMsg::WaitOver(_));
+        let cx = &state.ctx.core;
+        match message {
+            ClaimMsg::WaitOver(waiter) => state.core.wait_over(waiter, &mut out),
+            ClaimMsg::IdleCheck => {
+                if state.idle.expired(&myself, !state.core.idle()) {
+                    myself.stop(Some("idle".into()));
+                }
+                state.effects = out;
+                return Ok(());
+            }
+            ClaimMsg::Submit(sub, port) => {
+                sub.accepted.store(true, Ordering::SeqCst);
+                let decide = |at| sub.decide(at);
+                state
+                    .core
+                    .submit(cx, &sub.request, port, now_ms(), decide, &mut out);
+            }
+            ClaimMsg::Dispatched {
+                generation,
+                outcomes,
+                taken_over,
+            } => state
+                .core
+                .dispatched(cx, generation, outcomes, taken_over, &mut out),
+            ClaimMsg::Offered { generation, answer } => {
+                state.core.offered(cx, generation, answer, &mut out)
+            }
+            ClaimMsg::Committed {
+                generation,
+                outcome,
+            } => state
+                .core
+                .committed(cx, generation, outcome, now_ms(), &mut out),
+            ClaimMsg::Asked => state.core.asked(&mut out),
+            ClaimMsg::Answered => state.core.answered(&mut out),
+            ClaimMsg::Reread(log) => state.core.reread(log, &mut out),
+        }
+        if work {
+            state.idle.touch(&myself);
+        }
+        state.carry_out(&myself, &mut out);
+        state.effects = out;
+        Ok(())
+    }
+}
+
+impl ClaimState {
+    /// Carries out `out`, in order, leaving it empty. An effect that fails is told to the core,
+    /// whose effects then follow.
+    fn carry_out(&mut self, myself: &ActorRef<ClaimMsg>, out: &mut Effects<Port>) {
+        loop {
+            let mut failed = None;
+            for effect in out.drain(..) {
+                if let Err(e) = self.run(myself, effect) {
+                    failed.get_or_insert(e);
+                }
+            }
+            match failed {
+                Some(e) => self.core.failed(e, out),
+                None => return,
+            }
+        }
+    }
+
+    /// Carries out one effect.
+    fn run(&self, myself: &ActorRef<ClaimMsg>, effect: Effect<Port>) -> Result<(), StoreError> {
+        let ctx = &self.ctx;
+        match effect {
+            Effect::Commit { generation, unit } => {
+                let me = myself.clone();
+                ctx.store.commit_then(
+                    unit,
+                    Box::new(move |outcome| {
+                        // An actor gone meanwhile (it failed) leaves the records to the next
+                        // one, which reads them from the store.
+                        let _ = me.cast(ClaimMsg::Committed {
+                            generation,
+                            outcome,
+                        });
+                    }),
+                );
+            }
+            Effect::Complete(head) => ctx.store.complete_claim(&head)?,
+            Effect::RunActions {
+                generation,
+                decision,
+                taken_over,
+            } => {
+                let (me, dispatcher) = (myself.clone(), ctx.dispatcher.clone());
+                tokio::spawn(async move {
+                    let outcomes = dispatcher.dispatch(&decision).await;
+                    // If the actor is gone (it failed), the claim stays in flight in the store
+                    // and is taken over after `in_flight_timeout`.
+                    let _ = me.cast(ClaimMsg::Dispatched {
+                        generation,
+                        outcomes,
+                        taken_over,
+                    });
+                });
+            }
+            Effect::Offer { generation, offer } => {
+                let (me, family, ctx) = (myself.clone(), self.family.clone(), ctx.clone());
+                tokio::spawn(async move {
+                    let answer = offer_to_subject(&family, &ctx, offer).await;
+                    let _ = me.cast(ClaimMsg::Offered { generation, answer });
+                });
+            }
+            Effect::Reply(port, reply) => {
+                let _ = port.send(reply);
+            }
+            Effect::StartTimer { waiter, wait } => {
+                myself.send_after(wait, move || ClaimMsg::WaitOver(waiter));
+            }
+            Effect::AskHolder(holder) => ctx.store.ask_holder(self.core.id(), holder),
+            Effect::AnnounceAnswer => ctx.store.announce_answer(self.core.id()),
+            Effect::Reread => {
+                let (me, store, id) = (myself.clone(), ctx.store.clone(), self.core.id().clone());
+                // In a task of its own, so the mailbox stays open.
+                tokio::spawn(async move {
+                    match store.load_claim(&id, now_ms()).await {
+                        Ok(Some(log)) => {
+                            let _ = me.cast(ClaimMsg::Reread(log));
+                        }
+                        // The waiters wait on for their deadline.
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::warn!(tenant = %id.tenant, error = %e, "cannot read an answered claim")
+                        }
+                    }
+                });
+            }
+            Effect::WakeRetries => ctx.wake_retries.notify_one(),
+            Effect::Count(metric) => metric.count(),
+            Effect::TookOver => {
+                tracing::info!(tenant = %self.core.id().tenant, "took over a claim whose holder is gone")
+            }
+            Effect::Failpoint(name) => failpoint::hit(name),
+            Effect::Stop(e) => {
+                // What is in memory may now differ from the store: stop, and let the next
+                // request rebuild the actor from it.
+                tracing::error!(tenant = %self.core.id().tenant, error = %e, "claim actor stops after a failure");
+                myself.stop(Some(e.to_string()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Submits `offer` to the subject's claim and waits for its answer.
+async fn offer_to_subject(
+    family: &Arc<Family>,
+    ctx: &Arc<ClaimContext>,
+    offer: Offer,
+) -> Result<Reply, String> {
+    let Offer {
+        to,
+        request,
+        decision,
+    } = offer;
+    let sub = Submission::of(request, Box::new(move |_| Ok(decision)));
+    submit(family, ctx, &to, sub)
+        .await
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,456 @@
+//! The configuration file (TOML), read and validated into typed settings before anything runs.
+//! Every key but `idempotency.key_secret` and the tenants has a default; unknown keys are refused
+//! with the line they are on. An error names the key and the reason in one line. The engine's
+//! sections are read into the engine's own settings (`engine`), the tenants with their playbooks
+//! (`tenants`) and sources (`sources`), the front's own here; `bounded` reads each value.
+
+mod bounded;
+mod engine;
+mod sources;
+mod tenants;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use idem_actors::Settings;
+use serde::Deserialize;
+
+use bounded::{duration, invalid};
+pub use tenants::Tenant;
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address to listen on; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Where the embedded store lives (the sled backend).
+    pub data_dir: PathBuf,
+    /// The engine's sections: `[store]`, `[idempotency]`, `[delivery]`, `[decisions]`.
+    pub engine: Settings,
+    /// Inbound signature checks.
+    pub signatures: Signatures,
+    /// The HTTP front's limits.
+    pub http: Http,
+    /// Tenants by name.
+    pub tenants: HashMap<String, Tenant>,
+}
+
+/// `[http]`.
+#[derive(Debug, Clone)]
+pub struct Http {
+    /// How long a client may take to send a request's headers, and then its body.
+    pub read_timeout: Duration,
+}
+
+/// `[signatures]`.
+#[derive(Debug, Clone)]
+pub struct Signatures {
+    /// Accepted clock skew of `webhook-timestamp`, both ways.
+    pub tolerance: Duration,
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("config {path}: cannot read: {reason}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("config {path}: {reason}")]
+    Syntax {
+        /// The file.
+        path: String,
+        /// The parser's words, on one line.
+        reason: String,
+    },
+    /// A value is refused.
+    #[error("config: {key}: {reason}")]
+    Invalid {
+        /// The dotted key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: Option<String>,
+    data_dir: Option<PathBuf>,
+    #[serde(default)]
+    idempotency: engine::RawIdempotency,
+    #[serde(default)]
+    delivery: engine::RawDelivery,
+    #[serde(default)]
+    signatures: RawSignatures,
+    #[serde(default)]
+    http: RawHttp,
+    #[serde(default)]
+    store: engine::RawStore,
+    #[serde(default)]
+    decisions: engine::RawDecisions,
+    #[serde(default)]
+    tenants: BTreeMap<String, tenants::RawTenant>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    read_timeout: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSignatures {
+    tolerance: Option<String>,
+}
+
+impl Config {
+    /// Reads and validates the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        Self::parse(&text).map_err(|e| match e {
+            ConfigError::Syntax { reason, .. } => ConfigError::Syntax {
+                path: path.display().to_string(),
+                reason,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and validates TOML text.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: String::new(),
+            reason: one_line(text, &e),
+        })?;
+        Self::validate(raw)
+    }
+
+    fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+        let listen_text = raw.listen.as_deref().unwrap_or("127.0.0.1:8080");
+        let listen = listen_text.parse().map_err(|_| {
+            invalid(
+                "listen",
+                format!("{listen_text:?} is not an address like \"127.0.0.1:8080\""),
+            )
+        })?;
+        let data_dir = raw.data_dir.unwrap_or_else(|| PathBuf::from("data"));
+        if data_dir.as_os_str().is_empty() {
+            return Err(invalid("data_dir", "must not be empty"));
+        }
+        let engine = engine::settings(
+            raw.store,
+            raw.idempotency,
+            raw.delivery,
+            raw.decisions,
+            &data_dir,
+        )?;
+        let signatures = Signatures {
+            tolerance: duration(
+                "signatures.tolerance",
+                raw.signatures.tolerance.as_deref(),
+                Duration::from_secs(300),
+            )?,
+        };
+        let http = Http {
+            read_timeout: duration(
+                "http.read_timeout",
+                raw.http.read_timeout.as_deref(),
+                Duration::from_secs(10),
+            )?,
+        };
+        Ok(Config {
+            listen,
+            data_dir,
+            engine,
+            signatures,
+            http,
+            tenants: tenants::tenants(raw.tenants)?,
+        })
+    }
+}
+
+/// The parser's message with its line number, on one line.
+fn one_line(text: &str, e: &toml::de::Error) -> String {
+    let line = e
+        .span()
+        .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+    let message = e.message().replace('\n', " ");
+    match line {
+        Some(l) => format!("line {l}: {message}"),
+        None => message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idem_actors::settings::Backend;
+    use idem_schemas::Verdict;
+
+    const MINIMAL: &str = r#"
+[idempotency]
+key_secret = "0123456789abcdef0123456789abcdef"
+
+[tenants.acme]
+api_key = "sk_test_0123456789"
+callback_secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+[tenants.acme.playbooks.sim_swap]
+decision = "deny"
+actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
+"#;
+
+    fn err(text: &str) -> String {
+        Config::parse(text)
+            .expect_err("must be refused")
+            .to_string()
+    }
+
+    #[test]
+    fn defaults_fill_every_optional_key() {
+        let c = Config::parse(MINIMAL).expect("valid");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.data_dir, PathBuf::from("data"));
+        assert_eq!(c.engine.idempotency.key_ttl, Duration::from_secs(86_400));
+        assert_eq!(
+            c.engine.idempotency.in_flight_timeout,
+            Duration::from_secs(30)
+        );
+        assert_eq!(c.engine.delivery.inline_timeout, Duration::from_secs(5));
+        assert_eq!(
+            c.engine.delivery.schedule,
+            vec![Duration::from_secs(300); 3]
+        );
+        assert_eq!(c.engine.delivery.breaker_threshold, 5);
+        assert_eq!(c.engine.delivery.breaker_cooldown, Duration::from_secs(60));
+        assert_eq!(c.engine.delivery.max_in_flight_per_endpoint, 8);
+        assert_eq!(c.signatures.tolerance, Duration::from_secs(300));
+        let acme = &c.tenants["acme"];
+        assert!(acme.signing_secrets.is_empty());
+        assert_eq!(acme.playbooks["sim_swap"].decision, Verdict::Deny);
+    }
+
+    #[test]
+    fn a_schedule_replaces_the_interval_and_count_but_not_beside_them() {
+        let with = |delivery: &str| format!("{MINIMAL}\n[delivery]\n{delivery}\n");
+        let c = Config::parse(&with(r#"schedule = ["5s", "5m", "2h"]"#)).expect("valid");
+        assert_eq!(
+            c.engine.delivery.schedule,
+            vec![
+                Duration::from_secs(5),
+                Duration::from_secs(300),
+                Duration::from_secs(7200)
+            ]
+        );
+        let c = Config::parse(&with("retry_interval = \"1s\"\nmax_retries = 2")).expect("valid");
+        assert_eq!(c.engine.delivery.schedule, vec![Duration::from_secs(1); 2]);
+        for both in [
+            "schedule = [\"5s\"]\nmax_retries = 2",
+            "schedule = [\"5s\"]\nretry_interval = \"1s\"",
+        ] {
+            assert!(err(&with(both)).contains("delivery.schedule"), "{both}");
+        }
+        assert!(err(&with(r#"schedule = ["soon"]"#)).contains("delivery.schedule"));
+        assert!(err(&with("breaker_threshold = 0")).contains("delivery.breaker_threshold"));
+        assert!(err(&with("max_in_flight_per_endpoint = 0"))
+            .contains("delivery.max_in_flight_per_endpoint"));
+    }
+
+    #[test]
+    fn waiting_once_per_subject_and_decisions_have_defaults_and_bounds() {
+        let c = Config::parse(MINIMAL).expect("valid");
+        assert_eq!(c.engine.idempotency.max_wait, Duration::from_secs(10));
+        assert_eq!(c.engine.idempotency.max_waiters, 64);
+        assert_eq!(
+            c.engine.decisions.retention,
+            Duration::from_secs(30 * 86_400)
+        );
+        assert_eq!(
+            c.tenants["acme"].playbooks["sim_swap"].once_per_subject,
+            None
+        );
+        let c = Config::parse(&MINIMAL.replace(
+            "decision = \"deny\"",
+            "decision = \"deny\"\nonce_per_subject = \"24h\"",
+        ))
+        .expect("valid");
+        assert_eq!(
+            c.tenants["acme"].playbooks["sim_swap"].once_per_subject,
+            Some(Duration::from_secs(86_400))
+        );
+        let refused = [
+            (
+                "[idempotency]",
+                "[idempotency]\nmax_waiters = 0",
+                "idempotency.max_waiters",
+            ),
+            (
+                "[idempotency]",
+                "[idempotency]\nmax_wait = \"0s\"",
+                "idempotency.max_wait",
+            ),
+            (
+                "decision = \"deny\"",
+                "decision = \"deny\"\nonce_per_subject = \"soon\"",
+                "tenants.acme.playbooks.sim_swap.once_per_subject",
+            ),
+            (
+                "[idempotency]",
+                "[decisions]\nretention = \"4000d\"\n[idempotency]",
+                "decisions.retention",
+            ),
+        ];
+        for (from, to, key) in refused {
+            let e = err(&MINIMAL.replace(from, to));
+            assert!(e.contains(key), "{to:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_store_is_sled_in_data_dir_unless_postgres_is_named() {
+        let c = Config::parse(MINIMAL).expect("valid");
+        assert_eq!(
+            c.engine.store,
+            Backend::Sled {
+                data_dir: PathBuf::from("data")
+            }
+        );
+        let url = "postgres://postgres@127.0.0.1:5432/idem";
+        let pg = |section: &str| format!("[store]\n{section}\n{MINIMAL}");
+        let c =
+            Config::parse(&pg(&format!("backend = \"postgres\"\nurl = \"{url}\""))).expect("valid");
+        assert_eq!(
+            c.engine.store,
+            Backend::Postgres {
+                url: url.into(),
+                pool_size: 16
+            }
+        );
+        assert!(
+            !format!("{:?}", c.engine.store).contains("postgres@"),
+            "the URL is not printed"
+        );
+        let refused = [
+            ("backend = \"postgres\"", "store.url"),
+            ("backend = \"postgres\"\nurl = \"mysql://x\"", "store.url"),
+            (
+                &format!("backend = \"postgres\"\nurl = \"{url}\"\npool_size = 0"),
+                "store.pool_size",
+            ),
+            ("backend = \"redis\"", "store.backend"),
+            (&format!("url = \"{url}\""), "store.url"),
+            ("pool = 3", "pool"),
+        ];
+        for (section, key) in refused {
+            let e = err(&pg(section));
+            assert!(e.contains(key), "{section:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_key() {
+        assert!(err("").contains("idempotency.key_secret"));
+        let unknown = format!("{MINIMAL}\n[delivery]\nretries = 3\n");
+        let e = err(&unknown);
+        assert!(
+            e.contains("unknown field `retries`") && e.contains("line "),
+            "{e}"
+        );
+        let e = err(&MINIMAL.replace("\"deny\"", "\"maybe\""));
+        assert!(
+            e.contains("tenants.acme.playbooks.sim_swap.decision"),
+            "{e}"
+        );
+        let e = err(&MINIMAL.replace("http://127.0.0.1:9000/lock", "ftp://x"));
+        assert!(e.contains("actions[0].url"), "{e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+        let e = err(&format!("listen = \"nowhere\"\n{MINIMAL}"));
+        assert!(e.starts_with("config: listen:"), "{e}");
+        let e = err(&MINIMAL.replace("[idempotency]", "[idempotency]\nkey_ttl = \"soon\""));
+        assert!(e.contains("idempotency.key_ttl"), "{e}");
+        let e = err(&MINIMAL.replace(
+            "callback_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"",
+            "",
+        ));
+        assert!(e.contains("tenants.acme.callback_secret"), "{e}");
+        assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn weak_or_unusable_values_are_refused_by_name() {
+        let weak = [
+            (
+                MINIMAL.replace("0123456789abcdef0123456789abcdef", "abc"),
+                "idempotency.key_secret",
+            ),
+            (
+                MINIMAL.replace("0123456789abcdef0123456789abcdef", &"k".repeat(31)),
+                "idempotency.key_secret",
+            ),
+            (
+                MINIMAL.replace("sk_test_0123456789", "sk_short"),
+                "tenants.acme.api_key",
+            ),
+            (
+                MINIMAL.replace("http://127.0.0.1:9000/lock", "http:///lock"),
+                "actions[0].url",
+            ),
+            (
+                MINIMAL.replace("http://127.0.0.1:9000/lock", "http:lock"),
+                "actions[0].url",
+            ),
+            (
+                MINIMAL.replace("http://127.0.0.1:9000/lock", "https://"),
+                "actions[0].url",
+            ),
+        ];
+        for (text, key) in weak {
+            let e = err(&text);
+            assert!(e.contains(key) && !e.contains('\n'), "{key}: {e}");
+        }
+        let at_the_limits = MINIMAL
+            .replace("0123456789abcdef0123456789abcdef", &"k".repeat(32))
+            .replace("sk_test_0123456789", &"a".repeat(16))
+            .replace("http://127.0.0.1:9000/lock", "https://hooks.example/lock");
+        Config::parse(&at_the_limits).expect("32-byte secret, 16-character key, a host");
+    }
+
+    #[test]
+    fn debug_output_carries_no_secret() {
+        let c = Config::parse(MINIMAL).expect("valid");
+        let shown = format!("{c:?}");
+        assert!(shown.contains("sim_swap"), "{shown}");
+        for secret in [
+            "sk_test_0123456789",
+            "0123456789abcdef",
+            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+    }
+
+    #[test]
+    fn secrets_may_be_lists() {
+        let text = MINIMAL.replace(
+            "callback_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"",
+            "callback_secret = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\", \"whsec_b3RoZXI=\"]\nsigning_secret = \"whsec_b3RoZXI=\"",
+        );
+        let c = Config::parse(&text).expect("valid");
+        assert_eq!(c.tenants["acme"].callback_secrets.len(), 2);
+        assert_eq!(c.tenants["acme"].signing_secrets.len(), 1);
+    }
+}

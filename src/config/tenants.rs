@@ -1,0 +1,219 @@
+//! `[tenants.<name>]`: each tenant's API key, secrets, rate limit, playbooks (read into the
+//! engine's `Playbook`) and sources (see `sources`). API keys are unique across tenants; a
+//! playbook with actions needs a callback secret, since every callback is signed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use idem_actors::playbook::{Action, Playbook, Playbooks, MAX_ACTIONS};
+use idem_schemas::signature::Secret;
+use idem_schemas::Verdict;
+use serde::Deserialize;
+
+use super::bounded::{duration, invalid, is_name, number, secrets, OneOrMany};
+use super::sources::{self, RawSource};
+use super::ConfigError;
+use crate::source::Source;
+
+/// The fewest characters an `api_key` may have.
+const MIN_API_KEY: usize = 16;
+
+/// A tenant. Its `Debug` leaves the API key out (secrets print as `Secret(..)`).
+#[derive(Clone)]
+pub struct Tenant {
+    /// Its name (the key under `[tenants]`).
+    pub name: String,
+    /// Its Bearer token.
+    pub api_key: String,
+    /// Inbound signing secrets; empty means authenticated by API key alone.
+    pub signing_secrets: Vec<Secret>,
+    /// Outbound signing secrets; every one signs each callback.
+    pub callback_secrets: Vec<Secret>,
+    /// Playbooks by signal type.
+    pub playbooks: Playbooks,
+    /// Signals per second this tenant may post (bursts up to one second's worth); none = no limit.
+    pub rate_limit: Option<u32>,
+    /// Providers' webhooks taken as they are sent, by source name.
+    pub sources: HashMap<String, Source>,
+}
+
+impl std::fmt::Debug for Tenant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tenant")
+            .field("name", &self.name)
+            .field("api_key", &"..")
+            .field("signing_secrets", &self.signing_secrets)
+            .field("callback_secrets", &self.callback_secrets)
+            .field("playbooks", &self.playbooks)
+            .field("rate_limit", &self.rate_limit)
+            .field("sources", &self.sources)
+            .finish()
+    }
+}
+
+/// `[tenants.<name>]` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTenant {
+    api_key: Option<String>,
+    signing_secret: Option<OneOrMany>,
+    callback_secret: Option<OneOrMany>,
+    rate_limit: Option<i64>,
+    #[serde(default)]
+    playbooks: BTreeMap<String, RawPlaybook>,
+    #[serde(default)]
+    sources: BTreeMap<String, RawSource>,
+}
+
+/// A playbook as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlaybook {
+    decision: Option<String>,
+    #[serde(default)]
+    actions: Vec<Action>,
+    once_per_subject: Option<String>,
+}
+
+/// The tenants, by name: at least one.
+pub(super) fn tenants(
+    raw: BTreeMap<String, RawTenant>,
+) -> Result<HashMap<String, Tenant>, ConfigError> {
+    if raw.is_empty() {
+        return Err(invalid("tenants", "at least one tenant is required"));
+    }
+    let mut tenants = HashMap::new();
+    let mut api_keys = HashMap::new();
+    for (name, t) in raw {
+        let key = format!("tenants.{name}");
+        if !is_name(&name) {
+            return Err(invalid(&key, "a tenant name is 1 to 64 of [A-Za-z0-9_-]"));
+        }
+        let api_key = t
+            .api_key
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| invalid(format!("{key}.api_key"), "is required"))?;
+        if api_key.chars().count() < MIN_API_KEY {
+            return Err(invalid(
+                format!("{key}.api_key"),
+                format!("is shorter than {MIN_API_KEY} characters: use a long random token"),
+            ));
+        }
+        if let Some(other) = api_keys.insert(api_key.clone(), name.clone()) {
+            return Err(invalid(
+                format!("{key}.api_key"),
+                format!("is the same as tenants.{other}.api_key"),
+            ));
+        }
+        let rate_limit = match t.rate_limit {
+            None => None,
+            Some(n) => Some(number(
+                &format!("{key}.rate_limit"),
+                Some(n),
+                1,
+                1..,
+                "signals per second",
+            )?),
+        };
+        let signing_secrets = secrets(&format!("{key}.signing_secret"), t.signing_secret)?;
+        let callback_secrets = secrets(&format!("{key}.callback_secret"), t.callback_secret)?;
+        let mut playbooks = Playbooks::new();
+        for (signal_type, p) in t.playbooks {
+            let pkey = format!("{key}.playbooks.{signal_type}");
+            let playbook = self::playbook(&pkey, p)?;
+            if !playbook.actions.is_empty() && callback_secrets.is_empty() {
+                return Err(invalid(
+                    format!("{key}.callback_secret"),
+                    "is required when a playbook has actions (callbacks are signed)",
+                ));
+            }
+            playbooks.insert(signal_type, Arc::new(playbook));
+        }
+        let mut sources = HashMap::new();
+        for (source, raw) in t.sources {
+            let skey = format!("{key}.sources.{source}");
+            let source = sources::source(&skey, source, raw, &playbooks)?;
+            sources.insert(source.name.clone(), source);
+        }
+        tenants.insert(
+            name.clone(),
+            Tenant {
+                name,
+                api_key,
+                signing_secrets,
+                callback_secrets,
+                playbooks,
+                rate_limit,
+                sources,
+            },
+        );
+    }
+    Ok(tenants)
+}
+
+/// The playbook written under `key`.
+fn playbook(key: &str, p: RawPlaybook) -> Result<Playbook, ConfigError> {
+    let decision = match p.decision.as_deref() {
+        Some("allow") => Verdict::Allow,
+        Some("deny") => Verdict::Deny,
+        Some("step_up") => Verdict::StepUp,
+        Some("review") => Verdict::Review,
+        Some(other) => {
+            return Err(invalid(
+                format!("{key}.decision"),
+                format!("{other:?} is not one of allow, deny, step_up, review"),
+            ))
+        }
+        None => return Err(invalid(format!("{key}.decision"), "is required")),
+    };
+    if p.actions.len() > MAX_ACTIONS {
+        return Err(invalid(
+            format!("{key}.actions"),
+            format!("at most {MAX_ACTIONS} actions"),
+        ));
+    }
+    for (n, action) in p.actions.iter().enumerate() {
+        let akey = format!("{key}.actions[{n}]");
+        if action.name.is_empty() {
+            return Err(invalid(format!("{akey}.name"), "must not be empty"));
+        }
+        if p.actions[..n].iter().any(|a| a.name == action.name) {
+            return Err(invalid(
+                format!("{akey}.name"),
+                format!("{:?} is used twice in this playbook", action.name),
+            ));
+        }
+        if !callback_url(&action.url) {
+            return Err(invalid(
+                format!("{akey}.url"),
+                format!("{:?} is not an http(s) URL with a host", action.url),
+            ));
+        }
+    }
+    let once_per_subject = match p.once_per_subject.as_deref() {
+        None => None,
+        Some(text) => Some(duration(
+            &format!("{key}.once_per_subject"),
+            Some(text),
+            Default::default(),
+        )?),
+    };
+    Ok(Playbook {
+        decision,
+        actions: p.actions,
+        once_per_subject,
+    })
+}
+
+/// An http(s) URL with its host where the host goes: the URL parser reads `http:///x` (no
+/// host) as host `x`, and every callback to it would fail until dead.
+fn callback_url(raw: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(raw) else {
+        return false;
+    };
+    let authority = raw.split_once("://").map_or("", |(_, rest)| rest);
+    matches!(url.scheme(), "http" | "https")
+        && url.host_str().is_some_and(|h| !h.is_empty())
+        && !authority.is_empty()
+        && !authority.starts_with(['/', '\\', '?', '#'])
+}
