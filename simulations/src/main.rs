@@ -29,6 +29,7 @@ mod check;
 mod clients;
 mod process;
 mod receiver;
+mod report;
 mod rng;
 mod sources;
 mod stored;
