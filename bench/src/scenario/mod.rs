@@ -110,7 +110,7 @@ pub async fn run_scenarios(
                 StoreKind::Sled => String::new(),
                 StoreKind::Postgres => format!(
                     "[store]\nbackend = \"postgres\"\nurl = \"{}\"\n",
-                    fresh_database().await?
+                    fresh_database()?
                 ),
             };
             let nodes = match store {
