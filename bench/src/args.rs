@@ -9,8 +9,69 @@ use clap::builder::RangedU64ValueParser;
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 
-use crate::scenario::Scenario;
 use crate::server::StoreKind;
+
+/// A scenario (`--scenario`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// No key: the floor of HTTP, auth, signature, playbook, one callback, its durable
+    /// delivery log (one group commit)
+    Keyless,
+    /// Every request a new key: claim, dispatch, complete (two group commits)
+    Unique,
+    /// Every request a new key of a playbook without actions: claim, recovery point and
+    /// completion in one durable write (the job `redis` does)
+    Claim,
+    /// Every request a completed key (1000 keys)
+    Replay,
+    /// --storm-keys keys x --storm-copies simultaneous copies, after one unmeasured burst;
+    /// latencies are the losers'; the same bursts then go to the trivial server and to idem's
+    /// 404 (the floors)
+    Storm,
+    /// --window-keys keys of a playbook without actions: RSS, disk per key and replay latency
+    /// with the window full, then the size after expiry
+    Window,
+    /// The seed design's three durable writes on the local PostgreSQL (the baseline)
+    Pg,
+    /// `SET key v NX` on a throw-away redis-server with appendonly and appendfsync always,
+    /// from as many connections (the anchor of `claim`)
+    Redis,
+    /// A `claim`'s four sled entries straight into sled, durable by a group commit, from as many
+    /// workers: the store's own ceiling for `claim`
+    Sled,
+    /// The load generator against a trivial in-process server: its own limit
+    Ceiling,
+}
+
+impl Scenario {
+    /// Its name, as on the command line and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Keyless => "keyless",
+            Scenario::Unique => "unique",
+            Scenario::Claim => "claim",
+            Scenario::Replay => "replay",
+            Scenario::Storm => "storm",
+            Scenario::Window => "window",
+            Scenario::Pg => "pg",
+            Scenario::Redis => "redis",
+            Scenario::Sled => "sled",
+            Scenario::Ceiling => "ceiling",
+        }
+    }
+
+    /// Whether `--callgrind` measures it (it sends requests through idem's signal path).
+    pub fn has_callgrind(self) -> bool {
+        matches!(
+            self,
+            Scenario::Keyless
+                | Scenario::Unique
+                | Scenario::Claim
+                | Scenario::Replay
+                | Scenario::Storm
+        )
+    }
+}
 
 /// The scenarios run when `--scenario` is not given.
 const DEFAULT_SCENARIOS: [Scenario; 6] = [

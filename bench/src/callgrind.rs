@@ -2,7 +2,7 @@
 //! machine's speed. idem runs under `valgrind --tool=callgrind`; each scenario sends 300 warm-up
 //! requests, the counters are zeroed (`callgrind_control -z`), the measured requests are sent,
 //! the counters are dumped (`callgrind_control -d`), and the dump's total instructions over the
-//! measured requests is the figure.
+//! measured requests is the figure. This module is the measuring; `scenario` runs the list.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -13,11 +13,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
-use crate::args::Args;
 use crate::load::{drive, Stats};
-use crate::scenario;
 use crate::server::{start_idem, Idem};
 
 /// Requests sent before the counters are zeroed: connections opened, caches and pools warm.
@@ -153,67 +149,6 @@ where
     .await)
 }
 
-/// Measures each scenario of `args` (validated to be ones `--callgrind` measures; valgrind
-/// checked by `check_installed`).
-pub async fn run(args: &Args, binary: &Path, receiver: SocketAddr) -> Result<(), String> {
-    println!(
-        "idem bench --callgrind: instructions per request in the server (valgrind callgrind), counted after {WARM_UP} warm-up requests, concurrency {CONCURRENCY}"
-    );
-    let mut figures = Vec::new();
-    for scenario in args.scenarios() {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let (idem, counters) = start(binary, dir.path(), receiver)?;
-        let started = Instant::now();
-        let measured =
-            scenario::instructions(scenario, &idem, &counters, args.callgrind_requests).await?;
-        let (instructions, files) = counters.dump().await?;
-        if let Some(keep) = &args.callgrind_keep {
-            keep_dumps(&files, keep, scenario.name())?;
-        }
-        // SIGTERM and wait: the server writes its final profile, which nobody reads.
-        drop(idem);
-        let per_request = instructions as f64 / measured.requests.max(1) as f64;
-        let statuses: Vec<String> = measured
-            .statuses
-            .iter()
-            .map(|(k, v)| format!("{k}:{v}"))
-            .collect();
-        println!(
-            "{:<8} {:>10} instructions per request ({} requests, {} instructions; statuses {}; {:.0} s under valgrind){}",
-            scenario.name(),
-            thousands(per_request.round() as u64),
-            measured.requests,
-            thousands(instructions),
-            statuses.join(" "),
-            started.elapsed().as_secs_f64(),
-            if measured.note.is_empty() {
-                String::new()
-            } else {
-                format!("; {}", measured.note)
-            },
-        );
-        figures.push(json!({
-            "name": scenario.name(),
-            "requests": measured.requests,
-            "instructions": instructions,
-            "instructions_per_request": per_request,
-            "statuses": measured.statuses.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
-            "note": measured.note,
-        }));
-    }
-    if let Some(path) = &args.json {
-        let doc = json!({
-            "callgrind": true,
-            "warm_up_requests": WARM_UP,
-            "concurrency": CONCURRENCY,
-            "scenarios": figures,
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    Ok(())
-}
-
 /// Runs `callgrind_control <flag> <pid>`.
 async fn control(flag: &'static str, pid: u32) -> Result<(), String> {
     let output = tokio::task::spawn_blocking(move || {
@@ -239,7 +174,7 @@ async fn control(flag: &'static str, pid: u32) -> Result<(), String> {
 
 /// Copies a scenario's dump `files` into `dir` as `<scenario>.cg.out` (one file per thread
 /// dump, numbered after the first).
-fn keep_dumps(files: &[PathBuf], dir: &Path, scenario: &str) -> Result<(), String> {
+pub fn keep_dumps(files: &[PathBuf], dir: &Path, scenario: &str) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("--callgrind-keep {}: {e}", dir.display()))?;
     for (n, file) in files.iter().enumerate() {
         let name = match n {
@@ -285,7 +220,7 @@ fn instructions_in(profile: &str) -> Option<u64> {
 }
 
 /// `1234567` as `1,234,567`.
-fn thousands(n: u64) -> String {
+pub fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {

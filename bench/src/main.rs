@@ -69,7 +69,7 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let receiver = server::fast_receiver().await.map_err(|e| e.to_string())?;
     if args.callgrind {
-        return callgrind::run(&args, &binary, receiver).await;
+        return scenario::measure_instructions(&args, &binary, receiver).await;
     }
     load(&args, &binary, receiver).await
 }

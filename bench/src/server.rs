@@ -9,6 +9,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
+use devtools::postgres::{with_postgres, LOCAL};
+
 use crate::signals::{CALLBACK_SECRET, OPEN_API_KEY, SIGNING_SECRET};
 
 /// The store an idem of the bench runs on.
@@ -20,38 +22,28 @@ pub enum StoreKind {
     Postgres,
 }
 
-/// The local PostgreSQL server the `postgres` store and the `pg` baseline use.
-pub const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432";
-
-/// A fresh database on the local PostgreSQL server (those of earlier runs dropped first); its
-/// URL.
-pub async fn fresh_database() -> Result<String, String> {
-    let admin = format!("{POSTGRES}/postgres");
-    let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
-        .await
-        .map_err(|e| format!("PostgreSQL at {admin}: {e}"))?;
-    tokio::spawn(connection);
-    let sql = |e: tokio_postgres::Error| format!("PostgreSQL at {admin}: {e}");
-    let old = client
-        .query(
-            "SELECT datname FROM pg_database WHERE datname LIKE 'idem\\_bench\\_%'",
-            &[],
-        )
-        .await
-        .map_err(sql)?;
-    for row in old {
-        let name: String = row.get(0);
-        // One still in use (another bench running) is left.
-        let _ = client
-            .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\""))
-            .await;
-    }
-    let name = format!("idem_bench_{}", idem_schemas::timefmt::now_ms());
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .map_err(sql)?;
-    Ok(format!("{POSTGRES}/{name}"))
+/// A fresh database (`idem_bench_…`) on the local PostgreSQL server, those of earlier runs
+/// dropped first; its URL.
+pub fn fresh_database() -> Result<String, String> {
+    let admin = format!("{LOCAL}/postgres");
+    with_postgres(&admin, |client| async move {
+        let old = client
+            .query(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'idem\\_bench\\_%'",
+                &[],
+            )
+            .await
+            .map_err(|e| format!("PostgreSQL at {LOCAL}: {e}"))?;
+        for row in old {
+            let name: String = row.get(0);
+            // One still in use (another bench running) is left.
+            let _ = client
+                .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\""))
+                .await;
+        }
+        Ok::<(), String>(())
+    })??;
+    devtools::postgres::fresh_database(LOCAL, "idem_bench")
 }
 
 /// A fresh idem on a temp dir `dir` and `store` (a `[store]` section: empty for sled), calling

@@ -1,10 +1,12 @@
 //! What the bench, the simulations and the tests share: building the `idem` binary into a target
 //! directory of its own (the `cargo run` that started them holds the main one, and a features
 //! build must not replace the normal release binary), starting `idem serve` until it prints the
-//! address it listens on, and reading a value off its `/metrics` page. `imports` finds import
-//! circles between a crate's modules (the workspace's test refuses any).
+//! address it listens on, a free port on loopback, and reading a value off its `/metrics` page.
+//! `postgres` makes fresh databases; `imports` finds import circles between a crate's modules
+//! (the workspace's test refuses any).
 
 pub mod imports;
+pub mod postgres;
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
@@ -12,24 +14,28 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 /// Builds `idem` in release mode with `features` into `target/<target_subdir>`; its path.
+/// Says on stderr what it builds and where, and lets cargo's progress show there.
 pub fn build_idem(features: &[&str], target_subdir: &str) -> Result<PathBuf, String> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let devtools = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = devtools.parent().unwrap_or(devtools);
     let target = root.join("target").join(target_subdir);
     let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cargo
-        .current_dir(&root)
-        .args([
-            "build",
-            "--quiet",
-            "--release",
-            "--bin",
-            "idem",
-            "--target-dir",
-        ])
+        .current_dir(root)
+        .args(["build", "--release", "--bin", "idem", "--target-dir"])
         .arg(&target);
     if !features.is_empty() {
         cargo.arg("--features").arg(features.join(","));
     }
+    let with = match features {
+        [] => "no features".to_string(),
+        _ => format!("features {}", features.join(",")),
+    };
+    eprintln!(
+        "building idem (release, {with}) into {}: a first build there compiles every \
+         dependency and can take minutes",
+        target.display()
+    );
     let status = cargo
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
@@ -96,6 +102,14 @@ pub fn serve_under(
             )))
         }
     }
+}
+
+/// A port on loopback that nothing listens on now (the system's pick for port 0), for a
+/// program that is told its port rather than choosing one.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// The value of `series` (its name and labels, as printed) in a Prometheus text page.

@@ -19,28 +19,12 @@ use serde_json::Value;
 
 use crate::clients::{request, Outcome};
 use crate::receiver::Receiver;
+use crate::report::Report;
 use crate::sources::SourceOutcome;
 use crate::MAX_RETRIES;
 
 /// The webhook-ids and bodies seen for one (decision, action).
 type Sightings = (BTreeSet<String>, BTreeSet<Vec<u8>>);
-
-/// What the checker found.
-#[derive(Debug, Default)]
-pub struct Report {
-    pub checked: usize,
-    pub violations: Vec<String>,
-}
-
-impl Report {
-    /// Counts one check, and its violation if `ok` is false.
-    pub fn expect(&mut self, ok: bool, violation: impl FnOnce() -> String) {
-        self.checked += 1;
-        if !ok {
-            self.violations.push(violation());
-        }
-    }
-}
 
 /// Checks the run.
 pub async fn check(

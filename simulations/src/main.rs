@@ -29,6 +29,7 @@ mod check;
 mod clients;
 mod process;
 mod receiver;
+mod report;
 mod rng;
 mod sources;
 mod stored;
@@ -149,12 +150,6 @@ fn failpoints(rng: &mut Rng, sabotage: bool) -> String {
     points.join(";")
 }
 
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = match parse_args() {
@@ -174,25 +169,6 @@ async fn main() -> ExitCode {
     }
 }
 
-/// A fresh database on the local PostgreSQL server for the run; its URL.
-async fn fresh_database(seed: u64) -> Result<String, String> {
-    let admin = format!("{POSTGRES}/postgres");
-    let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
-        .await
-        .map_err(|e| format!("PostgreSQL at {admin}: {e}"))?;
-    tokio::spawn(connection);
-    let name = format!(
-        "idem_sim_{seed}_{}_{}",
-        std::process::id(),
-        idem_schemas::timefmt::now_ms()
-    );
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .map_err(|e| format!("cannot create the run's database: {e}"))?;
-    Ok(format!("{POSTGRES}/{name}"))
-}
-
 /// Kills every database connection of idem's nodes (not the caller's own).
 async fn terminate_backends(url: &str) -> Result<u64, String> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -209,9 +185,6 @@ async fn terminate_backends(url: &str) -> Result<u64, String> {
         .map_err(|e| e.to_string())?;
     Ok(rows.len() as u64)
 }
-
-/// The local PostgreSQL server `--store postgres` runs on.
-const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432";
 
 /// A fault the chaos injects.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -239,7 +212,11 @@ async fn run(args: Args) -> Result<usize, String> {
         .map_err(|e| e.to_string())?;
     let recv = format!("http://{}", receiver.addr);
     let database = match args.postgres {
-        true => Some(fresh_database(args.seed).await?),
+        // `idem_sim_…`, which `scripts/test` drops.
+        true => Some(devtools::postgres::fresh_database(
+            devtools::postgres::LOCAL,
+            &format!("idem_sim_{}", args.seed),
+        )?),
         false => None,
     };
     let store = match &database {
@@ -249,7 +226,7 @@ async fn run(args: Args) -> Result<usize, String> {
     let mut bases = Vec::new();
     let mut nodes = Vec::new();
     for n in 0..args.nodes {
-        let port = free_port().map_err(|e| e.to_string())?;
+        let port = devtools::free_port().map_err(|e| e.to_string())?;
         let node_dir = dir.path().join(format!("node{n}"));
         std::fs::create_dir_all(&node_dir).map_err(|e| e.to_string())?;
         let config = node_dir.join("idem.toml");

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::check::Report;
+use crate::report::Report;
 use crate::rng::Rng;
 
 /// The Authorization value the simulated Okta sends.

@@ -13,8 +13,8 @@ use idem_actors::delivery::state::{attempt_after_final, DeliveryState};
 use idem_actors::store::status_number;
 use idem_schemas::{ClaimEvent, DeliveryEvent};
 
-use crate::check::Report;
 use crate::clients::Outcome;
+use crate::report::Report;
 
 /// Checks the claims and deliveries in the database at `url` (see the module's doc).
 pub async fn check(url: &str, outcome: &Outcome, report: &mut Report) {

@@ -29,7 +29,7 @@ struct Asset {
 
 impl Asset {
     fn new(name: &'static str, content_type: &'static str, body: &'static [u8]) -> Asset {
-        let digest = hex::encode(&Sha256::digest(body)[..12]);
+        let digest = idem_schemas::lower_hex(&Sha256::digest(body)[..12]);
         Asset {
             name,
             content_type,

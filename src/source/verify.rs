@@ -103,7 +103,7 @@ pub fn check(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
             let value = header(headers, "x-hub-signature-256")?;
             let tag = value
                 .strip_prefix("sha256=")
-                .and_then(|h| hex::decode(h).ok())
+                .and_then(idem_schemas::hex::decode)
                 .ok_or(Refused::Malformed(
                     "X-Hub-Signature-256 must be sha256=<hex digest>",
                 ))?;
@@ -165,7 +165,7 @@ fn stripe(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
     for item in value.split(',') {
         match item.trim().split_once('=') {
             Some(("t", t)) => timestamp = Some(t),
-            Some(("v1", tag)) => tags.extend(hex::decode(tag).ok()),
+            Some(("v1", tag)) => tags.extend(idem_schemas::hex::decode(tag)),
             _ => {}
         }
     }
@@ -208,7 +208,7 @@ fn twilio(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
         .ok_or(Refused::Malformed(
             "the URL Twilio posts to carries bodySHA256 for a JSON body",
         ))?;
-    let digest = hex::encode(Sha256::digest(delivery.body));
+    let digest = idem_schemas::lower_hex(&Sha256::digest(delivery.body));
     if !bool::from(
         digest
             .as_bytes()

@@ -1,5 +1,7 @@
-//! The scenarios, one module each, and running a list of them: each gets a fresh temp dir (and,
-//! if it runs idem, a fresh idem on it) and a fresh HTTP client, and prints its row as it ends.
+//! The scenarios, one module each, and running a list of them: under load, each gets a fresh
+//! temp dir (and, if it runs idem, a fresh idem on it) and a fresh HTTP client, and prints its
+//! row as it ends; with `--callgrind`, each gets a fresh idem under valgrind and prints its
+//! instructions per request.
 
 mod ceiling;
 mod keyless;
@@ -14,75 +16,16 @@ mod window;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::Instant;
 
-use crate::args::Args;
-use crate::callgrind::{Counters, Measured};
+use serde_json::json;
+
+use crate::args::{Args, Scenario};
+use crate::callgrind::{self, Counters, Measured, CONCURRENCY, WARM_UP};
 use crate::load::{drive, Stats};
 use crate::report::{Figures, Row};
 use crate::server::{fresh_database, start_idem, Idem, StoreKind};
 use crate::signals::client;
-
-/// A scenario (`--scenario`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Scenario {
-    /// No key: the floor of HTTP, auth, signature, playbook, one callback, its durable
-    /// delivery log (one group commit)
-    Keyless,
-    /// Every request a new key: claim, dispatch, complete (two group commits)
-    Unique,
-    /// Every request a new key of a playbook without actions: claim, recovery point and
-    /// completion in one durable write (the job `redis` does)
-    Claim,
-    /// Every request a completed key (1000 keys)
-    Replay,
-    /// --storm-keys keys x --storm-copies simultaneous copies, after one unmeasured burst;
-    /// latencies are the losers'; the same bursts then go to the trivial server and to idem's
-    /// 404 (the floors)
-    Storm,
-    /// --window-keys keys of a playbook without actions: RSS, disk per key and replay latency
-    /// with the window full, then the size after expiry
-    Window,
-    /// The seed design's three durable writes on the local PostgreSQL (the baseline)
-    Pg,
-    /// `SET key v NX` on a throw-away redis-server with appendonly and appendfsync always,
-    /// from as many connections (the anchor of `claim`)
-    Redis,
-    /// A `claim`'s four sled entries straight into sled, durable by a group commit, from as many
-    /// workers: the store's own ceiling for `claim`
-    Sled,
-    /// The load generator against a trivial in-process server: its own limit
-    Ceiling,
-}
-
-impl Scenario {
-    /// Its name, as on the command line and in the report.
-    pub fn name(self) -> &'static str {
-        match self {
-            Scenario::Keyless => "keyless",
-            Scenario::Unique => "unique",
-            Scenario::Claim => "claim",
-            Scenario::Replay => "replay",
-            Scenario::Storm => "storm",
-            Scenario::Window => "window",
-            Scenario::Pg => "pg",
-            Scenario::Redis => "redis",
-            Scenario::Sled => "sled",
-            Scenario::Ceiling => "ceiling",
-        }
-    }
-
-    /// Whether `--callgrind` measures it (it sends requests through idem's signal path).
-    pub fn has_callgrind(self) -> bool {
-        matches!(
-            self,
-            Scenario::Keyless
-                | Scenario::Unique
-                | Scenario::Claim
-                | Scenario::Replay
-                | Scenario::Storm
-        )
-    }
-}
 
 /// What a scenario runs with.
 pub struct Context<'a> {
@@ -167,7 +110,7 @@ pub async fn run_scenarios(
                 StoreKind::Sled => String::new(),
                 StoreKind::Postgres => format!(
                     "[store]\nbackend = \"postgres\"\nurl = \"{}\"\n",
-                    fresh_database().await?
+                    fresh_database()?
                 ),
             };
             let nodes = match store {
@@ -260,4 +203,68 @@ where
         stats,
         floor_p99: None,
     }
+}
+
+/// Measures each scenario of `args` (validated to be ones `--callgrind` measures; valgrind
+/// checked by `check_installed`).
+pub async fn measure_instructions(
+    args: &Args,
+    binary: &Path,
+    receiver: SocketAddr,
+) -> Result<(), String> {
+    println!(
+        "idem bench --callgrind: instructions per request in the server (valgrind callgrind), counted after {WARM_UP} warm-up requests, concurrency {CONCURRENCY}"
+    );
+    let mut figures = Vec::new();
+    for scenario in args.scenarios() {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let (idem, counters) = callgrind::start(binary, dir.path(), receiver)?;
+        let started = Instant::now();
+        let measured = instructions(scenario, &idem, &counters, args.callgrind_requests).await?;
+        let (instructions, files) = counters.dump().await?;
+        if let Some(keep) = &args.callgrind_keep {
+            callgrind::keep_dumps(&files, keep, scenario.name())?;
+        }
+        // SIGTERM and wait: the server writes its final profile, which nobody reads.
+        drop(idem);
+        let per_request = instructions as f64 / measured.requests.max(1) as f64;
+        let statuses: Vec<String> = measured
+            .statuses
+            .iter()
+            .map(|(k, v)| format!("{k}:{v}"))
+            .collect();
+        println!(
+            "{:<8} {:>10} instructions per request ({} requests, {} instructions; statuses {}; {:.0} s under valgrind){}",
+            scenario.name(),
+            callgrind::thousands(per_request.round() as u64),
+            measured.requests,
+            callgrind::thousands(instructions),
+            statuses.join(" "),
+            started.elapsed().as_secs_f64(),
+            if measured.note.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", measured.note)
+            },
+        );
+        figures.push(json!({
+            "name": scenario.name(),
+            "requests": measured.requests,
+            "instructions": instructions,
+            "instructions_per_request": per_request,
+            "statuses": measured.statuses.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            "note": measured.note,
+        }));
+    }
+    if let Some(path) = &args.json {
+        let doc = json!({
+            "callgrind": true,
+            "warm_up_requests": WARM_UP,
+            "concurrency": CONCURRENCY,
+            "scenarios": figures,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
 }

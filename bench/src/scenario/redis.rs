@@ -31,10 +31,7 @@ impl Drop for Server {
 
 /// Starts `redis-server` on `dir`, durable per write, and waits for it to answer.
 async fn start(dir: &std::path::Path) -> Result<Server, String> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
+    let port = devtools::free_port().map_err(|e| e.to_string())?;
     let child = Command::new("redis-server")
         .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
         .args([

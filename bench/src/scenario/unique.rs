@@ -3,7 +3,8 @@
 //! `claim`: the same with a playbook without actions (`noop`), so a signal is one durable write,
 //! its claim, recovery point and completion at once: the job the `redis` anchor does.
 
-use super::{with_storage_written, Context, Scenario};
+use super::{with_storage_written, Context};
+use crate::args::Scenario;
 use crate::callgrind::{self, Counters, Measured};
 use crate::report::Row;
 use crate::server::Idem;

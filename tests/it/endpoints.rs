@@ -13,16 +13,15 @@
 //! rate-limited per tenant; a delivery's view counts every attempt (`attempts_total`) and logs
 //! the last hundred.
 
-mod common;
-
 use std::cell::Cell;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
 use devtools::metric_value;
 use idem_schemas::timefmt::{now_ms, rfc3339_millis};
 use serde_json::{json, Value};
+
+use crate::support::*;
 
 /// How long a negative check watches for something that must not happen (an attempt to an open
 /// endpoint, a redelivery by a replayed request): several of the schedule's short steps. The
@@ -31,16 +30,6 @@ const LATE: Duration = Duration::from_millis(700);
 
 const BETA: &str = "Bearer sk_beta_test_key";
 const ACME: &str = "Bearer sk_acme_test_key";
-
-/// A receiver, and an idem whose `[delivery]` section is `delivery`.
-async fn setup(delivery: &str) -> (tempfile::TempDir, Receiver, Idem, Client) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let cfg = config(&dir.path().join("data"), &receiver, "", delivery);
-    let idem = Idem::start(dir.path(), &cfg);
-    let client = Client::new(&idem.base);
-    (dir, receiver, idem, client)
-}
 
 /// Posts a keyless `sim_swap` as tenant beta (one action, `notify`, POSTed to `/notify`); the
 /// action's status in the 201 and its delivery id.
@@ -57,25 +46,6 @@ async fn notify_signal(client: &Client) -> (String, String) {
             .unwrap_or_else(|| panic!("no delivery_id: {body}"))
             .to_string(),
     )
-}
-
-/// `GET /v1/deliveries/{id}` as beta.
-async fn delivery(client: &Client, id: &str) -> Value {
-    let r = client.beta_delivery(id).await;
-    assert_eq!(r.status, 200, "{}", text(&r));
-    r.json()
-}
-
-/// Polls the delivery until its status is `want` (or fails after 20 s).
-async fn until_status(client: &Client, id: &str, want: &str) -> Value {
-    let d = eventually(
-        Duration::from_secs(20),
-        || delivery(client, id),
-        |d| d["status"] == want,
-    )
-    .await;
-    assert_eq!(d["status"], want, "delivery {id} never became {want}: {d}");
-    d
 }
 
 /// The delivery's `attempts_total`.
@@ -241,8 +211,10 @@ async fn a_schedule_beside_retry_interval_or_max_retries_is_refused_at_start() {
 
 #[tokio::test]
 async fn the_endpoints_of_a_tenant_are_its_action_urls_sorted_and_never_attempted_ones_closed() {
-    let (_dir, receiver, _idem, client) =
-        setup("inline_timeout = \"2s\"\nschedule = [\"1h\"]").await;
+    let (_dir, receiver, _idem, client) = Harness::new()
+        .delivery("inline_timeout = \"2s\"\nschedule = [\"1h\"]")
+        .start()
+        .await;
     let mut beta: Vec<String> = [
         "/notify",
         "/takeover",
@@ -318,10 +290,7 @@ async fn the_endpoints_of_a_tenant_are_its_action_urls_sorted_and_never_attempte
 
 #[tokio::test]
 async fn a_2xx_or_a_4xx_resets_the_count_of_consecutive_failures() {
-    let (_dir, receiver, _idem, client) = setup(
-        "inline_timeout = \"2s\"\nschedule = [\"1h\"]\nbreaker_threshold = 3\nbreaker_cooldown = \"1h\"",
-    )
-    .await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery("inline_timeout = \"2s\"\nschedule = [\"1h\"]\nbreaker_threshold = 3\nbreaker_cooldown = \"1h\"").start().await;
     // Each signal's inline attempt gets the next answer (retries wait an hour).
     receiver.script(
         "/notify",
@@ -387,10 +356,12 @@ async fn a_2xx_or_a_4xx_resets_the_count_of_consecutive_failures() {
 #[tokio::test]
 async fn retries_wait_each_step_of_the_schedule_from_the_end_of_the_attempt_then_the_delivery_is_dead(
 ) {
-    let (_dir, receiver, _idem, client) = setup(
-        "inline_timeout = \"2s\"\nschedule = [\"300ms\", \"600ms\"]\nbreaker_threshold = 100",
-    )
-    .await;
+    let (_dir, receiver, _idem, client) = Harness::new()
+        .delivery(
+            "inline_timeout = \"2s\"\nschedule = [\"300ms\", \"600ms\"]\nbreaker_threshold = 100",
+        )
+        .start()
+        .await;
     // Each attempt takes 200 ms, so a wait counted from the attempt's start would show.
     let slow_503 = Answer {
         status: 503,
@@ -447,10 +418,12 @@ async fn retries_wait_each_step_of_the_schedule_from_the_end_of_the_attempt_then
 
 #[tokio::test]
 async fn a_retry_after_delays_a_retry_but_never_beyond_the_longest_step() {
-    let (_dir, receiver, _idem, client) = setup(
-        "inline_timeout = \"2s\"\nschedule = [\"200ms\", \"400ms\"]\nbreaker_threshold = 100",
-    )
-    .await;
+    let (_dir, receiver, _idem, client) = Harness::new()
+        .delivery(
+            "inline_timeout = \"2s\"\nschedule = [\"200ms\", \"400ms\"]\nbreaker_threshold = 100",
+        )
+        .start()
+        .await;
     let an_hour_please = Answer {
         status: 503,
         delay: Duration::ZERO,
@@ -509,10 +482,7 @@ async fn a_retry_after_delays_a_retry_but_never_beyond_the_longest_step() {
 
 #[tokio::test]
 async fn an_open_endpoint_gets_no_attempt_not_even_the_inline_one() {
-    let (_dir, receiver, _idem, client) = setup(
-        "inline_timeout = \"2s\"\nschedule = [\"100ms\"]\nbreaker_threshold = 2\nbreaker_cooldown = \"1h\"",
-    )
-    .await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery("inline_timeout = \"2s\"\nschedule = [\"100ms\"]\nbreaker_threshold = 2\nbreaker_cooldown = \"1h\"").start().await;
     receiver.answer("/notify", 503, Duration::ZERO);
     let url = receiver.url("/notify");
     assert_eq!(endpoint(&client, &url).await["state"], "closed");
@@ -575,11 +545,13 @@ async fn an_open_endpoint_gets_no_attempt_not_even_the_inline_one() {
 
 #[tokio::test]
 async fn after_a_successful_probe_the_backlog_drains_within_the_in_flight_limit() {
-    let (_dir, receiver, _idem, client) = setup(
-        "inline_timeout = \"2s\"\nschedule = [\"100ms\", \"100ms\", \"100ms\"]\n\
+    let (_dir, receiver, _idem, client) = Harness::new()
+        .delivery(
+            "inline_timeout = \"2s\"\nschedule = [\"100ms\", \"100ms\", \"100ms\"]\n\
          breaker_threshold = 1\nbreaker_cooldown = \"2s\"\nmax_in_flight_per_endpoint = 2",
-    )
-    .await;
+        )
+        .start()
+        .await;
     receiver.answer("/notify", 503, Duration::ZERO);
     let url = receiver.url("/notify");
     let (action, first) = notify_signal(&client).await;
@@ -647,11 +619,13 @@ async fn after_a_successful_probe_the_backlog_drains_within_the_in_flight_limit(
 
 #[tokio::test]
 async fn a_failed_probe_opens_the_endpoint_again_for_a_new_cooldown() {
-    let (_dir, receiver, _idem, client) = setup(
-        "inline_timeout = \"2s\"\nschedule = [\"100ms\", \"100ms\", \"100ms\", \"100ms\"]\n\
+    let (_dir, receiver, _idem, client) = Harness::new()
+        .delivery(
+            "inline_timeout = \"2s\"\nschedule = [\"100ms\", \"100ms\", \"100ms\", \"100ms\"]\n\
          breaker_threshold = 1\nbreaker_cooldown = \"1s\"",
-    )
-    .await;
+        )
+        .start()
+        .await;
     // The inline attempt fails at once; every later one fails after 600 ms, so the probe shows.
     let slow_503 = Answer {
         status: 503,
@@ -739,17 +713,13 @@ async fn a_failed_probe_opens_the_endpoint_again_for_a_new_cooldown() {
 
 #[tokio::test]
 async fn an_open_endpoint_stays_open_across_a_sigkill_and_restart() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    receiver.answer("/notify", 503, Duration::ZERO);
-    let cfg = config(
-        &dir.path().join("data"),
-        &receiver,
-        "",
-        "inline_timeout = \"2s\"\nschedule = [\"100ms\"]\nbreaker_threshold = 1\nbreaker_cooldown = \"1h\"",
-    );
-    let idem = Idem::start(dir.path(), &cfg);
-    let client = Client::new(&idem.base);
+    let (_dir, receiver, idem, client) = Harness::new()
+        .delivery(
+            "inline_timeout = \"2s\"\nschedule = [\"100ms\"]\nbreaker_threshold = 1\nbreaker_cooldown = \"1h\"",
+        )
+        .answer("/notify", status(503))
+        .start()
+        .await;
     let url = receiver.url("/notify");
     let (action, held) = notify_signal(&client).await;
     assert_eq!(action, "queued");
@@ -796,8 +766,10 @@ async fn an_open_endpoint_stays_open_across_a_sigkill_and_restart() {
 #[tokio::test]
 async fn bulk_redelivery_follows_its_filters_and_a_retry_under_its_key_redelivers_nothing() {
     let started = now_ms();
-    let (_dir, receiver, _idem, client) =
-        setup("inline_timeout = \"2s\"\nschedule = [\"100ms\"]\nbreaker_threshold = 100").await;
+    let (_dir, receiver, _idem, client) = Harness::new()
+        .delivery("inline_timeout = \"2s\"\nschedule = [\"100ms\"]\nbreaker_threshold = 100")
+        .start()
+        .await;
     receiver.answer("/notify", 503, Duration::ZERO);
     let mut ids = Vec::new();
     for _ in 0..3 {
@@ -939,8 +911,10 @@ async fn bulk_redelivery_follows_its_filters_and_a_retry_under_its_key_redeliver
 
 #[tokio::test]
 async fn redelivery_is_rate_limited_and_the_log_keeps_the_last_hundred_attempts() {
-    let (_dir, receiver, _idem, client) =
-        setup("inline_timeout = \"2s\"\nschedule = [\"50ms\"]\nbreaker_threshold = 1000").await;
+    let (_dir, receiver, _idem, client) = Harness::new()
+        .delivery("inline_timeout = \"2s\"\nschedule = [\"50ms\"]\nbreaker_threshold = 1000")
+        .start()
+        .await;
     receiver.answer("/notify", 503, Duration::ZERO);
     let (action, id) = notify_signal(&client).await;
     assert_eq!(action, "queued");
@@ -1044,10 +1018,7 @@ async fn redelivery_is_rate_limited_and_the_log_keeps_the_last_hundred_attempts(
 
 #[tokio::test]
 async fn metrics_count_endpoints_by_state() {
-    let (_dir, receiver, _idem, client) = setup(
-        "inline_timeout = \"2s\"\nschedule = [\"1h\"]\nbreaker_threshold = 1\nbreaker_cooldown = \"1h\"",
-    )
-    .await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery("inline_timeout = \"2s\"\nschedule = [\"1h\"]\nbreaker_threshold = 1\nbreaker_cooldown = \"1h\"").start().await;
     const OPEN: &str = r#"idem_endpoints{state="open"}"#;
     const HALF_OPEN: &str = r#"idem_endpoints{state="half_open"}"#;
     const CLOSED: &str = r#"idem_endpoints{state="closed"}"#;
@@ -1075,11 +1046,13 @@ async fn metrics_count_endpoints_by_state() {
 
 #[tokio::test]
 async fn attempts_waiting_for_a_place_are_not_made_once_the_endpoint_opens() {
-    let (_dir, receiver, _idem, client) = setup(
-        "inline_timeout = \"3s\"\nschedule = [\"1h\"]\nbreaker_threshold = 1\n\
+    let (_dir, receiver, _idem, client) = Harness::new()
+        .delivery(
+            "inline_timeout = \"3s\"\nschedule = [\"1h\"]\nbreaker_threshold = 1\n\
          breaker_cooldown = \"1h\"\nmax_in_flight_per_endpoint = 1",
-    )
-    .await;
+        )
+        .start()
+        .await;
     // One place: the first signal's attempt takes it and fails after 500 ms, opening the
     // endpoint while the others wait for the place.
     receiver.answer("/notify", 503, Duration::from_millis(500));

@@ -8,25 +8,12 @@
 //! refused as an invalid signal, and two `Authorization` headers are refused before
 //! authentication; neither refusal stores anything.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
-async fn setup() -> (tempfile::TempDir, Receiver, Idem, Client) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let cfg = config(
-        &dir.path().join("data"),
-        &receiver,
-        "",
-        "inline_timeout = \"5s\"",
-    );
-    let idem = Idem::start(dir.path(), &cfg);
-    let client = Client::new(&idem.base);
-    (dir, receiver, idem, client)
-}
+/// Long enough that every callback is delivered inline.
+const DELIVERY: &str = "inline_timeout = \"5s\"";
 
 /// A moment for a late (wrong) callback to arrive before the receiver's count is read.
 const LATE: Duration = Duration::from_millis(300);
@@ -39,7 +26,7 @@ fn paths(receiver: &Receiver) -> Vec<String> {
 
 #[tokio::test]
 async fn a_signed_request_without_a_key_is_claimed_under_its_webhook_id() {
-    let (_dir, receiver, _idem, client) = setup().await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     let id = unique("msg");
     let body = sim_swap("+447700900123");
     let ts = idem_schemas::timefmt::now_ms() as i64 / 1000;
@@ -94,7 +81,7 @@ async fn a_signed_request_without_a_key_is_claimed_under_its_webhook_id() {
 
 #[tokio::test]
 async fn bodies_are_compared_by_their_rfc_8785_canonical_form() {
-    let (_dir, _receiver, _idem, client) = setup().await;
+    let (_dir, _receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     let with_n = |n: &str| {
         format!(r#"{{"type":"sim_swap","subject":"+447700900123","metadata":{{"n":{n}}}}}"#)
     };
@@ -137,7 +124,7 @@ async fn bodies_are_compared_by_their_rfc_8785_canonical_form() {
 
 #[tokio::test]
 async fn a_member_named_twice_is_refused_and_stores_nothing() {
-    let (_dir, receiver, _idem, client) = setup().await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     let key = unique("dup");
     let duplicates = [
         (
@@ -178,7 +165,7 @@ async fn a_member_named_twice_is_refused_and_stores_nothing() {
 
 #[tokio::test]
 async fn two_authorization_headers_are_refused_before_authentication() {
-    let (_dir, receiver, _idem, client) = setup().await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     let key = unique("twoauth");
     let body = sim_swap("+447700900123");
     let valid = "Bearer sk_beta_test_key";

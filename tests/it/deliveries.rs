@@ -3,40 +3,11 @@
 //! terminal answers stop at once; queued deliveries survive SIGKILL; the tenant API shows and
 //! redelivers them.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
 const DELIVERY: &str = "inline_timeout = \"500ms\"\nretry_interval = \"400ms\"\nmax_retries = 3";
-
-async fn setup() -> (tempfile::TempDir, Receiver, Idem, Client) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let cfg = config(&dir.path().join("data"), &receiver, "", DELIVERY);
-    let idem = Idem::start(dir.path(), &cfg);
-    let client = Client::new(&idem.base);
-    (dir, receiver, idem, client)
-}
-
-async fn delivery(client: &Client, id: &str) -> serde_json::Value {
-    let r = client.beta_delivery(id).await;
-    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-    r.json()
-}
-
-/// Polls the delivery until its status is `want` (or panics after 20 s).
-async fn until_status(client: &Client, id: &str, want: &str) -> serde_json::Value {
-    let d = eventually(
-        Duration::from_secs(20),
-        || delivery(client, id),
-        |d| d["status"] == want,
-    )
-    .await;
-    assert_eq!(d["status"], want, "delivery {id} never became {want}: {d}");
-    d
-}
 
 fn ids_of(response: &Resp) -> std::collections::HashMap<String, String> {
     response.json()["actions"]
@@ -76,7 +47,7 @@ fn same_callback_every_time(receiver: &Receiver, path: &str, id: &str) -> usize 
 
 #[tokio::test]
 async fn retries_follow_each_answer_to_its_end() {
-    let (_dir, receiver, _idem, client) = setup().await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     receiver.script("/busy", &[status(503), status(503), status(200)]);
     receiver.script("/refused", &[status(400), status(200)]);
     receiver.script("/moved", &[status(302), status(200)]);
@@ -146,7 +117,7 @@ async fn retries_follow_each_answer_to_its_end() {
 
 #[tokio::test]
 async fn a_delivery_that_always_fails_dies_after_its_retries_and_can_be_redelivered() {
-    let (_dir, receiver, _idem, client) = setup().await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     receiver.answer("/notify", 500, Duration::ZERO);
     let r = client
         .signal(Req::new(&sim_swap("+1555")).key(&unique("dead")).beta())
@@ -241,7 +212,7 @@ async fn a_delivery_that_always_fails_dies_after_its_retries_and_can_be_redelive
 
 #[tokio::test]
 async fn deliveries_list_in_pages() {
-    let (_dir, _receiver, _idem, client) = setup().await;
+    let (_dir, _receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     for _ in 0..5 {
         let r = client.signal(Req::new(&sim_swap("+1555")).beta()).await;
         assert_eq!(r.status, 201);
@@ -276,17 +247,11 @@ async fn deliveries_list_in_pages() {
 
 #[tokio::test]
 async fn queued_deliveries_survive_sigkill_and_keep_their_attempt_count() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    receiver.answer("/notify", 503, Duration::ZERO);
-    let cfg = config(
-        &dir.path().join("data"),
-        &receiver,
-        "",
-        "inline_timeout = \"500ms\"\nretry_interval = \"1s\"\nmax_retries = 5",
-    );
-    let idem = Idem::start(dir.path(), &cfg);
-    let client = Client::new(&idem.base);
+    let (_dir, receiver, idem, client) = Harness::new()
+        .delivery("inline_timeout = \"500ms\"\nretry_interval = \"1s\"\nmax_retries = 5")
+        .answer("/notify", status(503))
+        .start()
+        .await;
     let key = unique("crash");
     let r = client
         .signal(Req::new(&sim_swap("+1555")).key(&key).beta())

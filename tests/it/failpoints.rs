@@ -6,14 +6,11 @@
 //! again. A group commit whose sync fails halts the store: the process exits by itself, and its
 //! restart replays every answered key. With every group commit slowed, a source event's queued
 //! callback still waits until its claim is durable.
-#![cfg(feature = "failpoints")]
-
-mod common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
 const DELIVERY: &str = "inline_timeout = \"1s\"\nretry_interval = \"300ms\"";
 
@@ -290,7 +287,7 @@ async fn a_panicking_actor_fails_its_request_and_the_key_recovers() {
 async fn a_failed_sync_halts_the_store_and_a_restart_replays_every_answered_key() {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
-    // sled's group commit (on PostgreSQL the database keeps its own disk: tests/postgres.rs).
+    // sled's group commit (on PostgreSQL the database keeps its own disk: tests/it/postgres.rs).
     let cfg = config_on("", &dir.path().join("data"), &receiver, "", DELIVERY);
     // The group commit's 40th sync returns an I/O error, as a failing disk's fdatasync would.
     let mut idem = Idem::start_env(

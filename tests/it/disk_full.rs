@@ -4,13 +4,11 @@
 //! exits non-zero at once; once space is freed, the restart recovers from what is durable:
 //! every answered key replays byte for byte, and the refused one is decided once on its retry.
 
-mod common;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::support::*;
 
 /// A tmpfs mounted on a temp dir for the test's life.
 struct Tmpfs {

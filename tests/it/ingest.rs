@@ -1,26 +1,16 @@
 //! POST /v1/signals end to end: a real `idem serve`, a real receiver, real sled in a temp dir.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
 use devtools::metric_value;
+
+use crate::support::*;
 
 const DELIVERY: &str = "inline_timeout = \"1s\"";
 
-async fn setup(idem_extra: &str) -> (tempfile::TempDir, Receiver, Idem, Client) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let cfg = config(&dir.path().join("data"), &receiver, idem_extra, DELIVERY);
-    let idem = Idem::start(dir.path(), &cfg);
-    let client = Client::new(&idem.base);
-    (dir, receiver, idem, client)
-}
-
 #[tokio::test]
 async fn first_processing_sends_signed_callbacks_and_a_retry_replays_the_bytes() {
-    let (_dir, receiver, _idem, client) = setup("").await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     let key = unique("evt");
     let body = sim_swap("+447700900123");
 
@@ -83,7 +73,7 @@ async fn first_processing_sends_signed_callbacks_and_a_retry_replays_the_bytes()
 
 #[tokio::test]
 async fn thirty_two_concurrent_copies_make_one_decision_and_one_set_of_callbacks() {
-    let (_dir, receiver, _idem, client) = setup("").await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     // Slow callbacks keep the first request in flight while the copies arrive.
     receiver.answer("/notify", 200, Duration::from_millis(400));
     let key = unique("storm");
@@ -124,7 +114,7 @@ async fn thirty_two_concurrent_copies_make_one_decision_and_one_set_of_callbacks
 
 #[tokio::test]
 async fn a_reserialised_body_is_a_retry_and_a_changed_body_is_refused() {
-    let (_dir, _receiver, _idem, client) = setup("").await;
+    let (_dir, _receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     let key = unique("reorder");
     let first = client
         .signal(
@@ -163,7 +153,7 @@ async fn a_reserialised_body_is_a_retry_and_a_changed_body_is_refused() {
 
 #[tokio::test]
 async fn keys_are_scoped_to_their_tenant_and_keyless_signals_always_run() {
-    let (_dir, receiver, _idem, client) = setup("").await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     let key = unique("shared");
     let body = sim_swap("+1555");
     let a = client
@@ -187,7 +177,7 @@ async fn keys_are_scoped_to_their_tenant_and_keyless_signals_always_run() {
 
 #[tokio::test]
 async fn each_action_reports_the_outcome_of_its_inline_attempt() {
-    let (_dir, receiver, _idem, client) = setup("").await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     receiver.answer("/busy", 503, Duration::ZERO);
     receiver.answer("/refused", 400, Duration::ZERO);
     receiver.answer("/moved", 302, Duration::ZERO);
@@ -229,7 +219,7 @@ async fn each_action_reports_the_outcome_of_its_inline_attempt() {
 
 #[tokio::test]
 async fn a_playbook_without_actions_still_decides() {
-    let (_dir, receiver, _idem, client) = setup("").await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     let key = unique("port");
     let r = client
         .signal(
@@ -247,8 +237,12 @@ async fn a_playbook_without_actions_still_decides() {
 #[tokio::test]
 async fn an_expired_key_is_free_again() {
     // Decisions (and so their deliveries) kept no longer than the key.
-    let (_dir, receiver, _idem, client) =
-        setup("key_ttl = \"2s\"\n[decisions]\nretention = \"2s\"").await;
+    let (_dir, receiver, _idem, client) = Harness::new()
+        .idempotency("key_ttl = \"2s\"")
+        .delivery(DELIVERY)
+        .decisions("retention = \"2s\"")
+        .start()
+        .await;
     let key = unique("ttl");
     let body = sim_swap("+1555");
     let first = client.signal(Req::new(&body).key(&key).beta()).await;
@@ -289,7 +283,11 @@ async fn an_expired_key_is_free_again() {
 
 #[tokio::test]
 async fn an_actor_waiting_on_its_callbacks_is_not_idle() {
-    let (_dir, receiver, idem, client) = setup("idle_actor_timeout = \"100ms\"").await;
+    let (_dir, receiver, idem, client) = Harness::new()
+        .idempotency("idle_actor_timeout = \"100ms\"")
+        .delivery(DELIVERY)
+        .start()
+        .await;
     // The callback outlasts several idle timeouts: the actor holding the request must not stop.
     receiver.answer("/notify", 200, Duration::from_millis(450));
     let key = unique("busy");
@@ -311,7 +309,11 @@ async fn an_actor_waiting_on_its_callbacks_is_not_idle() {
 #[tokio::test]
 async fn idle_actors_stop_and_are_rebuilt_from_their_log() {
     // Long enough that the actor is surely still up when the gauge is first read.
-    let (_dir, _receiver, idem, client) = setup("idle_actor_timeout = \"400ms\"").await;
+    let (_dir, _receiver, idem, client) = Harness::new()
+        .idempotency("idle_actor_timeout = \"400ms\"")
+        .delivery(DELIVERY)
+        .start()
+        .await;
     let key = unique("idle");
     let body = sim_swap("+1555");
     let first = client.signal(Req::new(&body).key(&key).beta()).await;

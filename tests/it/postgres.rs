@@ -8,16 +8,10 @@
 //! answer is durable.
 //! (Every contract test also runs on PostgreSQL: `scripts/test`.)
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
-
-fn on_postgres(url: &str) -> String {
-    format!("[store]\nbackend = \"postgres\"\nurl = \"{url}\"\npool_size = 4\n")
-}
+use crate::support::*;
 
 /// Runs `query` on the database at `url`.
 fn sql(url: &str, query: &str) {
@@ -106,9 +100,9 @@ async fn a_database_with_a_newer_schema_is_refused_with_exit_2() {
     );
 }
 
-/// Three nodes on one database, each given `cfg`.
-fn three_nodes(dir: &std::path::Path, cfg: &str) -> Vec<Idem> {
-    (0..3)
+/// `count` nodes on one database, each given `cfg`.
+fn nodes(dir: &std::path::Path, cfg: &str, count: usize) -> Vec<Idem> {
+    (0..count)
         .map(|n| {
             let node_dir = dir.join(format!("node{n}"));
             std::fs::create_dir_all(&node_dir).expect("dir");
@@ -120,7 +114,7 @@ fn three_nodes(dir: &std::path::Path, cfg: &str) -> Vec<Idem> {
 #[tokio::test]
 async fn copies_of_a_key_spread_over_nodes_make_one_decision() {
     let (dir, receiver, _, cfg) = on_a_fresh_database().await;
-    let nodes = three_nodes(dir.path(), &cfg);
+    let nodes = nodes(dir.path(), &cfg, 3);
     let clients: Vec<Client> = nodes.iter().map(|n| Client::new(&n.base)).collect();
     let keys: Vec<String> = (0..8).map(|n| unique(&format!("spread{n}"))).collect();
     let body = sim_swap("+1555");
@@ -165,7 +159,7 @@ async fn copies_of_a_key_spread_over_nodes_make_one_decision() {
 async fn a_live_nodes_claim_is_not_taken_over_by_another() {
     let (dir, receiver, _, cfg) = on_a_fresh_database().await;
     receiver.answer("/lock", 200, Duration::from_millis(1500));
-    let nodes = three_nodes(dir.path(), &cfg);
+    let nodes = nodes(dir.path(), &cfg, 3);
     let (a, b) = (Client::new(&nodes[0].base), Client::new(&nodes[1].base));
     let key = unique("live");
     let body = sim_swap("+1555");
@@ -364,13 +358,7 @@ async fn a_waiter_on_another_node_is_answered_when_the_holders_answer_is_durable
     let (dir, receiver, _, cfg) = on_a_fresh_database().await;
     let hold = Duration::from_millis(900);
     receiver.answer("/notify", 200, hold);
-    let nodes: Vec<Idem> = (0..2)
-        .map(|n| {
-            let node_dir = dir.path().join(format!("node{n}"));
-            std::fs::create_dir_all(&node_dir).expect("dir");
-            Idem::start(&node_dir, &cfg)
-        })
-        .collect();
+    let nodes = nodes(dir.path(), &cfg, 2);
     let (holder, other) = (Client::new(&nodes[0].base), Client::new(&nodes[1].base));
     let key = unique("remote-wait");
     let body = sim_swap("+1555").replace("\"risk\":97", "\"risk\":3");
@@ -432,13 +420,7 @@ async fn an_endpoint_opened_on_one_node_gets_no_attempt_from_another_and_they_sh
          breaker_cooldown = \"1h\"\nmax_in_flight_per_endpoint = 2",
     )
     .await;
-    let nodes: Vec<Idem> = (0..2)
-        .map(|n| {
-            let node_dir = dir.path().join(format!("node{n}"));
-            std::fs::create_dir_all(&node_dir).expect("dir");
-            Idem::start(&node_dir, &cfg)
-        })
-        .collect();
+    let nodes = nodes(dir.path(), &cfg, 2);
     let (a, b) = (Client::new(&nodes[0].base), Client::new(&nodes[1].base));
     let signal = |client: &Client| {
         let client = client.clone();
@@ -532,7 +514,7 @@ async fn an_endpoint_opened_on_one_node_gets_no_attempt_from_another_and_they_sh
 async fn a_source_event_sent_to_every_node_at_once_makes_one_decision_and_one_delivery() {
     let (dir, receiver, url, cfg) = on_a_fresh_database().await;
     let cfg = with_okta_hook(&cfg);
-    let nodes = three_nodes(dir.path(), &cfg);
+    let nodes = nodes(dir.path(), &cfg, 3);
     let clients: Vec<Client> = nodes.iter().map(|n| Client::new(&n.base)).collect();
     let events = 12;
     let mut sends = Vec::new();

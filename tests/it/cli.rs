@@ -1,11 +1,9 @@
 //! The binary's other subcommands and its refusal of bad configuration.
 
-mod common;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use common::*;
+use crate::support::*;
 
 fn idem(args: &[&str], stdin: &[u8]) -> (i32, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
@@ -55,12 +53,7 @@ fn sign_prints_the_standard_webhooks_signature() {
 
 #[tokio::test]
 async fn a_request_signed_by_idem_sign_is_accepted() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let idem_proc = Idem::start(
-        dir.path(),
-        &config(&dir.path().join("data"), &receiver, "", ""),
-    );
+    let (_dir, _receiver, _idem, client) = Harness::new().start().await;
     let body = sim_swap("+447700900123");
     let key = unique("cli");
     let ts = (idem_schemas::timefmt::now_ms() / 1000).to_string();
@@ -77,7 +70,7 @@ async fn a_request_signed_by_idem_sign_is_accepted() {
         body.as_bytes(),
     );
     assert_eq!(code, 0);
-    let r = Client::new(&idem_proc.base)
+    let r = client
         .signal(
             Req::new(&body)
                 .key(&key)

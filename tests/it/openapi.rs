@@ -1,10 +1,9 @@
 //! `GET /openapi.json` is OpenAPI 3.1 of every endpoint, and the JSON Schema files in
 //! `schemas/json/` agree with its components.
 
-mod common;
-
-use common::*;
 use serde_json::Value;
+
+use crate::support::*;
 
 /// A standalone schema's `#/$defs/X` refs as the OpenAPI document writes them.
 fn as_component_refs(v: &Value) -> Value {
@@ -27,15 +26,8 @@ fn as_component_refs(v: &Value) -> Value {
 
 #[tokio::test]
 async fn openapi_covers_every_endpoint_and_agrees_with_the_schema_files() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let idem = Idem::start(
-        dir.path(),
-        &config(&dir.path().join("data"), &receiver, "", ""),
-    );
-    let r = Client::new(&idem.base)
-        .send("GET", "/openapi.json", Req::new(""))
-        .await;
+    let (_dir, _receiver, _idem, client) = Harness::new().start().await;
+    let r = client.send("GET", "/openapi.json", Req::new("")).await;
     assert_eq!(r.status, 200);
     let doc = r.json();
     assert_eq!(doc["openapi"], "3.1.0");

@@ -2,27 +2,21 @@
 //! process died mid-dispatch is resumed with the same decision and callback bytes, shutdown on
 //! SIGTERM finishes what is in flight, and no key or subject is ever written in clear.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
-fn start(dir: &std::path::Path, receiver: &Receiver) -> Idem {
-    let cfg = config(&dir.join("data"), receiver, "", "inline_timeout = \"5s\"");
-    Idem::start(dir, &cfg)
+/// The harness of these tests: callbacks delivered inline.
+fn harness() -> Harness {
+    Harness::new().delivery("inline_timeout = \"5s\"")
 }
 
 #[tokio::test]
 async fn a_completed_key_replays_the_same_bytes_after_restart_and_after_sigkill() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let idem = start(dir.path(), &receiver);
+    let (_dir, receiver, idem, client) = harness().start().await;
     let key = unique("durable");
     let body = sim_swap("+447700900123");
-    let first = Client::new(&idem.base)
-        .signal(Req::new(&body).key(&key).beta())
-        .await;
+    let first = client.signal(Req::new(&body).key(&key).beta()).await;
     assert_eq!(first.status, 201);
 
     let (status, config) = idem.terminate().await;
@@ -54,15 +48,14 @@ async fn a_completed_key_replays_the_same_bytes_after_restart_and_after_sigkill(
 
 #[tokio::test]
 async fn a_claim_whose_process_died_mid_dispatch_resumes_with_the_same_decision_and_bytes() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
     // The receiver takes the callback and holds the answer: the process dies before it is back.
-    receiver.answer("/lock", 200, Duration::from_secs(30));
-    receiver.answer("/case", 200, Duration::from_secs(30));
-    let idem = start(dir.path(), &receiver);
+    let (_dir, receiver, idem, client) = harness()
+        .answer("/lock", hang(Duration::from_secs(30)))
+        .answer("/case", hang(Duration::from_secs(30)))
+        .start()
+        .await;
     let key = unique("midflight");
     let body = sim_swap("+447700900123");
-    let client = Client::new(&idem.base);
     let req = Req::new(&body).key(&key).acme_signed(&key);
     let pending = tokio::spawn(async move { client.signal(req).await });
     let before = receiver.wait_for(2).await;
@@ -111,11 +104,10 @@ async fn a_claim_whose_process_died_mid_dispatch_resumes_with_the_same_decision_
 
 #[tokio::test]
 async fn sigterm_finishes_requests_in_flight() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    receiver.answer("/notify", 200, Duration::from_millis(800));
-    let idem = start(dir.path(), &receiver);
-    let client = Client::new(&idem.base);
+    let (_dir, receiver, idem, client) = harness()
+        .answer("/notify", hang(Duration::from_millis(800)))
+        .start()
+        .await;
     let key = unique("drain");
     let body = sim_swap("+1555");
     let req = Req::new(&body).key(&key).beta();
@@ -136,10 +128,7 @@ async fn sigterm_finishes_requests_in_flight() {
 
 #[tokio::test]
 async fn neither_key_nor_subject_is_stored_or_sent_in_clear() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let idem = start(dir.path(), &receiver);
-    let client = Client::new(&idem.base);
+    let (dir, receiver, idem, client) = harness().start().await;
     let key = format!("raw-key-{}", unique("pii"));
     let subject = "+447700900999";
     for _ in 0..3 {

@@ -9,33 +9,25 @@
 //! its Content-Security-Policy. With `IDEM_CONSOLE_SCREENSHOTS=<dir>` the test also saves
 //! screenshots of the main views there (`scripts/screenshots` refreshes those in `docs/`).
 
-mod browser;
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use browser::Browser;
-use common::*;
 use serde_json::json;
+
+use crate::support::browser::Browser;
+use crate::support::*;
 
 const API_KEY: &str = "sk_acme_console_key";
 const OKTA_AUTH: &str = "Basic b2t0YS1ob29rLWZvci10aGUtY29uc29sZQ==";
 
+/// Callbacks retried twice, five seconds apart: a dead one within the test's patience.
+const DELIVERY: &str =
+    "inline_timeout = \"1s\"\nschedule = [\"5s\", \"5s\"]\nbreaker_threshold = 10";
+
 fn console_config(data_dir: &Path, receiver: &str) -> String {
-    format!(
-        r#"
-listen = "127.0.0.1:0"
-data_dir = "{data}"
-{store}
-[idempotency]
-key_secret = "{KEY_SECRET}"
-
-[delivery]
-inline_timeout = "1s"
-schedule = ["5s", "5s"]
-breaker_threshold = 10
-
+    settings(&store_section(), data_dir, "", DELIVERY)
+        + &format!(
+            r#"
 [tenants.acme]
 api_key = "{API_KEY}"
 callback_secret = "{CALLBACK_SECRET}"
@@ -58,10 +50,8 @@ api_key = "sk_beta_console_key"
 [tenants.beta.playbooks.sim_swap]
 decision = "allow"
 actions = []
-"#,
-        data = data_dir.display(),
-        store = store_section(),
-    )
+"#
+        )
 }
 
 /// Saves a screenshot as `name` when `IDEM_CONSOLE_SCREENSHOTS` names a directory.

@@ -1,39 +1,50 @@
-//! A real browser for the console's tests: Debian's Chromium, headless, driven over the W3C
-//! WebDriver protocol by its chromedriver (both installed by `scripts/install-browser`). Only
-//! what the tests use: open a page, find elements by CSS selector, click and type as a user
-//! does, read the page with a script, take screenshots and read the browser's console log.
-#![allow(dead_code)]
+//! A real browser for the console's tests: Debian's Chromium, headless, driven over WebDriver by
+//! its chromedriver (both installed by `scripts/install-browser`) through the `fantoccini`
+//! client. Only what the tests use: open a page, find elements by CSS selector, click and type
+//! as a user does, read the page with a script, take screenshots and read the browser's console
+//! log (chromedriver's `/se/log`, which fantoccini has no call for: a command of its own here).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use fantoccini::elements::Element;
+use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand};
+use fantoccini::{Client, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{json, Value};
 
 /// How long a wait for the page lasts before the test fails.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-/// WebDriver's key for an element reference.
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+/// The flags Chromium runs with: headless, no sandbox (the tests run as root), and none of its
+/// own traffic (updates, sync, QUIC) beside the page's.
+const CHROMIUM_FLAGS: [&str; 10] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,900",
+];
 
-/// A headless Chromium session, closed (and its driver killed) on drop.
+/// A headless Chromium session on a new empty profile, closed (and its driver killed) on drop.
 pub struct Browser {
-    http: reqwest::Client,
+    client: Client,
+    /// `http://127.0.0.1:<port>/session/<id>`, for ending the session on drop.
     session: String,
     driver: Child,
     _profile: tempfile::TempDir,
 }
 
-/// An element of the page.
-pub struct Element(Value);
-
 impl Browser {
     /// Starts chromedriver and a headless Chromium with a fresh profile.
     pub async fn start() -> Browser {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = devtools::free_port().expect("a free port");
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
@@ -45,90 +56,70 @@ impl Browser {
                      scripts/install-browser"
                 )
             });
-        let profile = tempfile::tempdir().expect("profile dir");
-        let http = reqwest::Client::new();
-        let base = format!("http://127.0.0.1:{port}");
         let started = Instant::now();
-        while http.get(format!("{base}/status")).send().await.is_err() {
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(
                 started.elapsed() < PATIENCE,
-                "chromedriver did not listen on {base}"
+                "chromedriver did not listen on port {port}"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let capabilities = json!({"capabilities": {"alwaysMatch": {
+        let profile = tempfile::tempdir().expect("profile dir");
+        let mut args: Vec<String> = CHROMIUM_FLAGS.iter().map(|f| f.to_string()).collect();
+        args.push(format!("--user-data-dir={}", profile.path().display()));
+        let capabilities = json!({
             "browserName": "chrome",
             "goog:loggingPrefs": {"browser": "ALL"},
-            "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
-                "args": [
-                    "--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                    "--disable-gpu", "--window-size=1280,900", "--no-first-run",
-                    format!("--user-data-dir={}", profile.path().display()),
-                ],
-            },
-        }}});
-        let mut browser = Browser {
-            http,
-            session: String::new(),
+            "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": args},
+        });
+        let Value::Object(capabilities) = capabilities else {
+            unreachable!("an object")
+        };
+        let base = format!("http://127.0.0.1:{port}");
+        let client = ClientBuilder::new(HttpConnector::new())
+            .capabilities(Capabilities::from_iter(capabilities))
+            .connect(&base)
+            .await
+            .unwrap_or_else(|e| panic!("chromedriver at {base} started no Chromium: {e}"));
+        let id = client
+            .session_id()
+            .await
+            .expect("the session")
+            .expect("a session id");
+        Browser {
+            client,
+            session: format!("{base}/session/{id}"),
             driver,
             _profile: profile,
-        };
-        let created = browser
-            .call("POST", &format!("{base}/session"), capabilities)
-            .await;
-        browser.session = format!(
-            "{base}/session/{}",
-            created["sessionId"].as_str().expect("a session id")
-        );
-        browser
-    }
-
-    async fn call(&self, method: &str, url: &str, body: Value) -> Value {
-        let request = match method {
-            "GET" => self.http.get(url),
-            "DELETE" => self.http.delete(url),
-            _ => self
-                .http
-                .post(url)
-                .header("content-type", "application/json")
-                .body(body.to_string()),
-        };
-        let response = request.send().await.expect("chromedriver answers");
-        let status = response.status();
-        let bytes = response.bytes().await.expect("chromedriver's answer");
-        let answer: Value = serde_json::from_slice(&bytes).expect("WebDriver JSON");
-        assert!(status.is_success(), "WebDriver {method} {url}: {answer}");
-        answer["value"].clone()
-    }
-
-    async fn session_call(&self, method: &str, path: &str, body: Value) -> Value {
-        self.call(method, &format!("{}{path}", self.session), body)
-            .await
+        }
     }
 
     /// Opens `url`.
     pub async fn open(&self, url: &str) {
-        self.session_call("POST", "/url", json!({ "url": url }))
-            .await;
+        self.client
+            .goto(url)
+            .await
+            .unwrap_or_else(|e| panic!("open {url}: {e}"));
     }
 
     /// Runs `script` in the page (`arguments[i]` are `args`); what it returns.
     pub async fn script(&self, script: &str, args: Value) -> Value {
-        self.session_call(
-            "POST",
-            "/execute/sync",
-            json!({"script": script, "args": args}),
-        )
-        .await
+        let Value::Array(args) = args else {
+            panic!("a script's arguments are an array: {args}")
+        };
+        self.client
+            .execute(script, args)
+            .await
+            .unwrap_or_else(|e| panic!("script {script}: {e}"))
     }
 
     /// The first element matching `css` now, if any.
     pub async fn find(&self, css: &str) -> Option<Element> {
-        let found = self
-            .script("return document.querySelector(arguments[0]);", json!([css]))
-            .await;
-        (!found.is_null()).then_some(Element(found))
+        match self.client.find(Locator::Css(css)).await {
+            Ok(element) => Some(element),
+            Err(e) if e.is_no_such_element() => None,
+            Err(e) => panic!("find {css}: {e}"),
+        }
     }
 
     /// The text of the first element matching `css` now, if any.
@@ -178,39 +169,28 @@ impl Browser {
 
     /// Clicks `element` as a user does (WebDriver's click: scrolled into view, real events).
     pub async fn click(&self, element: &Element) {
-        let id = element.id();
-        self.session_call("POST", &format!("/element/{id}/click"), json!({}))
-            .await;
+        element.click().await.expect("click");
     }
 
     /// Clears `element` and types `text` into it, key by key.
     pub async fn type_into(&self, element: &Element, text: &str) {
-        let id = element.id();
-        self.session_call("POST", &format!("/element/{id}/clear"), json!({}))
-            .await;
-        self.session_call(
-            "POST",
-            &format!("/element/{id}/value"),
-            json!({ "text": text }),
-        )
-        .await;
+        element.clear().await.expect("clear");
+        element.send_keys(text).await.expect("type");
     }
 
     /// Saves a PNG of the window to `path`.
     pub async fn screenshot(&self, path: &Path) {
-        use base64::Engine;
-        let png = self.session_call("GET", "/screenshot", json!(null)).await;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(png.as_str().expect("base64 PNG"))
-            .expect("PNG bytes");
-        std::fs::write(path, bytes).expect("write screenshot");
+        let png = self.client.screenshot().await.expect("screenshot");
+        std::fs::write(path, png).expect("write screenshot");
     }
 
     /// The browser console's messages since the last call.
     pub async fn console_log(&self) -> Vec<String> {
         let entries = self
-            .session_call("POST", "/se/log", json!({"type": "browser"}))
-            .await;
+            .client
+            .issue_cmd(BrowserLog)
+            .await
+            .expect("the browser's log");
         entries
             .as_array()
             .map(|entries| {
@@ -223,15 +203,33 @@ impl Browser {
     }
 }
 
-impl Element {
-    fn id(&self) -> &str {
-        self.0[ELEMENT].as_str().expect("an element reference")
+/// chromedriver's `POST /session/{id}/se/log` for the `browser` log (the page's console,
+/// Content-Security-Policy violations among it): the entries since it was last read.
+#[derive(Debug)]
+struct BrowserLog;
+
+impl WebDriverCompatibleCommand for BrowserLog {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!(
+            "session/{}/se/log",
+            session_id.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        let body = json!({"type": "browser"}).to_string();
+        (http::Method::POST, Some(body))
     }
 }
 
 impl Drop for Browser {
     // The session is ended before its driver is killed, so no Chromium outlives the test (a
-    // failing one included). Drop cannot await: one plain HTTP request, by hand.
+    // failing one included): fantoccini ends it from a task of the test's runtime, which may be
+    // gone by then, so one plain HTTP request, by hand (Drop cannot await).
     fn drop(&mut self) {
         use std::io::{Read, Write};
         if let Some((host, path)) = self

@@ -8,19 +8,19 @@
 //! after the answer, while the callbacks are being made, is followed by a restart that still
 //! delivers each callback, under its one webhook-id.
 
-mod common;
-
 use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use common::*;
 use devtools::metric_value;
 use hmac::{Hmac, Mac};
+use idem_schemas::lower_hex;
 use idem_schemas::signature::Secret;
 use idem_schemas::timefmt::now_ms;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+
+use crate::support::*;
 
 const API_KEY: &str = "Bearer sk_idp_test_key_0001";
 const OKTA_AUTH: &str = "Basic b2t0YS1ob29rOnNlY3JldA==";
@@ -31,19 +31,9 @@ const GITHUB_SECRET: &str = "github webhook secret";
 const STANDARD_SECRET: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 
 /// Tenant `idp`: three playbooks with one callback each, and one source of every kind.
-fn sources_config(data_dir: &std::path::Path, receiver: &Receiver, delivery: &str) -> String {
+fn idp(receiver: &Receiver) -> String {
     format!(
         r#"
-listen = "127.0.0.1:0"
-data_dir = "{data}"
-
-{store}
-[idempotency]
-key_secret = "{KEY_SECRET}"
-
-[delivery]
-{delivery}
-
 [tenants.idp]
 api_key = "sk_idp_test_key_0001"
 callback_secret = "{CALLBACK_SECRET}"
@@ -113,8 +103,6 @@ event = "user.*"
 type = "mfa_reset"
 subject = "/data/user"
 "#,
-        data = data_dir.display(),
-        store = store_section(),
         mfa = receiver.url("/mfa"),
         login = receiver.url("/login"),
         lock = receiver.url("/lock"),
@@ -124,13 +112,9 @@ subject = "/data/user"
 /// A short schedule, so a failed attempt is retried within the test.
 const DELIVERY: &str = "inline_timeout = \"2s\"\nschedule = [\"200ms\", \"200ms\", \"200ms\"]";
 
-async fn setup() -> (tempfile::TempDir, Receiver, Idem, Client) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let cfg = sources_config(&dir.path().join("data"), &receiver, DELIVERY);
-    let idem = Idem::start(dir.path(), &cfg);
-    let client = Client::new(&idem.base);
-    (dir, receiver, idem, client)
+/// The harness of these tests: tenant `idp` and its sources, the short schedule.
+fn harness() -> Harness {
+    Harness::new().delivery(DELIVERY).tenants(idp)
 }
 
 fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
@@ -206,7 +190,7 @@ fn twilio(base: &str, events: &[(&str, &str)]) -> Delivery {
     let body = Value::from(body).to_string();
     let path = format!(
         "/v1/sources/idp/twilio?bodySHA256={}",
-        hex::encode(Sha256::digest(body.as_bytes()))
+        lower_hex(&Sha256::digest(body.as_bytes()))
     );
     let mut mac = Hmac::<sha1::Sha1>::new_from_slice(TWILIO_TOKEN.as_bytes()).expect("hmac");
     mac.update(format!("{base}{path}").as_bytes());
@@ -218,7 +202,7 @@ fn twilio(base: &str, events: &[(&str, &str)]) -> Delivery {
 }
 
 fn stripe_at(body: &str, t: i64) -> Delivery {
-    let sig = hex::encode(hmac_sha256(
+    let sig = lower_hex(&hmac_sha256(
         STRIPE_SECRET.as_bytes(),
         &[t.to_string().as_bytes(), b".", body.as_bytes()],
     ));
@@ -238,7 +222,7 @@ fn github(delivery: &str, login: &str) -> Delivery {
     let body =
         json!({"action": "added", "member": {"login": login}, "sender": {"login": "octocat"}})
             .to_string();
-    let sig = hex::encode(hmac_sha256(GITHUB_SECRET.as_bytes(), &[body.as_bytes()]));
+    let sig = lower_hex(&hmac_sha256(GITHUB_SECRET.as_bytes(), &[body.as_bytes()]));
     Delivery {
         path: "/v1/sources/idp/github".into(),
         req: Req::new(&body)
@@ -310,7 +294,7 @@ fn metadata(callback: &Received) -> Value {
 
 #[tokio::test]
 async fn every_kind_is_taken_once_per_event_id() {
-    let (_dir, receiver, idem, client) = setup().await;
+    let (_dir, receiver, idem, client) = harness().start().await;
 
     // Okta: a batch, then a batch overlapping it.
     let first = okta(&[
@@ -458,7 +442,7 @@ async fn every_kind_is_taken_once_per_event_id() {
 
 #[tokio::test]
 async fn an_unauthenticated_delivery_claims_nothing() {
-    let (_dir, receiver, idem, client) = setup().await;
+    let (_dir, receiver, idem, client) = harness().start().await;
     let problem = |r: &Resp, status: u16, slug: &str| {
         assert_eq!(r.status, status, "{}", text(r));
         assert_eq!(r.header("content-type"), Some("application/problem+json"));
@@ -531,7 +515,7 @@ async fn an_unauthenticated_delivery_claims_nothing() {
         "stale-timestamp",
     );
     let wrong_key = stripe_at(&event, now_secs());
-    let forged = hex::encode(hmac_sha256(b"whsec_other", &[b"1.", event.as_bytes()]));
+    let forged = lower_hex(&hmac_sha256(b"whsec_other", &[b"1.", event.as_bytes()]));
     let wrong_key = Delivery {
         req: wrong_key
             .req
@@ -641,7 +625,7 @@ async fn an_unauthenticated_delivery_claims_nothing() {
 
 #[tokio::test]
 async fn unmapped_and_subjectless_events_are_counted_and_acknowledged() {
-    let (_dir, receiver, _idem, client) = setup().await;
+    let (_dir, receiver, _idem, client) = harness().start().await;
     let mut no_target = okta_event("okta-n2", "user.mfa.factor.deactivate", "x");
     no_target["target"] = Value::Null;
     let mut no_id = okta_event("", "user.session.start", "y");
@@ -682,7 +666,7 @@ async fn unmapped_and_subjectless_events_are_counted_and_acknowledged() {
 
 #[tokio::test]
 async fn okta_verifies_its_event_hook_with_the_configured_authorization() {
-    let (_dir, _receiver, _idem, client) = setup().await;
+    let (_dir, _receiver, _idem, client) = harness().start().await;
     let challenge = "X3ZvbGR5LWNoYWxsZW5nZQ";
     let r = client
         .send(
@@ -721,7 +705,7 @@ async fn okta_verifies_its_event_hook_with_the_configured_authorization() {
 
 #[tokio::test]
 async fn no_event_body_or_subject_is_stored_or_sent_on() {
-    let (dir, receiver, idem, client) = setup().await;
+    let (dir, receiver, idem, client) = harness().start().await;
     let secret_subject = "alice.private@example.com";
     let delivery = okta(&[okta_event(
         "okta-p1",
@@ -748,7 +732,7 @@ async fn no_event_body_or_subject_is_stored_or_sent_on() {
 
 #[tokio::test]
 async fn a_sigkill_after_the_answer_still_delivers_each_callback_once() {
-    let (dir, receiver, idem, client) = setup().await;
+    let (dir, receiver, idem, client) = harness().start().await;
     // The first attempt hangs past the attempt deadline, so the process dies while it is
     // being made; the answer does not wait for it (it would take the deadline if it did).
     receiver.script("/mfa", &[hang(Duration::from_secs(5)), status(200)]);
@@ -822,10 +806,12 @@ async fn a_sigkill_after_the_answer_still_delivers_each_callback_once() {
 async fn a_map_type_without_a_playbook_is_a_config_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
-    let cfg = sources_config(&dir.path().join("data"), &receiver, DELIVERY).replace(
-        "type = \"mfa_reset\"\nsubject = \"/data/to\"",
-        "type = \"nope\"\nsubject = \"/data/to\"",
-    );
+    let cfg = harness()
+        .config(&dir.path().join("data"), &receiver)
+        .replace(
+            "type = \"mfa_reset\"\nsubject = \"/data/to\"",
+            "type = \"nope\"\nsubject = \"/data/to\"",
+        );
     let path = dir.path().join("idem.toml");
     std::fs::write(&path, cfg).expect("write config");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
@@ -843,7 +829,7 @@ async fn a_map_type_without_a_playbook_is_a_config_error() {
 
 #[tokio::test]
 async fn an_event_twice_in_a_batch_and_two_events_of_one_subject_make_one_decision() {
-    let (_dir, receiver, _idem, client) = setup().await;
+    let (_dir, receiver, _idem, client) = harness().start().await;
     let batch = okta(&[
         okta_event("okta-t1", "user.session.start", "twice@example.com"),
         okta_event("okta-t1", "user.session.start", "twice@example.com"),

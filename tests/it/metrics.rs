@@ -2,23 +2,14 @@
 //! claim transitions, deliveries by status and attempt, queue depth, live actors, flush latency,
 //! request latency by route (never by concrete path).
 
-mod common;
-
-use std::time::Duration;
-
-use common::*;
 use devtools::metric_value;
+
+use crate::support::*;
 
 #[tokio::test]
 async fn metrics_count_what_happened() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    receiver.answer("/notify", 503, Duration::ZERO);
-    let idem = Idem::start(
-        dir.path(),
-        &config(&dir.path().join("data"), &receiver, "", ""),
-    );
-    let client = Client::new(&idem.base);
+    let (_dir, _receiver, _idem, client) =
+        Harness::new().answer("/notify", status(503)).start().await;
     let key = unique("m");
     let body = sim_swap("+1555");
     assert_eq!(

@@ -1,10 +1,9 @@
 //! `idem receive`, the reference receiver, against a real idem and against replayed, tampered,
 //! stale and unsigned requests, across its own restart.
 
-mod common;
-
-use common::*;
 use idem_schemas::signature::Secret;
+
+use crate::support::*;
 
 fn signed(body: &str, id: &str, ts: i64) -> Req {
     let sig = Secret::parse(CALLBACK_SECRET)

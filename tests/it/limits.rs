@@ -2,11 +2,9 @@
 //! (others never notice), the bound on live claim actors answers 503 instead of growing without
 //! end, and a body over the limit is refused even when streamed without a length.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
 #[tokio::test]
 async fn a_tenant_over_its_rate_limit_gets_429_and_others_do_not() {
@@ -50,16 +48,10 @@ async fn a_tenant_over_its_rate_limit_gets_429_and_others_do_not() {
 
 #[tokio::test]
 async fn live_claim_actors_are_bounded() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let cfg = config(
-        &dir.path().join("data"),
-        &receiver,
-        "max_live_actors = 2\nidle_actor_timeout = \"30s\"",
-        "",
-    );
-    let idem = Idem::start(dir.path(), &cfg);
-    let client = Client::new(&idem.base);
+    let (_dir, _receiver, _idem, client) = Harness::new()
+        .idempotency("max_live_actors = 2\nidle_actor_timeout = \"30s\"")
+        .start()
+        .await;
     let body = sim_swap("+1555");
     let (k1, k2, k3) = (unique("b1"), unique("b2"), unique("b3"));
     assert_eq!(
@@ -89,12 +81,7 @@ async fn live_claim_actors_are_bounded() {
 
 #[tokio::test]
 async fn an_unannounced_oversized_body_is_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let idem = Idem::start(
-        dir.path(),
-        &config(&dir.path().join("data"), &receiver, "", ""),
-    );
+    let (_dir, _receiver, idem, _client) = Harness::new().start().await;
     // A chunked body has no Content-Length: the limit is enforced while reading.
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = idem.base.trim_start_matches("http://").to_string();

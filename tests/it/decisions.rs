@@ -8,30 +8,15 @@
 //! requests 401; decisions survive a restart and a SIGKILL, outlive their idempotency key, are
 //! forgotten after `[decisions] retention`, and the subject is never stored or logged in clear.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
 use serde_json::Value;
+
+use crate::support::*;
 
 const DELIVERY: &str = "inline_timeout = \"1s\"";
 /// One retry, soon: a failing delivery is dead after two attempts.
 const RETRYING: &str = "inline_timeout = \"1s\"\nretry_interval = \"300ms\"\nmax_retries = 1";
-
-/// A server whose config is [`config`] with `decisions` appended (a `[decisions]` table).
-async fn setup(
-    idem_extra: &str,
-    delivery: &str,
-    decisions: &str,
-) -> (tempfile::TempDir, Receiver, Idem, Client) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let cfg = config(&dir.path().join("data"), &receiver, idem_extra, delivery) + decisions;
-    let idem = Idem::start(dir.path(), &cfg);
-    let client = Client::new(&idem.base);
-    (dir, receiver, idem, client)
-}
 
 /// A bodiless request as tenant beta.
 fn beta() -> Req {
@@ -168,7 +153,7 @@ fn assert_same_decision(view: &serde_json::Value, answer: &serde_json::Value) {
 
 #[tokio::test]
 async fn a_decision_looked_up_by_its_id_is_the_decision_its_answer_showed() {
-    let (_dir, receiver, _idem, client) = setup("", DELIVERY, "").await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     let subject = "+447700900123";
     let key = unique("show");
     let body = sim_swap(subject);
@@ -241,7 +226,7 @@ async fn a_decision_looked_up_by_its_id_is_the_decision_its_answer_showed() {
 
 #[tokio::test]
 async fn a_decision_shows_its_deliveries_status_now_until_dead_then_redelivered() {
-    let (_dir, receiver, _idem, client) = setup("", RETRYING, "").await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery(RETRYING).start().await;
     receiver.answer("/notify", 503, Duration::ZERO);
     let subject = "+447700900201";
     let key = unique("dead");
@@ -311,7 +296,7 @@ async fn a_decision_shows_its_deliveries_status_now_until_dead_then_redelivered(
 
 #[tokio::test]
 async fn a_decision_shows_a_retried_delivery_delivered_and_a_refused_one_failed() {
-    let (_dir, receiver, _idem, client) = setup("", RETRYING, "").await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery(RETRYING).start().await;
     receiver.script("/notify", &[status(503), status(200)]);
     let answer = created(
         client
@@ -349,7 +334,7 @@ async fn a_decision_shows_a_retried_delivery_delivered_and_a_refused_one_failed(
 
 #[tokio::test]
 async fn a_subjects_decisions_are_listed_newest_first_by_type_and_in_pages() {
-    let (_dir, _receiver, _idem, client) = setup("", DELIVERY, "").await;
+    let (_dir, _receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     let s = "+447700900301";
     let t = "+447700900302";
     let outcomes = format!(r#"{{"type":"outcomes","subject":"{s}"}}"#);
@@ -480,7 +465,7 @@ async fn a_subjects_decisions_are_listed_newest_first_by_type_and_in_pages() {
 
 #[tokio::test]
 async fn without_a_subject_the_tenants_decisions_are_listed_newest_first_in_pages() {
-    let (_dir, _receiver, _idem, client) = setup("", "", "").await;
+    let (_dir, _receiver, _idem, client) = Harness::new().start().await;
     let mut made = Vec::new();
     for n in 0..5 {
         let body = match n % 2 {
@@ -519,7 +504,7 @@ async fn without_a_subject_the_tenants_decisions_are_listed_newest_first_in_page
 
 #[tokio::test]
 async fn a_once_per_subject_subject_lists_one_decision_however_many_signals() {
-    let (_dir, _receiver, _idem, client) = setup("", DELIVERY, "").await;
+    let (_dir, _receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     let u = "+447700900401";
     let takeover = |risk: u32| {
         format!(r#"{{"type":"account_takeover","subject":"{u}","metadata":{{"risk":{risk}}}}}"#)
@@ -567,7 +552,7 @@ async fn a_once_per_subject_subject_lists_one_decision_however_many_signals() {
 
 #[tokio::test]
 async fn another_tenants_decisions_are_not_found_nor_listed() {
-    let (_dir, _receiver, _idem, client) = setup("", DELIVERY, "").await;
+    let (_dir, _receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     let s = "+447700900501";
     let acme_answer = created(
         client
@@ -603,7 +588,7 @@ async fn another_tenants_decisions_are_not_found_nor_listed() {
 
 #[tokio::test]
 async fn bad_queries_are_invalid_query_and_keyless_requests_unauthorized() {
-    let (_dir, _receiver, _idem, client) = setup("", DELIVERY, "").await;
+    let (_dir, _receiver, _idem, client) = Harness::new().delivery(DELIVERY).start().await;
     let s = "+447700900601";
     let id = id_of(&created(
         client.signal(Req::new(&sim_swap(s)).beta()).await,
@@ -665,15 +650,10 @@ async fn bad_queries_are_invalid_query_and_keyless_requests_unauthorized() {
 /// The rows of `idem_decisions` as (where, bytes) when the config at `config_path` is on
 /// PostgreSQL (every column's bytes); none on sled.
 fn decision_rows(config_path: &std::path::Path) -> Vec<(String, Vec<u8>)> {
-    let config = std::fs::read_to_string(config_path).expect("read config");
-    let Some(url) = config
-        .lines()
-        .find_map(|l| l.strip_prefix("url = \""))
-        .and_then(|l| l.strip_suffix('"'))
-    else {
+    let Some(url) = postgres_url(config_path) else {
         return Vec::new();
     };
-    with_postgres(url, |client| async move {
+    with_postgres(&url, |client| async move {
         let rows = client
             .query(
                 "SELECT tenant || ' ' || id || ' ' || signal_type, subject || record \
@@ -695,11 +675,7 @@ fn decision_rows(config_path: &std::path::Path) -> Vec<(String, Vec<u8>)> {
 
 #[tokio::test]
 async fn decisions_survive_a_restart_and_a_sigkill_and_the_subject_is_never_in_clear() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let cfg = config(&dir.path().join("data"), &receiver, "", DELIVERY);
-    let idem = Idem::start(dir.path(), &cfg);
-    let client = Client::new(&idem.base);
+    let (dir, _receiver, idem, client) = Harness::new().delivery(DELIVERY).start().await;
     let s = "+447700900777";
     let keyed = created(
         client
@@ -760,12 +736,12 @@ async fn decisions_survive_a_restart_and_a_sigkill_and_the_subject_is_never_in_c
 
 #[tokio::test]
 async fn a_decision_is_forgotten_after_its_retention() {
-    let (_dir, _receiver, _idem, client) = setup(
-        "sweep_interval = \"200ms\"",
-        DELIVERY,
-        "\n[decisions]\nretention = \"1s\"\n",
-    )
-    .await;
+    let (_dir, _receiver, _idem, client) = Harness::new()
+        .idempotency("sweep_interval = \"200ms\"")
+        .delivery(DELIVERY)
+        .decisions("retention = \"1s\"")
+        .start()
+        .await;
     let s = "+447700900801";
     let key = unique("retention");
     let body = sim_swap(s);
@@ -811,8 +787,11 @@ async fn a_decision_is_forgotten_after_its_retention() {
 
 #[tokio::test]
 async fn a_keyed_decision_outlives_its_key() {
-    let (_dir, _receiver, _idem, client) =
-        setup("key_ttl = \"1s\"\nsweep_interval = \"200ms\"", DELIVERY, "").await;
+    let (_dir, _receiver, _idem, client) = Harness::new()
+        .idempotency("key_ttl = \"1s\"\nsweep_interval = \"200ms\"")
+        .delivery(DELIVERY)
+        .start()
+        .await;
     let s = "+447700900901";
     let key = unique("outlive");
     let body = sim_swap(s);

@@ -2,22 +2,11 @@
 //! distinct types, and nothing stored for any of them: after each refusal the same key still
 //! makes a first processing.
 
-mod common;
-
-use common::*;
-
-async fn setup() -> (tempfile::TempDir, Receiver, Idem, Client) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let cfg = config(&dir.path().join("data"), &receiver, "", "");
-    let idem = Idem::start(dir.path(), &cfg);
-    let client = Client::new(&idem.base);
-    (dir, receiver, idem, client)
-}
+use crate::support::*;
 
 #[tokio::test]
 async fn refusals_come_in_order_with_distinct_types_and_store_nothing() {
-    let (_dir, receiver, _idem, client) = setup().await;
+    let (_dir, receiver, _idem, client) = Harness::new().start().await;
     let key = unique("order");
     let body = sim_swap("+447700900123");
     let mut types = Vec::new();
@@ -210,7 +199,7 @@ async fn refusals_come_in_order_with_distinct_types_and_store_nothing() {
 
 #[tokio::test]
 async fn unknown_paths_and_methods_are_problems_and_health_is_ok() {
-    let (_dir, _receiver, _idem, client) = setup().await;
+    let (_dir, _receiver, _idem, client) = Harness::new().start().await;
     let r = client.send("GET", "/nope", Req::new("")).await;
     assert_eq!(r.status, 404);
     assert_eq!(r.problem_type(), "urn:idem:problem:not-found");

@@ -4,28 +4,19 @@
 //! when the wait (capped by `idempotency.max_wait`) runs out, or at once beyond
 //! `idempotency.max_waiters`; a waiter with another payload is refused at once.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 
 /// How long the receiver holds the first request's callback.
 const HOLD: Duration = Duration::from_millis(900);
 
-async fn setup(idempotency: &str) -> (tempfile::TempDir, Receiver, Idem, Client) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    receiver.answer("/notify", 200, HOLD);
-    let cfg = config(
-        &dir.path().join("data"),
-        &receiver,
-        idempotency,
-        "inline_timeout = \"5s\"",
-    );
-    let idem = Idem::start(dir.path(), &cfg);
-    let client = Client::new(&idem.base);
-    (dir, receiver, idem, client)
+/// The harness of these tests: the receiver holds each `/notify` callback for [`HOLD`], within
+/// the inline attempt's timeout.
+fn harness() -> Harness {
+    Harness::new()
+        .delivery("inline_timeout = \"5s\"")
+        .answer("/notify", hang(HOLD))
 }
 
 fn beta_sim_swap(subject: &str) -> String {
@@ -62,7 +53,7 @@ async fn first_in_flight(
 
 #[tokio::test]
 async fn a_waiter_gets_the_first_answer_as_a_replay_the_moment_it_is_durable() {
-    let (_dir, receiver, _idem, client) = setup("").await;
+    let (_dir, receiver, _idem, client) = harness().start().await;
     let key = unique("wait");
     let body = beta_sim_swap("+447700900001");
     let first = first_in_flight(&client, &receiver, &key, &body).await;
@@ -122,7 +113,8 @@ async fn a_waiter_gets_the_first_answer_as_a_replay_the_moment_it_is_durable() {
 
 #[tokio::test]
 async fn a_wait_is_capped_by_max_wait_and_ends_in_409() {
-    let (_dir, receiver, _idem, client) = setup("max_wait = \"200ms\"").await;
+    let (_dir, receiver, _idem, client) =
+        harness().idempotency("max_wait = \"200ms\"").start().await;
     receiver.answer("/notify", 200, Duration::from_secs(3));
     let key = unique("capped");
     let body = beta_sim_swap("+447700900002");
@@ -155,7 +147,7 @@ async fn a_wait_is_capped_by_max_wait_and_ends_in_409() {
 
 #[tokio::test]
 async fn waiters_beyond_max_waiters_get_409_at_once_and_another_payload_422() {
-    let (_dir, receiver, _idem, client) = setup("max_waiters = 3").await;
+    let (_dir, receiver, _idem, client) = harness().idempotency("max_waiters = 3").start().await;
     let key = unique("storm");
     let body = beta_sim_swap("+447700900003");
     let first = first_in_flight(&client, &receiver, &key, &body).await;

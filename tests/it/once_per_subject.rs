@@ -8,12 +8,10 @@
 //! per decision, under 16 concurrent copies (keyless or each with its own key) and across a
 //! SIGKILL and restart; and the subject is stored only as its keyed digest.
 
-mod common;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
 /// Long enough that a callback the receiver holds for a while is still delivered inline (a
 /// queued one would be retried, and counted twice).
@@ -40,22 +38,14 @@ actions = [ {{ name = "lock", url = "{takeover}" }} ]
     )
 }
 
-/// idem on `dir` with the test config (and `idempotency` in its `[idempotency]`).
-fn start(dir: &std::path::Path, receiver: &Receiver, idempotency: &str) -> Idem {
-    let cfg = config(&dir.join("data"), receiver, idempotency, DELIVERY) + &gamma(receiver);
-    Idem::start(dir, &cfg)
+/// The test tenants and [`gamma`].
+fn with_gamma(receiver: &Receiver) -> String {
+    test_tenants(receiver) + &gamma(receiver)
 }
 
-async fn setup() -> (tempfile::TempDir, Receiver, Idem, Client) {
-    setup_with("").await
-}
-
-async fn setup_with(idempotency: &str) -> (tempfile::TempDir, Receiver, Idem, Client) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let idem = start(dir.path(), &receiver, idempotency);
-    let client = Client::new(&idem.base);
-    (dir, receiver, idem, client)
+/// The harness of these tests: the test tenants and gamma, callbacks delivered inline.
+fn harness() -> Harness {
+    Harness::new().delivery(DELIVERY).tenants(with_gamma)
 }
 
 /// An `account_takeover` signal for `subject` with `metadata` (a JSON object).
@@ -116,7 +106,7 @@ fn the_one_first(responses: &[Resp]) -> Resp {
 
 #[tokio::test]
 async fn within_the_window_every_signal_for_the_subject_gets_the_first_decision_and_runs_nothing() {
-    let (_dir, receiver, _idem, client) = setup().await;
+    let (_dir, receiver, _idem, client) = harness().start().await;
     let subject = "+447700900123";
 
     let first = client
@@ -249,7 +239,7 @@ async fn within_the_window_every_signal_for_the_subject_gets_the_first_decision_
 
 #[tokio::test]
 async fn after_the_window_the_next_signal_for_the_subject_is_a_new_decision() {
-    let (_dir, receiver, _idem, client) = setup().await;
+    let (_dir, receiver, _idem, client) = harness().start().await;
     let subject = "acct-4711";
     // The configured window of `breach`.
     let window = Duration::from_millis(700);
@@ -317,7 +307,7 @@ async fn after_the_window_the_next_signal_for_the_subject_is_a_new_decision() {
 
 #[tokio::test]
 async fn sixteen_concurrent_keyless_copies_make_one_decision_and_one_callback() {
-    let (_dir, receiver, _idem, client) = setup().await;
+    let (_dir, receiver, _idem, client) = harness().start().await;
     // A slow callback keeps the first request in flight while the copies arrive.
     receiver.answer("/takeover", 200, Duration::from_millis(500));
     let subject = "+15550001111";
@@ -353,7 +343,7 @@ async fn sixteen_concurrent_keyless_copies_make_one_decision_and_one_callback() 
 async fn sixteen_concurrent_signals_each_with_its_own_key_make_one_decision() {
     // Fewer waiters per key than keys: the keys' claims waiting on the subject's claim are not
     // bounded by `max_waiters`, which bounds clients' requests.
-    let (_dir, receiver, _idem, client) = setup_with("max_waiters = 2").await;
+    let (_dir, receiver, _idem, client) = harness().idempotency("max_waiters = 2").start().await;
     receiver.answer("/takeover", 200, Duration::from_millis(500));
     let subject = "+15550002222";
     let keys: Vec<(String, String)> = (0..16)
@@ -407,15 +397,11 @@ async fn sixteen_concurrent_signals_each_with_its_own_key_make_one_decision() {
 
 #[tokio::test]
 async fn a_keyed_signal_completed_before_a_sigkill_replays_after_restart_and_runs_nothing() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let idem = start(dir.path(), &receiver, "");
+    let (_dir, receiver, idem, client) = harness().start().await;
     let subject = "+447700900200";
     let key = unique("killed");
     let body = takeover(subject, r#"{"risk":80}"#);
-    let first = Client::new(&idem.base)
-        .signal(Req::new(&body).key(&key).beta())
-        .await;
+    let first = client.signal(Req::new(&body).key(&key).beta()).await;
     assert_first(&first, "the keyed signal");
     let _ = receiver.wait_for(1).await;
 
@@ -443,15 +429,14 @@ async fn a_keyed_signal_completed_before_a_sigkill_replays_after_restart_and_run
 
 #[tokio::test]
 async fn a_keyed_signal_killed_mid_dispatch_resumes_the_same_decision_and_delivery() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
     // The receiver takes the callback and holds its answer: the process dies before it is back.
-    receiver.answer("/takeover", 200, Duration::from_secs(30));
-    let idem = start(dir.path(), &receiver, "");
+    let (_dir, receiver, idem, client) = harness()
+        .answer("/takeover", hang(Duration::from_secs(30)))
+        .start()
+        .await;
     let subject = "+447700900300";
     let key = unique("midflight");
     let body = takeover(subject, r#"{"risk":80}"#);
-    let client = Client::new(&idem.base);
     let req = Req::new(&body).key(&key).beta();
     let pending = tokio::spawn(async move { client.try_send("POST", "/v1/signals", req).await });
     let before = receiver.wait_for(1).await;
@@ -504,10 +489,7 @@ async fn a_keyed_signal_killed_mid_dispatch_resumes_the_same_decision_and_delive
 
 #[tokio::test]
 async fn the_subject_is_stored_only_as_its_keyed_digest() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let idem = start(dir.path(), &receiver, "");
-    let client = Client::new(&idem.base);
+    let (dir, receiver, idem, client) = harness().start().await;
     let subject = "+447700900777";
     let first = client
         .signal(Req::new(&takeover(subject, r#"{"risk":3}"#)).beta())
@@ -549,7 +531,8 @@ async fn the_subject_is_stored_only_as_its_keyed_digest() {
 #[tokio::test]
 async fn a_subjects_claim_that_cannot_answer_fails_the_keyed_request_instead_of_hanging() {
     // One claim actor at a time: the key's actor is the one, so the subject's cannot start.
-    let (_dir, receiver, _idem, client) = setup_with("max_live_actors = 1").await;
+    let (_dir, receiver, _idem, client) =
+        harness().idempotency("max_live_actors = 1").start().await;
     let body = takeover("+15550009999", "{}");
     let answer = tokio::time::timeout(
         Duration::from_secs(10),

@@ -3,12 +3,11 @@
 //! writes one JSON object per log line with the request's span fields (never a key or subject;
 //! at debug level, where per-request spans are).
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
 use idem_schemas::signature::Secret;
+
+use crate::support::*;
 
 const NEW_CALLBACK_SECRET: &str = "whsec_cm90YXRlZC1jYWxsYmFjay1zZWNyZXQ=";
 

@@ -1,0 +1,118 @@
+//! The store the tests run on: sled in the test's data directory (the default), or, with
+//! `IDEM_TEST_STORE=postgres`, a fresh database of the PostgreSQL server at
+//! `IDEM_TEST_POSTGRES_URL` (default: this machine's) for each config, so tests run in
+//! parallel. Also reading back everything a store holds, and a client of a test database. A
+//! server that does not answer fails the test.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::support::client::Resp;
+use crate::support::wait::eventually;
+
+/// The `[store]` section of a test's config: nothing on sled, a fresh database with
+/// `IDEM_TEST_STORE=postgres`.
+pub fn store_section() -> String {
+    match std::env::var("IDEM_TEST_STORE").as_deref() {
+        Err(_) | Ok("sled") => String::new(),
+        Ok("postgres") => on_postgres(&fresh_database()),
+        Ok(other) => panic!("IDEM_TEST_STORE={other:?}: use sled or postgres"),
+    }
+}
+
+/// The `[store]` section of the database at `url`.
+pub fn on_postgres(url: &str) -> String {
+    format!("[store]\nbackend = \"postgres\"\nurl = \"{url}\"\npool_size = 4\n")
+}
+
+/// The retry that `send` makes after its server was killed mid-claim and started again. On sled
+/// the claim is taken over at once (the process that held it is gone); on PostgreSQL once the
+/// killed node's heartbeat has expired (the database cannot tell a crashed node from a slow
+/// one before that), so until then it is in flight (409) and sent again.
+pub async fn retry_after_crash<F, Fut>(send: F) -> Resp
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Resp>,
+{
+    let mut send = send;
+    if std::env::var("IDEM_TEST_STORE").as_deref() != Ok("postgres") {
+        return send().await;
+    }
+    eventually(Duration::from_secs(15), send, |r| r.status != 409).await
+}
+
+/// Runs `work` with a client of the database at `url` (see [`devtools::postgres::with_postgres`]).
+pub fn with_postgres<T, F, Fut>(url: &str, work: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce(tokio_postgres::Client) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T>,
+{
+    devtools::postgres::with_postgres(url, work).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Creates an empty database (`idem_test_…`, which `scripts/test` drops) on the test server;
+/// its URL.
+pub fn fresh_database() -> String {
+    let server = std::env::var("IDEM_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| devtools::postgres::LOCAL.into());
+    devtools::postgres::fresh_database(&server, "idem_test")
+        .unwrap_or_else(|e| panic!("the test database: {e}"))
+}
+
+/// Everything the store of the config at `config_path` holds, as (where, bytes): every file of
+/// its data directory `data_dir` on sled, every row's columns on PostgreSQL.
+pub fn stored(config_path: &Path, data_dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let Some(url) = postgres_url(config_path) else {
+        return files_under(data_dir)
+            .into_iter()
+            .map(|(path, bytes)| (path.display().to_string(), bytes))
+            .collect();
+    };
+    with_postgres(&url, |client| async move {
+        let mut out = Vec::new();
+        for (table, text, bytes) in [
+            ("idem_claims", "tenant", "digest || log"),
+            ("idem_deliveries", "id || ' ' || tenant", "log"),
+        ] {
+            let rows = client
+                .query(&format!("SELECT {text}, {bytes} FROM {table}"), &[])
+                .await
+                .expect("read the table");
+            for row in rows {
+                let text: String = row.get(0);
+                let mut bytes: Vec<u8> = row.get(1);
+                bytes.extend_from_slice(text.as_bytes());
+                out.push((table.to_string(), bytes));
+            }
+        }
+        out
+    })
+}
+
+/// The database URL of the config at `config_path`; none when it is on sled.
+pub fn postgres_url(config_path: &Path) -> Option<String> {
+    let config = std::fs::read_to_string(config_path).expect("read config");
+    config
+        .lines()
+        .find_map(|l| l.strip_prefix("url = \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .map(str::to_string)
+}
+
+/// Every file under `dir`, read whole.
+fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read(&p).expect("read")));
+            }
+        }
+    }
+    out
+}
