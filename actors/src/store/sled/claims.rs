@@ -228,6 +228,15 @@ impl SledStore {
         Ok(found.same_log(&Index::of(head)) || !fencing())
     }
 
+    /// Whether an append at `head` may be written ([`rule::may_append`]): the key's index still
+    /// names its generation, and its log ends where its writer last wrote. Asked before the
+    /// delivery logs an append carries are written, which must precede its record on disk.
+    pub(super) fn may_append(&self, head: &LogHead) -> Result<bool, StoreError> {
+        let next = log_key(&log_prefix(head), head.next);
+        let ends_there = !self.claim_logs.contains_key(next)?;
+        Ok(self.is_current(head)? && (ends_there || !fencing()))
+    }
+
     /// What holds the key, for a start that lost to it.
     fn held(&self, id: &ClaimId, now_ms: u64) -> Result<Written, StoreError> {
         Ok(match self.read_claim(id, now_ms)? {

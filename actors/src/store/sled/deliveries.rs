@@ -25,6 +25,20 @@ impl SledStore {
         Ok((!events.is_empty()).then_some(events))
     }
 
+    /// How many records a delivery's log holds (its last record's number, plus one).
+    pub(super) fn records(&self, id: &str) -> Result<u32, StoreError> {
+        let prefix = delivery_prefix(id);
+        let Some(last) = self.deliveries.scan_prefix(&prefix).keys().next_back() else {
+            return Ok(0);
+        };
+        let last = last?;
+        let seq = last
+            .get(prefix.len()..)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .ok_or(StoreError::Malformed("deliveries"))?;
+        Ok(u32::from_be_bytes(seq) + 1)
+    }
+
     /// Whether a delivery exists.
     pub(super) fn exists(&self, id: &str) -> Result<bool, StoreError> {
         Ok(self.deliveries.contains_key(delivery_key(id, 0))?)

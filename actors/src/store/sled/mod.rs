@@ -20,7 +20,8 @@ use std::sync::Arc;
 
 pub use format::FORMAT;
 
-use crate::store::{rule, ClaimWrite, Halted, Read, Store, StoreError, Then, Unit, Written};
+use crate::store::rule::{self, Fencing};
+use crate::store::{ClaimWrite, Halted, Read, Store, StoreError, Then, Unit, Written};
 use commit::GroupCommit;
 use idem_schemas::timefmt::now_ms;
 
@@ -84,7 +85,13 @@ impl SledStore {
         self.commits.usable()?;
         // A decision's delivery logs go before the claim record that names them (no later
         // durable), so a claim write that is refused is found out before they are written.
+        let carries = !unit.deliveries.is_empty() || !unit.decisions.is_empty();
         let refused = match &unit.claim {
+            // The append's own write checks the log's end again; what it carries is written
+            // first, so it is asked here too.
+            Some(ClaimWrite::Append(head, _)) if carries && !self.may_append(head)? => {
+                Some(Written::Fenced)
+            }
             Some(ClaimWrite::Append(head, _)) if !self.is_current(head)? => Some(Written::Fenced),
             Some(ClaimWrite::Start(id, events)) if !unit.deliveries.is_empty() => {
                 self.refuses_start(id, events)?
@@ -93,6 +100,14 @@ impl SledStore {
         };
         if let Some(refused) = refused.filter(|w| !rule::writes_with(w)) {
             return Ok(refused);
+        }
+        // A record appended to a delivery's log goes where the log ends, or nowhere. (One
+        // process holds the directory: sled grants no leases, so no lease guards a record.)
+        for write in unit.deliveries.iter().filter(|w| w.first_seq > 0) {
+            let records = self.records(&write.id)?;
+            if !rule::may_record(records, 0, write.first_seq, None, Fencing::in_force()) {
+                return Ok(Written::Fenced);
+            }
         }
         // A start that carries delivery logs (a decision whose callbacks are queued) is one
         // transaction, refused whole should the key be taken meanwhile (see `atomic`).

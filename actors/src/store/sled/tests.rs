@@ -57,7 +57,24 @@ fn done() -> ClaimEvent {
 }
 
 fn open(dir: &Path) -> Arc<SledStore> {
-    SledStore::open(dir).expect("open")
+    reopened(|| SledStore::open(dir)).expect("open")
+}
+
+/// `open()`, once the directory is free: a store dropped a moment ago may still hold sled's
+/// lock on it until sled's own I/O threads let go of its files (under load, a while).
+fn reopened<T, E: std::fmt::Debug>(open: impl Fn() -> Result<T, E>) -> Result<T, E> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match open() {
+            Err(e)
+                if format!("{e:?}").contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::yield_now()
+            }
+            other => return other,
+        }
+    }
 }
 
 async fn commit(store: &Arc<SledStore>, unit: Unit) -> Written {
@@ -293,18 +310,20 @@ async fn damage_is_reported_never_decoded_into_a_wrong_state() {
 #[test]
 fn a_data_directory_of_another_format_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
-    drop(SledStore::open(dir.path()).expect("new"));
-    drop(SledStore::open(dir.path()).expect("same format"));
+    drop(open(dir.path()));
+    drop(open(dir.path()));
 
     let sled_at = |path: &Path, segment: usize| {
-        ::sled::Config::new()
-            .path(path)
-            .segment_size(segment)
-            .open()
-            .expect("sled")
+        reopened(|| {
+            ::sled::Config::new()
+                .path(path)
+                .segment_size(segment)
+                .open()
+        })
+        .expect("sled")
     };
     let refusal = |path: &Path| {
-        let Err(StoreError::Format(found)) = SledStore::open(path) else {
+        let Err(StoreError::Format(found)) = reopened(|| SledStore::open(path)) else {
             panic!("{} is not refused as another format", path.display());
         };
         found
@@ -363,11 +382,13 @@ async fn a_format_7_directory_is_upgraded_in_place_and_keeps_its_claims() {
     }
     // Marked 7 and holding the expiry index format 7 wrote.
     {
-        let db = ::sled::Config::new()
-            .path(dir.path())
-            .segment_size(SEGMENT_BYTES)
-            .open()
-            .expect("sled");
+        let db = reopened(|| {
+            ::sled::Config::new()
+                .path(dir.path())
+                .segment_size(SEGMENT_BYTES)
+                .open()
+        })
+        .expect("sled");
         db.insert(FORMAT_KEY, &[7]).expect("mark");
         db.open_tree("decision_expiry")
             .expect("tree")

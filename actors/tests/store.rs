@@ -1,0 +1,439 @@
+//! One store conformance suite, below the HTTP layer: each case runs against sled on a temp dir
+//! and against PostgreSQL on a fresh database of the local server (which must answer: the
+//! suite never skips), through the store's public seam. Who holds a claim, a stale writer
+//! fenced, a refused start writing nothing of its unit, a take-over, completion, deliveries,
+//! decisions and endpoint health: the rules of `store::rule` as both backends apply them.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_actors::breaker::{Circuit, EndpointEvent};
+use idem_actors::settings::Backend;
+use idem_actors::store::{
+    self, ClaimId, ClaimLog, DeliveryWrite, LogHead, Node, Placement, Store, Unit, Written,
+};
+use idem_actors::Settings;
+use idem_schemas::timefmt::now_ms;
+use idem_schemas::{
+    Claim, ClaimEvent, Decision, DecisionRecord, DeliveryEvent, DeliveryRecord, DeliveryStatus,
+    StoredResponse, Verdict,
+};
+
+/// This node's epoch; claims made under another epoch have a holder that is gone.
+const EPOCH: u64 = 7;
+
+/// A time in the past of every clock here, so a claim's window is set by the case, not by now.
+const T: u64 = 1_000_000;
+
+/// A store of each backend, with what keeps it alive (the temp dir).
+async fn stores() -> Vec<(&'static str, Arc<dyn Store>, Option<tempfile::TempDir>)> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sled = open(Backend::Sled {
+        data_dir: dir.path().to_path_buf(),
+    })
+    .await;
+    let url = devtools::postgres::fresh_database(devtools::postgres::LOCAL, "idem_test")
+        .unwrap_or_else(|e| panic!("PostgreSQL must answer for the store suite: {e}"));
+    let postgres = open(Backend::Postgres { url, pool_size: 2 }).await;
+    vec![("sled", sled, Some(dir)), ("postgres", postgres, None)]
+}
+
+async fn open(backend: Backend) -> Arc<dyn Store> {
+    let settings = Settings {
+        store: backend,
+        ..Settings::default()
+    };
+    let node = Node {
+        epoch: EPOCH,
+        settings: Arc::new(settings),
+    };
+    store::open(node).await.expect("the store opens")
+}
+
+/// Runs `case` against each backend.
+async fn on_each_store<F, Fut>(case: F)
+where
+    F: Fn(&'static str, Arc<dyn Store>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    for (name, store, _dir) in stores().await {
+        case(name, store).await;
+    }
+}
+
+fn id(byte: u8) -> ClaimId {
+    ClaimId {
+        tenant: "acme".into(),
+        digest: [byte; 32],
+    }
+}
+
+fn decision(at: u64) -> Decision {
+    Decision {
+        id: format!("dec_{at:032x}"),
+        tenant: "acme".into(),
+        signal_type: "sim_swap".into(),
+        source: None,
+        verdict: Verdict::Deny,
+        subject_hash: "ab".repeat(32),
+        created_at_ms: at,
+        deliveries: vec![],
+    }
+}
+
+/// A claim made at `at` for `ttl` by the process of epoch `holder`.
+fn claimed(at: u64, ttl: u64, holder: u64) -> ClaimEvent {
+    ClaimEvent::Claimed(Claim {
+        fingerprint: [7; 32],
+        holder,
+        claimed_at_ms: at,
+        expires_at_ms: at + ttl,
+        decision: decision(at),
+        subject: None,
+    })
+}
+
+fn dispatched() -> ClaimEvent {
+    ClaimEvent::Dispatched {
+        outcomes: vec![],
+        response: StoredResponse {
+            status: 201,
+            body: b"{}".to_vec(),
+        },
+    }
+}
+
+/// A new delivery log of `id`, queued, due at `due`.
+fn delivery(id: &str, due: u64) -> DeliveryWrite {
+    DeliveryWrite {
+        tenant: "acme".into(),
+        id: id.into(),
+        lease: None,
+        first_seq: 0,
+        events: vec![DeliveryEvent::Created(DeliveryRecord {
+            id: id.into(),
+            tenant: "acme".into(),
+            decision_id: "dec_1".into(),
+            action: "lock".into(),
+            url: "http://127.0.0.1:9/lock".into(),
+            body: b"{}".to_vec(),
+            created_at_ms: due,
+            expires_at_ms: now_ms() + 3_600_000,
+        })],
+        from: None,
+        to: Placement {
+            status: DeliveryStatus::Queued,
+            due_ms: Some(due),
+        },
+    }
+}
+
+fn record(at: u64) -> DecisionRecord {
+    DecisionRecord::kept_for(&decision(at), Duration::from_secs(3600))
+}
+
+async fn commit(store: &Arc<dyn Store>, unit: Unit) -> Written {
+    store.commit(unit).await.expect("the commit is durable")
+}
+
+/// Starts `event`'s generation of `id`; its head.
+async fn start(store: &Arc<dyn Store>, id: &ClaimId, event: ClaimEvent) -> LogHead {
+    match commit(store, Unit::new().start_claim(id.clone(), vec![event])).await {
+        Written::Claimed(head, _) => head,
+        other => panic!("the start was not granted: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_key_is_held_by_its_generation_until_it_expires() {
+    on_each_store(|name, store| async move {
+        let key = id(1);
+        let head = start(&store, &key, claimed(T, 1_000, EPOCH)).await;
+        // Another start within the window loses to it, and is answered with its log.
+        let held = commit(
+            &store,
+            Unit::new().start_claim(key.clone(), vec![claimed(T + 500, 1_000, EPOCH)]),
+        )
+        .await;
+        let Written::Held(ClaimLog { events, head: at }) = held else {
+            panic!("{name}: a start within the window was granted: {held:?}");
+        };
+        assert_eq!(events, vec![claimed(T, 1_000, EPOCH)], "{name}");
+        assert_eq!(at.generation, head.generation, "{name}");
+        // Once it has expired, the key is free: a new generation starts.
+        let next = start(&store, &key, claimed(T + 1_000, 1_000, EPOCH)).await;
+        assert!(next.generation > head.generation, "{name}");
+        let log = store.load_claim(&key, T + 1_500).await.expect("read");
+        assert_eq!(log.map(|l| l.head.generation), Some(T + 1_000), "{name}");
+        // An expired generation reads as no claim at all.
+        assert_eq!(store.load_claim(&key, T + 2_000).await.expect("read"), None);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_stale_writer_is_fenced_and_writes_nothing_of_its_unit() {
+    on_each_store(|name, store| async move {
+        let key = id(2);
+        let ttl = 3_600_000;
+        let at = now_ms();
+        let head = start(&store, &key, claimed(at, ttl, EPOCH)).await;
+        let appended = commit(
+            &store,
+            Unit::new().append_claim(head.clone(), vec![dispatched()]),
+        )
+        .await;
+        assert!(
+            matches!(appended, Written::Appended(ref h, _) if h.next == 2),
+            "{name}: {appended:?}"
+        );
+        // The same head again: the log has moved past it. Its delivery and decision stay out.
+        let stale = Unit::new()
+            .write_deliveries(vec![delivery("msg_stale", at)])
+            .record_decision(record(at))
+            .append_claim(head, vec![dispatched()]);
+        assert_eq!(commit(&store, stale).await, Written::Fenced, "{name}");
+        assert_eq!(
+            store.load_delivery("msg_stale").await.expect("read"),
+            None,
+            "{name}"
+        );
+        let kept = store
+            .load_decision("acme", &decision(at).id, now_ms())
+            .await;
+        assert_eq!(
+            kept.expect("read"),
+            None,
+            "{name}: a fenced unit kept its decision"
+        );
+        let log = store
+            .load_claim(&key, now_ms())
+            .await
+            .expect("read")
+            .expect("a claim");
+        assert_eq!(log.events.len(), 2, "{name}: one recovery point");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_start_that_loses_writes_none_of_its_queued_deliveries() {
+    on_each_store(|name, store| async move {
+        let key = id(3);
+        let at = now_ms();
+        start(&store, &key, claimed(at, 3_600_000, EPOCH)).await;
+        let loser = Unit::new()
+            .write_deliveries(vec![delivery("msg_loser", at)])
+            .start_claim(
+                key.clone(),
+                vec![
+                    claimed(at + 1, 3_600_000, EPOCH),
+                    dispatched(),
+                    ClaimEvent::Completed,
+                ],
+            )
+            .record_decision(record(at + 1));
+        let written = commit(&store, loser).await;
+        assert!(matches!(written, Written::Held(_)), "{name}: {written:?}");
+        assert_eq!(
+            store.load_delivery("msg_loser").await.expect("read"),
+            None,
+            "{name}"
+        );
+        let kept = store
+            .load_decision("acme", &decision(at + 1).id, now_ms())
+            .await;
+        assert_eq!(kept.expect("read"), None, "{name}");
+        // The same unit on a free key is written whole: the claim, its delivery, its decision.
+        let winner = Unit::new()
+            .write_deliveries(vec![delivery("msg_winner", at)])
+            .start_claim(
+                id(4),
+                vec![
+                    claimed(at, 3_600_000, EPOCH),
+                    dispatched(),
+                    ClaimEvent::Completed,
+                ],
+            )
+            .record_decision(record(at));
+        assert!(
+            matches!(commit(&store, winner).await, Written::Claimed(..)),
+            "{name}"
+        );
+        assert!(
+            store
+                .load_delivery("msg_winner")
+                .await
+                .expect("read")
+                .is_some(),
+            "{name}"
+        );
+        let kept = store
+            .load_decision("acme", &decision(at).id, now_ms())
+            .await;
+        assert!(kept.expect("read").is_some(), "{name}");
+        let log = store
+            .load_claim(&id(4), now_ms())
+            .await
+            .expect("read")
+            .expect("a claim");
+        assert_eq!(log.events.last(), Some(&ClaimEvent::Completed), "{name}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_claim_whose_holder_is_gone_is_taken_over_and_its_old_head_fenced() {
+    on_each_store(|name, store| async move {
+        let key = id(5);
+        // Held by a process that is gone (no node of its epoch lives).
+        let old = start(&store, &key, claimed(now_ms(), 3_600_000, 999)).await;
+        let taken = commit(&store, Unit::new().take_over_claim(old.clone())).await;
+        let Written::TakenOver(new) = taken else {
+            panic!("{name}: the take-over was refused: {taken:?}");
+        };
+        // The old holder's late recovery point is fenced; the new holder's is written.
+        if name == "postgres" {
+            assert!(
+                new.generation > old.generation,
+                "{name}: a new fencing token"
+            );
+            let late = commit(&store, Unit::new().append_claim(old, vec![dispatched()])).await;
+            assert_eq!(late, Written::Fenced, "{name}");
+        }
+        let mine = commit(&store, Unit::new().append_claim(new, vec![dispatched()])).await;
+        assert!(matches!(mine, Written::Appended(..)), "{name}: {mine:?}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn completion_is_recorded_on_the_current_generation() {
+    on_each_store(|name, store| async move {
+        let key = id(6);
+        let head = start(&store, &key, claimed(now_ms(), 3_600_000, EPOCH)).await;
+        let Written::Appended(head, _) =
+            commit(&store, Unit::new().append_claim(head, vec![dispatched()])).await
+        else {
+            panic!("{name}: the recovery point was not written");
+        };
+        store.complete_claim(&head).expect("complete");
+        // `completed` is durable with the next commit.
+        commit(&store, Unit::new()).await;
+        let log = store
+            .load_claim(&key, now_ms())
+            .await
+            .expect("read")
+            .expect("a claim");
+        assert_eq!(log.events.last(), Some(&ClaimEvent::Completed), "{name}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn deliveries_are_listed_leased_when_due_and_fenced_when_stale() {
+    on_each_store(|name, store| async move {
+        let at = now_ms() - 1_000;
+        let unit = Unit::new().write_deliveries(vec![delivery("msg_a", at)]);
+        assert_eq!(commit(&store, unit).await, Written::Nothing, "{name}");
+        let log = store
+            .load_delivery("msg_a")
+            .await
+            .expect("read")
+            .expect("a delivery");
+        assert_eq!(log.len(), 1, "{name}");
+        let due = store.due(now_ms(), 10).await.expect("due");
+        assert_eq!(
+            due.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
+            ["msg_a"],
+            "{name}"
+        );
+        let listed = store
+            .list_deliveries("acme", Some(DeliveryStatus::Queued), None, 10)
+            .await
+            .expect("list");
+        assert_eq!(
+            listed,
+            vec![(DeliveryStatus::Queued, "msg_a".to_string())],
+            "{name}"
+        );
+        let counted = store
+            .count_deliveries("acme", DeliveryStatus::Queued, 10)
+            .await;
+        assert_eq!(counted.expect("count"), 1, "{name}");
+        // A record written where the log does not end is fenced, and changes nothing.
+        let stale = DeliveryWrite {
+            first_seq: 5,
+            lease: due[0].lease,
+            events: vec![DeliveryEvent::Held { until_ms: at + 1 }],
+            from: Some(delivery("msg_a", at).to),
+            ..delivery("msg_a", at)
+        };
+        let written = commit(&store, Unit::new().write_deliveries(vec![stale])).await;
+        assert_eq!(written, Written::Fenced, "{name}");
+        let log = store
+            .load_delivery("msg_a")
+            .await
+            .expect("read")
+            .expect("a delivery");
+        assert_eq!(log.len(), 1, "{name}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn decisions_are_kept_with_their_claim_and_found_by_subject() {
+    on_each_store(|name, store| async move {
+        let at = now_ms();
+        let unit = Unit::new()
+            .start_claim(id(7), vec![claimed(at, 3_600_000, EPOCH)])
+            .record_decision(record(at));
+        commit(&store, unit).await;
+        let kept = store
+            .load_decision("acme", &decision(at).id, now_ms())
+            .await;
+        assert_eq!(kept.expect("read"), Some(record(at)), "{name}");
+        let subject = "ab".repeat(32);
+        let found = store
+            .decisions_about("acme", Some(&subject), None, None, 10, now_ms())
+            .await
+            .expect("listing");
+        assert_eq!(found, vec![record(at)], "{name}");
+        let other = store
+            .decisions_about("acme", Some(&"cd".repeat(32)), None, None, 10, now_ms())
+            .await
+            .expect("listing");
+        assert!(other.is_empty(), "{name}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_endpoint_opens_after_its_threshold_of_failures_for_every_reader() {
+    on_each_store(|name, store| async move {
+        let settings = Settings::default().delivery;
+        let url = "http://127.0.0.1:9/lock";
+        let mut last = None;
+        for n in 0..settings.breaker_threshold {
+            let at_ms = now_ms() + u64::from(n);
+            let event = EndpointEvent::Failed { at_ms };
+            last = Some(
+                store
+                    .note_endpoint("acme", url, event, &settings)
+                    .await
+                    .expect("noted"),
+            );
+        }
+        let noted = last.expect("noted once");
+        assert!(
+            matches!(noted.health.circuit, Circuit::Open { .. }),
+            "{name}: {noted:?}"
+        );
+        let listed = store.endpoints(Some("acme")).await.expect("endpoints");
+        assert_eq!(listed.len(), 1, "{name}");
+        assert_eq!(listed[0].0.url, url, "{name}");
+        assert_eq!(listed[0].1, noted.health, "{name}");
+    })
+    .await;
+}
