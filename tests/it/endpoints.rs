@@ -1,17 +1,16 @@
-//! Retry schedule, endpoint health and bulk recovery (CONTRACT section 10), against a real
-//! `idem serve` and a real receiver on loopback, on either store: retries wait the schedule's
-//! steps from the end of each attempt and then the delivery is dead, a `Retry-After` delays a
-//! retry but never beyond the longest step, and a schedule beside `retry_interval` or
-//! `max_retries` is refused at start. An endpoint (tenant, action URL) opens after
-//! `breaker_threshold` consecutive retryable failures (a 2xx or a 4xx resets the count); while
-//! open nothing is sent to it, not even inline, and its held deliveries use up no attempt; after
-//! `breaker_cooldown` one probe runs (`half_open`), a success drains the backlog within
-//! `max_in_flight_per_endpoint` and a failure opens it again for a new cooldown; the state
-//! survives a restart and shows in `GET /v1/endpoints` and `/metrics`. `POST
-//! /v1/deliveries/redeliver` redelivers what its filters match, answers a retry under its
-//! `Idempotency-Key` with the first answer without redelivering again, and redelivery is
-//! rate-limited per tenant; a delivery's view counts every attempt (`attempts_total`) and logs
-//! the last hundred.
+//! Retry schedule, endpoint health and bulk recovery (docs/REFERENCE.md, from "Callbacks" to
+//! "Deliveries"), against a real `idem serve` and a real receiver on loopback, on either store:
+//! retries wait the schedule's steps from the end of each attempt and then the delivery is dead, a
+//! `Retry-After` delays a retry but never beyond the longest step, and a schedule beside
+//! `retry_interval` or `max_retries` is refused at start. An endpoint (tenant, action URL) opens
+//! after `breaker_threshold` consecutive retryable failures (a 2xx or a 4xx resets the count);
+//! while open nothing is sent to it, not even inline, and its held deliveries use up no attempt;
+//! after `breaker_cooldown` one probe runs (`half_open`), a success drains the backlog within
+//! `max_in_flight_per_endpoint` and a failure opens it again for a new cooldown; the state survives
+//! a restart and shows in `GET /v1/endpoints` and `/metrics`. `POST /v1/deliveries/redeliver`
+//! redelivers what its filters match, answers a retry under its `Idempotency-Key` with the first
+//! answer without redelivering again, and redelivery is rate-limited per tenant; a delivery's view
+//! counts every attempt (`attempts_total`) and logs the last hundred.
 
 use std::cell::Cell;
 use std::process::{Command, Stdio};

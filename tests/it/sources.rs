@@ -1,12 +1,12 @@
-//! Sources (CONTRACT section 12) against a real `idem serve` and a real receiver, on either
-//! store: each of the six kinds takes a delivery signed by its provider's own scheme; the same
-//! delivery sent again, re-serialised and signed anew, and a batch overlapping an earlier one
+//! Sources (docs/REFERENCE.md, "Sources") against a real `idem serve` and a real receiver, on
+//! either store: each of the six kinds takes a delivery signed by its provider's own scheme; the
+//! same delivery sent again, re-serialised and signed anew, and a batch overlapping an earlier one
 //! are deduplicated by the provider's event id (no second decision, no second callback); a wrong
-//! signature, a stale timestamp and a missing header are refused with nothing claimed; unmapped
-//! and subject-less events are counted and acknowledged; Okta's one-time verification answers
-//! its challenge; no event body or subject reaches the store or the callbacks; and a SIGKILL
-//! after the answer, while the callbacks are being made, is followed by a restart that still
-//! delivers each callback, under its one webhook-id.
+//! signature, a stale timestamp and a missing header are refused with nothing claimed; unmapped and
+//! subject-less events are counted and acknowledged; Okta's one-time verification answers its
+//! challenge; no event body or subject reaches the store or the callbacks; and a SIGKILL after the
+//! answer, while the callbacks are being made, is followed by a restart that still delivers each
+//! callback, under its one webhook-id.
 
 use std::time::Duration;
 
