@@ -137,6 +137,12 @@ async fn commit(store: &Arc<dyn Store>, unit: Unit) -> Written {
     store.commit(unit).await.expect("the commit is durable")
 }
 
+/// The current generation of `id`'s claim, which must have one.
+async fn current(store: &Arc<dyn Store>, id: &ClaimId) -> ClaimLog {
+    let log = store.load_claim(id, now_ms()).await.expect("read");
+    log.expect("a claim")
+}
+
 /// Starts `event`'s generation of `id`; its head.
 async fn start(store: &Arc<dyn Store>, id: &ClaimId, event: ClaimEvent) -> LogHead {
     match commit(store, Unit::new().start_claim(id.clone(), vec![event])).await {
@@ -207,11 +213,7 @@ async fn a_stale_writer_is_fenced_and_writes_nothing_of_its_unit() {
             None,
             "{name}: a fenced unit kept its decision"
         );
-        let log = store
-            .load_claim(&key, now_ms())
-            .await
-            .expect("read")
-            .expect("a claim");
+        let log = current(&store, &key).await;
         assert_eq!(log.events.len(), 2, "{name}: one recovery point");
     })
     .await;
@@ -273,11 +275,7 @@ async fn a_start_that_loses_writes_none_of_its_queued_deliveries() {
             .load_decision("acme", &decision(at).id, now_ms())
             .await;
         assert!(kept.expect("read").is_some(), "{name}");
-        let log = store
-            .load_claim(&id(4), now_ms())
-            .await
-            .expect("read")
-            .expect("a claim");
+        let log = current(&store, &id(4)).await;
         assert_eq!(log.events.last(), Some(&ClaimEvent::Completed), "{name}");
     })
     .await;
@@ -321,11 +319,7 @@ async fn completion_is_recorded_on_the_current_generation() {
         store.complete_claim(&head).expect("complete");
         // `completed` is durable with the next commit.
         commit(&store, Unit::new()).await;
-        let log = store
-            .load_claim(&key, now_ms())
-            .await
-            .expect("read")
-            .expect("a claim");
+        let log = current(&store, &key).await;
         assert_eq!(log.events.last(), Some(&ClaimEvent::Completed), "{name}");
     })
     .await;

@@ -22,30 +22,37 @@ pub fn push_lower_hex(text: &mut String, bytes: &[u8]) {
 /// The bytes behind hex `text` of either case; `None` unless it is an even number of hex
 /// digits.
 pub fn decode(text: &str) -> Option<Vec<u8>> {
-    decode_with(text, true)
+    decode_with::<true>(text)
 }
 
 /// The bytes behind lowercase hex `text`, which reads back to exactly `text`; `None` unless it
 /// is an even number of lowercase hex digits.
 pub fn decode_lower(text: &str) -> Option<Vec<u8>> {
-    decode_with(text, false)
+    decode_with::<false>(text)
 }
 
-fn decode_with(text: &str, upper: bool) -> Option<Vec<u8>> {
+fn decode_with<const UPPER: bool>(text: &str) -> Option<Vec<u8>> {
     let digits = text.as_bytes();
     if digits.len() % 2 != 0 {
         return None;
     }
-    let digit = |c: u8| match c {
+    // A loop into a sized vector: ids are packed this way on every claim's path.
+    let mut bytes = Vec::with_capacity(digits.len() / 2);
+    for pair in digits.chunks_exact(2) {
+        bytes.push(digit::<UPPER>(pair[0])? << 4 | digit::<UPPER>(pair[1])?);
+    }
+    Some(bytes)
+}
+
+/// A hex digit's value (an upper-case one only if `UPPER`).
+#[inline(always)]
+fn digit<const UPPER: bool>(c: u8) -> Option<u8> {
+    match c {
         b'0'..=b'9' => Some(c - b'0'),
         b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' if upper => Some(c - b'A' + 10),
+        b'A'..=b'F' if UPPER => Some(c - b'A' + 10),
         _ => None,
-    };
-    digits
-        .chunks_exact(2)
-        .map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?))
-        .collect()
+    }
 }
 
 #[cfg(test)]

@@ -223,7 +223,7 @@ impl ClaimState {
             Effect::Offer { generation, offer } => {
                 let (me, family, ctx) = (myself.clone(), self.family.clone(), ctx.clone());
                 tokio::spawn(async move {
-                    let answer = offer_to_subject(&family, &ctx, offer).await;
+                    let answer = offer_to_subject(&family, &ctx, *offer).await;
                     let _ = me.cast(ClaimMsg::Offered { generation, answer });
                 });
             }

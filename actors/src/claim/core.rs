@@ -435,12 +435,12 @@ impl<P> Core<P> {
                 let offer = self.offer(link, decision, taken_over, None);
                 out.push(Effect::Offer {
                     generation: self.generation,
-                    offer,
+                    offer: Box::new(offer),
                 });
             }
             None => out.push(Effect::RunActions {
                 generation: self.generation,
-                decision,
+                decision: Box::new(decision),
                 taken_over,
             }),
         }
@@ -544,7 +544,10 @@ impl<P> Core<P> {
                 });
                 let wait = Some(cx.settings.idempotency.in_flight_timeout);
                 let offer = self.offer(link, decision, offered.taken_over, wait);
-                out.push(Effect::Offer { generation, offer });
+                out.push(Effect::Offer {
+                    generation,
+                    offer: Box::new(offer),
+                });
                 return;
             }
             // The key's first request fails, and its claim stays in flight for a take-over.

@@ -44,7 +44,7 @@ pub enum Effect<P> {
         /// The generation they run for.
         generation: u64,
         /// The decision.
-        decision: Decision,
+        decision: Box<Decision>,
         /// The run takes over a claim whose holder is gone (which may have written some of
         /// the delivery logs before it died).
         taken_over: bool,
@@ -54,7 +54,7 @@ pub enum Effect<P> {
         /// The generation offering.
         generation: u64,
         /// The offer.
-        offer: Offer,
+        offer: Box<Offer>,
     },
     /// Answer the request waiting on this port.
     Reply(P, Reply),

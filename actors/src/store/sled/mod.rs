@@ -87,12 +87,15 @@ impl SledStore {
         // durable), so a claim write that is refused is found out before they are written.
         let carries = !unit.deliveries.is_empty() || !unit.decisions.is_empty();
         let refused = match &unit.claim {
-            // The append's own write checks the log's end again; what it carries is written
-            // first, so it is asked here too.
-            Some(ClaimWrite::Append(head, _)) if carries && !self.may_append(head)? => {
-                Some(Written::Fenced)
+            // What an append carries is written before it, so its whole rule is asked first;
+            // without cargo, its own write is the check of the log's end.
+            Some(ClaimWrite::Append(head, _)) => {
+                let granted = match carries {
+                    true => self.may_append(head)?,
+                    false => self.is_current(head)?,
+                };
+                (!granted).then_some(Written::Fenced)
             }
-            Some(ClaimWrite::Append(head, _)) if !self.is_current(head)? => Some(Written::Fenced),
             Some(ClaimWrite::Start(id, events)) if !unit.deliveries.is_empty() => {
                 self.refuses_start(id, events)?
             }
