@@ -78,13 +78,21 @@ pub async fn run(
     let addr = listener.local_addr().map_err(ServeError::Http)?;
     let reloader =
         reload_from.map(|path| tokio::spawn(reload_on_sighup(path, live.clone(), config.clone())));
+    // What sources fetch and poll with (JWK Sets, SSF poll endpoints); no redirects followed.
+    let outbound = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| ServeError::Http(std::io::Error::other(e)))?;
     let app = Arc::new(App {
         live,
         limiter: Default::default(),
         redeliveries: Default::default(),
         engine,
         stats: crate::http::stats::Tally::new(idem_schemas::timefmt::now_ms()),
+        sources: crate::source::runtime::Sources::new(outbound.clone()),
     });
+    let pollers = tokio::spawn(http::sources::poll::run(app.clone(), outbound));
     on_listen(addr);
     tracing::info!(%addr, store = ?config.engine.store, "serving");
     // A store that failed for good stops the service as a shutdown signal would: the requests
@@ -108,6 +116,7 @@ pub async fn run(
         stop,
     )
     .await;
+    pollers.abort();
     let halted = app.engine.halted().borrow().clone();
     if let Some(e) = halted {
         tracing::error!(error = %e, "the store failed for good: exiting");

@@ -7,8 +7,8 @@ use utoipa::ToSchema;
 
 use crate::wire::{
     CallbackEnvelope, DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryView,
-    EndpointList, Problem, RedeliverRequest, Redelivered, SignalRequest, SourceReceipt,
-    TenantStats,
+    EndpointList, Problem, RedeliverRequest, Redelivered, SetError, SignalRequest, SourceReceipt,
+    SourceStatus, TenantStats,
 };
 
 /// Every published document: its file name under `schemas/json/` and its schema.
@@ -35,6 +35,8 @@ pub fn documents() -> Vec<(&'static str, Value)> {
         ),
         ("redelivered.schema.json", document::<Redelivered>()),
         ("source-receipt.schema.json", document::<SourceReceipt>()),
+        ("source-status.schema.json", document::<SourceStatus>()),
+        ("set-error.schema.json", document::<SetError>()),
         ("tenant-stats.schema.json", document::<TenantStats>()),
     ]
 }

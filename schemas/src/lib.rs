@@ -21,6 +21,7 @@ pub use stored::{
 pub use wire::{
     ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecidedAction,
     DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryStatus, DeliveryView,
-    EndpointList, EndpointState, EndpointView, OktaVerification, Problem, RedeliverRequest,
-    Redelivered, SignalRequest, SourceReceipt, TenantStats, Verdict,
+    EndpointList, EndpointState, EndpointView, NamedSource, OktaVerification, PollStatus, Problem,
+    RedeliverRequest, Redelivered, SetError, SignalRequest, SourceList, SourceReceipt,
+    SourceStatus, StreamStatus, TenantStats, Verdict, VerificationStatus,
 };

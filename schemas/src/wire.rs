@@ -316,6 +316,98 @@ pub struct SourceReceipt {
     pub refused: u64,
 }
 
+/// RFC 8935 §2.3's error answer to a refused Security Event Token (`400`), also one entry of an
+/// RFC 8936 poll request's `setErrs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetError {
+    /// `invalid_request`, `invalid_key`, `invalid_issuer`, `invalid_audience`,
+    /// `authentication_failed` or `access_denied`.
+    pub err: String,
+    /// What is wrong, in English.
+    pub description: String,
+}
+
+/// `GET /v1/sources/{tenant}/{source}/status`: what became of a source's events on this node
+/// since it started, and for `ssf` what its transmitter last announced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SourceStatus {
+    /// The source's kind.
+    pub kind: String,
+    /// Events claimed.
+    pub accepted: u64,
+    /// Events claimed before (a sender's retry).
+    pub duplicates: u64,
+    /// Events of a type the source does not map, and SSF's own events.
+    pub ignored: u64,
+    /// Events without a usable id or subject, and refused SETs.
+    pub refused: u64,
+    /// When the last event arrived (RFC 3339), if one has.
+    pub last_event_at: Option<String>,
+    /// `ssf`: the last verification event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<VerificationStatus>,
+    /// `ssf`: the last stream-updated event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<StreamStatus>,
+    /// `ssf` with `poll`: the poll client's state on this node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll: Option<PollStatus>,
+}
+
+/// `GET /v1/sources`: the tenant's sources, by name, each with its status on this node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SourceList {
+    /// Every source of the tenant, by name.
+    pub data: Vec<NamedSource>,
+}
+
+/// One source of [`SourceList`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NamedSource {
+    /// Its name: `POST /v1/sources/{tenant}/{name}`.
+    pub name: String,
+    /// Its status.
+    pub status: SourceStatus,
+}
+
+/// An SSF verification event as last received.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VerificationStatus {
+    /// Its `state`, if it carried one.
+    pub state: Option<String>,
+    /// When it arrived (RFC 3339).
+    pub at: String,
+}
+
+/// An SSF stream-updated event as last received.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StreamStatus {
+    /// The stream's status: `enabled`, `paused` or `disabled`.
+    pub status: Option<String>,
+    /// Its `reason`, if it gave one.
+    pub reason: Option<String>,
+    /// When it arrived (RFC 3339).
+    pub at: String,
+}
+
+/// An SSF source's poll client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PollStatus {
+    /// When the last poll was answered (RFC 3339), if one was.
+    pub last_at: Option<String>,
+    /// The last poll's error, if it failed.
+    pub last_error: Option<String>,
+    /// SETs acknowledged.
+    pub acked: u64,
+}
+
 /// The answer to Okta's one-time verification of an event hook.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -1,14 +1,24 @@
 //! `[tenants.<t>.sources.<name>]`: a source's kind, its secrets (any one is accepted, for
-//! rotation) and its `map` from the provider's event types to the tenant's signal types, each of
-//! which must name one of the tenant's playbooks.
+//! rotation), for `ssf` its transmitter (issuer, audience, JWK Set, algorithms, poll endpoint),
+//! and its `map` from the sender's event types to the tenant's signal types, each of which must
+//! name one of the tenant's playbooks.
 
 use idem_actors::playbook::Playbooks;
 use idem_schemas::signature::Secret;
 use serde::Deserialize;
 
-use super::bounded::{invalid, is_name, OneOrMany};
+use std::time::Duration;
+
+use super::bounded::{self, invalid, is_name, OneOrMany};
 use super::ConfigError;
-use crate::source::{Pattern, Route, Source, SourceKind};
+use crate::source::jwks::JwksAt;
+use crate::source::{set, Pattern, Poll, Route, Source, SourceKind, Ssf};
+
+/// An `ssf` source's subject pointer when its `map` entry names none.
+pub const SSF_SUBJECT: &str = "/sub_id";
+
+/// The least time between two fetches of a JWK Set, unless `jwks_refetch` says otherwise.
+const JWKS_REFETCH: Duration = Duration::from_secs(60);
 
 /// `[tenants.<t>.sources.<name>]` as written.
 #[derive(Deserialize)]
@@ -16,8 +26,22 @@ use crate::source::{Pattern, Route, Source, SourceKind};
 pub(super) struct RawSource {
     kind: Option<String>,
     secret: Option<OneOrMany>,
+    issuer: Option<String>,
+    audience: Option<String>,
+    jwks: Option<String>,
+    algorithms: Option<Vec<String>>,
+    jwks_refetch: Option<String>,
+    poll: Option<RawPoll>,
     #[serde(default)]
     map: Vec<RawRoute>,
+}
+
+/// An `ssf` source's `poll` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPoll {
+    url: Option<String>,
+    token: Option<String>,
 }
 
 /// A `map` entry as written.
@@ -42,18 +66,44 @@ pub(super) fn source(
     }
     let kind_text = raw
         .kind
+        .clone()
         .ok_or_else(|| invalid(format!("{key}.kind"), "is required"))?;
     let kind = SourceKind::parse(&kind_text).ok_or_else(|| {
         invalid(
             format!("{key}.kind"),
-            format!("{kind_text:?} is not one of okta, auth0, twilio, stripe, github, standard"),
+            format!(
+                "{kind_text:?} is not one of okta, auth0, twilio, stripe, github, standard, ssf, cloudevents"
+            ),
         )
     })?;
-    let secrets = raw
-        .secret
-        .ok_or_else(|| invalid(format!("{key}.secret"), "is required"))?
-        .into_vec();
-    if secrets.is_empty() || secrets.iter().any(|s| s.is_empty()) {
+    let ssf = match kind {
+        SourceKind::Ssf => Some(ssf(key, &raw)?),
+        _ => {
+            for (name, written) in [
+                ("issuer", raw.issuer.is_some()),
+                ("audience", raw.audience.is_some()),
+                ("jwks", raw.jwks.is_some()),
+                ("algorithms", raw.algorithms.is_some()),
+                ("jwks_refetch", raw.jwks_refetch.is_some()),
+                ("poll", raw.poll.is_some()),
+            ] {
+                if written {
+                    return Err(invalid(
+                        format!("{key}.{name}"),
+                        "is for an ssf source only",
+                    ));
+                }
+            }
+            None
+        }
+    };
+    // An SSF transmitter's SETs are signed: a push credential is optional.
+    let secrets = match (raw.secret, kind) {
+        (Some(secret), _) => secret.into_vec(),
+        (None, SourceKind::Ssf) => Vec::new(),
+        (None, _) => return Err(invalid(format!("{key}.secret"), "is required")),
+    };
+    if (kind != SourceKind::Ssf && secrets.is_empty()) || secrets.iter().any(|s| s.is_empty()) {
         return Err(invalid(
             format!("{key}.secret"),
             "must be a non-empty string or a list of them",
@@ -102,9 +152,11 @@ pub(super) fn source(
                 format!("{signal_type:?} has no playbook in this tenant"),
             ));
         }
-        let subject = r
-            .subject
-            .ok_or_else(|| invalid(format!("{rkey}.subject"), "is required"))?;
+        let subject = match (r.subject, kind) {
+            (Some(subject), _) => subject,
+            (None, SourceKind::Ssf) => SSF_SUBJECT.to_string(),
+            (None, _) => return Err(invalid(format!("{rkey}.subject"), "is required")),
+        };
         if !subject.starts_with('/') {
             return Err(invalid(
                 format!("{rkey}.subject"),
@@ -123,5 +175,72 @@ pub(super) fn source(
         secrets,
         standard_secrets,
         routes,
+        ssf,
+    })
+}
+
+/// An `ssf` source's transmitter settings.
+fn ssf(key: &str, raw: &RawSource) -> Result<Ssf, ConfigError> {
+    let required = |name: &str, value: &Option<String>| {
+        value
+            .clone()
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| invalid(format!("{key}.{name}"), "is required for an ssf source"))
+    };
+    let issuer = required("issuer", &raw.issuer)?;
+    let audience = required("audience", &raw.audience)?;
+    let jwks = JwksAt::parse(&required("jwks", &raw.jwks)?);
+    let algorithms = raw
+        .algorithms
+        .clone()
+        .unwrap_or_else(|| vec!["RS256".to_string(), "ES256".to_string()]);
+    if algorithms.is_empty() {
+        return Err(invalid(
+            format!("{key}.algorithms"),
+            "an empty list; omit it for RS256 and ES256",
+        ));
+    }
+    if let Some(refused) = algorithms.iter().find(|a| set::algorithm(a).is_none()) {
+        return Err(invalid(
+            format!("{key}.algorithms"),
+            format!(
+                "{refused:?} is not allowed: one of RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA (none and HS* never)"
+            ),
+        ));
+    }
+    let jwks_refetch = bounded::duration(
+        &format!("{key}.jwks_refetch"),
+        raw.jwks_refetch.as_deref(),
+        JWKS_REFETCH,
+    )?;
+    if jwks_refetch < Duration::from_secs(1) {
+        return Err(invalid(
+            format!("{key}.jwks_refetch"),
+            "must be at least 1s (an unknown kid must not make idem fetch at will)",
+        ));
+    }
+    let poll = match &raw.poll {
+        None => None,
+        Some(p) => {
+            let url = p
+                .url
+                .clone()
+                .filter(|u| u.starts_with("https://") || u.starts_with("http://"))
+                .ok_or_else(|| invalid(format!("{key}.poll.url"), "must be an http(s) URL"))?;
+            let token = p
+                .token
+                .clone()
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| invalid(format!("{key}.poll.token"), "is required"))?;
+            Some(Poll { url, token })
+        }
+    };
+    Ok(Ssf {
+        issuer,
+        audience,
+        jwks,
+        algorithms,
+        jwks_refetch,
+        poll,
     })
 }

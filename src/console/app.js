@@ -1,7 +1,7 @@
 // idem console: a static, dependency-free front-end for the idem HTTP API.
 //
 // Signs in with a tenant API key (kept in sessionStorage only, sent as a Bearer token to
-// same-origin /v1/... paths), then shows decisions, deliveries and endpoints behind hash
+// same-origin /v1/... paths), then shows decisions, deliveries, endpoints and sources behind hash
 // routes. Every 2 s it refreshes the header figures and the current view's data region.
 // It runs under a strict CSP: the DOM is built with createElement/textContent (never
 // HTML strings), styling is only by classes from app.css, and nothing is evaluated.
@@ -446,7 +446,45 @@ const endpointsView = {
   },
 };
 
-const VIEWS = { decisions: decisionsView, decision: decisionView, deliveries: deliveriesView, endpoints: endpointsView };
+/** What an SSF transmitter last announced, and how polling goes, in a few words. */
+function transmitterCell(st) {
+  const parts = [];
+  if (st.stream) parts.push(el('span', { class: `badge stream stream-${st.stream.status || 'unknown'}`, title: st.stream.reason || '', text: `stream ${st.stream.status || '?'}` }));
+  if (st.verification) parts.push(el('span', { class: 'badge', title: `verified ${st.verification.at}`, text: 'verified' }));
+  if (st.poll) {
+    parts.push(st.poll.last_error
+      ? el('span', { class: 'badge status-failed', title: st.poll.last_error, text: 'poll failing' })
+      : el('span', { class: 'badge status-delivered', text: `polled, ${st.poll.acked.toLocaleString()} acked` }));
+  }
+  return el('td', { class: 'badges' }, ...parts);
+}
+
+const sourcesView = {
+  build() {
+    return [
+      el('div', { class: 'toolbar' }, el('h1', { text: 'Sources' })),
+      el('p', { class: 'hint' }, 'What became of each source\'s events, as this node counted them since it started; senders post to ',
+        code('/v1/sources/<tenant>/<source>'), '.'),
+      dataRegion(),
+    ];
+  },
+  load: async () => (await api('/v1/sources')).data,
+  render(r, rows) {
+    if (!rows.length) return [el('p', { id: 'empty', class: 'empty', text: 'No sources: the tenant has no [tenants.<t>.sources] tables.' })];
+    return [table('sources', ['Source', 'Kind', 'Accepted', 'Duplicates', 'Ignored', 'Refused', 'Last event', 'Transmitter'],
+      rows.map(({ name, status: st }) => el('tr', { 'data-source': name },
+        el('td', { class: 'mono', text: name }),
+        el('td', {}, el('span', { class: 'badge', text: st.kind })),
+        el('td', { class: 'numeric accepted', text: st.accepted.toLocaleString() }),
+        el('td', { class: 'numeric duplicates', text: st.duplicates.toLocaleString() }),
+        el('td', { class: 'numeric ignored', text: st.ignored.toLocaleString() }),
+        el('td', { class: 'numeric refused', text: st.refused.toLocaleString() }),
+        el('td', { class: 'nowrap' }, timeEl(st.last_event_at)),
+        transmitterCell(st))))];
+  },
+};
+
+const VIEWS = { decisions: decisionsView, decision: decisionView, deliveries: deliveriesView, endpoints: endpointsView, sources: sourcesView };
 
 // ---------------------------------------------------------------- routing
 
@@ -460,6 +498,7 @@ function parseRoute() {
     return { view: 'deliveries', status: STATUSES.includes(s) ? s : 'dead' };
   }
   if (path === '/endpoints') return { view: 'endpoints' };
+  if (path === '/sources') return { view: 'sources' };
   const m = path.match(/^\/decisions\/([^/]+)$/);
   if (!m) return null;
   try { return { view: 'decision', id: decodeURIComponent(m[1]) }; } catch { return null; }

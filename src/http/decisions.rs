@@ -1,7 +1,8 @@
 //! The decisions a tenant can look up: `GET /v1/decisions/{id}` (one decision, with each
 //! action's current delivery status) and `GET /v1/decisions?subject=…&type=…&limit=…&after=…`
 //! (a subject's decisions, newest first, a page at a time; without `subject`, the tenant's
-//! newest decisions). The subject is digested for the
+//! newest decisions). `subject_id=` names the subject by an RFC 9493 subject identifier object
+//! (as JSON), in the canonical form sources digest it in. The subject is digested for the
 //! lookup, as it was when the decisions were made; it is never stored. Authenticated by the
 //! tenant's Bearer key; another tenant's decision is indistinguishable from a missing one.
 
@@ -50,14 +51,21 @@ pub async fn list(
 ) -> Result<Response, ApiError> {
     let live = app.live.load_full();
     let tenant = live.api_keys.authenticate(&live.config, &headers)?;
-    query::only(&query, &["subject", "type", "after", "limit"])?;
-    let subject = match query.get("subject") {
-        Some(s) if s.is_empty() => {
+    query::only(&query, &["subject", "subject_id", "type", "after", "limit"])?;
+    let subject = match (query.get("subject"), query.get("subject_id")) {
+        (Some(_), Some(_)) => {
+            return Err(query::invalid(
+                "send subject or subject_id, not both",
+            ))
+        }
+        (Some(s), None) if s.is_empty() => {
             return Err(query::invalid(
                 "subject must not be empty: the identifier the signals were about, or leave it out for the newest decisions",
             ))
         }
-        subject => subject,
+        (Some(s), None) => Some(s.clone()),
+        (None, Some(id)) => Some(subject_id(id)?),
+        (None, None) => None,
     };
     let limit = query::limit(&query, DEFAULT_LIMIT, MAX_LIMIT)?;
     let after = match query.get("after") {
@@ -71,13 +79,7 @@ pub async fn list(
     let signal_type = query.get("type").map(String::as_str);
     let page = app
         .engine
-        .decisions_about(
-            &tenant.name,
-            subject.map(String::as_str),
-            signal_type,
-            after,
-            limit,
-        )
+        .decisions_about(&tenant.name, subject.as_deref(), signal_type, after, limit)
         .await
         .map_err(|e| ApiError::read_failed("the decisions", e))?;
     Ok(Json(DecisionPage {
@@ -85,4 +87,18 @@ pub async fn list(
         next_after: page.next_after,
     })
     .into_response())
+}
+
+/// The subject a `subject_id` names: a subject identifier object, as JSON.
+fn subject_id(text: &str) -> Result<String, ApiError> {
+    let refused = || {
+        query::invalid(
+            "subject_id must be a subject identifier object as JSON (RFC 9493), like {\"format\":\"email\",\"email\":\"a@example.com\"}",
+        )
+    };
+    let value = idem_schemas::canonical::parse(text.as_bytes()).map_err(|_| refused())?;
+    if !value.is_object() {
+        return Err(refused());
+    }
+    crate::source::subject::of(&value).ok_or_else(refused)
 }

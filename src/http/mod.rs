@@ -59,6 +59,8 @@ pub struct App {
     pub engine: Engine,
     /// Each tenant's signals and decisions, as this node counted them.
     pub stats: stats::Tally,
+    /// Each source's keys and status on this node.
+    pub sources: crate::source::runtime::Sources,
 }
 
 /// The router of the whole service.
@@ -80,6 +82,8 @@ pub fn router(app: Arc<App>) -> Router {
             "/v1/sources/{tenant}/{source}",
             post(sources::receive).get(sources::verify_hook),
         )
+        .route("/v1/sources", get(sources::list))
+        .route("/v1/sources/{tenant}/{source}/status", get(sources::status))
         .route("/console", get(console::page))
         .route("/console/{asset}", get(console::asset))
         .route("/healthz", get(healthz))

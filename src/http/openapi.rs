@@ -7,8 +7,9 @@
 use idem_schemas::{
     ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecidedAction,
     DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryStatus, DeliveryView,
-    EndpointList, EndpointState, EndpointView, OktaVerification, Problem, RedeliverRequest,
-    Redelivered, SignalRequest, SourceReceipt, TenantStats, Verdict,
+    EndpointList, EndpointState, EndpointView, NamedSource, OktaVerification, PollStatus, Problem,
+    RedeliverRequest, Redelivered, SetError, SignalRequest, SourceList, SourceReceipt,
+    SourceStatus, StreamStatus, TenantStats, Verdict, VerificationStatus,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ObjectBuilder, Type};
@@ -75,6 +76,7 @@ fn get_decision() {}
     description = "The subject is digested for the lookup, as it was when the signals were decided; it is never stored. Without `subject`, the tenant's newest decisions. Keyless decisions are listed too, for decisions.retention.",
     params(
         ("subject" = Option<String>, Query, min_length = 1, description = "The subject as the signals carried it (phone number, account id); leave it out for all of the tenant's decisions"),
+        ("subject_id" = Option<String>, Query, description = "In place of `subject`: an RFC 9493 subject identifier object as JSON (emails compare lower-cased, members in any order), as SSF sources name subjects"),
         ("type" = Option<String>, Query, description = "Only decisions of this signal type"),
         ("after" = Option<String>, Query, pattern = r"^dec_.+$", description = "The `next_after` of the previous page"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Page size, 1 to 200 (default 50)"),
@@ -217,22 +219,31 @@ fn console_asset() {}
     post,
     path = "/v1/sources/{tenant}/{source}",
     tag = "sources",
-    summary = "A provider's webhook delivery, taken as the provider sends it",
-    description = "No API key: the delivery is authenticated by its source's kind, over the raw bytes, before anything is parsed or stored: `stripe` Stripe-Signature (t=…,v1=…, HMAC-SHA-256 of `t.body`, t within signatures.tolerance); `github` X-Hub-Signature-256; `standard` webhook-id, webhook-timestamp, webhook-signature; `okta` the configured Authorization value; `auth0` Authorization: Bearer <secret>; `twilio` X-Twilio-Signature over the URL, whose bodySHA256 is the body's SHA-256. Each event (a batch for okta, auth0 and twilio) becomes one signal claimed under the provider's event id (okta `uuid`, auth0 `log_id`, twilio the CloudEvent `id`, stripe `id`, github X-GitHub-Delivery, standard webhook-id): a provider's retry is a duplicate, with no second decision or callback. The signal type comes from the source's `map` by event type; an event without a type, or of an unmapped one, is ignored; one without an id, with an id or type over 256 bytes, or without a non-empty string or number at the map's JSON pointer is refused; both are acknowledged. The 200 leaves once every accepted event's claim and decision are durable; the callbacks follow. A source signal's metadata is {source, event_id, event_type}; the body is never stored.",
+    summary = "A sender's delivery, taken as the sender sends it",
+    description = "No API key: the delivery is authenticated by its source's kind, over the raw bytes, before anything is parsed or stored: `stripe` Stripe-Signature (t=…,v1=…, HMAC-SHA-256 of `t.body`, t within signatures.tolerance); `github` X-Hub-Signature-256; `standard` webhook-id, webhook-timestamp, webhook-signature; `okta` the configured Authorization value; `auth0` and `cloudevents` Authorization: Bearer <secret>; `twilio` X-Twilio-Signature over the URL, whose bodySHA256 is the body's SHA-256; `ssf` a Security Event Token (application/secevent+jwt) signed with a key of the transmitter's JWK Set, chosen by kid, with an allowed public-key alg that fits the key (and the configured Authorization value, if any). Each event (a batch for okta, auth0, twilio and batched CloudEvents; each of a SET's events) becomes one signal claimed under the sender's event id (okta `uuid`, auth0 `log_id`, twilio the CloudEvent `id`, stripe `id`, github X-GitHub-Delivery, standard webhook-id, cloudevents its `source` and `id`, ssf the SET's `jti`): a sender's retry is a duplicate, with no second decision or callback. The signal type comes from the source's `map` by event type; an event without a type, or of an unmapped one, is ignored; one without an id, with an id or type over 256 bytes, or without a subject at the map's JSON pointer is refused; both are acknowledged. The 200 leaves once every accepted event's claim and decision are durable; the callbacks follow. An `ssf` source answers RFC 8935's way: 202 with no body once every event of the SET is claimed (for a first SET and a repeated one alike), 400 `{err, description}` for a refused SET, with nothing claimed. A source signal's metadata is {source, event_id, event_type}; the body is never stored.",
     params(
         ("tenant" = String, Path, description = "The tenant"),
         ("source" = String, Path, description = "The source's name under the tenant's `sources`"),
     ),
-    request_body(content = Object, content_type = "application/json", description = "The provider's JSON delivery (auth0 and twilio: an array, or one object alone), at most 1 MiB"),
+    request_body(description = "The sender's delivery: JSON of at most 1 MiB (auth0 and twilio: an array, or one object alone; cloudevents: one structured event, a batch, or binary mode's data with ce-* headers), or for `ssf` a compact JWS of at most 64 KiB", content(
+        (Object = "application/json"),
+        (Object = "application/cloudevents+json"),
+        (Object = "application/cloudevents-batch+json"),
+        (String = "application/secevent+jwt"),
+    )),
     responses(
         (status = 200, body = SourceReceipt),
-        (status = 400, description = "malformed-json or invalid-events: not the provider's delivery shape", body = Problem, content_type = "application/problem+json"),
+        (status = 202, description = "ssf: every event of the SET is claimed, now or before"),
+        (status = 400, description = "malformed-json or invalid-events: not the sender's delivery shape; ssf: RFC 8935's error", content(
+            (Problem = "application/problem+json"),
+            (SetError = "application/json"),
+        )),
         (status = 401, description = "source-unauthenticated or stale-timestamp", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "not-found: no such tenant or source", body = Problem, content_type = "application/problem+json"),
         (status = 408, description = "request-timeout", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "payload-too-large: the body is over 1 MiB", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "payload-too-large: the body is over 1 MiB (ssf: 64 KiB)", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "internal: an event could not be stored; send the delivery again", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "unavailable", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "unavailable: the store, or (ssf) the transmitter's JWK Set; send it again", body = Problem, content_type = "application/problem+json"),
     ),
 )]
 fn post_source() {}
@@ -258,6 +269,37 @@ fn post_source() {}
 )]
 fn get_source() {}
 
+#[utoipa::path(
+    get,
+    path = "/v1/sources/{tenant}/{source}/status",
+    tag = "sources",
+    summary = "What became of a source's events on this node, and what an SSF transmitter last announced",
+    params(
+        ("tenant" = String, Path, description = "The tenant (the caller's own)"),
+        ("source" = String, Path, description = "The source's name"),
+    ),
+    responses(
+        (status = 200, body = SourceStatus),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found: no such source for this tenant", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+fn source_status() {}
+
+#[utoipa::path(
+    get,
+    path = "/v1/sources",
+    tag = "sources",
+    summary = "The tenant's sources, each with its status on this node",
+    responses(
+        (status = 200, body = SourceList),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+fn list_sources() {}
+
 #[utoipa::path(get, path = "/healthz", tag = "operator", responses(
     (status = 200, description = "Serving: the store made a probe durable just now", body = String, content_type = "text/plain"),
     (status = 503, description = "The store cannot write (a failed disk, an unreachable database): the reason", body = Problem, content_type = "application/problem+json"),
@@ -276,14 +318,15 @@ fn openapi() {}
     info(title = "idem", description = "Exactly-once trust decisions for identity webhooks"),
     paths(
         post_signals, get_decision, list_decisions, get_delivery, list_deliveries, redeliver,
-        redeliver_matching, list_endpoints, stats, post_source, get_source, console,
+        redeliver_matching, list_endpoints, stats, post_source, get_source, source_status, list_sources, console,
         console_asset, healthz, metrics, openapi
     ),
     components(schemas(
         SignalRequest, DecisionResponse, ActionResult, ActionStatus, Verdict, Problem,
         CallbackEnvelope, CallbackData, DeliveryView, DeliveryPage, AttemptView, DeliveryStatus,
         DecisionView, DecisionPage, DecidedAction, EndpointList, EndpointView, EndpointState,
-        RedeliverRequest, Redelivered, SourceReceipt, OktaVerification, TenantStats
+        RedeliverRequest, Redelivered, SourceReceipt, OktaVerification, TenantStats, SetError,
+        SourceStatus, VerificationStatus, StreamStatus, PollStatus, SourceList, NamedSource
     )),
     modifiers(&Extras)
 )]

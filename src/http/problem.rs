@@ -227,6 +227,11 @@ impl ApiError {
         self
     }
 
+    /// What it says to fix.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+
     /// The slug of its kind (the end of its `type` URI).
     pub fn slug(&self) -> &'static str {
         self.kind.describe().1

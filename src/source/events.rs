@@ -1,23 +1,127 @@
-//! A delivery's events, where each kind of provider puts them: its id (the claim's key), its
+//! A delivery's events, where each kind of sender puts them: its id (the claim's key), its
 //! type (the route) and the JSON the subject pointer reads. Okta batches in `data.events`, Auth0
 //! and Twilio send a JSON array (or one object); Stripe, GitHub and Standard Webhooks send one
-//! event, GitHub and Standard Webhooks with its id in a header. Nothing here keeps any of the
-//! event.
+//! event, GitHub and Standard Webhooks with its id in a header. CloudEvents come structured (one
+//! event), batched (an array) or binary (the attributes in `ce-*` headers, the body as `data`),
+//! each unique by its `source` and `id`; a SET's events are each of its `events`, unique by the
+//! SET's `jti` (its `iss` is the source's). Nothing here keeps any of the event.
+
+use std::borrow::Cow;
 
 use axum::http::HeaderMap;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
+use super::set::Set;
 use super::SourceKind;
 
 /// One event of a delivery.
 #[derive(Debug)]
 pub struct Event<'v> {
-    /// The provider's event id, if the event has one.
+    /// The sender's event id, if the event has one.
     pub id: Option<String>,
-    /// The provider's event type, if the event has one.
+    /// The sender's event type, if the event has one.
     pub event_type: Option<String>,
     /// What the subject pointer reads.
-    pub body: &'v Value,
+    pub body: Cow<'v, Value>,
+    /// What the event is claimed under when its id alone is not unique at the source (a
+    /// CloudEvent's `source` and `id`, a SET's `jti` and event type); else its id.
+    pub claim: Option<String>,
+}
+
+impl Event<'_> {
+    /// What the event is claimed under, if it has an id.
+    pub fn claim_key(&self) -> Option<&str> {
+        self.claim.as_deref().or(self.id.as_deref())
+    }
+}
+
+/// Two strings as one claim key, unambiguously (the first one's length first).
+fn pair(a: &str, b: &str) -> String {
+    format!("{}:{a}{b}", a.len())
+}
+
+/// The events of a verified SET.
+pub fn of_set(set: &Set) -> Vec<Event<'_>> {
+    set.events()
+        .map(|(uri, _)| Event {
+            id: Some(set.jti.clone()),
+            event_type: Some(uri.clone()),
+            body: Cow::Borrowed(&set.claims),
+            claim: Some(pair(&set.jti, uri)),
+        })
+        .collect()
+}
+
+/// A subject pointer into a SET's claims as written in the config, for its event `uri`: the
+/// event's own member may be named by its URI as it is (`/events/<uri>/subject`), which a JSON
+/// pointer must escape (`/` as `~1`).
+pub fn set_pointer<'p>(pointer: &'p str, uri: &str) -> Cow<'p, str> {
+    match pointer
+        .strip_prefix("/events/")
+        .and_then(|rest| rest.strip_prefix(uri))
+    {
+        Some(after) if after.is_empty() || after.starts_with('/') => Cow::Owned(format!(
+            "/events/{}{after}",
+            uri.replace('~', "~0").replace('/', "~1")
+        )),
+        _ => Cow::Borrowed(pointer),
+    }
+}
+
+/// The media types of the CloudEvents HTTP binding's modes.
+pub const CLOUDEVENTS_STRUCTURED: &str = "application/cloudevents+json";
+/// A batch of CloudEvents.
+pub const CLOUDEVENTS_BATCH: &str = "application/cloudevents-batch+json";
+
+/// A CloudEvent's own attributes as an event.
+fn cloudevent(event: &Value) -> Event<'_> {
+    let id = text(event.get("id"));
+    let source = text(event.get("source"));
+    let claim = match (&id, &source) {
+        (Some(id), Some(source)) => Some(pair(source, id)),
+        _ => None,
+    };
+    Event {
+        // With no `source` the event has no unique id: it is refused as one without an id.
+        id: id.filter(|_| claim.is_some()),
+        event_type: text(event.get("type")),
+        body: Cow::Borrowed(event),
+        claim,
+    }
+}
+
+/// The media type of `headers`' `Content-Type`, lower-cased, without parameters.
+pub fn media_type(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get("content-type")?.to_str().ok()?;
+    Some(
+        value
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase(),
+    )
+}
+
+/// A binary-mode CloudEvent: its attributes from the `ce-*` headers, `data` the body.
+fn binary(headers: &HeaderMap, data: &Value) -> Result<Value, ShapeError> {
+    let mut event = Map::new();
+    for (name, value) in headers {
+        if let Some(attribute) = name.as_str().strip_prefix("ce-") {
+            let value = value.to_str().map_err(|_| {
+                ShapeError(format!("the ce-{attribute} header is not visible ASCII"))
+            })?;
+            event.insert(attribute.to_string(), Value::from(value));
+        }
+    }
+    if !event.contains_key("specversion") {
+        return Err(ShapeError(
+            "a CloudEvent: application/cloudevents+json, application/cloudevents-batch+json, or ce-* headers (binary mode)"
+                .into(),
+        ));
+    }
+    event.insert("data".into(), data.clone());
+    Ok(Value::Object(event))
 }
 
 /// Why a delivery has no events to read.
@@ -60,7 +164,8 @@ pub fn read<'v>(
         Ok(vec![Event {
             id,
             event_type: text(body.get("type")),
-            body,
+            body: Cow::Borrowed(body),
+            claim: None,
         }])
     };
     match kind {
@@ -74,7 +179,8 @@ pub fn read<'v>(
                 .map(|e| Event {
                     id: text(e.get("uuid")),
                     event_type: text(e.get("eventType")),
-                    body: e,
+                    body: Cow::Borrowed(e),
+                    claim: None,
                 })
                 .collect())
         }
@@ -83,7 +189,8 @@ pub fn read<'v>(
             .map(|e| Event {
                 id: text(e.get("log_id")),
                 event_type: text(e.pointer("/data/type")),
-                body: e,
+                body: Cow::Borrowed(e),
+                claim: None,
             })
             .collect()),
         SourceKind::Twilio => Ok(batch(body, "CloudEvents")?
@@ -91,7 +198,8 @@ pub fn read<'v>(
             .map(|e| Event {
                 id: text(e.get("id")),
                 event_type: text(e.get("type")),
-                body: e,
+                body: Cow::Borrowed(e),
+                claim: None,
             })
             .collect()),
         SourceKind::Stripe => one(text(body.get("id"))),
@@ -103,19 +211,48 @@ pub fn read<'v>(
             Ok(vec![Event {
                 id: header(headers, "x-github-delivery"),
                 event_type: header(headers, "x-github-event"),
-                body,
+                body: Cow::Borrowed(body),
+                claim: None,
             }])
         }
+        SourceKind::Cloudevents => match media_type(headers).as_deref() {
+            Some(CLOUDEVENTS_STRUCTURED) => {
+                if !body.is_object() {
+                    return Err(ShapeError(
+                        "a structured CloudEvent is a JSON object".into(),
+                    ));
+                }
+                Ok(vec![cloudevent(body)])
+            }
+            Some(CLOUDEVENTS_BATCH) => match body {
+                Value::Array(events) if events.iter().all(Value::is_object) => {
+                    Ok(events.iter().map(cloudevent).collect())
+                }
+                _ => Err(ShapeError(
+                    "a batch of CloudEvents is a JSON array of objects".into(),
+                )),
+            },
+            _ => {
+                let event = binary(headers, body)?;
+                let mut read = cloudevent(&event);
+                Ok(vec![Event {
+                    id: read.id.take(),
+                    event_type: read.event_type.take(),
+                    claim: read.claim.take(),
+                    body: Cow::Owned(event),
+                }])
+            }
+        },
+        SourceKind::Ssf => Err(ShapeError(
+            "an ssf source takes a Security Event Token (application/secevent+jwt)".into(),
+        )),
     }
 }
 
-/// The subject `pointer` finds in `event`: a non-empty string, or a number as written.
+/// The subject `pointer` finds in `event`: a non-empty string or a number as written, or a
+/// subject identifier object in its canonical form (see `source::subject`).
 pub fn subject(event: &Value, pointer: &str) -> Option<String> {
-    match event.pointer(pointer)? {
-        Value::String(s) if !s.is_empty() => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
+    super::subject::of(event.pointer(pointer)?)
 }
 
 #[cfg(test)]
@@ -141,7 +278,7 @@ mod tests {
         assert_eq!(events[0].id.as_deref(), Some("u1"));
         assert_eq!(events[0].event_type.as_deref(), Some("user.session.start"));
         assert_eq!(
-            subject(events[0].body, "/target/0/alternateId").as_deref(),
+            subject(&events[0].body, "/target/0/alternateId").as_deref(),
             Some("a@x")
         );
         assert_eq!(events[1].id, None);
@@ -157,7 +294,7 @@ mod tests {
         let events = read(SourceKind::Github, &headers, &body).expect("events");
         assert_eq!(events[0].id.as_deref(), Some("d-1"));
         assert_eq!(events[0].event_type.as_deref(), Some("push"));
-        assert_eq!(subject(events[0].body, "/sender/id").as_deref(), Some("7"));
+        assert_eq!(subject(&events[0].body, "/sender/id").as_deref(), Some("7"));
     }
 
     #[test]
@@ -169,5 +306,91 @@ mod tests {
         assert_eq!(subject(&e, "/missing"), None);
         assert_eq!(subject(&e, "/c/d").as_deref(), Some("1"));
         assert_eq!(subject(&e, "/e").as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn a_set_pointer_may_name_its_event_by_its_uri_as_it_is() {
+        let uri = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
+        let claims = json(&format!(
+            r#"{{"events":{{"{uri}":{{"subject":{{"format":"opaque","id":"s1"}}}}}}}}"#
+        ));
+        let written = format!("/events/{uri}/subject");
+        let pointer = set_pointer(&written, uri);
+        assert_eq!(
+            pointer,
+            "/events/https:~1~1schemas.openid.net~1secevent~1caep~1event-type~1session-revoked/subject"
+        );
+        assert!(subject(&claims, &pointer).is_some());
+        assert_eq!(set_pointer("/sub_id", uri), "/sub_id");
+        assert_eq!(
+            set_pointer(&pointer, uri),
+            pointer,
+            "an escaped pointer stays"
+        );
+        assert_eq!(
+            set_pointer(&format!("/events/{uri}x/subject"), uri),
+            format!("/events/{uri}x/subject")
+        );
+    }
+
+    #[test]
+    fn cloudevents_come_structured_batched_or_binary_and_are_unique_by_source_and_id() {
+        let with = |pairs: &[(&'static str, &str)]| {
+            let mut h = HeaderMap::new();
+            for (n, v) in pairs {
+                h.insert(*n, v.parse().expect("value"));
+            }
+            h
+        };
+        let event = r#"{"specversion":"1.0","id":"e1","source":"//op/a","type":"t.swapped","data":{"phoneNumber":"+3460"}}"#;
+        let one = json(event);
+        let structured = with(&[(
+            "content-type",
+            "application/cloudevents+json; charset=utf-8",
+        )]);
+        let read1 = read(SourceKind::Cloudevents, &structured, &one).expect("structured");
+        assert_eq!(read1.len(), 1);
+        assert_eq!(read1[0].id.as_deref(), Some("e1"));
+        assert_eq!(read1[0].claim_key(), Some("6://op/ae1"));
+        assert_eq!(
+            subject(&read1[0].body, "/data/phoneNumber").as_deref(),
+            Some("+3460")
+        );
+
+        let batch = json(&format!("[{event},{}]", event.replace("//op/a", "//op/b")));
+        let batched = with(&[("content-type", "application/cloudevents-batch+json")]);
+        let read2 = read(SourceKind::Cloudevents, &batched, &batch).expect("batch");
+        assert_eq!(read2.len(), 2);
+        assert_ne!(
+            read2[0].claim_key(),
+            read2[1].claim_key(),
+            "same id, other source"
+        );
+
+        let binary = with(&[
+            ("content-type", "application/json"),
+            ("ce-specversion", "1.0"),
+            ("ce-id", "e1"),
+            ("ce-source", "//op/a"),
+            ("ce-type", "t.swapped"),
+        ]);
+        let data = json(r#"{"phoneNumber":"+3460"}"#);
+        let read3 = read(SourceKind::Cloudevents, &binary, &data).expect("binary");
+        assert_eq!(
+            read3[0].claim_key(),
+            read1[0].claim_key(),
+            "one event in two modes"
+        );
+        assert_eq!(read3[0].event_type.as_deref(), Some("t.swapped"));
+        assert_eq!(
+            subject(&read3[0].body, "/data/phoneNumber").as_deref(),
+            Some("+3460")
+        );
+
+        let plain = with(&[("content-type", "application/json")]);
+        assert!(read(SourceKind::Cloudevents, &plain, &data).is_err());
+        let no_source = json(r#"{"specversion":"1.0","id":"e1","type":"t"}"#);
+        let read4 = read(SourceKind::Cloudevents, &structured, &no_source).expect("read");
+        assert_eq!(read4[0].claim_key(), None, "no source: no unique id");
     }
 }

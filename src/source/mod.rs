@@ -1,14 +1,22 @@
-//! Sources: identity providers' own webhooks, taken as they send them. A tenant names each
-//! sender under `[tenants.<t>.sources.<name>]` with its `kind` (okta, auth0, twilio, stripe,
-//! github, standard), the secret it authenticates with and a `map` from the provider's event
-//! types to the tenant's signal types. A delivery is authenticated by the provider's own scheme
-//! over its raw bytes (`verify`), split into its events (`events`), and each mapped event becomes
-//! one signal claimed under the provider's event id, so a provider's retry is a replay. This
-//! module holds a configured source (read by `config::sources`) and picks the route of an
-//! event type.
+//! Sources: identity providers' own webhooks and the identity field's own standards, taken as
+//! they are sent. A tenant names each sender under `[tenants.<t>.sources.<name>]` with its `kind`
+//! (okta, auth0, twilio, stripe, github, standard, ssf, cloudevents), the secret it authenticates
+//! with and a `map` from the sender's event types to the tenant's signal types. A delivery is
+//! authenticated by the sender's own scheme over its raw bytes (`verify`; a Security Event
+//! Token's signature by `set` with keys from `jwks`), split into its events (`events`), and each
+//! mapped event becomes one signal claimed under the sender's event id, so a retry is a replay;
+//! its subject is read by `subject`. `runtime` keeps what a source holds while idem runs (its
+//! keys, its status). This module holds a configured source
+//! (read by `config::sources`) and picks the route of an event type.
 
 pub mod events;
+pub mod jwks;
+pub mod runtime;
+pub mod set;
+pub mod subject;
 pub mod verify;
+
+use std::time::Duration;
 
 use idem_schemas::signature::Secret;
 
@@ -36,17 +44,23 @@ pub enum SourceKind {
     Github,
     /// Any Standard Webhooks sender: `webhook-id`, `webhook-timestamp`, `webhook-signature`.
     Standard,
+    /// An OpenID Shared Signals transmitter: signed SETs, pushed (RFC 8935) or polled (RFC 8936).
+    Ssf,
+    /// CloudEvents 1.0 over HTTP (CAMARA's notifications): `Authorization: Bearer <secret>`.
+    Cloudevents,
 }
 
 impl SourceKind {
     /// Every kind, in the order the docs list them.
-    pub const ALL: [SourceKind; 6] = [
+    pub const ALL: [SourceKind; 8] = [
         SourceKind::Okta,
         SourceKind::Auth0,
         SourceKind::Twilio,
         SourceKind::Stripe,
         SourceKind::Github,
         SourceKind::Standard,
+        SourceKind::Ssf,
+        SourceKind::Cloudevents,
     ];
 
     /// The name used in the config and the metrics.
@@ -58,6 +72,8 @@ impl SourceKind {
             SourceKind::Stripe => "stripe",
             SourceKind::Github => "github",
             SourceKind::Standard => "standard",
+            SourceKind::Ssf => "ssf",
+            SourceKind::Cloudevents => "cloudevents",
         }
     }
 
@@ -74,12 +90,62 @@ pub struct Source {
     pub name: String,
     /// What sends to it.
     pub kind: SourceKind,
-    /// What the provider authenticates with; any one of them is accepted (rotation).
+    /// What the provider authenticates with; any one of them is accepted (rotation). Empty for
+    /// an `ssf` source that pushes with no `Authorization` (its SETs are signed).
     pub secrets: Vec<String>,
     /// For `standard`, the same secrets decoded.
     pub standard_secrets: Vec<Secret>,
     /// Event types to signals, in the file's order.
     pub routes: Vec<Route>,
+    /// For `ssf`, its transmitter.
+    pub ssf: Option<Ssf>,
+}
+
+/// An `ssf` source's transmitter: what its SETs are checked against, and where it is polled.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Ssf {
+    /// The SETs' `iss`.
+    pub issuer: String,
+    /// What must be among their `aud`.
+    pub audience: String,
+    /// Its JWK Set.
+    pub jwks: jwks::JwksAt,
+    /// The algorithms allowed (public-key ones only).
+    pub algorithms: Vec<String>,
+    /// The least time between two fetches of the JWK Set.
+    pub jwks_refetch: Duration,
+    /// Where idem polls it (RFC 8936), if it does.
+    pub poll: Option<Poll>,
+}
+
+/// An SSF poll endpoint. Its `Debug` leaves the token out.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Poll {
+    /// The endpoint.
+    pub url: String,
+    /// The Bearer token sent to it.
+    pub token: String,
+}
+
+impl std::fmt::Debug for Poll {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Poll")
+            .field("url", &self.url)
+            .field("token", &"..")
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Ssf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ssf")
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .field("jwks", &self.jwks)
+            .field("algorithms", &self.algorithms)
+            .field("poll", &self.poll.as_ref().map(|p| &p.url))
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for Source {
@@ -89,6 +155,7 @@ impl std::fmt::Debug for Source {
             .field("kind", &self.kind)
             .field("secrets", &"..")
             .field("routes", &self.routes)
+            .field("ssf", &self.ssf)
             .finish()
     }
 }
@@ -144,6 +211,7 @@ mod tests {
             kind: SourceKind::Okta,
             secrets: vec!["x".into()],
             standard_secrets: Vec::new(),
+            ssf: None,
             routes: events
                 .iter()
                 .map(|e| Route {

@@ -7,7 +7,9 @@
 //! - `github`: `X-Hub-Signature-256: sha256=<hex>`, HMAC-SHA-256 of the body.
 //! - `standard`: Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
 //! - `okta`: the `Authorization` header equals the configured value.
-//! - `auth0`: `Authorization: Bearer <secret>`.
+//! - `auth0`, `cloudevents`: `Authorization: Bearer <secret>`.
+//! - `ssf`: the configured `Authorization` value, if one is configured (the SET itself is
+//!   signed, and its signature is checked by `set`).
 //! - `twilio`: `X-Twilio-Signature`, base64 HMAC-SHA-1 under the auth token of the full URL
 //!   Twilio posted to, whose `bodySHA256` query parameter is the hex SHA-256 of the body.
 
@@ -88,7 +90,7 @@ pub fn check(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
             let value = header(headers, "authorization")?;
             one_of(source, value)
         }
-        SourceKind::Auth0 => {
+        SourceKind::Auth0 | SourceKind::Cloudevents => {
             let value = header(headers, "authorization")?;
             let token = value
                 .split_once(' ')
@@ -99,6 +101,10 @@ pub fn check(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
                 ))?;
             one_of(source, token)
         }
+        // A SET's signature is checked by `set`; the push's `Authorization`, when configured, is
+        // the value the transmitter was given.
+        SourceKind::Ssf if source.secrets.is_empty() => Ok(()),
+        SourceKind::Ssf => one_of(source, header(headers, "authorization")?),
         SourceKind::Github => {
             let value = header(headers, "x-hub-signature-256")?;
             let tag = value
@@ -269,6 +275,7 @@ mod tests {
                     .collect(),
                 _ => Vec::new(),
             },
+            ssf: None,
             routes: Vec::new(),
         }
     }

@@ -5,7 +5,7 @@
 //! receiver stopped, a signal's callback goes queued and then dead; with it started again, the
 //! redeliver button on one and "redeliver all dead" for the other deliver each once, and the
 //! decision's timeline shows the failed attempts and the 2xx; the endpoint shows its failures;
-//! sign-out forgets the key. The page loads nothing from another origin and breaks no rule of
+//! the sources view counts the source's event; sign-out forgets the key. The page loads nothing from another origin and breaks no rule of
 //! its Content-Security-Policy. With `IDEM_CONSOLE_SCREENSHOTS=<dir>` the test also saves
 //! screenshots of the main views there (`scripts/screenshots` refreshes those in `docs/`).
 
@@ -256,6 +256,23 @@ async fn an_engineer_follows_a_dead_callback_to_its_redelivery_in_the_console() 
     let state = browser.text(&format!("{endpoint} .state")).await;
     assert_eq!(state.as_deref(), Some("closed"), "under the threshold");
     shot(&browser, "endpoints").await;
+    // The sources view: the Okta event counted as accepted.
+    let sources = browser
+        .find("#nav a[href=\"#/sources\"]")
+        .await
+        .expect("sources link");
+    browser.click(&sources).await;
+    browser
+        .wait_text(
+            "#sources tr[data-source=okta_prod] .accepted",
+            "the okta event accepted",
+            |t| t == "1",
+        )
+        .await;
+    let kind = browser
+        .text("#sources tr[data-source=okta_prod] td:nth-child(2)")
+        .await;
+    assert_eq!(kind.as_deref(), Some("okta"));
 
     // The receiver is back: one delivery redelivered from its row, the other by "redeliver all
     // dead"; each is delivered once, under its own webhook-id.

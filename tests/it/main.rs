@@ -10,6 +10,7 @@
 mod support;
 
 mod cli;
+mod cloudevents;
 mod console;
 mod decisions;
 mod deliveries;
@@ -30,4 +31,5 @@ mod receive;
 mod refusals;
 mod reload;
 mod sources;
+mod ssf;
 mod waiting;

@@ -54,7 +54,9 @@ async fn openapi_covers_every_endpoint_and_agrees_with_the_schema_files() {
             "/v1/deliveries/{id}/redeliver",
             "/v1/endpoints",
             "/v1/signals",
+            "/v1/sources",
             "/v1/sources/{tenant}/{source}",
+            "/v1/sources/{tenant}/{source}/status",
             "/v1/stats"
         ]
     );

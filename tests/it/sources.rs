@@ -248,14 +248,6 @@ fn standard_at(id: &str, user: &str, ts: i64) -> Delivery {
     }
 }
 
-/// The receipt of an answered delivery: (accepted, duplicates, ignored, refused).
-fn receipt(r: &Resp) -> (u64, u64, u64, u64) {
-    assert_eq!(r.status, 200, "{}", text(r));
-    let b = r.json();
-    let n = |k: &str| b[k].as_u64().unwrap_or_else(|| panic!("no {k}: {b}"));
-    (n("accepted"), n("duplicates"), n("ignored"), n("refused"))
-}
-
 /// The decisions about `subject` of signal type `signal_type`, newest first.
 async fn decisions(client: &Client, subject: &str, signal_type: &str) -> Vec<Value> {
     let r = client
@@ -267,24 +259,6 @@ async fn decisions(client: &Client, subject: &str, signal_type: &str) -> Vec<Val
         .await;
     assert_eq!(r.status, 200, "{}", text(&r));
     r.json()["data"].as_array().cloned().unwrap_or_default()
-}
-
-/// How long a negative check watches for a callback that must not come: several retry steps.
-/// It polls, so it fails as soon as one comes.
-const LATE: Duration = Duration::from_millis(600);
-
-/// Waits until `path` has seen `n` callbacks, then watches [`LATE`] for more: exactly `n`.
-async fn exactly(receiver: &Receiver, path: &str, n: usize) -> Vec<Received> {
-    let seen = eventually(
-        Duration::from_secs(15),
-        || async { receiver.seen_on(path) },
-        |s| s.len() >= n,
-    )
-    .await;
-    assert_eq!(seen.len(), n, "{path}: {seen:?}");
-    let seen = eventually(LATE, || async { receiver.seen_on(path) }, |s| s.len() > n).await;
-    assert_eq!(seen.len(), n, "{path}: more callbacks than events");
-    seen
 }
 
 fn metadata(callback: &Received) -> Value {

@@ -1,8 +1,13 @@
 //! Assertions on idem's answers and on what its store holds, each saying in its message what
 //! was expected and showing the whole response: a first processing, a replay of a first
-//! answer, a problem of a given type, a subject never held in clear.
+//! answer, a problem of a given type, a subject never held in clear, a source's receipt, exactly
+//! so many callbacks.
+
+use std::time::Duration;
 
 use crate::support::client::Resp;
+use crate::support::receiver::{Received, Receiver};
+use crate::support::wait::eventually;
 
 /// A response's status, headers and body, for assertion messages.
 pub fn text(r: &Resp) -> String {
@@ -78,4 +83,30 @@ pub fn assert_subject_not_held(held: &[(String, Vec<u8>)], subject: &str) {
 /// True when `needle` occurs in `haystack`.
 pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The receipt of an answered delivery: (accepted, duplicates, ignored, refused).
+pub fn receipt(r: &Resp) -> (u64, u64, u64, u64) {
+    assert_eq!(r.status, 200, "{}", text(r));
+    let b = r.json();
+    let n = |k: &str| b[k].as_u64().unwrap_or_else(|| panic!("no {k}: {b}"));
+    (n("accepted"), n("duplicates"), n("ignored"), n("refused"))
+}
+
+/// How long a negative check watches for a callback that must not come: several retry steps.
+/// It polls, so it fails as soon as one comes.
+pub const LATE: Duration = Duration::from_millis(600);
+
+/// Waits until `path` has seen `n` callbacks, then watches [`LATE`] for more: exactly `n`.
+pub async fn exactly(receiver: &Receiver, path: &str, n: usize) -> Vec<Received> {
+    let seen = eventually(
+        Duration::from_secs(15),
+        || async { receiver.seen_on(path) },
+        |s| s.len() >= n,
+    )
+    .await;
+    assert_eq!(seen.len(), n, "{path}: {seen:?}");
+    let seen = eventually(LATE, || async { receiver.seen_on(path) }, |s| s.len() > n).await;
+    assert_eq!(seen.len(), n, "{path}: more callbacks than events");
+    seen
 }

@@ -20,7 +20,7 @@ pub struct Harness {
     idempotency: String,
     delivery: String,
     decisions: String,
-    tenants: fn(&Receiver) -> String,
+    tenants: Box<dyn Fn(&Receiver) -> String>,
     answers: Vec<(&'static str, Answer)>,
 }
 
@@ -31,7 +31,7 @@ impl Harness {
             idempotency: String::new(),
             delivery: String::new(),
             decisions: String::new(),
-            tenants: test_tenants,
+            tenants: Box::new(test_tenants),
             answers: Vec::new(),
         }
     }
@@ -56,8 +56,8 @@ impl Harness {
 
     /// The `[tenants.*]` sections, made from the receiver (for their actions' URLs), in place
     /// of the test tenants.
-    pub fn tenants(mut self, tenants: fn(&Receiver) -> String) -> Harness {
-        self.tenants = tenants;
+    pub fn tenants(mut self, tenants: impl Fn(&Receiver) -> String + 'static) -> Harness {
+        self.tenants = Box::new(tenants);
         self
     }
 

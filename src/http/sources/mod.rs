@@ -6,7 +6,13 @@
 //! accepted one's claim and decision are on disk. Callbacks are queued in the same write and
 //! made by the retry worker after the answer: providers time out in seconds. An event's claim
 //! lasts at least [`idem_actors::signal::EVENT_CLAIM_MIN`], the longest a provider retries.
-//! Also `GET`, Okta's one-time verification of an event hook.
+//! An `ssf` source's SETs are taken by `ssf` (pushed here, or polled by `poll`); `take` carries
+//! one event into the engine for every kind. Also `GET`, Okta's one-time verification of an
+//! event hook, and `GET …/status`, what became of a source's events on this node.
+
+pub mod poll;
+pub mod ssf;
+pub mod take;
 
 use std::sync::Arc;
 
@@ -15,44 +21,20 @@ use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use idem_actors::{By, Outcome, RegistryError, Routed, SignalError};
 use idem_schemas::canonical;
 use idem_schemas::timefmt::now_ms;
-use idem_schemas::{OktaVerification, SignalRequest, SourceReceipt};
-use serde_json::{Map, Value};
+use idem_schemas::{NamedSource, OktaVerification, SourceList, SourceReceipt};
 
 use crate::config::Tenant;
-use crate::http::ingest::{decided, read_body};
+use crate::http::ingest::read_body;
 use crate::http::metrics::{SOURCE_DELIVERIES, SOURCE_EVENTS};
 use crate::http::problem::{ApiError, Kind};
 use crate::http::{App, Live};
-use crate::source::events::{self, Event};
+use crate::source::events;
+use crate::source::runtime::SourceState;
 use crate::source::verify::{self, Refused};
-use crate::source::{Source, SourceKind, MAX_EVENT_ID, MAX_EVENT_TYPE, MAX_SOURCE_BODY};
-
-/// What became of one event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Taken {
-    /// Claimed now: its decision is made, its callbacks follow.
-    Accepted,
-    /// Claimed before (a provider's retry).
-    Duplicate,
-    /// Its type matches no `map` entry.
-    Ignored,
-    /// No usable event id, a type over the limit, or no subject where the map says.
-    Refused,
-}
-
-impl Taken {
-    fn as_str(self) -> &'static str {
-        match self {
-            Taken::Accepted => "accepted",
-            Taken::Duplicate => "duplicate",
-            Taken::Ignored => "ignored",
-            Taken::Refused => "refused",
-        }
-    }
-}
+use crate::source::{Source, SourceKind, MAX_SOURCE_BODY};
+use take::{Ready, Taken};
 
 /// The tenant and source a path names, or 404.
 fn find(
@@ -85,8 +67,12 @@ pub async fn receive(
         Err(problem) => return problem.into_response(),
     };
     let kind = source.kind.as_str();
+    let state = app.sources.of(&tenant.name, source);
     let (parts, body) = request.into_parts();
-    match handle(&app, &live, tenant, source, &parts, body).await {
+    if source.kind == SourceKind::Ssf {
+        return ssf::push(&app, &live, tenant, source, &state, &parts, body).await;
+    }
+    match handle(&app, &live, tenant, source, &state, &parts, body).await {
         Ok(receipt) => {
             SOURCE_DELIVERIES.with_label_values(&[kind, "ok"]).inc();
             Json(receipt).into_response()
@@ -105,6 +91,7 @@ async fn handle(
     live: &Arc<Live>,
     tenant: &Tenant,
     source: &Source,
+    state: &SourceState,
     parts: &axum::http::request::Parts,
     body: axum::body::Body,
 ) -> Result<SourceReceipt, ApiError> {
@@ -137,9 +124,14 @@ async fn handle(
         )
     })?;
     // Every event at once: their claims share the store's group commits.
-    let outcomes =
-        futures::future::join_all(events.iter().map(|event| take(app, tenant, source, event)))
-            .await;
+    let outcomes = futures::future::join_all(events.iter().map(|event| async move {
+        match take::prepare(tenant, source, event) {
+            Ready::Ignored => Ok(Taken::Ignored),
+            Ready::Refused(_) => Ok(Taken::Refused),
+            Ready::Claim(prepared) => take::claim(app, tenant, source, prepared).await,
+        }
+    }))
+    .await;
     let mut receipt = SourceReceipt {
         accepted: 0,
         duplicates: 0,
@@ -155,6 +147,9 @@ async fn handle(
         SOURCE_EVENTS
             .with_label_values(&[source.kind.as_str(), label])
             .inc();
+        if let Ok(taken) = &outcome {
+            state.count(*taken);
+        }
         match outcome {
             Ok(Taken::Accepted) => receipt.accepted += 1,
             Ok(Taken::Duplicate) => receipt.duplicates += 1,
@@ -171,94 +166,6 @@ async fn handle(
         Some(problem) => Err(problem),
         None => Ok(receipt),
     }
-}
-
-/// Routes, checks and claims one event.
-async fn take(
-    app: &App,
-    tenant: &Tenant,
-    source: &Source,
-    event: &Event<'_>,
-) -> Result<Taken, ApiError> {
-    let Some(route) = event.event_type.as_deref().and_then(|t| source.route(t)) else {
-        return Ok(Taken::Ignored);
-    };
-    let event_type = event.event_type.clone().unwrap_or_default();
-    if event_type.len() > MAX_EVENT_TYPE {
-        tracing::warn!(tenant = %tenant.name, source = %source.name, "event refused: its type is over {MAX_EVENT_TYPE} bytes");
-        return Ok(Taken::Refused);
-    }
-    let Some(event_id) = event
-        .id
-        .clone()
-        .filter(|id| !id.is_empty() && id.len() <= MAX_EVENT_ID)
-    else {
-        tracing::warn!(tenant = %tenant.name, source = %source.name, event_type, "event refused: no event id (1 to {MAX_EVENT_ID} bytes)");
-        return Ok(Taken::Refused);
-    };
-    let Some(subject) = events::subject(event.body, &route.subject) else {
-        tracing::warn!(tenant = %tenant.name, source = %source.name, event_id, event_type, pointer = %route.subject, "event refused: no subject at the map's pointer");
-        return Ok(Taken::Refused);
-    };
-    // The metadata is the event's name and nothing of its body, which carries personal data.
-    let mut metadata = Map::new();
-    metadata.insert("source".into(), Value::from(source.name.clone()));
-    metadata.insert("event_id".into(), Value::from(event_id.clone()));
-    metadata.insert("event_type".into(), Value::from(event_type));
-    let routed = Routed {
-        tenant: &tenant.name,
-        playbooks: &tenant.playbooks,
-        signal: SignalRequest {
-            signal_type: route.signal_type.clone(),
-            subject,
-            occurred_at: None,
-            metadata: Some(metadata),
-        },
-        by: By::Event {
-            source: &source.name,
-            id: &event_id,
-        },
-    };
-    let outcome = app.engine.signal(routed).await;
-    if !matches!(outcome, Err(SignalError::NoPlaybook(_))) {
-        app.stats.signal(&tenant.name);
-    }
-    match outcome {
-        Ok(Outcome::Decided { verdict, .. }) => {
-            decided(app, &tenant.name, verdict);
-            Ok(Taken::Accepted)
-        }
-        // Claimed now, and its subject had a decision within the playbook's window: that one
-        // answers for it, and no callback is made again.
-        Ok(Outcome::Deduplicated { .. }) => Ok(Taken::Accepted),
-        Ok(Outcome::Replayed { .. }) => Ok(Taken::Duplicate),
-        // Another delivery of the event is still being claimed after the wait: not known to be
-        // durable, so the provider is asked to send it again (then it is a duplicate).
-        Ok(Outcome::InFlight) => Err(ApiError::new(
-            Kind::Unavailable,
-            "another delivery of an event is being taken right now; send the delivery again",
-        )),
-        Ok(Outcome::Mismatch) => Err(ApiError::new(
-            Kind::Internal,
-            "an event's claim holds another payload",
-        )),
-        Err(SignalError::Actors(RegistryError::Overloaded | RegistryError::Unavailable)) => {
-            Err(ApiError::new(
-                Kind::Unavailable,
-                "too busy to take the delivery now; send it again",
-            ))
-        }
-        Err(e) => Err(not_stored(tenant, source, &e)),
-    }
-}
-
-/// A `500` for an event whose claim failed with `e`, which is logged, not shown.
-fn not_stored(tenant: &Tenant, source: &Source, e: &dyn std::fmt::Display) -> ApiError {
-    tracing::error!(tenant = %tenant.name, source = %source.name, error = %e, "a source event's claim failed");
-    ApiError::new(
-        Kind::Internal,
-        "an event could not be stored; send the delivery again",
-    )
 }
 
 /// `GET`: Okta's one-time verification of an event hook, with the configured authorization.
@@ -302,6 +209,52 @@ pub async fn verify_hook(
     });
     match answer {
         Ok(verification) => Json(verification).into_response(),
+        Err(problem) => problem.into_response(),
+    }
+}
+
+/// `GET /v1/sources/{tenant}/{source}/status`, with the tenant's Bearer key: what became of the
+/// source's events on this node since it started, and what an SSF transmitter last announced.
+/// Another tenant's source is indistinguishable from a missing one.
+pub async fn status(
+    State(app): State<Arc<App>>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let live = app.live.load_full();
+    let answer = live
+        .api_keys
+        .authenticate(&live.config, &headers)
+        .and_then(|caller| {
+            let (tenant, source) = find(&live, path)?;
+            if caller.name != tenant.name {
+                return Err(ApiError::new(Kind::NotFound, "no such tenant or source"));
+            }
+            Ok(app.sources.of(&tenant.name, source).view(source.kind))
+        });
+    match answer {
+        Ok(status) => Json(status).into_response(),
+        Err(problem) => problem.into_response(),
+    }
+}
+
+/// `GET /v1/sources`, with the tenant's Bearer key: the tenant's sources by name, each with its
+/// status on this node.
+pub async fn list(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    let live = app.live.load_full();
+    match live.api_keys.authenticate(&live.config, &headers) {
+        Ok(tenant) => {
+            let mut data: Vec<NamedSource> = tenant
+                .sources
+                .values()
+                .map(|source| NamedSource {
+                    name: source.name.clone(),
+                    status: app.sources.of(&tenant.name, source).view(source.kind),
+                })
+                .collect();
+            data.sort_by(|a, b| a.name.cmp(&b.name));
+            Json(SourceList { data }).into_response()
+        }
         Err(problem) => problem.into_response(),
     }
 }

@@ -1,0 +1,230 @@
+//! RFC 8936 poll clients: one task per `ssf` source with `poll`, started and stopped as the
+//! configuration in force names them. Each long-polls its transmitter, takes every SET it is
+//! given exactly as a pushed one (`ssf::take`), and acknowledges a `jti` in its next request
+//! only once that SET's claims are durable; a refused SET is reported in `setErrs`, and one that
+//! could not be taken now (the store, the JWK Set) is neither, so the transmitter gives it again.
+//! A crash between a claim and its ack loses nothing: the SET comes again, is a duplicate, and is
+//! acknowledged then. Errors back off, doubling up to a cap.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_schemas::SetError;
+use serde::{Deserialize, Serialize};
+
+use super::ssf::{self, NotTaken};
+use crate::http::App;
+use crate::source::{Poll, SourceKind};
+
+/// The most SETs asked for in one poll.
+pub const MAX_EVENTS: u32 = 64;
+
+/// How long one poll may take: the transmitter's long poll, and then some.
+const POLL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The first wait after a failed poll, and the longest.
+const BACKOFF_FIRST: Duration = Duration::from_millis(500);
+const BACKOFF_CAP: Duration = Duration::from_secs(30);
+
+/// How often the set of polled sources is compared with the configuration in force.
+const RECONCILE: Duration = Duration::from_secs(1);
+
+/// The most bytes of a poll's answer read (`MAX_EVENTS` SETs of up to 64 KiB each).
+const MAX_ANSWER: usize = (MAX_EVENTS as usize + 1) * crate::source::set::MAX_SET;
+
+/// A poll request (RFC 8936 §2.4).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PollRequest<'a> {
+    max_events: u32,
+    return_immediately: bool,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    ack: &'a [String],
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    set_errs: &'a BTreeMap<String, SetError>,
+}
+
+/// A poll answer (RFC 8936 §2.5).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PollAnswer {
+    sets: BTreeMap<String, String>,
+    #[serde(default)]
+    more_available: bool,
+}
+
+/// Runs until aborted: starts a poll client for each polled source in force, stops one whose
+/// source is gone or polls elsewhere now.
+pub async fn run(app: Arc<App>, client: reqwest::Client) {
+    let mut running: HashMap<(String, String, Poll), tokio::task::JoinHandle<()>> = HashMap::new();
+    loop {
+        let live = app.live.load_full();
+        let mut wanted = Vec::new();
+        for tenant in live.config.tenants.values() {
+            for source in tenant.sources.values() {
+                if source.kind != SourceKind::Ssf {
+                    continue;
+                }
+                if let Some(poll) = source.ssf.as_ref().and_then(|s| s.poll.clone()) {
+                    wanted.push((tenant.name.clone(), source.name.clone(), poll));
+                }
+            }
+        }
+        running.retain(|key, task| {
+            let keep = wanted.contains(key) && !task.is_finished();
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for key in wanted {
+            if let std::collections::hash_map::Entry::Vacant(slot) = running.entry(key) {
+                let (tenant, source, poll) = slot.key().clone();
+                slot.insert(tokio::spawn(poll_source(
+                    app.clone(),
+                    client.clone(),
+                    tenant,
+                    source,
+                    poll,
+                )));
+            }
+        }
+        tokio::time::sleep(RECONCILE).await;
+    }
+}
+
+/// What one poll came to.
+struct Answered {
+    acks: Vec<String>,
+    set_errs: BTreeMap<String, SetError>,
+    more: bool,
+}
+
+/// Polls `tenant`'s `source` at `poll` for as long as it is configured so.
+async fn poll_source(
+    app: Arc<App>,
+    client: reqwest::Client,
+    tenant: String,
+    source: String,
+    poll: Poll,
+) {
+    let mut acks: Vec<String> = Vec::new();
+    let mut set_errs: BTreeMap<String, SetError> = BTreeMap::new();
+    let mut backoff = BACKOFF_FIRST;
+    let mut immediately = true;
+    tracing::info!(tenant, source, url = %poll.url, "polling an SSF transmitter");
+    loop {
+        let request = PollRequest {
+            max_events: MAX_EVENTS,
+            return_immediately: immediately,
+            ack: &acks,
+            set_errs: &set_errs,
+        };
+        let answer = ask(&client, &poll, &request).await;
+        let live = app.live.load_full();
+        let Some((tenant_config, source_config)) = live
+            .config
+            .tenants
+            .get(&tenant)
+            .and_then(|t| t.sources.get(&source).map(|s| (t, s)))
+        else {
+            return;
+        };
+        let state = app.sources.of(&tenant, source_config);
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::warn!(tenant, source, error = %e, "an SSF poll failed");
+                state.polled(Err(&e));
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_CAP);
+                continue;
+            }
+        };
+        // The acks and errors just sent were received: the transmitter forgets those SETs.
+        let sent = acks.len() as u64;
+        acks.clear();
+        set_errs.clear();
+        backoff = BACKOFF_FIRST;
+        let mut next = Answered {
+            acks: Vec::new(),
+            set_errs: BTreeMap::new(),
+            more: answer.more_available,
+        };
+        let app = &app;
+        let takes = answer.sets.iter().map(|(jti, token)| {
+            let state = state.clone();
+            async move {
+                let taken = ssf::take(app, tenant_config, source_config, &state, token).await;
+                (jti, taken)
+            }
+        });
+        for (jti, taken) in futures::future::join_all(takes).await {
+            match taken {
+                // Every event of the SET is durably claimed: only now may its jti be acked.
+                Ok(_) => next.acks.push(jti.clone()),
+                Err(NotTaken::Refused(refusal)) => {
+                    state.count(crate::source::runtime::Taken::Refused);
+                    next.set_errs.insert(
+                        jti.clone(),
+                        SetError {
+                            err: refusal.err.as_str().to_string(),
+                            description: refusal.description,
+                        },
+                    );
+                }
+                Err(NotTaken::Later(problem)) => {
+                    tracing::warn!(
+                        tenant,
+                        source,
+                        jti,
+                        detail = problem.detail(),
+                        "a polled SET was not taken now; it comes again"
+                    );
+                }
+            }
+        }
+        state.polled(Ok(sent));
+        acks = next.acks;
+        set_errs = next.set_errs;
+        // With acks to send or more waiting, ask again at once; else wait in a long poll.
+        immediately = next.more || !acks.is_empty() || !set_errs.is_empty();
+    }
+}
+
+/// One poll request and its answer.
+async fn ask(
+    client: &reqwest::Client,
+    poll: &Poll,
+    request: &PollRequest<'_>,
+) -> Result<PollAnswer, String> {
+    let exchange = async {
+        let mut response = client
+            .post(&poll.url)
+            .bearer_auth(&poll.token)
+            .header("accept", "application/json")
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(request).map_err(|e| e.to_string())?)
+            .send()
+            .await
+            .map_err(|e| format!("the transmitter did not answer: {e}"))?;
+        if !response.status().is_success() {
+            return Err(format!("the transmitter answered {}", response.status()));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+            if body.len() + chunk.len() > MAX_ANSWER {
+                return Err(format!("an answer over {MAX_ANSWER} bytes"));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        idem_schemas::canonical::parse(&body)
+            .map_err(|e| e.to_string())
+            .and_then(|v| serde_json::from_value::<PollAnswer>(v).map_err(|e| e.to_string()))
+            .map_err(|e| format!("not an RFC 8936 poll answer: {e}"))
+    };
+    tokio::time::timeout(POLL_TIMEOUT, exchange)
+        .await
+        .map_err(|_| format!("no answer within {POLL_TIMEOUT:?}"))?
+}

@@ -1,0 +1,224 @@
+//! An `ssf` source's Security Event Tokens, pushed (RFC 8935) or polled (RFC 8936). [`take`]
+//! checks a SET (`source::set`, its key from the source's cached JWK Set) before anything of it
+//! is stored, records SSF's own events (verification, stream updated) instead of deciding them,
+//! refuses the whole SET if one of its events cannot be taken, and claims the others under
+//! (source, `jti`, event type): the `iss` is the source's, so a SET pushed again, or both pushed
+//! and polled, is a duplicate. [`push`] answers a push: 202 once every claim is durable, RFC
+//! 8935's `{"err","description"}` for a refused SET, 503 when the store or the JWK Set failed.
+
+use axum::http::header::{CONTENT_LANGUAGE, CONTENT_TYPE};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use idem_schemas::timefmt::now_ms;
+use idem_schemas::SetError;
+use serde_json::Value;
+
+use super::take::{self, Ready, Taken};
+use crate::config::Tenant;
+use crate::http::ingest::read_body;
+use crate::http::metrics::{SOURCE_DELIVERIES, SOURCE_EVENTS};
+use crate::http::problem::{ApiError, Kind};
+use crate::http::{App, Live};
+use crate::source::events;
+use crate::source::jwks::Missing;
+use crate::source::runtime::SourceState;
+use crate::source::set::{self, Err, Expect, Refusal, MAX_SET};
+use crate::source::verify::{self, Delivery};
+use crate::source::Source;
+
+/// SSF's verification event.
+pub const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-type/verification";
+/// SSF's stream-updated event.
+pub const STREAM_UPDATED: &str =
+    "https://schemas.openid.net/secevent/ssf/event-type/stream-updated";
+
+/// The media type of a pushed SET.
+pub const SECEVENT_JWT: &str = "application/secevent+jwt";
+
+/// Why a SET was not taken.
+#[derive(Debug)]
+pub enum NotTaken {
+    /// It is refused, for good: RFC 8935's code and why.
+    Refused(Refusal),
+    /// It could not be taken now (the store, the JWK Set): the transmitter sends it again.
+    Later(ApiError),
+}
+
+impl From<Refusal> for NotTaken {
+    fn from(refusal: Refusal) -> Self {
+        NotTaken::Refused(refusal)
+    }
+}
+
+/// Checks and claims the SET `token` of `tenant`'s `source`; once it returns `Ok`, every event
+/// of it is claimed durably (or was before).
+pub async fn take(
+    app: &App,
+    tenant: &Tenant,
+    source: &Source,
+    state: &SourceState,
+    token: &str,
+) -> Result<Vec<Taken>, NotTaken> {
+    let (Some(ssf), Some(keys)) = (&source.ssf, &state.keys) else {
+        return Err(NotTaken::Later(ApiError::new(
+            Kind::Internal,
+            "the source is not an ssf source",
+        )));
+    };
+    let expect = Expect {
+        issuer: &ssf.issuer,
+        audience: &ssf.audience,
+        algorithms: &ssf.algorithms,
+    };
+    let header = set::header(token, &expect)?;
+    let kid = header.kid.as_deref().unwrap_or_default();
+    let key = keys.key(kid).await.map_err(|missing| match missing {
+        Missing::Unknown => NotTaken::Refused(Refusal::new(
+            Err::InvalidKey,
+            "no key of the transmitter's JWK Set has this kid",
+        )),
+        Missing::Fetch(e) => {
+            tracing::warn!(tenant = %tenant.name, source = %source.name, error = %e, "a JWK Set fetch failed");
+            NotTaken::Later(ApiError::new(
+                Kind::Unavailable,
+                "the transmitter's JWK Set could not be fetched; send the SET again",
+            ))
+        }
+    })?;
+    let set = set::verify(token, &header, &key, &expect)?;
+    let events = events::of_set(&set);
+    let mut ready = Vec::with_capacity(events.len());
+    let mut own = 0;
+    for event in &events {
+        let uri = event.event_type.as_deref().unwrap_or_default();
+        let payload = set
+            .claims
+            .pointer(&format!("/events/{}", pointer_token(uri)));
+        let text = |name: &str| payload.and_then(|p| p.get(name)).and_then(Value::as_str);
+        match uri {
+            VERIFICATION => {
+                state.verified(text("state"));
+                own += 1;
+            }
+            STREAM_UPDATED => {
+                state.stream_updated(text("status"), text("reason"));
+                own += 1;
+            }
+            _ => match take::prepare(tenant, source, event) {
+                Ready::Refused(why) => return Err(Refusal::new(Err::InvalidRequest, why).into()),
+                other => ready.push(other),
+            },
+        }
+    }
+    // Every event can be taken: now they are claimed, all at once.
+    let outcomes = futures::future::join_all(ready.into_iter().map(|r| async move {
+        match r {
+            Ready::Claim(prepared) => take::claim(app, tenant, source, prepared).await,
+            _ => Ok(Taken::Ignored),
+        }
+    }))
+    .await;
+    let mut taken = vec![Taken::Ignored; own];
+    let mut failed = None;
+    for outcome in outcomes {
+        match outcome {
+            Ok(t) => taken.push(t),
+            Err(problem) => {
+                failed.get_or_insert(problem);
+            }
+        }
+    }
+    if let Some(problem) = failed {
+        SOURCE_EVENTS.with_label_values(&["ssf", "failed"]).inc();
+        // Not durable: a 503, so the transmitter sends the SET again (a duplicate then for the
+        // events already claimed).
+        return Err(NotTaken::Later(ApiError::new(
+            Kind::Unavailable,
+            problem.detail().to_string(),
+        )));
+    }
+    for t in &taken {
+        SOURCE_EVENTS.with_label_values(&["ssf", t.as_str()]).inc();
+        state.count(*t);
+    }
+    Ok(taken)
+}
+
+/// `uri` as one JSON pointer token (RFC 6901: `~` and `/` escaped).
+fn pointer_token(uri: &str) -> String {
+    uri.replace('~', "~0").replace('/', "~1")
+}
+
+/// RFC 8935 §2.3's answer to a refused SET.
+pub fn refused(refusal: &Refusal) -> Response {
+    let body = SetError {
+        err: refusal.err.as_str().to_string(),
+        description: refusal.description.clone(),
+    };
+    let mut response = (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(CONTENT_LANGUAGE, HeaderValue::from_static("en"));
+    response
+}
+
+/// A pushed SET (RFC 8935).
+pub async fn push(
+    app: &App,
+    live: &Live,
+    tenant: &Tenant,
+    source: &Source,
+    state: &SourceState,
+    parts: &axum::http::request::Parts,
+    body: axum::body::Body,
+) -> Response {
+    let outcome = async {
+        let headers = &parts.headers;
+        if events::media_type(headers).as_deref() != Some(SECEVENT_JWT) {
+            return Err(NotTaken::Refused(Refusal::new(
+                Err::InvalidRequest,
+                format!("a SET is pushed as {SECEVENT_JWT}"),
+            )));
+        }
+        let bytes = read_body(headers, body, live.config.http.read_timeout, MAX_SET)
+            .await
+            .map_err(NotTaken::Later)?;
+        verify::check(
+            source,
+            &Delivery {
+                headers,
+                uri: &parts.uri,
+                body: &bytes,
+                now_secs: (now_ms() / 1000) as i64,
+                tolerance_secs: 0,
+            },
+        )
+        .map_err(|refused| {
+            Refusal::new(
+                Err::AuthenticationFailed,
+                format!("the push is not authenticated: {refused}"),
+            )
+        })?;
+        let token = std::str::from_utf8(&bytes)
+            .map_err(|_| Refusal::new(Err::InvalidRequest, "a SET is ASCII"))?
+            .trim();
+        take(app, tenant, source, state, token).await
+    }
+    .await;
+    let label = match &outcome {
+        Ok(_) => "ok",
+        Err(NotTaken::Refused(r)) => r.err.as_str(),
+        Err(NotTaken::Later(problem)) => problem.slug(),
+    };
+    SOURCE_DELIVERIES.with_label_values(&["ssf", label]).inc();
+    match outcome {
+        // Every event of the SET is claimed durably, now or before: only then the 202.
+        Ok(_) => StatusCode::ACCEPTED.into_response(),
+        Err(NotTaken::Refused(refusal)) => {
+            state.count(Taken::Refused);
+            tracing::info!(tenant = %tenant.name, source = %source.name, err = refusal.err.as_str(), description = %refusal.description, "a SET was refused");
+            refused(&refusal)
+        }
+        Err(NotTaken::Later(problem)) => problem.into_response(),
+    }
+}

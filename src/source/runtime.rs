@@ -1,0 +1,197 @@
+//! What each source keeps while idem runs, by (tenant, source): an `ssf` source's cached JWK
+//! Set, and every source's status as this node saw it (what became of its events, and for `ssf`
+//! what its transmitter last announced and how polling goes). A cheap handle over a shared map;
+//! an entry is made again when a reload changes the source's transmitter, so a new JWK Set
+//! location starts with an empty cache.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use idem_schemas::timefmt::{now_ms, rfc3339_millis};
+use idem_schemas::{PollStatus, SourceStatus, StreamStatus, VerificationStatus};
+
+use super::jwks::KeyCache;
+use super::{Source, SourceKind, Ssf};
+
+/// The longest text kept of what a transmitter announces (a state, a status, a reason).
+const MAX_ANNOUNCED: usize = 256;
+
+/// What became of one event, as a source's status counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// Claimed now: its decision is made, its callbacks follow.
+    Accepted,
+    /// Claimed before (a sender's retry).
+    Duplicate,
+    /// Its type matches no `map` entry, or it is SSF's own.
+    Ignored,
+    /// No usable event id, a type over the limit, no subject where the map says, or a refused
+    /// SET.
+    Refused,
+}
+
+impl Taken {
+    /// The outcome's name in the metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Taken::Accepted => "accepted",
+            Taken::Duplicate => "duplicate",
+            Taken::Ignored => "ignored",
+            Taken::Refused => "refused",
+        }
+    }
+}
+
+/// A source's status: counts and announcements.
+#[derive(Debug, Default)]
+struct Status {
+    accepted: u64,
+    duplicates: u64,
+    ignored: u64,
+    refused: u64,
+    last_event_ms: Option<u64>,
+    verification: Option<(Option<String>, u64)>,
+    stream: Option<(Option<String>, Option<String>, u64)>,
+    poll_last_ms: Option<u64>,
+    poll_error: Option<String>,
+    acked: u64,
+}
+
+/// One source's state on this node.
+pub struct SourceState {
+    /// The transmitter it was made for (`ssf`).
+    ssf: Option<Ssf>,
+    /// Its keys (`ssf`).
+    pub keys: Option<KeyCache>,
+    status: Mutex<Status>,
+}
+
+fn cut(text: Option<&str>) -> Option<String> {
+    text.map(|t| t.chars().take(MAX_ANNOUNCED).collect())
+}
+
+impl SourceState {
+    fn status(&self) -> MutexGuard<'_, Status> {
+        match self.status.lock() {
+            Ok(status) => status,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Counts an event.
+    pub fn count(&self, taken: Taken) {
+        let mut status = self.status();
+        match taken {
+            Taken::Accepted => status.accepted += 1,
+            Taken::Duplicate => status.duplicates += 1,
+            Taken::Ignored => status.ignored += 1,
+            Taken::Refused => status.refused += 1,
+        }
+        status.last_event_ms = Some(now_ms());
+    }
+
+    /// Records a verification event's `state`.
+    pub fn verified(&self, state: Option<&str>) {
+        self.status().verification = Some((cut(state), now_ms()));
+    }
+
+    /// Records a stream-updated event's `status` and `reason`.
+    pub fn stream_updated(&self, status: Option<&str>, reason: Option<&str>) {
+        self.status().stream = Some((cut(status), cut(reason), now_ms()));
+    }
+
+    /// Records a poll's outcome: answered (with `acked` SETs acknowledged), or failed.
+    pub fn polled(&self, outcome: Result<u64, &str>) {
+        let mut status = self.status();
+        match outcome {
+            Ok(acked) => {
+                status.poll_last_ms = Some(now_ms());
+                status.poll_error = None;
+                status.acked += acked;
+            }
+            Err(e) => status.poll_error = cut(Some(e)),
+        }
+    }
+
+    /// The status as `GET …/status` answers it, for a source of `kind`.
+    pub fn view(&self, kind: SourceKind) -> SourceStatus {
+        let status = self.status();
+        SourceStatus {
+            kind: kind.as_str().to_string(),
+            accepted: status.accepted,
+            duplicates: status.duplicates,
+            ignored: status.ignored,
+            refused: status.refused,
+            last_event_at: status.last_event_ms.map(rfc3339_millis),
+            verification: status
+                .verification
+                .clone()
+                .map(|(state, at)| VerificationStatus {
+                    state,
+                    at: rfc3339_millis(at),
+                }),
+            stream: status
+                .stream
+                .clone()
+                .map(|(status, reason, at)| StreamStatus {
+                    status,
+                    reason,
+                    at: rfc3339_millis(at),
+                }),
+            poll: self
+                .ssf
+                .as_ref()
+                .and_then(|s| s.poll.as_ref())
+                .map(|_| PollStatus {
+                    last_at: status.poll_last_ms.map(rfc3339_millis),
+                    last_error: status.poll_error.clone(),
+                    acked: status.acked,
+                }),
+        }
+    }
+}
+
+/// Sources' states by (tenant, source).
+type States = HashMap<(String, String), Arc<SourceState>>;
+
+/// Every source's state on this node.
+#[derive(Clone)]
+pub struct Sources {
+    states: Arc<Mutex<States>>,
+    client: reqwest::Client,
+}
+
+impl Sources {
+    /// No state yet; JWK Sets are fetched with `client`.
+    pub fn new(client: reqwest::Client) -> Self {
+        Sources {
+            states: Arc::default(),
+            client,
+        }
+    }
+
+    /// The state of `tenant`'s `source`, made now if there is none for its transmitter as
+    /// configured.
+    pub fn of(&self, tenant: &str, source: &Source) -> Arc<SourceState> {
+        let mut states = match self.states.lock() {
+            Ok(states) => states,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let key = (tenant.to_string(), source.name.clone());
+        if let Some(state) = states.get(&key) {
+            if state.ssf == source.ssf {
+                return state.clone();
+            }
+        }
+        let state = Arc::new(SourceState {
+            keys: source
+                .ssf
+                .as_ref()
+                .map(|s| KeyCache::new(s.jwks.clone(), s.jwks_refetch, self.client.clone())),
+            ssf: source.ssf.clone(),
+            status: Mutex::default(),
+        });
+        states.insert(key, state.clone());
+        state
+    }
+}

@@ -1,0 +1,151 @@
+//! The tests' own JOSE, independent of the crate idem verifies with: compact JWS signed with
+//! ring (RS256 with the fixture RSA key, ES256 with a P-256 key made per test), each key's public
+//! JWK, and the forgeries a hostile sender tries (`alg: none`, HS256 keyed with the RSA public
+//! key, an ES256 header over an RSA key's `kid`).
+
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use ring::rand::SystemRandom;
+use ring::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair};
+use serde_json::{json, Value};
+use sha2::Sha256;
+
+/// The fixture RSA key (PKCS#8 PEM, 2048 bits), a test key only.
+const RSA_PEM: &str = include_str!("../fixtures/transmitter-rsa.pem");
+
+fn b64(bytes: &[u8]) -> String {
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// A transmitter's signing key.
+pub enum SigningKey {
+    Rsa { kid: String, key: RsaKeyPair },
+    Ec { kid: String, key: EcdsaKeyPair },
+}
+
+impl SigningKey {
+    /// The fixture RSA key under `kid`.
+    pub fn rsa(kid: &str) -> SigningKey {
+        let body: String = RSA_PEM
+            .lines()
+            .filter(|l| !l.starts_with("-----"))
+            .collect();
+        let der = STANDARD.decode(body).expect("PEM base64");
+        SigningKey::Rsa {
+            kid: kid.into(),
+            key: RsaKeyPair::from_pkcs8(&der).expect("RSA PKCS#8"),
+        }
+    }
+
+    /// A new P-256 key under `kid`.
+    pub fn ec(kid: &str) -> SigningKey {
+        let rng = SystemRandom::new();
+        let alg = &signature::ECDSA_P256_SHA256_FIXED_SIGNING;
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(alg, &rng).expect("P-256 key");
+        SigningKey::Ec {
+            kid: kid.into(),
+            key: EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng).expect("P-256 key"),
+        }
+    }
+
+    pub fn kid(&self) -> &str {
+        match self {
+            SigningKey::Rsa { kid, .. } | SigningKey::Ec { kid, .. } => kid,
+        }
+    }
+
+    pub fn alg(&self) -> &'static str {
+        match self {
+            SigningKey::Rsa { .. } => "RS256",
+            SigningKey::Ec { .. } => "ES256",
+        }
+    }
+
+    /// The public JWK.
+    pub fn jwk(&self) -> Value {
+        match self {
+            SigningKey::Rsa { kid, key } => {
+                let public: ring::rsa::PublicKeyComponents<Vec<u8>> = key.public().into();
+                json!({"kty": "RSA", "kid": kid, "use": "sig", "alg": "RS256",
+                    "n": b64(&public.n), "e": b64(&public.e)})
+            }
+            SigningKey::Ec { kid, key } => {
+                let point = key.public_key().as_ref();
+                json!({"kty": "EC", "kid": kid, "use": "sig", "crv": "P-256",
+                    "x": b64(&point[1..33]), "y": b64(&point[33..65])})
+            }
+        }
+    }
+
+    /// The bytes of the public key a careless verifier would use as an HMAC secret.
+    pub fn public_bytes(&self) -> Vec<u8> {
+        match self {
+            SigningKey::Rsa { key, .. } => key.public().as_ref().to_vec(),
+            SigningKey::Ec { key, .. } => key.public_key().as_ref().to_vec(),
+        }
+    }
+
+    /// `claims` as a compact JWS under `header`, signed with this key.
+    pub fn sign_with_header(&self, header: &Value, claims: &Value) -> String {
+        let input = format!(
+            "{}.{}",
+            b64(header.to_string().as_bytes()),
+            b64(claims.to_string().as_bytes())
+        );
+        let rng = SystemRandom::new();
+        let signature = match self {
+            SigningKey::Rsa { key, .. } => {
+                let mut sig = vec![0; key.public().modulus_len()];
+                key.sign(
+                    &signature::RSA_PKCS1_SHA256,
+                    &rng,
+                    input.as_bytes(),
+                    &mut sig,
+                )
+                .expect("RSA signature");
+                sig
+            }
+            SigningKey::Ec { key, .. } => key
+                .sign(&rng, input.as_bytes())
+                .expect("ECDSA signature")
+                .as_ref()
+                .to_vec(),
+        };
+        format!("{input}.{}", b64(&signature))
+    }
+
+    /// `claims` as a SET signed with this key, as a transmitter sends it.
+    pub fn sign(&self, claims: &Value) -> String {
+        let header = json!({"alg": self.alg(), "kid": self.kid(), "typ": "secevent+jwt"});
+        self.sign_with_header(&header, claims)
+    }
+}
+
+/// A JWK Set of `keys`.
+pub fn jwk_set(keys: &[&SigningKey]) -> Value {
+    json!({"keys": keys.iter().map(|k| k.jwk()).collect::<Vec<_>>()})
+}
+
+/// An unsigned token: `alg: none`.
+pub fn unsigned(kid: &str, claims: &Value) -> String {
+    let header = json!({"alg": "none", "kid": kid, "typ": "secevent+jwt"});
+    format!(
+        "{}.{}.",
+        b64(header.to_string().as_bytes()),
+        b64(claims.to_string().as_bytes())
+    )
+}
+
+/// The confusion attack: HS256 keyed with the public key bytes of the key `kid` names.
+pub fn hs256_with(kid: &str, secret: &[u8], claims: &Value) -> String {
+    let header = json!({"alg": "HS256", "kid": kid, "typ": "secevent+jwt"});
+    let input = format!(
+        "{}.{}",
+        b64(header.to_string().as_bytes()),
+        b64(claims.to_string().as_bytes())
+    );
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("hmac");
+    mac.update(input.as_bytes());
+    format!("{input}.{}", b64(&mac.finalize().into_bytes()))
+}

@@ -1,0 +1,181 @@
+//! A Shared Signals transmitter on loopback, as the tests play it: its JWK Set at `/jwks`
+//! (counting fetches, replaceable for a rotation) and an RFC 8936 poll endpoint at `/poll` that
+//! gives every SET not yet acknowledged again on each poll, records the `ack`s and `setErrs` it
+//! is sent, and can be told to fail its next polls.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use serde_json::{json, Value};
+
+/// The Bearer token the poll endpoint takes.
+pub const POLL_TOKEN: &str = "poll-token-0123456789";
+
+#[derive(Default)]
+struct Shared {
+    jwks: Value,
+    jwks_fetches: u64,
+    /// SETs to give, by jti, until acknowledged.
+    pending: BTreeMap<String, String>,
+    acked: Vec<String>,
+    set_errs: BTreeMap<String, Value>,
+    fail_next: u32,
+    /// Polls are taken and never answered (their acks not read): a transmitter gone quiet.
+    hold: bool,
+    /// The next poll that gives SETs holds every poll after it.
+    hold_after_give: bool,
+}
+
+/// The transmitter.
+#[derive(Clone)]
+pub struct Transmitter {
+    pub base: String,
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl Transmitter {
+    /// Starts it, serving `jwks`.
+    pub async fn start(jwks: Value) -> Transmitter {
+        let shared = Arc::new(Mutex::new(Shared {
+            jwks,
+            ..Shared::default()
+        }));
+        let app = axum::Router::new()
+            .route("/jwks", axum::routing::get(jwks_handler))
+            .route("/poll", axum::routing::post(poll_handler))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .expect("bind the transmitter");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Transmitter {
+            base: format!("http://{addr}"),
+            shared,
+        }
+    }
+
+    fn shared(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().expect("transmitter state")
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Serves `jwks` from now on.
+    pub fn set_jwks(&self, jwks: Value) {
+        self.shared().jwks = jwks;
+    }
+
+    /// How many times the JWK Set was fetched.
+    pub fn jwks_fetches(&self) -> u64 {
+        self.shared().jwks_fetches
+    }
+
+    /// Queues a SET for polling.
+    pub fn queue(&self, jti: &str, token: &str) {
+        self.shared().pending.insert(jti.into(), token.into());
+    }
+
+    /// The jtis acknowledged so far, in order.
+    pub fn acked(&self) -> Vec<String> {
+        self.shared().acked.clone()
+    }
+
+    /// The `setErrs` reported so far, by jti.
+    pub fn set_errs(&self) -> BTreeMap<String, Value> {
+        self.shared().set_errs.clone()
+    }
+
+    pub fn pending(&self) -> usize {
+        self.shared().pending.len()
+    }
+
+    /// From now on polls are never answered, nor their acks read (or, with `false`, again).
+    pub fn hold(&self, hold: bool) {
+        self.shared().hold = hold;
+    }
+
+    /// Queues a SET, and holds every poll after the one that gives it: idem gets the SET, and
+    /// its ack never arrives.
+    pub fn queue_then_hold(&self, jti: &str, token: &str) {
+        let mut s = self.shared();
+        s.pending.insert(jti.into(), token.into());
+        s.hold_after_give = true;
+    }
+
+    /// The next `n` polls answer 500.
+    pub fn fail_next(&self, n: u32) {
+        self.shared().fail_next = n;
+    }
+}
+
+async fn jwks_handler(State(shared): State<Arc<Mutex<Shared>>>) -> impl IntoResponse {
+    let mut s = shared.lock().expect("transmitter state");
+    s.jwks_fetches += 1;
+    Json(s.jwks.clone())
+}
+
+async fn poll_handler(
+    State(shared): State<Arc<Mutex<Shared>>>,
+    headers: HeaderMap,
+    Json(request): Json<Value>,
+) -> axum::response::Response {
+    let bearer = format!("Bearer {POLL_TOKEN}");
+    if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(bearer.as_str()) {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let immediately = request["returnImmediately"].as_bool().unwrap_or(false);
+    let max = request["maxEvents"].as_u64().unwrap_or(u64::MAX) as usize;
+    let hold = shared.lock().expect("transmitter state").hold;
+    if hold {
+        std::future::pending::<()>().await;
+    }
+    {
+        let mut s = shared.lock().expect("transmitter state");
+        if s.fail_next > 0 {
+            s.fail_next -= 1;
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        }
+        for jti in request["ack"].as_array().into_iter().flatten() {
+            let jti = jti.as_str().unwrap_or_default().to_string();
+            s.pending.remove(&jti);
+            s.acked.push(jti);
+        }
+        if let Some(errs) = request["setErrs"].as_object() {
+            for (jti, err) in errs {
+                s.pending.remove(jti);
+                s.set_errs.insert(jti.clone(), err.clone());
+            }
+        }
+    }
+    // A short long poll: wait a little for a SET when there is none.
+    for _ in 0..20 {
+        let ready = immediately || !shared.lock().expect("transmitter state").pending.is_empty();
+        if ready {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut s = shared.lock().expect("transmitter state");
+    let sets: BTreeMap<String, String> = s
+        .pending
+        .iter()
+        .take(max)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if !sets.is_empty() && s.hold_after_give {
+        s.hold_after_give = false;
+        s.hold = true;
+    }
+    Json(json!({"sets": sets, "moreAvailable": s.pending.len() > max})).into_response()
+}
