@@ -447,6 +447,12 @@ impl Engine {
         self.read().await
     }
 
+    /// Takes or keeps this node's lease on `job`, which one node at a time runs: its fencing
+    /// token while this node holds it, none while another live node does.
+    pub async fn lease(&self, job: &str) -> Result<Option<u64>, StoreError> {
+        self.store.lease(job).await
+    }
+
     /// Whether the store can make a write durable now (`/healthz`): a probe written through
     /// the same path as every write, given [`HEALTH_TIMEOUT`] to become durable.
     pub async fn health(&self) -> Result<(), StoreError> {

@@ -6,7 +6,8 @@
 //! among them; unknown `kid`s never make idem fetch at will, and a rotated key is fetched once the
 //! interval allows; SSF's own events are recorded, not decided; a polled SET is acknowledged only
 //! once claimed, a refused one reported in `setErrs`, a SET both pushed and polled is one
-//! decision, and a SIGKILL between the claim and the ack decides nothing twice.
+//! decision, and a SIGKILL between the claim and the ack decides nothing twice; on two nodes
+//! sharing PostgreSQL one polls, and the other takes over once the first is killed.
 
 use std::time::Duration;
 
@@ -596,4 +597,74 @@ async fn a_polled_set_not_taken_now_is_neither_acked_nor_refused() {
     .await;
     assert_eq!(acked, vec!["l-1".to_string()]);
     exactly(&receiver, "/lock", 1).await;
+}
+
+#[tokio::test]
+async fn on_two_nodes_one_polls_and_the_other_takes_over_when_it_dies() {
+    let rsa = SigningKey::rsa("rsa-1");
+    let transmitter = Transmitter::start(jose::jwk_set(&[&rsa])).await;
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = on_postgres(&fresh_database());
+    // A node is gone, and its lease with it, 2 s after its last heartbeat.
+    let config = settings(
+        &store,
+        &dir.path().join("data"),
+        "in_flight_timeout = \"2s\"",
+        "",
+    ) + &acme(&receiver, &transmitter, "60s");
+    let nodes: Vec<Idem> = (0..2)
+        .map(|n| {
+            let node_dir = dir.path().join(format!("node{n}"));
+            std::fs::create_dir_all(&node_dir).expect("dir");
+            let path = node_dir.join("idem.toml");
+            std::fs::write(&path, &config).expect("config");
+            Idem::start_with(path, &[])
+        })
+        .collect();
+    let polled = |base: String| async move {
+        let s = status(&Client::new(&base), "okta_ssf").await;
+        s["poll"]["last_at"].is_string()
+    };
+    transmitter.queue(
+        "n-1",
+        &rsa.sign(&compromise("n-1", email("nell@example.com"))),
+    );
+    let acked = eventually(
+        Duration::from_secs(15),
+        || async { transmitter.acked() },
+        |a| !a.is_empty(),
+    )
+    .await;
+    assert_eq!(acked, vec!["n-1".to_string()]);
+    // An ack takes two polls: by now a node polling without the lease would have polled too.
+    let which: Vec<bool> = vec![
+        polled(nodes[0].base.clone()).await,
+        polled(nodes[1].base.clone()).await,
+    ];
+    assert_eq!(
+        which.iter().filter(|p| **p).count(),
+        1,
+        "polling nodes: {which:?}"
+    );
+    let (holder, other) = if which[0] { (0, 1) } else { (1, 0) };
+    let mut nodes: Vec<Option<Idem>> = nodes.into_iter().map(Some).collect();
+    let other_base = nodes[other].as_ref().map(|n| n.base.clone()).expect("node");
+    if let Some(node) = nodes[holder].take() {
+        node.kill();
+    }
+    // The other node takes the source over once the first one's heartbeat has expired.
+    transmitter.queue(
+        "n-2",
+        &rsa.sign(&compromise("n-2", email("otto@example.com"))),
+    );
+    let acked = eventually(
+        Duration::from_secs(20),
+        || async { transmitter.acked() },
+        |a| a.len() >= 2,
+    )
+    .await;
+    assert_eq!(acked, vec!["n-1".to_string(), "n-2".to_string()]);
+    assert!(polled(other_base).await, "the other node polls now");
+    exactly(&receiver, "/lock", 2).await;
 }

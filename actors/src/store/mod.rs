@@ -420,6 +420,15 @@ pub trait DeliveryStore: Send + Sync {
     fn count_by_status(&self) -> Read<'_, [u64; 4]>;
 }
 
+/// Jobs that one node at a time runs (polling a source), by lease.
+pub trait LeaseStore: Send + Sync {
+    /// Takes or keeps the lease on `job` for this node: its fencing token while this node holds
+    /// it (a new, higher one each time it changes hands), none while a live node holds it. A
+    /// lease passes to another node only once its holder's heartbeat has expired, by the
+    /// store's clock; a store of one process always holds its jobs.
+    fn lease<'a>(&'a self, job: &'a str) -> Read<'a, Option<u64>>;
+}
+
 /// Endpoint health, shared by every node of the store (see [`crate::breaker`]).
 pub trait EndpointStore: Send + Sync {
     /// Applies `event` to the health of `tenant`'s endpoint `url` atomically, by the store's
@@ -472,7 +481,7 @@ pub enum ClaimNews {
 }
 
 /// A store: claims, deliveries, and the commit that makes a unit durable.
-pub trait Store: ClaimStore + DeliveryStore + DecisionStore + EndpointStore {
+pub trait Store: ClaimStore + DeliveryStore + DecisionStore + EndpointStore + LeaseStore {
     /// Tells the other nodes that this one has requests waiting for the claim `id`, held by the
     /// node of epoch `holder` (nothing to tell on a store of one process).
     fn ask_holder(&self, id: &ClaimId, holder: u64);

@@ -2,7 +2,8 @@
 //! and against PostgreSQL on a fresh database of the local server (which must answer: the
 //! suite never skips), through the store's public seam. Who holds a claim, a stale writer
 //! fenced, a refused start writing nothing of its unit, a take-over, completion, deliveries,
-//! decisions and endpoint health: the rules of `store::rule` as both backends apply them.
+//! decisions, endpoint health and the leases of jobs run by one node at a time: the rules of
+//! `store::rule` as both backends apply them.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -40,12 +41,17 @@ async fn stores() -> Vec<(&'static str, Arc<dyn Store>, Option<tempfile::TempDir
 }
 
 async fn open(backend: Backend) -> Arc<dyn Store> {
+    open_as(backend, EPOCH).await
+}
+
+/// A store for the node of `epoch`.
+async fn open_as(backend: Backend, epoch: u64) -> Arc<dyn Store> {
     let settings = Settings {
         store: backend,
         ..Settings::default()
     };
     let node = Node {
-        epoch: EPOCH,
+        epoch,
         settings: Arc::new(settings),
     };
     store::open(node).await.expect("the store opens")
@@ -430,4 +436,62 @@ async fn an_endpoint_opens_after_its_threshold_of_failures_for_every_reader() {
         assert_eq!(listed[0].1, noted.health, "{name}");
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_job_is_leased_to_one_live_node_and_passes_once_it_is_gone() {
+    // One process owns a sled directory: it holds every job.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sled = open(Backend::Sled {
+        data_dir: dir.path().to_path_buf(),
+    })
+    .await;
+    assert!(sled.lease("poll:t/s").await.expect("lease").is_some());
+
+    // Two nodes on one database: the first to ask holds the job while it lives.
+    let url = devtools::postgres::fresh_database(devtools::postgres::LOCAL, "idem_test")
+        .unwrap_or_else(|e| panic!("PostgreSQL must answer for the store suite: {e}"));
+    let backend = || Backend::Postgres {
+        url: url.clone(),
+        pool_size: 2,
+    };
+    let a = open_as(backend(), EPOCH).await;
+    let b = open_as(backend(), EPOCH + 1).await;
+    let token = a
+        .lease("poll:t/s")
+        .await
+        .expect("lease")
+        .expect("a takes it");
+    assert_eq!(
+        b.lease("poll:t/s").await.expect("lease"),
+        None,
+        "held by a live node"
+    );
+    assert_eq!(
+        a.lease("poll:t/s").await.expect("lease"),
+        Some(token),
+        "kept, under its token"
+    );
+    assert!(
+        b.lease("poll:t/other").await.expect("lease").is_some(),
+        "another job is free"
+    );
+    // a's node is gone (its heartbeat stops with it): the job passes to b, under a new token.
+    drop(a);
+    devtools::postgres::with_postgres(&url, |client| async move {
+        client
+            .execute(
+                "DELETE FROM idem_nodes WHERE epoch = $1",
+                &[&(EPOCH as i64)],
+            )
+            .await
+            .expect("delete the heartbeat");
+    })
+    .expect("the database");
+    let taken = b
+        .lease("poll:t/s")
+        .await
+        .expect("lease")
+        .expect("b takes it over");
+    assert!(taken > token, "a new fencing token: {taken} after {token}");
 }

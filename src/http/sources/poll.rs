@@ -4,7 +4,10 @@
 //! only once that SET's claims are durable; a refused SET is reported in `setErrs`, and one that
 //! could not be taken now (the store, the JWK Set) is neither, so the transmitter gives it again.
 //! A crash between a claim and its ack loses nothing: the SET comes again, is a duplicate, and is
-//! acknowledged then. Errors back off, doubling up to a cap.
+//! acknowledged then. Errors back off, doubling up to a cap. On several nodes one node at a
+//! time polls a source: the one holding its lease in the store, which passes to another node
+//! once the holder's heartbeat has expired (the claims keep a SET one decision even while a
+//! node that lost the lease finishes its last poll).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -113,8 +116,33 @@ async fn poll_source(
     let mut set_errs: BTreeMap<String, SetError> = BTreeMap::new();
     let mut backoff = BACKOFF_FIRST;
     let mut immediately = true;
-    tracing::info!(tenant, source, url = %poll.url, "polling an SSF transmitter");
+    let job = format!("poll:{tenant}/{source}");
+    let mut held: Option<u64> = None;
     loop {
+        match app.engine.lease(&job).await {
+            Ok(Some(token)) => {
+                if held != Some(token) {
+                    tracing::info!(tenant, source, url = %poll.url, token, "polling an SSF transmitter");
+                    held = Some(token);
+                }
+            }
+            Ok(None) => {
+                if held.take().is_some() {
+                    tracing::info!(tenant, source, "another node polls this source now");
+                    // What was to be acked is given to that node again: duplicates there.
+                    acks.clear();
+                    set_errs.clear();
+                }
+                tokio::time::sleep(RECONCILE).await;
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(tenant, source, error = %e, "the poll lease could not be read");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_CAP);
+                continue;
+            }
+        }
         let request = PollRequest {
             max_events: MAX_EVENTS,
             return_immediately: immediately,

@@ -12,6 +12,7 @@ mod claims;
 mod decisions;
 mod deliveries;
 mod endpoints;
+mod leases;
 mod news;
 pub mod schema;
 

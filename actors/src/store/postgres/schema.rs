@@ -82,6 +82,15 @@ const MIGRATIONS: &[&str] = &[
     r#"
     DELETE FROM idem_endpoints;
     "#,
+    // 5: leases of the jobs one node at a time runs (polling a source): the holder's epoch and
+    // the fencing token, raised each time the lease changes hands.
+    r#"
+    CREATE TABLE idem_leases (
+        job    text   PRIMARY KEY,
+        holder bigint NOT NULL,
+        token  bigint NOT NULL
+    );
+    "#,
 ];
 
 /// The first schema whose records this idem reads: older ones encode claims, deliveries and

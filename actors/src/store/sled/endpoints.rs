@@ -13,7 +13,7 @@ use super::SledStore;
 use crate::breaker::{EndpointEvent, EndpointHealth, EndpointId, Noted};
 use crate::codec;
 use crate::settings::Delivery;
-use crate::store::{EndpointStore, Read, Store, StoreError, Unit};
+use crate::store::{EndpointStore, LeaseStore, Read, Store, StoreError, Unit};
 
 fn endpoint_key(tenant: &str, url: &str) -> Vec<u8> {
     let mut key = tenant_prefix(tenant);
@@ -155,5 +155,12 @@ impl EndpointStore for SledStore {
     // One process holds the directory.
     fn live_nodes(&self) -> Read<'_, usize> {
         Box::pin(std::future::ready(Ok(1)))
+    }
+}
+
+impl LeaseStore for SledStore {
+    /// One process owns the directory: it holds every job, under one token.
+    fn lease<'a>(&'a self, _job: &'a str) -> Read<'a, Option<u64>> {
+        Box::pin(std::future::ready(Ok(Some(1))))
     }
 }
