@@ -24,6 +24,9 @@ pub enum Scenario {
     Claim,
     /// Every request a completed key (1000 keys)
     Replay,
+    /// Every request a new Security Event Token (pre-signed ES256) pushed to an `ssf` source:
+    /// signature verification on top of a new claim; its ratio to `unique`'s in the same run
+    Ssf,
     /// --storm-keys keys x --storm-copies simultaneous copies, after one unmeasured burst;
     /// latencies are the losers'; the same bursts then go to the trivial server and to idem's
     /// 404 (the floors)
@@ -51,6 +54,7 @@ impl Scenario {
             Scenario::Unique => "unique",
             Scenario::Claim => "claim",
             Scenario::Replay => "replay",
+            Scenario::Ssf => "ssf",
             Scenario::Storm => "storm",
             Scenario::Window => "window",
             Scenario::Pg => "pg",
@@ -68,6 +72,7 @@ impl Scenario {
                 | Scenario::Unique
                 | Scenario::Claim
                 | Scenario::Replay
+                | Scenario::Ssf
                 | Scenario::Storm
         )
     }

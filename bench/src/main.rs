@@ -108,9 +108,13 @@ async fn load(args: &Args, binary: &Path, receiver: std::net::SocketAddr) -> Res
             .iter()
             .find(|r| r.name == "redis")
             .map(|r| r.stats.rate());
+        let unique = rows
+            .iter()
+            .find(|r| r.name == "unique")
+            .map(|r| r.stats.rate());
         let figures: Vec<Figures> = rows
             .iter()
-            .map(|r| Figures::of(r, keyless).against_anchor(redis))
+            .map(|r| Figures::of(r, keyless).against_anchor(redis, unique))
             .collect();
         if args.runs > 1 {
             // Each run's notes (the storm's one-decision check among them) under its rows.

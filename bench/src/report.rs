@@ -59,6 +59,8 @@ pub struct Figures {
     /// `claim`'s (or the store's own ceiling, `sled`'s) requests/s over the `redis` anchor's in
     /// the same run.
     anchor_ratio: Option<f64>,
+    /// `ssf`'s requests/s over `unique`'s in the same run: a pushed SET against a keyed signal.
+    unique_ratio: Option<f64>,
     /// p50, p90, p99 and max latency, in ms.
     latency_ms: [f64; 4],
     requests: u64,
@@ -81,6 +83,7 @@ impl Figures {
                 .filter(|floor| !floor.is_zero())
                 .map(|floor| s.percentile(99.0).as_secs_f64() / floor.as_secs_f64()),
             anchor_ratio: None,
+            unique_ratio: None,
             latency_ms: [50.0, 90.0, 99.0, 100.0].map(|p| ms(s.percentile(p))),
             requests: s.requests,
             rss: row.rss,
@@ -91,10 +94,13 @@ impl Figures {
     }
 
     /// A `claim` (or `sled`) row's figures with its ratio to the `redis` anchor's requests/s in
-    /// the same run, if both ran.
-    pub fn against_anchor(mut self, redis: Option<f64>) -> Figures {
+    /// the same run, and an `ssf` row's with its ratio to `unique`'s, if both ran.
+    pub fn against_anchor(mut self, redis: Option<f64>, unique: Option<f64>) -> Figures {
         if self.name.starts_with("claim") || self.name == "sled" {
             self.anchor_ratio = redis.map(|r| self.rate / r);
+        }
+        if self.name.starts_with("ssf") {
+            self.unique_ratio = unique.map(|u| self.rate / u);
         }
         self
     }
@@ -112,12 +118,14 @@ impl Figures {
         let ratios: Vec<f64> = runs.clone().filter_map(|r| r.ratio).collect();
         let floor_ratios: Vec<f64> = runs.clone().filter_map(|r| r.floor_ratio).collect();
         let anchor_ratios: Vec<f64> = runs.clone().filter_map(|r| r.anchor_ratio).collect();
+        let unique_ratios: Vec<f64> = runs.clone().filter_map(|r| r.unique_ratio).collect();
         Figures {
             name: first.map_or_else(String::new, |f| f.name.clone()),
             rate: of(&|f| f.rate),
             ratio: (!ratios.is_empty()).then(|| median(ratios)),
             floor_ratio: (!floor_ratios.is_empty()).then(|| median(floor_ratios)),
             anchor_ratio: (!anchor_ratios.is_empty()).then(|| median(anchor_ratios)),
+            unique_ratio: (!unique_ratios.is_empty()).then(|| median(unique_ratios)),
             latency_ms: [0, 1, 2, 3].map(|i| of(&|f| f.latency_ms[i])),
             requests: of(&|f| f.requests as f64) as u64,
             rss: of(&|f| f.rss as f64) as u64,
@@ -160,6 +168,12 @@ impl Figures {
                 self.name
             );
         }
+        if let Some(r) = self.unique_ratio {
+            println!(
+                "  {} / unique (a keyed POST /v1/signals): {r:.2}x",
+                self.name
+            );
+        }
     }
 
     /// The row's note, if it has one, under the table.
@@ -178,6 +192,7 @@ impl Figures {
             "ratio_to_keyless": self.ratio,
             "p99_ratio_to_404_floor": self.floor_ratio,
             "ratio_to_redis": self.anchor_ratio,
+            "ratio_to_unique": self.unique_ratio,
             "requests": self.requests,
             "p50_ms": p50,
             "p90_ms": p90,
@@ -262,17 +277,18 @@ mod tests {
             .iter()
             .map(|&(claim, redis)| {
                 Figures::of(&row("claim", claim, &[1], 201), None)
-                    .against_anchor(Some(redis as f64))
+                    .against_anchor(Some(redis as f64), None)
             })
             .collect();
         let claim = Figures::median(runs.iter());
         assert!((claim.anchor_ratio.unwrap_or(0.0) - 0.2).abs() < 1e-9);
-        let unique = Figures::of(&row("unique", 10, &[1], 201), None).against_anchor(Some(100.0));
+        let unique =
+            Figures::of(&row("unique", 10, &[1], 201), None).against_anchor(Some(100.0), None);
         assert_eq!(unique.anchor_ratio, None);
         // The store's own ceiling is held to the same anchor.
-        let sled = Figures::of(&row("sled", 10, &[1], 201), None).against_anchor(Some(100.0));
+        let sled = Figures::of(&row("sled", 10, &[1], 201), None).against_anchor(Some(100.0), None);
         assert!((sled.anchor_ratio.unwrap_or(0.0) - 0.1).abs() < 1e-9);
-        let alone = Figures::of(&row("claim", 10, &[1], 201), None).against_anchor(None);
+        let alone = Figures::of(&row("claim", 10, &[1], 201), None).against_anchor(None, None);
         assert_eq!(alone.anchor_ratio, None, "no redis row in the run");
     }
 

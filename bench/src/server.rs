@@ -11,7 +11,9 @@ use std::process::{Child, Stdio};
 
 use devtools::postgres::{with_postgres, LOCAL};
 
-use crate::signals::{CALLBACK_SECRET, OPEN_API_KEY, SIGNING_SECRET};
+use crate::signals::{
+    CALLBACK_SECRET, OPEN_API_KEY, SIGNING_SECRET, SSF_AUDIENCE, SSF_EVENT, SSF_ISSUER,
+};
 
 /// The store an idem of the bench runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -80,6 +82,15 @@ actions = [ {{ name = "lock_account", url = "http://{receiver}/lock" }} ]
 [tenants.acme.playbooks.noop]
 decision = "allow"
 actions = []
+# The ssf scenario's transmitter: its JWK Set is the file it writes before idem starts.
+[tenants.acme.sources.tx]
+kind = "ssf"
+issuer = "{SSF_ISSUER}"
+audience = "{SSF_AUDIENCE}"
+jwks = "{jwks}"
+[[tenants.acme.sources.tx.map]]
+event = "{SSF_EVENT}"
+type = "sim_swap"
 [tenants.open]
 api_key = "{OPEN_API_KEY}"
 callback_secret = "{CALLBACK_SECRET}"
@@ -87,7 +98,8 @@ callback_secret = "{CALLBACK_SECRET}"
 decision = "deny"
 actions = [ {{ name = "lock_account", url = "http://{receiver}/lock" }} ]
 "#,
-        data = data.display()
+        data = data.display(),
+        jwks = dir.join("jwks.json").display(),
     );
     Idem::start(binary, dir, &data, &config, wrapper).map_err(|e| e.to_string())
 }
@@ -136,6 +148,11 @@ impl Idem {
     /// `http://127.0.0.1:port/v1/signals`.
     pub fn signals_url(&self) -> String {
         format!("{}/v1/signals", self.base)
+    }
+
+    /// Its `ssf` source's URL, where SETs are pushed.
+    pub fn ssf_url(&self) -> String {
+        format!("{}/v1/sources/acme/tx", self.base)
     }
 
     /// Peak resident set size of the server, in bytes (VmHWM).

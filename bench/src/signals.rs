@@ -10,6 +10,14 @@ pub const SIGNING_SECRET: &str = "whsec_YmVuY2gtc2lnbmluZy1zZWNyZXQ=";
 /// The bench tenant's callback secret (idem signs its callbacks with it).
 pub const CALLBACK_SECRET: &str = "whsec_YmVuY2gtY2FsbGJhY2stc2VjcmV0";
 
+/// The `ssf` scenario's transmitter: the SETs' `iss`, `aud` and event type.
+pub const SSF_ISSUER: &str = "https://transmitter.bench.example/ssf";
+/// The audience the bench's `ssf` source expects.
+pub const SSF_AUDIENCE: &str = "https://idem.bench.example/acme";
+/// The event type its SETs carry (mapped to `sim_swap`).
+pub const SSF_EVENT: &str =
+    "https://schemas.openid.net/secevent/risc/event-type/credential-compromise";
+
 /// The API key of the tenant whose signals are not signed.
 pub const OPEN_API_KEY: &str = "sk_bench_open_test_key";
 

@@ -3,10 +3,13 @@
 //! build must not replace the normal release binary), starting `idem serve` until it prints the
 //! address it listens on, a free port on loopback, and reading a value off its `/metrics` page.
 //! `postgres` makes fresh databases; `imports` finds import circles between a crate's modules
-//! (the workspace's test refuses any).
+//! (the workspace's test refuses any); `jose` signs Security Event Tokens as a transmitter does,
+//! and `transmitter` serves one's JWK Set and poll endpoint.
 
 pub mod imports;
+pub mod jose;
 pub mod postgres;
+pub mod transmitter;
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader};

@@ -11,6 +11,8 @@
 //!    (and then the receiver did answer 2xx for it) or dead after all its attempts.
 //! 5. A source's event makes exactly one decision if its type is mapped, none otherwise, and no
 //!    answer counts it accepted twice.
+//! 6. A SET makes exactly one decision per (iss, jti), pushed, polled or both, and every polled
+//!    SET is acknowledged; a CloudEvent makes one per (source, id).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -18,19 +20,31 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::clients::{request, Outcome};
+use crate::cloudevents::EventOutcome;
 use crate::receiver::Receiver;
 use crate::report::Report;
 use crate::sources::SourceOutcome;
+use crate::ssf::SetOutcome;
 use crate::MAX_RETRIES;
 
 /// The webhook-ids and bodies seen for one (decision, action).
 type Sightings = (BTreeSet<String>, BTreeSet<Vec<u8>>);
 
+/// What the senders beside the clients saw.
+pub struct Sources<'a> {
+    /// The Okta event hook.
+    pub okta: &'a SourceOutcome,
+    /// The Shared Signals transmitter.
+    pub ssf: &'a SetOutcome,
+    /// The CloudEvents operator.
+    pub cloudevents: &'a EventOutcome,
+}
+
 /// Checks the run.
 pub async fn check(
     base: &str,
     outcome: &Outcome,
-    source: &SourceOutcome,
+    sources: &Sources<'_>,
     receiver: &Receiver,
 ) -> Report {
     let mut report = Report::default();
@@ -91,7 +105,17 @@ pub async fn check(
         }
     }
     // 5. One decision per source event (its deliveries settle and are checked with the rest).
-    crate::sources::check(&http, base, source, &mut report, &mut deliveries).await;
+    crate::sources::check(&http, base, sources.okta, &mut report, &mut deliveries).await;
+    // 6. One decision per SET and per CloudEvent.
+    crate::ssf::check(&http, base, sources.ssf, &mut report, &mut deliveries).await;
+    crate::cloudevents::check(
+        &http,
+        base,
+        sources.cloudevents,
+        &mut report,
+        &mut deliveries,
+    )
+    .await;
     // Settle first: every delivery final (or the deadline passed), then read the receiver.
     let mut views = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);

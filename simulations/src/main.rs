@@ -4,7 +4,8 @@
 //! and restarted with random failpoints (`return` crashes it at a recovery point, `panic` kills
 //! the actor running that step). Then the checker verifies the exactly-once invariants:
 //!
-//! `cargo run --release -p simulations -- --seed N [--keys 60] [--keyless 10] [--events 30] [--clients 12]
+//! `cargo run --release -p simulations -- --seed N [--keys 60] [--keyless 10] [--events 30]
+//! [--sets 16] [--cloudevents 16] [--clients 12]
 //! [--crashes 4] [--seconds 8] [--nodes 1] [--store sled|postgres] [--disk-faults] [--sabotage]
 //! [--idem PATH]`
 //! spreads the load over about `--seconds`, injects `--crashes` faults within it, prints what it
@@ -24,14 +25,20 @@
 //! delivered or dead; a run in which no endpoint opened is a violation too. Beside the clients,
 //! a provider (`sources`) delivers `--events` events to an Okta source in overlapping batches,
 //! at least once: each mapped event must make exactly one decision, whatever was killed when.
+//! A Shared Signals transmitter (`ssf`) sends `--sets` SETs, pushed, polled or both, re-sent,
+//! rotating its key mid-run: one decision per (iss, jti), every polled SET acknowledged. A
+//! mobile operator (`cloudevents`) sends `--cloudevents` CAMARA SIM swap events in every mode,
+//! re-sent: one decision per (source, id).
 
 mod check;
 mod clients;
+mod cloudevents;
 mod process;
 mod receiver;
 mod report;
 mod rng;
 mod sources;
+mod ssf;
 mod stored;
 
 use std::path::PathBuf;
@@ -67,6 +74,8 @@ pub struct Args {
     pub keys: usize,
     pub keyless: usize,
     pub events: usize,
+    pub sets: usize,
+    pub cloudevents: usize,
     pub clients: usize,
     pub crashes: usize,
     pub seconds: u64,
@@ -83,6 +92,8 @@ fn parse_args() -> Result<Args, String> {
         keys: 60,
         keyless: 10,
         events: 30,
+        sets: 16,
+        cloudevents: 16,
         clients: 12,
         crashes: 4,
         seconds: 8,
@@ -104,6 +115,10 @@ fn parse_args() -> Result<Args, String> {
             "--keys" => args.keys = number(value("--keys")?, "--keys")? as usize,
             "--keyless" => args.keyless = number(value("--keyless")?, "--keyless")? as usize,
             "--events" => args.events = number(value("--events")?, "--events")? as usize,
+            "--sets" => args.sets = number(value("--sets")?, "--sets")? as usize,
+            "--cloudevents" => {
+                args.cloudevents = number(value("--cloudevents")?, "--cloudevents")? as usize
+            }
             "--clients" => args.clients = number(value("--clients")?, "--clients")?.max(1) as usize,
             "--crashes" => args.crashes = number(value("--crashes")?, "--crashes")? as usize,
             "--seconds" => args.seconds = number(value("--seconds")?, "--seconds")?.max(1),
@@ -211,6 +226,10 @@ async fn run(args: Args) -> Result<usize, String> {
         .await
         .map_err(|e| e.to_string())?;
     let recv = format!("http://{}", receiver.addr);
+    let transmitter =
+        devtools::transmitter::Transmitter::try_start(serde_json::json!({"keys": []}))
+            .await
+            .map_err(|e| e.to_string())?;
     let database = match args.postgres {
         // `idem_sim_…`, which `scripts/test` drops.
         true => Some(devtools::postgres::fresh_database(
@@ -264,8 +283,41 @@ secret = "{okta}"
 event = "user.mfa.*"
 type = "port_out"
 subject = "/target/0/alternateId"
+[tenants.sim.sources.ssf_push]
+kind = "ssf"
+issuer = "{ssf_issuer}"
+audience = "{ssf_audience}"
+jwks = "{tx}/jwks"
+jwks_refetch = "1s"
+[[tenants.sim.sources.ssf_push.map]]
+event = "{ssf_event}"
+type = "port_out"
+[tenants.sim.sources.ssf_poll]
+kind = "ssf"
+issuer = "{ssf_issuer}"
+audience = "{ssf_audience}"
+jwks = "{tx}/jwks"
+jwks_refetch = "1s"
+poll = {{ url = "{tx}/poll", token = "{poll_token}" }}
+[[tenants.sim.sources.ssf_poll.map]]
+event = "{ssf_event}"
+type = "port_out"
+[tenants.sim.sources.camara]
+kind = "cloudevents"
+secret = "{camara}"
+[[tenants.sim.sources.camara.map]]
+event = "{swapped}"
+type = "sim_swap"
+subject = "/data/phoneNumber"
 "#,
                 okta = sources::OKTA_AUTH,
+                tx = transmitter.base,
+                ssf_issuer = ssf::ISSUER,
+                ssf_audience = ssf::AUDIENCE,
+                ssf_event = ssf::EVENT,
+                poll_token = ssf::POLL_TOKEN,
+                camara = cloudevents::SECRET,
+                swapped = cloudevents::SWAPPED,
                 data = node_dir.join("data").display(),
             ),
         )
@@ -407,9 +459,13 @@ subject = "/target/0/alternateId"
         Duration::from_millis(args.seconds * 1000 * args.clients as u64 / plan.len().max(1) as u64);
     let (events, batches) = sources::plan(args.seed, args.events, &mut rng);
     let source_think = Duration::from_millis(args.seconds * 1000 / batches.len().max(1) as u64);
-    let (outcome, source) = tokio::join!(
+    let sets = ssf::plan(args.seed, args.sets, &mut rng);
+    let operator_events = cloudevents::plan(args.seed, args.cloudevents);
+    let (outcome, source, mut sets, operator) = tokio::join!(
         clients::run(&bases, plan, args.clients, args.seed, think),
-        sources::run(&bases, events, batches, args.seed, source_think)
+        sources::run(&bases, events, batches, args.seed, source_think),
+        ssf::run(&transmitter, &bases, sets, args.seed, args.seconds),
+        cloudevents::run(&bases, operator_events, args.seed, args.seconds)
     );
 
     stop.store(true, Ordering::SeqCst);
@@ -423,7 +479,18 @@ subject = "/target/0/alternateId"
             node.start("").map_err(|e| e.to_string())?;
         }
     }
-    let mut report = check::check(&bases[0], &outcome, &source, &receiver).await;
+    ssf::settle(&transmitter, &mut sets).await;
+    let mut report = check::check(
+        &bases[0],
+        &outcome,
+        &check::Sources {
+            okta: &source,
+            ssf: &sets,
+            cloudevents: &operator,
+        },
+        &receiver,
+    )
+    .await;
     if let Some(url) = &database {
         stored::check(url, &outcome, &mut report).await;
     }
@@ -479,6 +546,22 @@ subject = "/target/0/alternateId"
         source.requests,
         source.answered,
         source.errors
+    );
+    println!(
+        "ssf: {} SETs ({} pushes, {} answered 202, {} errors), {} refused by polls, {} never acked",
+        sets.sets.len(),
+        sets.pushes,
+        sets.accepted,
+        sets.errors,
+        sets.set_errs,
+        sets.unacked.len()
+    );
+    println!(
+        "cloudevents: {} events, {} requests, {} answered 200, {} errors",
+        operator.events.len(),
+        operator.requests,
+        operator.answered,
+        operator.errors
     );
     for v in report.violations.iter().take(20) {
         println!("VIOLATION {v}");

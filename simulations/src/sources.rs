@@ -187,37 +187,47 @@ pub async fn check(
         });
     }
     for event in &outcome.events {
-        let found = http
-            .get(format!(
+        let decisions = decisions(
+            http,
+            &format!(
                 "{base}/v1/decisions?subject={}&type=port_out",
                 event.subject.replace('+', "%2B")
-            ))
-            .header("authorization", "Bearer sk_simulation_key")
-            .send()
-            .await;
-        let page: Value = match found {
-            Ok(r) => r
-                .bytes()
-                .await
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .unwrap_or_default(),
-            Err(_) => Value::Null,
-        };
-        let decisions = page["data"].as_array().cloned().unwrap_or_default();
+            ),
+        )
+        .await;
         let want = usize::from(event.mapped);
         report.expect(decisions.len() == want, || {
-            format!(
-                "{}: {} decisions, not {want} ({page})",
-                event.id,
-                decisions.len()
-            )
+            format!("{}: {} decisions, not {want}", event.id, decisions.len())
         });
-        for d in &decisions {
-            for action in d["actions"].as_array().into_iter().flatten() {
-                if let Some(id) = action["delivery_id"].as_str() {
-                    deliveries.insert(id.to_string());
-                }
+        deliveries_of(&decisions, deliveries);
+    }
+}
+
+/// The decisions a page of the decisions API at `url` lists (none if it cannot be read).
+pub async fn decisions(http: &reqwest::Client, url: &str) -> Vec<Value> {
+    let found = http
+        .get(url)
+        .header("authorization", "Bearer sk_simulation_key")
+        .send()
+        .await;
+    let page: Value = match found {
+        Ok(r) => r
+            .bytes()
+            .await
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default(),
+        Err(_) => Value::Null,
+    };
+    page["data"].as_array().cloned().unwrap_or_default()
+}
+
+/// Adds the deliveries of `decisions`' actions to `deliveries`.
+pub fn deliveries_of(decisions: &[Value], deliveries: &mut BTreeSet<String>) {
+    for d in decisions {
+        for action in d["actions"].as_array().into_iter().flatten() {
+            if let Some(id) = action["delivery_id"].as_str() {
+                deliveries.insert(id.to_string());
             }
         }
     }

@@ -14,8 +14,8 @@ use std::time::Duration;
 use devtools::metric_value;
 use serde_json::{json, Value};
 
-use crate::support::jose::{self, SigningKey};
 use crate::support::*;
+use devtools::jose::{self, SigningKey};
 
 const API_KEY: &str = "Bearer sk_ssf_test_key_0001";
 const ISSUER: &str = "https://sts.example.test/ssf";

@@ -9,6 +9,7 @@ mod pg;
 mod redis;
 mod replay;
 mod sled;
+mod ssf;
 mod storm;
 mod unique;
 mod window;
@@ -131,6 +132,7 @@ pub async fn run_scenarios(
                 Scenario::Unique => unique::run(&ctx, Scenario::Unique).await?,
                 Scenario::Claim => unique::run(&ctx, Scenario::Claim).await?,
                 Scenario::Replay => replay::run(&ctx).await?,
+                Scenario::Ssf => ssf::run(&ctx).await?,
                 Scenario::Storm => storm::run(&ctx).await?,
                 Scenario::Window => window::run(&ctx, extra).await?,
                 Scenario::Pg => pg::run(&ctx).await?,
@@ -171,6 +173,7 @@ pub async fn instructions(
             unique::instructions(scenario, idem, http, counters, requests).await
         }
         Scenario::Replay => replay::instructions(idem, http, counters, requests).await,
+        Scenario::Ssf => ssf::instructions(idem, http, counters, requests).await,
         Scenario::Storm => storm::instructions(idem, counters).await,
         Scenario::Window | Scenario::Pg | Scenario::Redis | Scenario::Sled | Scenario::Ceiling => {
             Err(format!("--callgrind does not measure {}", scenario.name()))

@@ -3,8 +3,8 @@
 //! [`receiver`], the [`idem`] process and its [`config`]s, the HTTP [`client`], the [`store`]
 //! the tests run on, [`deliveries`] as the API shows them, [`asserts`], [`wait`]ing, the
 //! [`answered`] keys of the crash tests, the reference receiver as a process
-//! ([`receive_proc`]), a real [`browser`], and a Shared Signals [`transmitter`] signing with the
-//! tests' own [`jose`].
+//! ([`receive_proc`]), a real [`browser`] (and, from devtools, a Shared Signals transmitter
+//! signing with `devtools::jose`).
 
 pub mod answered;
 pub mod asserts;
@@ -14,11 +14,9 @@ pub mod config;
 pub mod deliveries;
 pub mod harness;
 pub mod idem;
-pub mod jose;
 pub mod receive_proc;
 pub mod receiver;
 pub mod store;
-pub mod transmitter;
 pub mod wait;
 
 pub use answered::*;
@@ -26,10 +24,10 @@ pub use asserts::*;
 pub use client::*;
 pub use config::*;
 pub use deliveries::*;
+pub use devtools::transmitter::*;
 pub use harness::*;
 pub use idem::*;
 pub use receive_proc::*;
 pub use receiver::*;
 pub use store::*;
-pub use transmitter::*;
 pub use wait::*;

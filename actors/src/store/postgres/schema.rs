@@ -85,7 +85,7 @@ const MIGRATIONS: &[&str] = &[
     // 5: leases of the jobs one node at a time runs (polling a source): the holder's epoch and
     // the fencing token, raised each time the lease changes hands.
     r#"
-    CREATE TABLE idem_leases (
+    CREATE TABLE IF NOT EXISTS idem_leases (
         job    text   PRIMARY KEY,
         holder bigint NOT NULL,
         token  bigint NOT NULL

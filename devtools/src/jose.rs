@@ -1,7 +1,8 @@
-//! The tests' own JOSE, independent of the crate idem verifies with: compact JWS signed with
-//! ring (RS256 with the fixture RSA key, ES256 with a P-256 key made per test), each key's public
-//! JWK, and the forgeries a hostile sender tries (`alg: none`, HS256 keyed with the RSA public
-//! key, an ES256 header over an RSA key's `kid`).
+//! A Shared Signals transmitter's JOSE, as the tests, the bench and the simulations play one,
+//! independent of the crate idem verifies with: compact JWS signed with ring (RS256 with the
+//! fixture RSA key, ES256 with a P-256 key made per run), each key's public JWK, and the
+//! forgeries a hostile sender tries (`alg: none`, HS256 keyed with the RSA public key, an ES256
+//! header over an RSA key's `kid`). Panics on what cannot fail with these fixed inputs.
 
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;

@@ -1,7 +1,8 @@
-//! A Shared Signals transmitter on loopback, as the tests play it: its JWK Set at `/jwks`
-//! (counting fetches, replaceable for a rotation) and an RFC 8936 poll endpoint at `/poll` that
-//! gives every SET not yet acknowledged again on each poll, records the `ack`s and `setErrs` it
-//! is sent, and can be told to fail its next polls.
+//! A Shared Signals transmitter on loopback, as the tests and the simulations play it: its JWK
+//! Set at `/jwks` (counting fetches, replaceable for a rotation) and an RFC 8936 poll endpoint at
+//! `/poll` that gives every SET not yet acknowledged again on each poll (a short long poll when
+//! there is none), records the `ack`s and `setErrs` it is sent, and can be told to fail its next
+//! polls or to stop answering them. Panics on a poisoned lock (a test's own panic).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -42,6 +43,14 @@ pub struct Transmitter {
 impl Transmitter {
     /// Starts it, serving `jwks`.
     pub async fn start(jwks: Value) -> Transmitter {
+        match Transmitter::try_start(jwks).await {
+            Ok(t) => t,
+            Err(e) => panic!("the transmitter cannot listen: {e}"),
+        }
+    }
+
+    /// Starts it, serving `jwks`, or says why it cannot listen.
+    pub async fn try_start(jwks: Value) -> std::io::Result<Transmitter> {
         let shared = Arc::new(Mutex::new(Shared {
             jwks,
             ..Shared::default()
@@ -50,17 +59,15 @@ impl Transmitter {
             .route("/jwks", axum::routing::get(jwks_handler))
             .route("/poll", axum::routing::post(poll_handler))
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .await
-            .expect("bind the transmitter");
-        let addr = listener.local_addr().expect("addr");
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let addr = listener.local_addr()?;
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Transmitter {
+        Ok(Transmitter {
             base: format!("http://{addr}"),
             shared,
-        }
+        })
     }
 
     fn shared(&self) -> std::sync::MutexGuard<'_, Shared> {
@@ -84,6 +91,11 @@ impl Transmitter {
     /// Queues a SET for polling.
     pub fn queue(&self, jti: &str, token: &str) {
         self.shared().pending.insert(jti.into(), token.into());
+    }
+
+    /// How many SETs wait to be acknowledged.
+    pub fn pending_jtis(&self) -> Vec<String> {
+        self.shared().pending.keys().cloned().collect()
     }
 
     /// The jtis acknowledged so far, in order.
