@@ -93,7 +93,7 @@ impl Transmitter {
         self.shared().pending.insert(jti.into(), token.into());
     }
 
-    /// How many SETs wait to be acknowledged.
+    /// The jtis of the SETs still waiting to be acknowledged.
     pub fn pending_jtis(&self) -> Vec<String> {
         self.shared().pending.keys().cloned().collect()
     }

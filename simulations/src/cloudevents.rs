@@ -7,12 +7,13 @@
 //! decision per (source, id).
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::report::Report;
 use crate::rng::Rng;
+use crate::sources::{until_answered, Delivered};
 
 /// The Bearer secret the operator sends.
 pub const SECRET: &str = "simulated-camara-sink-credential";
@@ -103,55 +104,30 @@ pub async fn run(bases: &[String], events: Vec<Event>, seed: u64, seconds: u64) 
     let think = Duration::from_millis(seconds * 1000 / events.len().max(1) as u64);
     for at in 0..events.len() {
         for _ in 0..rng.range(2, 4) {
-            let (content_type, headers, body, carried) = request(&events, at, &mut rng);
-            let deadline = Instant::now() + Duration::from_secs(120);
-            let mut answered = false;
-            while Instant::now() < deadline {
-                out.requests += 1;
-                let base = &bases[rng.range(0, bases.len() as u64) as usize];
-                let mut r = http
-                    .post(format!("{base}/v1/sources/sim/camara"))
-                    .timeout(Duration::from_secs(15))
-                    .header("authorization", format!("Bearer {SECRET}"))
-                    .header("content-type", &content_type)
-                    .body(body.clone());
-                for (name, value) in &headers {
-                    r = r.header(name, value);
-                }
-                match r.send().await {
-                    Ok(r) if r.status().as_u16() == 200 => {
-                        let receipt: Value = r
-                            .bytes()
-                            .await
-                            .ok()
-                            .and_then(|b| serde_json::from_slice(&b).ok())
-                            .unwrap_or_default();
-                        let counted = receipt["accepted"].as_u64().unwrap_or(0)
-                            + receipt["duplicates"].as_u64().unwrap_or(0);
-                        if counted != carried as u64 {
-                            out.unexpected
-                                .push(format!("{carried} events answered {receipt}"));
-                        }
-                        out.answered += 1;
-                        answered = true;
-                        break;
-                    }
-                    Ok(r) if r.status().is_server_error() => out.errors += 1,
-                    Ok(r) => {
-                        let status = r.status().as_u16();
-                        let text = r.text().await.unwrap_or_default();
+            let (content_type, extra, body, carried) = request(&events, at, &mut rng);
+            let mut headers = vec![
+                ("authorization", format!("Bearer {SECRET}")),
+                ("content-type", content_type),
+            ];
+            headers.extend(extra.iter().map(|(n, v)| (n.as_str(), v.clone())));
+            let counts = (&mut out.requests, &mut out.errors);
+            let path = "/v1/sources/sim/camara";
+            match until_answered(&http, bases, path, &headers, &body, &mut rng, counts).await {
+                Delivered::Answered(receipt) => {
+                    let counted = receipt["accepted"].as_u64().unwrap_or(0)
+                        + receipt["duplicates"].as_u64().unwrap_or(0);
+                    if counted != carried as u64 {
                         out.unexpected
-                            .push(format!("CloudEvents answered {status}: {text}"));
-                        answered = true;
-                        break;
+                            .push(format!("{carried} events answered {receipt}"));
                     }
-                    Err(_) => out.errors += 1,
+                    out.answered += 1;
                 }
-                tokio::time::sleep(Duration::from_millis(rng.range(30, 250))).await;
-            }
-            if !answered {
-                out.unexpected
-                    .push(format!("{} never answered 200", events[at].id));
+                Delivered::Refused(status, text) => out
+                    .unexpected
+                    .push(format!("CloudEvents answered {status}: {text}")),
+                Delivered::Never => out
+                    .unexpected
+                    .push(format!("{} never answered 200", events[at].id)),
             }
         }
         tokio::time::sleep(think).await;

@@ -84,6 +84,62 @@ fn body(events: &[Event], batch: &[usize]) -> String {
     json!({"eventType": "com.okta.event_hook", "data": {"events": items}}).to_string()
 }
 
+/// What a delivery sent until answered came to.
+pub enum Delivered {
+    /// Answered 200, with this receipt.
+    Answered(Value),
+    /// Answered another status than 200 or 5xx: refused, not to be sent again.
+    Refused(u16, String),
+    /// Never answered 200 within two minutes of trying.
+    Never,
+}
+
+/// POSTs `body` with `headers` to `path` of a node at random each time until it is answered
+/// (again after a 5xx or a broken connection, as an at-least-once sender does), counting each
+/// request and each error in `counts`.
+pub async fn until_answered(
+    http: &reqwest::Client,
+    bases: &[String],
+    path: &str,
+    headers: &[(&str, String)],
+    body: &str,
+    rng: &mut Rng,
+    counts: (&mut usize, &mut usize),
+) -> Delivered {
+    let (requests, errors) = counts;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        *requests += 1;
+        let base = &bases[rng.range(0, bases.len() as u64) as usize];
+        let mut request = http
+            .post(format!("{base}{path}"))
+            .timeout(Duration::from_secs(15))
+            .body(body.to_string());
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        match request.send().await {
+            Ok(r) if r.status().as_u16() == 200 => {
+                let receipt: Value = r
+                    .bytes()
+                    .await
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok())
+                    .unwrap_or_default();
+                return Delivered::Answered(receipt);
+            }
+            Ok(r) if r.status().is_server_error() => *errors += 1,
+            Ok(r) => {
+                let status = r.status().as_u16();
+                return Delivered::Refused(status, r.text().await.unwrap_or_default());
+            }
+            Err(_) => *errors += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(rng.range(30, 250))).await;
+    }
+    Delivered::Never
+}
+
 /// Sends every batch until it is answered 200, to a node at random each time.
 pub async fn run(
     bases: &[String],
@@ -98,27 +154,17 @@ pub async fn run(
     for batch in &batches {
         let text = body(&events, batch);
         let again = rng.chance(20);
+        let headers = [
+            ("authorization", OKTA_AUTH.to_string()),
+            ("content-type", "application/json".to_string()),
+        ];
+        // Sent until answered, and once more after that for some (an answer that timed out).
         let mut answers = 0;
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while Instant::now() < deadline {
-            out.requests += 1;
-            let base = &bases[rng.range(0, bases.len() as u64) as usize];
-            let sent = http
-                .post(format!("{base}/v1/sources/sim/okta_sim"))
-                .timeout(Duration::from_secs(15))
-                .header("authorization", OKTA_AUTH)
-                .header("content-type", "application/json")
-                .body(text.clone())
-                .send()
-                .await;
-            match sent {
-                Ok(r) if r.status().as_u16() == 200 => {
-                    let receipt: Value = r
-                        .bytes()
-                        .await
-                        .ok()
-                        .and_then(|b| serde_json::from_slice(&b).ok())
-                        .unwrap_or_default();
+        while answers <= usize::from(again) {
+            let counts = (&mut out.requests, &mut out.errors);
+            let path = "/v1/sources/sim/okta_sim";
+            match until_answered(&http, bases, path, &headers, &text, &mut rng, counts).await {
+                Delivered::Answered(receipt) => {
                     out.answered += 1;
                     let counted: u64 = ["accepted", "duplicates", "ignored", "refused"]
                         .iter()
@@ -143,25 +189,20 @@ pub async fn run(
                         }
                     }
                     answers += 1;
-                    if answers > usize::from(again) {
-                        break;
-                    }
                 }
-                Ok(r) if r.status().is_server_error() => out.errors += 1,
-                Ok(r) => {
-                    let status = r.status().as_u16();
-                    let text = r.text().await.unwrap_or_default();
+                Delivered::Refused(status, text) => {
                     out.unexpected
                         .push(format!("a batch answered {status}: {text}"));
                     break;
                 }
-                Err(_) => out.errors += 1,
+                Delivered::Never => {
+                    if answers == 0 {
+                        out.unexpected
+                            .push(format!("a batch of {batch:?} never answered 200"));
+                    }
+                    break;
+                }
             }
-            tokio::time::sleep(Duration::from_millis(rng.range(30, 250))).await;
-        }
-        if answers == 0 {
-            out.unexpected
-                .push(format!("a batch of {batch:?} never answered 200"));
         }
         tokio::time::sleep(think).await;
     }

@@ -55,7 +55,6 @@ pub struct KeyCache {
     keys: RwLock<Arc<Keys>>,
     /// When the set was last fetched and, if it failed, why; held while a fetch runs.
     last: tokio::sync::Mutex<Option<(Instant, Option<String>)>>,
-    fetches: std::sync::atomic::AtomicU64,
 }
 
 impl KeyCache {
@@ -67,18 +66,7 @@ impl KeyCache {
             client,
             keys: RwLock::new(Arc::new(Keys::default())),
             last: tokio::sync::Mutex::new(None),
-            fetches: std::sync::atomic::AtomicU64::new(0),
         }
-    }
-
-    /// Where the set is.
-    pub fn at(&self) -> &JwksAt {
-        &self.at
-    }
-
-    /// How many times the set was fetched (or read).
-    pub fn fetches(&self) -> u64 {
-        self.fetches.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn cached(&self, kid: &str) -> Option<Arc<Key>> {
@@ -107,8 +95,6 @@ impl KeyCache {
                 return Err(failed.clone().map_or(Missing::Unknown, Missing::Fetch));
             }
         }
-        self.fetches
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let fetched = match self.fetch().await {
             Ok(document) => Keys::parse(&document),
             Err(e) => Err(e),

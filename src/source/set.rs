@@ -43,16 +43,6 @@ pub enum Err {
 }
 
 impl Err {
-    /// Every code, in RFC 8935's order.
-    pub const ALL: [Err; 6] = [
-        Err::InvalidRequest,
-        Err::InvalidKey,
-        Err::InvalidIssuer,
-        Err::InvalidAudience,
-        Err::AuthenticationFailed,
-        Err::AccessDenied,
-    ];
-
     /// The code as RFC 8935 writes it.
     pub fn as_str(self) -> &'static str {
         match self {
