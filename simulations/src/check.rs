@@ -209,7 +209,11 @@ pub async fn check(
                 format!("{id}: dead after only {attempts} attempts")
             }),
             other => report.expect(false, || {
-                format!("{id}: ended {other} after {attempts} attempts")
+                format!(
+                    "{id}: ended {other} after {attempts} attempts (action {}, created {}, next \
+                     attempt {})",
+                    view["action"], view["created_at"], view["next_attempt_at"]
+                )
             }),
         }
     }

@@ -571,5 +571,9 @@ subject = "/data/phoneNumber"
         report.checked,
         report.violations.len()
     );
+    if !report.violations.is_empty() {
+        // What a violation is traced with: each node's data directory and incarnations' logs.
+        println!("kept for inspection: {}", dir.keep().display());
+    }
     Ok(report.violations.len())
 }

@@ -46,11 +46,14 @@ impl SledStore {
 
     /// Up to `limit` queued deliveries due at or before `now_ms`, oldest first.
     pub(super) fn read_due(&self, now_ms: u64, limit: usize) -> Result<Vec<Timed>, StoreError> {
+        // No unit is part-way through writing a delivery meanwhile: an entry read here has all
+        // of its delivery's records beside it.
+        let _alone = self.applying.write().unwrap_or_else(|p| p.into_inner());
         time_index(&self.due, "delivery_due", now_ms.saturating_add(1), limit)
     }
 
     /// Forgets a due entry.
-    fn remove_due(&self, due: &Timed) -> Result<(), StoreError> {
+    pub(super) fn remove_due(&self, due: &Timed) -> Result<(), StoreError> {
         self.due.remove(time_key(due.at_ms, &due.id))?;
         Ok(())
     }

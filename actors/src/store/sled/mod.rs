@@ -16,7 +16,7 @@ mod keys;
 mod tests;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 pub use format::FORMAT;
 
@@ -47,6 +47,11 @@ pub struct SledStore {
     /// Each endpoint's health, by tenant and URL.
     endpoints: ::sled::Tree,
     commits: GroupCommit,
+    /// Held (shared) while a unit that writes delivery logs is applied, and (alone) while the
+    /// retry queue is read: a delivery's queue entry goes in before its records (so that a
+    /// crash part-way leaves it findable), and a read between the two would hand out a
+    /// delivery whose records are not all there yet.
+    applying: RwLock<()>,
 }
 
 impl SledStore {
@@ -65,6 +70,7 @@ impl SledStore {
             by_subject: db.open_tree("decisions_by_subject")?,
             endpoints: db.open_tree("endpoints")?,
             commits: GroupCommit::start(db.clone(), dir)?,
+            applying: RwLock::new(()),
             db,
         }))
     }
@@ -83,6 +89,8 @@ impl SledStore {
     /// to. What else of the unit is written follows [`rule::writes_with`].
     fn apply(&self, unit: Unit) -> Result<Written, StoreError> {
         self.commits.usable()?;
+        let _applying = (!unit.deliveries.is_empty())
+            .then(|| self.applying.read().unwrap_or_else(|p| p.into_inner()));
         // A decision's delivery logs go before the claim record that names them (no later
         // durable), so a claim write that is refused is found out before they are written.
         let carries = !unit.deliveries.is_empty() || !unit.decisions.is_empty();

@@ -518,3 +518,35 @@ async fn decisions_are_swept_per_tenant_from_their_oldest_up_to_the_first_kept()
     assert!(read(4).expect("read").is_none());
     assert!(read(3).expect("read").is_some());
 }
+
+#[test]
+fn a_read_of_the_retry_queue_never_finds_a_delivery_part_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let writes = 5_000u64;
+    let writer = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            for n in 0..writes {
+                let unit = Unit::new().write_deliveries(vec![delivery(&format!("msg_{n:06}"), n)]);
+                store.apply(unit).expect("apply");
+            }
+        })
+    };
+    // Each entry the queue hands out has its delivery's records beside it, however the read
+    // falls among the writes; an entry checked is taken out, so the reads stay short.
+    let mut checked = 0;
+    while checked < writes {
+        for entry in store.read_due(u64::MAX, 100).expect("read") {
+            let events = store.read_delivery(&entry.id).expect("read");
+            assert!(
+                events.is_some(),
+                "{} is queued but its records are not there yet",
+                entry.id
+            );
+            store.remove_due(&entry).expect("remove");
+            checked += 1;
+        }
+    }
+    writer.join().expect("writer");
+}
