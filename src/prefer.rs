@@ -2,7 +2,7 @@
 //! many seconds a request whose key is in flight may wait for the first request's answer. The
 //! header may be repeated and may carry other preferences (`Prefer: respond-async, wait=5`);
 //! those, and a `wait` whose value is not a number of seconds, are ignored, as the RFC asks of
-//! preferences a server does not understand.
+//! preferences a server does not understand; a number too large to read is capped like any other.
 
 use std::time::Duration;
 
@@ -22,8 +22,17 @@ pub fn wait(headers: &HeaderMap) -> Option<u64> {
             if !name.trim().eq_ignore_ascii_case("wait") {
                 return None;
             }
-            value.trim().trim_matches('"').parse::<u64>().ok()
+            seconds(value.trim().trim_matches('"'))
         })
+}
+
+/// A number of seconds: ASCII digits, however many (a number too large for any clock is as
+/// good as the cap, which it is held to).
+fn seconds(digits: &str) -> Option<u64> {
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(digits.parse::<u64>().unwrap_or(u64::MAX))
 }
 
 /// The wait applied to a preference of `seconds`, capped at `max`: none for no wait at all.
@@ -60,6 +69,13 @@ mod tests {
         );
         assert_eq!(wait(&headers(&["wait=soon"])), None);
         assert_eq!(wait(&headers(&["wait=-1"])), None);
+        assert_eq!(wait(&headers(&["wait=+1"])), None);
+        assert_eq!(wait(&headers(&["wait="])), None);
+        // Past u64: as long as any cap.
+        assert_eq!(
+            wait(&headers(&["wait=99999999999999999999999"])),
+            Some(u64::MAX)
+        );
         assert_eq!(wait(&headers(&["respond-async"])), None);
         assert_eq!(wait(&HeaderMap::new()), None);
     }
@@ -70,6 +86,7 @@ mod tests {
         assert_eq!(applied(30, max), Some(max));
         assert_eq!(applied(4, max), Some(Duration::from_secs(4)));
         assert_eq!(applied(0, max), None);
+        assert_eq!(applied(u64::MAX, max), Some(max));
         assert_eq!(applied_header(Duration::from_secs(4)), "wait=4");
         assert_eq!(applied_header(Duration::from_millis(1500)), "wait=2");
     }

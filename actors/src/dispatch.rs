@@ -70,26 +70,24 @@ impl Dispatcher {
         &self.endpoints
     }
 
-    /// The inline attempt of every callback of `decision`, concurrently, in playbook order. A
-    /// callback whose endpoint is open, or has no place for another attempt within
-    /// `inline_timeout`, is held back: it has no outcome, and is queued without an attempt.
+    /// The inline attempt of every callback of `decision`, concurrently, in playbook order,
+    /// each within one deadline of `inline_timeout`: the wait for a place among its endpoint's
+    /// attempts takes at most half of it, and the attempt has what is left. A callback whose
+    /// endpoint is open, or has no place within that half, is held back: it has no outcome,
+    /// and is queued without an attempt.
     pub async fn dispatch(&self, decision: &Decision) -> Vec<ActionOutcome> {
+        let started = Instant::now();
         let attempts = decision.deliveries.iter().map(|delivery| async move {
             let admission = self
                 .endpoints
-                .admit(&decision.tenant, &delivery.url, self.inline_timeout)
+                .admit(&decision.tenant, &delivery.url, self.inline_timeout / 2)
                 .await;
             let Admission::Go(permit) = admission else {
                 return None;
             };
+            let left = self.inline_timeout.saturating_sub(started.elapsed());
             let (status, attempt) = self
-                .attempt(
-                    &decision.tenant,
-                    &decision.id,
-                    delivery,
-                    self.inline_timeout,
-                    &permit,
-                )
+                .attempt(&decision.tenant, &decision.id, delivery, left, &permit)
                 .await;
             Some(ActionOutcome {
                 delivery_id: delivery.id.clone(),

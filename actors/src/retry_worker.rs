@@ -11,7 +11,7 @@ use std::time::Duration;
 use idem_schemas::timefmt::now_ms;
 use tokio::sync::Notify;
 
-use crate::delivery::Deliveries;
+use crate::delivery::{Deliveries, DeliveryError};
 use crate::store::Store;
 
 /// How many due deliveries one tick wakes at most.
@@ -53,7 +53,12 @@ pub fn spawn(
             for entry in due {
                 if let Err(e) = deliveries.wake(&entry).await {
                     tracing::warn!(delivery = %entry.id, error = %e, "cannot wake delivery");
-                    if matches!(deliveries.load(&entry.id).await, Ok(None)) {
+                    // Gone, or a log that does not fold (reported as it was read): nothing
+                    // an attempt could be made from, so the queue lets go of it.
+                    if matches!(
+                        deliveries.load(&entry.id).await,
+                        Ok(None) | Err(DeliveryError::Log(_))
+                    ) {
                         let _ = store.drop_due(&entry).await;
                     }
                 }

@@ -27,6 +27,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Where the embedded store lives (the sled backend).
     pub data_dir: PathBuf,
+    /// How senders reach idem (`public_url`, with no trailing `/`), when it is set: then a URL a
+    /// sender signs (Twilio's) is taken to be this one's, never what a request's headers say.
+    pub public_url: Option<String>,
     /// The engine's sections: `[store]`, `[idempotency]`, `[delivery]`, `[decisions]`.
     pub engine: Settings,
     /// Inbound signature checks.
@@ -85,6 +88,7 @@ pub enum ConfigError {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     listen: Option<String>,
+    public_url: Option<String>,
     data_dir: Option<PathBuf>,
     #[serde(default)]
     idempotency: engine::RawIdempotency,
@@ -151,6 +155,22 @@ impl Config {
         if data_dir.as_os_str().is_empty() {
             return Err(invalid("data_dir", "must not be empty"));
         }
+        let public_url = match raw.public_url {
+            None => None,
+            Some(url) => {
+                let base = url.trim_end_matches('/');
+                let bare = reqwest::Url::parse(base).is_ok_and(|u| {
+                    u.query().is_none() && u.fragment().is_none() && u.username().is_empty()
+                });
+                if !tenants::callback_url(base) || !bare {
+                    return Err(invalid(
+                        "public_url",
+                        format!("{url:?} is not an http(s) URL like \"https://idem.example.com\""),
+                    ));
+                }
+                Some(base.to_string())
+            }
+        };
         let engine = engine::settings(
             raw.store,
             raw.idempotency,
@@ -175,6 +195,7 @@ impl Config {
         Ok(Config {
             listen,
             data_dir,
+            public_url,
             engine,
             signatures,
             http,
@@ -427,6 +448,78 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
             .replace("sk_test_0123456789", &"a".repeat(16))
             .replace("http://127.0.0.1:9000/lock", "https://hooks.example/lock");
         Config::parse(&at_the_limits).expect("32-byte secret, 16-character key, a host");
+    }
+
+    #[test]
+    fn public_url_is_an_http_url_kept_without_its_trailing_slash() {
+        assert_eq!(Config::parse(MINIMAL).expect("valid").public_url, None);
+        let with = |url: &str| format!("public_url = \"{url}\"\n{MINIMAL}");
+        for (written, kept) in [
+            ("https://idem.example.com", "https://idem.example.com"),
+            ("https://idem.example.com/", "https://idem.example.com"),
+            ("http://10.0.0.7:8080/idem/", "http://10.0.0.7:8080/idem"),
+        ] {
+            let c = Config::parse(&with(written)).expect("valid");
+            assert_eq!(c.public_url.as_deref(), Some(kept), "{written}");
+        }
+        for refused in [
+            "idem.example.com",
+            "ftp://idem.example.com",
+            "https://",
+            "https://idem.example.com/?a=1",
+            "https://user@idem.example.com",
+        ] {
+            assert!(err(&with(refused)).contains("public_url"), "{refused}");
+        }
+    }
+
+    #[test]
+    fn a_source_secret_is_long_and_its_own() {
+        let source = |tenant: &str, name: &str, secret: &str| {
+            format!(
+                "[tenants.{tenant}.sources.{name}]\nkind = \"okta\"\nsecret = {secret}\n\
+                 [[tenants.{tenant}.sources.{name}.map]]\nevent = \"user.*\"\n\
+                 type = \"sim_swap\"\nsubject = \"/target/0/alternateId\"\n"
+            )
+        };
+        let other_tenant = "[tenants.beta]\napi_key = \"sk_beta_0123456789\"\n\
+                            callback_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n\
+                            [tenants.beta.playbooks.sim_swap]\ndecision = \"deny\"\n";
+        let long = "\"Basic b2t0YS1ob29rLXNlY3JldA==\"";
+        let c = Config::parse(&format!("{MINIMAL}{}", source("acme", "okta", long)))
+            .expect("a long secret");
+        assert_eq!(c.tenants["acme"].sources["okta"].secrets.len(), 1);
+        let refused = [
+            (
+                source("acme", "okta", "\"a\""),
+                "tenants.acme.sources.okta.secret",
+                "shorter than 16",
+            ),
+            (
+                source("acme", "okta", &format!("[{long}, \"short-old-one\"]")),
+                "tenants.acme.sources.okta.secret",
+                "shorter than 16",
+            ),
+            (
+                format!("{}{}", source("acme", "a", long), source("acme", "b", long)),
+                "tenants.acme.sources.b.secret",
+                "also tenants.acme.sources.a's",
+            ),
+            (
+                format!(
+                    "{}{other_tenant}{}",
+                    source("acme", "a", long),
+                    source("beta", "b", long)
+                ),
+                "tenants.beta.sources.b.secret",
+                "also tenants.acme.sources.a's",
+            ),
+        ];
+        for (sources, key, why) in refused {
+            let e = err(&format!("{MINIMAL}{sources}"));
+            assert!(e.contains(key) && e.contains(why), "{key}: {e}");
+            assert!(!e.contains("b2t0YS1ob29r"), "the secret is not shown: {e}");
+        }
     }
 
     #[test]

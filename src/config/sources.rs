@@ -17,6 +17,9 @@ use crate::source::{set, Pattern, Poll, Route, Source, SourceKind, Ssf};
 /// An `ssf` source's subject pointer when its `map` entry names none.
 pub const SSF_SUBJECT: &str = "/sub_id";
 
+/// The fewest characters a source's secret has: one anybody could guess authenticates nothing.
+pub const MIN_SECRET: usize = 16;
+
 /// The least time between two fetches of a JWK Set, unless `jwks_refetch` says otherwise.
 const JWKS_REFETCH: Duration = Duration::from_secs(60);
 
@@ -107,6 +110,14 @@ pub(super) fn source(
         return Err(invalid(
             format!("{key}.secret"),
             "must be a non-empty string or a list of them",
+        ));
+    }
+    if secrets.iter().any(|s| s.chars().count() < MIN_SECRET) {
+        return Err(invalid(
+            format!("{key}.secret"),
+            format!(
+                "is shorter than {MIN_SECRET} characters: a sender's secret is a long random value"
+            ),
         ));
     }
     let standard_secrets = match kind {

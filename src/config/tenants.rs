@@ -84,6 +84,9 @@ pub(super) fn tenants(
     }
     let mut tenants = HashMap::new();
     let mut api_keys = HashMap::new();
+    // Where each source secret is used: a secret two sources share lets a delivery meant for
+    // one be taken by the other (another tenant's, another playbook's).
+    let mut source_secrets: HashMap<String, String> = HashMap::new();
     for (name, t) in raw {
         let key = format!("tenants.{name}");
         if !is_name(&name) {
@@ -133,6 +136,16 @@ pub(super) fn tenants(
         for (source, raw) in t.sources {
             let skey = format!("{key}.sources.{source}");
             let source = sources::source(&skey, source, raw, &playbooks)?;
+            for secret in &source.secrets {
+                if let Some(other) = source_secrets.insert(secret.clone(), skey.clone()) {
+                    if other != skey {
+                        return Err(invalid(
+                            format!("{skey}.secret"),
+                            format!("is also {other}'s: give each source its own secret"),
+                        ));
+                    }
+                }
+            }
             sources.insert(source.name.clone(), source);
         }
         tenants.insert(
@@ -207,7 +220,7 @@ fn playbook(key: &str, p: RawPlaybook) -> Result<Playbook, ConfigError> {
 
 /// An http(s) URL with its host where the host goes: the URL parser reads `http:///x` (no
 /// host) as host `x`, and every callback to it would fail until dead.
-fn callback_url(raw: &str) -> bool {
+pub(super) fn callback_url(raw: &str) -> bool {
     let Ok(url) = reqwest::Url::parse(raw) else {
         return false;
     };

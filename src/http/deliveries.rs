@@ -144,9 +144,14 @@ fn limit_redeliveries(app: &App, tenant: &Tenant) -> Result<(), ApiError> {
 
 /// A bulk redelivery's filter from its body.
 fn parse_filter(bytes: &[u8]) -> Result<(serde_json::Value, RedeliverFilter), ApiError> {
-    let value: serde_json::Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::new(Kind::MalformedJson, format!("the body is not JSON: {e}")))?;
     let invalid = |detail: String| ApiError::new(Kind::InvalidFilter, detail);
+    // A member named twice is refused, as in a signal: which of the two filters would apply?
+    let value = idem_schemas::canonical::parse(bytes).map_err(|e| match e {
+        idem_schemas::canonical::ParseError::Duplicate(_) => invalid(e.to_string()),
+        idem_schemas::canonical::ParseError::Syntax(_) => {
+            ApiError::new(Kind::MalformedJson, e.to_string())
+        }
+    })?;
     let raw: RedeliverRequest = serde_json::from_value(value.clone()).map_err(|e| {
         invalid(format!(
             "the body must be an object with status (\"dead\" or \"failed\") and optionally \

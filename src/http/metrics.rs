@@ -6,7 +6,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::header;
+use axum::http::{header, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use prometheus::{
@@ -99,12 +99,22 @@ static ENDPOINTS: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
-/// Middleware: times every request under its route pattern (never its concrete path).
+/// Middleware: times every request under its route pattern (never its concrete path), and
+/// marks every answer `nosniff` and, unless it says otherwise (the console's files revalidate),
+/// `no-store`: answers carry a tenant's decisions and deliveries, never to be kept by a cache.
 pub async fn time_requests(request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().cloned();
     let method = request.method().clone();
     let started = Instant::now();
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers
+        .entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
     let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
     REQUEST_SECONDS
         .with_label_values(&[route, method.as_str()])

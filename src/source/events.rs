@@ -10,6 +10,7 @@ use std::borrow::Cow;
 
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 
 use super::set::Set;
 use super::SourceKind;
@@ -33,6 +34,13 @@ impl Event<'_> {
     pub fn claim_key(&self) -> Option<&str> {
         self.claim.as_deref().or(self.id.as_deref())
     }
+}
+
+/// The claim key of a body whose signature covers nothing else: the SHA-256 of its RFC 8785
+/// form (the signed bytes parse to it, and no other signed body does).
+fn signed_body_claim(body: &Value) -> String {
+    let digest = Sha256::digest(idem_schemas::canonical::canonical(body).as_bytes());
+    format!("sha256:{}", idem_schemas::lower_hex(&digest))
 }
 
 /// Two strings as one claim key, unambiguously (the first one's length first).
@@ -208,11 +216,17 @@ pub fn read<'v>(
             if !body.is_object() {
                 return Err(ShapeError("the body must be a JSON object".into()));
             }
+            // GitHub's signature covers the body only, not `X-GitHub-Delivery` nor
+            // `X-GitHub-Event`: a captured body posted again under a fresh delivery id or
+            // another event name must not be another decision, so the event is claimed under
+            // the digest of what was signed (GitHub's own redelivery sends the same body).
+            let id = header(headers, "x-github-delivery");
+            let claim = id.as_ref().map(|_| signed_body_claim(body));
             Ok(vec![Event {
-                id: header(headers, "x-github-delivery"),
+                id,
                 event_type: header(headers, "x-github-event"),
                 body: Cow::Borrowed(body),
-                claim: None,
+                claim,
             }])
         }
         SourceKind::Cloudevents => match media_type(headers).as_deref() {
@@ -295,6 +309,16 @@ mod tests {
         assert_eq!(events[0].id.as_deref(), Some("d-1"));
         assert_eq!(events[0].event_type.as_deref(), Some("push"));
         assert_eq!(subject(&events[0].body, "/sender/id").as_deref(), Some("7"));
+        // Claimed under the signed body, whatever the unsigned headers say.
+        let claim = events[0].claim_key().map(str::to_string);
+        assert!(claim.as_deref().is_some_and(|c| c.starts_with("sha256:")));
+        headers.insert("x-github-delivery", "d-2".parse().expect("value"));
+        headers.insert("x-github-event", "issues".parse().expect("value"));
+        let replayed = read(SourceKind::Github, &headers, &body).expect("events");
+        assert_eq!(replayed[0].claim_key(), claim.as_deref());
+        let other = json(r#"{"type":"ignored","sender":{"id":8}}"#);
+        let other = read(SourceKind::Github, &headers, &other).expect("events");
+        assert_ne!(other[0].claim_key(), claim.as_deref());
     }
 
     #[test]

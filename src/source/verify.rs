@@ -39,6 +39,9 @@ pub enum Refused {
     /// The header does not have the scheme's form.
     #[error("{0}")]
     Malformed(&'static str),
+    /// A header the scheme reads came twice: which one would a proxy in front have checked?
+    #[error("send the {0} header once, not twice")]
+    Repeated(&'static str),
 }
 
 /// What the check reads of a delivery.
@@ -53,13 +56,17 @@ pub struct Delivery<'a> {
     pub now_secs: i64,
     /// `signatures.tolerance`, in seconds.
     pub tolerance_secs: u64,
+    /// `public_url`, when set: where senders reach idem, whatever the request's headers say.
+    pub public_url: Option<&'a str>,
 }
 
 fn header<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<&'h str, Refused> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .ok_or(Refused::Missing(name))
+    let mut values = headers.get_all(name).iter();
+    let value = values.next().and_then(|v| v.to_str().ok());
+    if values.next().is_some() {
+        return Err(Refused::Repeated(name));
+    }
+    value.ok_or(Refused::Missing(name))
 }
 
 fn hmac_sha256(key: &[u8]) -> Hmac<Sha256> {
@@ -222,29 +229,41 @@ fn twilio(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
     ) {
         return Err(Refused::Mismatch("bodySHA256"));
     }
-    let host = first(delivery.headers, "x-forwarded-host")
-        .or_else(|| first(delivery.headers, "host"))
-        .or_else(|| delivery.uri.authority().map(|a| a.as_str()))
-        .ok_or(Refused::Missing("host"))?;
-    let schemes: &[&str] = match first(delivery.headers, "x-forwarded-proto") {
-        Some("http") => &["http"],
-        Some("https") => &["https"],
-        _ => &["https", "http"],
-    };
     let path = delivery.uri.path_and_query().map_or("/", |p| p.as_str());
-    let urls = schemes.iter().flat_map(|scheme| {
-        // Twilio's own validators take the URL with and without the scheme's default port.
-        let default_port = match *scheme {
-            "https" => ":443",
-            _ => ":80",
-        };
-        let bare = host.strip_suffix(default_port).unwrap_or(host);
-        let with_port = match bare.contains(':') {
-            true => None,
-            false => Some(format!("{scheme}://{bare}{default_port}{path}")),
-        };
-        std::iter::once(format!("{scheme}://{bare}{path}")).chain(with_port)
-    });
+    let urls: Vec<String> = match delivery.public_url {
+        // With `public_url` set, the URL Twilio signed is the one it was given there: the
+        // client chooses `Host` and `X-Forwarded-*`, which would let a signature made for
+        // another deployment's URL pass here.
+        Some(base) => vec![format!("{base}{path}")],
+        None => {
+            let host = first(delivery.headers, "x-forwarded-host")
+                .or_else(|| first(delivery.headers, "host"))
+                .or_else(|| delivery.uri.authority().map(|a| a.as_str()))
+                .ok_or(Refused::Missing("host"))?;
+            let schemes: &[&str] = match first(delivery.headers, "x-forwarded-proto") {
+                Some("http") => &["http"],
+                Some("https") => &["https"],
+                _ => &["https", "http"],
+            };
+            schemes
+                .iter()
+                .flat_map(|scheme| {
+                    // Twilio's own validators take the URL with and without the scheme's
+                    // default port.
+                    let default_port = match *scheme {
+                        "https" => ":443",
+                        _ => ":80",
+                    };
+                    let bare = host.strip_suffix(default_port).unwrap_or(host);
+                    let with_port = match bare.contains(':') {
+                        true => None,
+                        false => Some(format!("{scheme}://{bare}{default_port}{path}")),
+                    };
+                    std::iter::once(format!("{scheme}://{bare}{path}")).chain(with_port)
+                })
+                .collect()
+        }
+    };
     let matches = urls.into_iter().any(|url| {
         source.secrets.iter().any(|s| {
             let mut mac = hmac_sha1(s.as_bytes());
@@ -304,6 +323,7 @@ mod tests {
                 body,
                 now_secs,
                 tolerance_secs: 300,
+                public_url: None,
             },
         )
     }
@@ -397,6 +417,29 @@ mod tests {
         http.insert("x-forwarded-proto", "http".parse().expect("value"));
         assert!(check_at(&s, &http, uri, body, 0).is_err());
         assert!(check_at(&s, &h, "/myapp.php?foo=1&bar=2", body, 0).is_err());
+
+        // With public_url set, the signed URL is its own: Host and X-Forwarded-* are not read.
+        let pinned = |public_url: &str, headers: &HeaderMap| {
+            let uri: Uri = uri.parse().expect("uri");
+            check(
+                &s,
+                &Delivery {
+                    headers,
+                    uri: &uri,
+                    body,
+                    now_secs: 0,
+                    tolerance_secs: 300,
+                    public_url: Some(public_url),
+                },
+            )
+        };
+        assert_eq!(pinned("https://mycompany.com", &other_host), Ok(()));
+        assert_eq!(
+            pinned("https://idem.example.com", &h),
+            Err(Refused::Mismatch("X-Twilio-Signature")),
+            "a request naming the signed host is not taken at another public_url"
+        );
+        assert!(pinned("http://mycompany.com", &proxied).is_err());
     }
 
     // The Standard Webhooks Rust library's signing example.
@@ -442,5 +485,14 @@ mod tests {
             check_at(&auth0, &HeaderMap::new(), "/", b"[]", 0),
             Err(Refused::Missing("authorization"))
         );
+        // Two credentials, the first or the second valid: neither is taken.
+        for (a, b) in [("new-value", "wrong"), ("wrong", "new-value")] {
+            let mut two = headers(&[("authorization", a)]);
+            two.append("authorization", b.parse().expect("header value"));
+            assert_eq!(
+                check_at(&okta, &two, "/", b"{}", 0),
+                Err(Refused::Repeated("authorization"))
+            );
+        }
     }
 }

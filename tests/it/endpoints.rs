@@ -887,6 +887,14 @@ async fn bulk_redelivery_follows_its_filters_and_a_retry_under_its_key_redeliver
             "since is not RFC 3339",
         ),
         (r#"{"status":"dead""#, "not JSON"),
+        (
+            r#"{"status":"failed","status":"dead"}"#,
+            "status named twice (which filter applies?)",
+        ),
+        (
+            r#"{"status":"dead","action":"notify","action":"ok"}"#,
+            "action named twice",
+        ),
     ] {
         let r = client
             .send("POST", "/v1/deliveries/redeliver", Req::new(body).beta())
@@ -1069,4 +1077,44 @@ async fn attempts_waiting_for_a_place_are_not_made_once_the_endpoint_opens() {
         made += total(&delivery(&client, id).await);
     }
     assert_eq!(made, 1, "the waiters used up no attempt");
+}
+
+#[tokio::test]
+async fn an_inline_attempt_waiting_for_a_place_keeps_to_one_inline_timeout() {
+    let (_dir, receiver, _idem, client) = Harness::new()
+        .delivery(
+            "inline_timeout = \"4s\"\nschedule = [\"1h\"]\nbreaker_threshold = 100\n\
+         max_in_flight_per_endpoint = 1",
+        )
+        .start()
+        .await;
+    // One place, held for 3 s by the first signal's attempt: the second waits for it.
+    receiver.answer("/notify", 200, Duration::from_secs(3));
+    let first = tokio::spawn({
+        let client = client.clone();
+        async move { notify_signal(&client).await }
+    });
+    eventually(
+        Duration::from_secs(5),
+        || async { receiver.seen_on("/notify").len() },
+        |n| *n >= 1,
+    )
+    .await;
+    let asked = std::time::Instant::now();
+    let (action, id) = notify_signal(&client).await;
+    let answered = asked.elapsed();
+    // The wait for the place and the attempt share one deadline of inline_timeout: no place
+    // within half of it, and the callback is held back, queued with no attempt made.
+    assert!(
+        answered < Duration::from_secs(4),
+        "answered after {answered:?}, past inline_timeout (4 s)"
+    );
+    assert_eq!(action, "queued");
+    assert_eq!(total(&delivery(&client, &id).await), 0, "no attempt made");
+    let (action, _) = first.await.expect("first");
+    assert_eq!(action, "delivered");
+    // Once the place is free, the held-back callback goes, as its first attempt.
+    let d = until_status(&client, &id, "delivered").await;
+    assert_eq!(total(&d), 1, "{d}");
+    assert_eq!(receiver.seen_on("/notify").len(), 2);
 }

@@ -1,6 +1,6 @@
 //! Every refusal of POST /v1/signals, in the contract's order of checks, as problem details with
 //! distinct types, and nothing stored for any of them: after each refusal the same key still
-//! makes a first processing.
+//! makes a first processing. Every answer is marked `nosniff` and, but for the console's files, `no-store`.
 
 use crate::support::*;
 
@@ -208,4 +208,41 @@ async fn unknown_paths_and_methods_are_problems_and_health_is_ok() {
     assert_eq!(r.problem_type(), "urn:idem:problem:method-not-allowed");
     let r = client.send("GET", "/healthz", Req::new("")).await;
     assert_eq!(r.status, 200);
+
+    // No answer is sniffed or kept by a cache: problems, the console's 404s, the JSON API (a
+    // first processing and a list); the console's own files revalidate instead.
+    let first = client
+        .signal(
+            Req::new(&sim_swap("+447700900999"))
+                .key(&unique("hdr"))
+                .beta(),
+        )
+        .await;
+    assert_first(&first, "a signal");
+    let answers = [
+        ("a signal's 201", first),
+        ("a 404", client.send("GET", "/nope", Req::new("")).await),
+        (
+            "the console's 404",
+            client.send("GET", "/console/nope.js", Req::new("")).await,
+        ),
+        (
+            "a list",
+            client
+                .send("GET", "/v1/deliveries", Req::new("").beta())
+                .await,
+        ),
+    ];
+    for (what, r) in answers {
+        assert_eq!(
+            r.header("x-content-type-options"),
+            Some("nosniff"),
+            "{what}"
+        );
+        assert_eq!(r.header("cache-control"), Some("no-store"), "{what}");
+    }
+    let page = client.send("GET", "/console", Req::new("")).await;
+    assert_eq!(page.status, 200);
+    assert_eq!(page.header("x-content-type-options"), Some("nosniff"));
+    assert_eq!(page.header("cache-control"), Some("no-cache"));
 }

@@ -53,7 +53,7 @@ actions = [ {{ name = "lock", url = "{lock}" }} ]
 
 [tenants.idp.sources.okta_prod]
 kind = "okta"
-secret = ["an-old-value", "{OKTA_AUTH}"]
+secret = ["an-old-value-0123456789", "{OKTA_AUTH}"]
 [[tenants.idp.sources.okta_prod.map]]
 event = "user.mfa.factor.deactivate"
 type = "mfa_reset"
@@ -93,6 +93,10 @@ secret = "{GITHUB_SECRET}"
 [[tenants.idp.sources.github.map]]
 event = "member"
 type = "login"
+subject = "/member/login"
+[[tenants.idp.sources.github.map]]
+event = "membership"
+type = "takeover"
 subject = "/member/login"
 
 [tenants.idp.sources.standard]
@@ -219,6 +223,11 @@ fn stripe_event(id: &str, customer: &str) -> String {
 }
 
 fn github(delivery: &str, login: &str) -> Delivery {
+    github_as(delivery, "member", login)
+}
+
+/// A GitHub delivery whose unsigned headers name `delivery` and `event`.
+fn github_as(delivery: &str, event: &str, login: &str) -> Delivery {
     let body =
         json!({"action": "added", "member": {"login": login}, "sender": {"login": "octocat"}})
             .to_string();
@@ -226,7 +235,7 @@ fn github(delivery: &str, login: &str) -> Delivery {
     Delivery {
         path: "/v1/sources/idp/github".into(),
         req: Req::new(&body)
-            .header("x-github-event", "member")
+            .header("x-github-event", event)
             .header("x-github-delivery", delivery)
             .header("x-hub-signature-256", &format!("sha256={sig}")),
     }
@@ -320,6 +329,22 @@ async fn every_kind_is_taken_once_per_event_id() {
     assert_eq!(
         receipt(&github("gh-1", "frank").send(&client).await),
         (0, 1, 0, 0)
+    );
+    // Its signature covers the body only: the captured body under a fresh delivery id, or
+    // naming another (mapped) event, is the same event, not a second decision.
+    assert_eq!(
+        receipt(&github("gh-forged", "frank").send(&client).await),
+        (0, 1, 0, 0),
+        "a fresh X-GitHub-Delivery"
+    );
+    assert_eq!(
+        receipt(
+            &github_as("gh-forged-2", "membership", "frank")
+                .send(&client)
+                .await
+        ),
+        (0, 1, 0, 0),
+        "another X-GitHub-Event"
     );
 
     // Standard Webhooks: a retry keeps webhook-id, signed at another time.
@@ -446,6 +471,13 @@ async fn an_unauthenticated_delivery_claims_nothing() {
         ..okta_none
     };
     problem(&okta_none.send(&client).await, 401, unauthenticated);
+    // Its own credential and another: which one would a proxy in front have checked?
+    let okta_two = okta(&[okta_event("o-1", "user.session.start", "a@x")]);
+    let okta_two = Delivery {
+        req: okta_two.req.header("authorization", "Basic bm9wZQ=="),
+        ..okta_two
+    };
+    problem(&okta_two.send(&client).await, 400, "repeated-header");
 
     let auth0_raw = auth0(&[("a-1", "s", "auth0|x")]);
     let auth0_raw = Delivery {
@@ -810,6 +842,10 @@ async fn an_event_twice_in_a_batch_and_two_events_of_one_subject_make_one_decisi
     ]);
     assert_eq!(receipt(&batch.send(&client).await), (1, 1, 0, 0));
     exactly(&receiver, "/login", 1).await;
+    // One event a hundred times in one batch (more than max_waiters copies): claimed once.
+    let copies = vec![okta_event("okta-t2", "user.session.start", "many@example.com"); 100];
+    assert_eq!(receipt(&okta(&copies).send(&client).await), (1, 99, 0, 0));
+    exactly(&receiver, "/login", 2).await;
     // takeover is decided once per subject: a second event about the same customer is
     // accepted (it is a new event) and answered by the first decision, with no callback.
     assert_eq!(

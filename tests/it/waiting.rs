@@ -137,6 +137,22 @@ async fn a_wait_is_capped_by_max_wait_and_ends_in_409() {
         waited >= Duration::from_millis(200) && waited < Duration::from_secs(2),
         "waited {waited:?}: the cap is 200 ms"
     );
+    // A number of seconds too large to read is held to the cap too, not ignored.
+    let asked = Instant::now();
+    let refused = client
+        .signal(
+            Req::new(&body)
+                .beta()
+                .key(&key)
+                .header("prefer", "wait=99999999999999999999999"),
+        )
+        .await;
+    let waited = asked.elapsed();
+    assert_eq!(refused.status, 409);
+    assert!(
+        waited >= Duration::from_millis(200),
+        "waited {waited:?}: an overflowing wait is capped at 200 ms, not ignored"
+    );
     // The key's own answer is untouched by the waiter that gave up.
     let (first, _) = first.await.expect("first");
     assert_eq!(first.status, 201);

@@ -97,7 +97,13 @@ impl DeliveryContext {
     pub async fn load(&self, id: &str) -> Result<Option<DeliveryState>, DeliveryError> {
         match self.store.load_delivery(id).await? {
             None => Ok(None),
-            Some(events) => Ok(Some(DeliveryState::fold(events)?)),
+            Some(events) => match DeliveryState::fold(events) {
+                Ok(state) => Ok(Some(state)),
+                Err(e) => {
+                    tracing::error!(delivery = id, error = %e, "a delivery's log does not fold: it is left as it is, and not attempted");
+                    Err(e.into())
+                }
+            },
         }
     }
 }

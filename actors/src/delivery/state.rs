@@ -76,13 +76,16 @@ pub fn placement(next: NextStep) -> Placement {
     }
 }
 
-/// The index of an attempt recorded after the delivery's final one with no redelivery
-/// between: a record that only a writer whose lease was fenced out could have made.
+/// The index of an attempt (or a hold, an attempt put off) recorded after the delivery's final
+/// one with no redelivery between: a record that only a writer whose lease was fenced out could
+/// have made, which the fold refuses.
 pub fn attempt_after_final(events: &[DeliveryEvent]) -> Option<usize> {
     let mut settled = false;
     for (n, event) in events.iter().enumerate() {
         match event {
-            DeliveryEvent::Answered { .. } if settled => return Some(n),
+            DeliveryEvent::Answered { .. } | DeliveryEvent::Held { .. } if settled => {
+                return Some(n)
+            }
             DeliveryEvent::Answered { next, .. } => {
                 settled = next.status() != DeliveryStatus::Queued
             }
@@ -143,6 +146,15 @@ impl DeliveryState {
     pub fn apply(&mut self, event: DeliveryEvent) -> Result<(), InvalidDeliveryLog> {
         match event {
             DeliveryEvent::Created(_) => return Err(InvalidDeliveryLog("Created twice")),
+            // A final delivery moves only by a redelivery: an attempt or a hold recorded after
+            // it came from a writer that was fenced out, and would send it again.
+            DeliveryEvent::Answered { .. } | DeliveryEvent::Held { .. }
+                if self.placement.due_ms.is_none() =>
+            {
+                return Err(InvalidDeliveryLog(
+                    "an attempt recorded after its final one, with no redelivery between",
+                ))
+            }
             DeliveryEvent::Answered { attempt, next } => {
                 if self.attempts.len() == KEPT_ATTEMPTS {
                     self.attempts.pop_front();
@@ -328,9 +340,30 @@ mod tests {
             Some(2)
         );
         assert_eq!(
-            attempt_after_final(&[dead.clone(), redelivered, retry.clone(), dead]),
+            attempt_after_final(&[
+                dead.clone(),
+                redelivered.clone(),
+                retry.clone(),
+                dead.clone()
+            ]),
             None
         );
+        let held = DeliveryEvent::Held { until_ms: T };
+        assert_eq!(
+            attempt_after_final(&[held.clone(), dead.clone(), held.clone()]),
+            Some(2)
+        );
+        // The fold refuses what the checker finds, with an error rather than a panic.
+        let fold = |events: &[DeliveryEvent]| {
+            let mut log = vec![DeliveryEvent::Created(record())];
+            log.extend_from_slice(events);
+            DeliveryState::fold(log)
+        };
+        assert!(fold(&[retry.clone(), dead.clone(), retry.clone()]).is_err());
+        assert!(fold(&[dead.clone(), held]).is_err());
+        let again = fold(&[dead.clone(), redelivered, retry]).expect("a redelivery between");
+        assert_eq!(again.attempts_total, 2);
+        assert_eq!(again.placement.status, DeliveryStatus::Queued);
     }
 
     /// The wait of a `RetryAt(T + wait)`.

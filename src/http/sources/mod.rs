@@ -51,6 +51,7 @@ fn find(
 fn unauthenticated(refused: Refused) -> ApiError {
     match refused {
         Refused::Stale(_) => ApiError::new(Kind::StaleTimestamp, refused.to_string()),
+        Refused::Repeated(_) => ApiError::new(Kind::RepeatedHeader, refused.to_string()),
         other => ApiError::new(Kind::SourceUnauthenticated, other.to_string()),
     }
 }
@@ -112,6 +113,7 @@ async fn handle(
             body: &bytes,
             now_secs: (now_ms() / 1000) as i64,
             tolerance_secs: live.config.signatures.tolerance.as_secs(),
+            public_url: live.config.public_url.as_deref(),
         },
     )
     .map_err(unauthenticated)?;
@@ -123,12 +125,24 @@ async fn handle(
             format!("not a {} delivery: {e}", source.kind.as_str()),
         )
     })?;
+    // An event repeated within the delivery is claimed once, by its first copy; the others are
+    // its duplicates (the answer waits for the first, so they are acknowledged only once it is
+    // durable), however many copies come, rather than each waiting on the claim.
+    let mut claimed = std::collections::HashSet::new();
+    let readied: Vec<Option<Ready<'_>>> = events
+        .iter()
+        .map(|event| match take::prepare(tenant, source, event) {
+            Ready::Claim(p) if !claimed.insert(p.claim_key().to_string()) => None,
+            ready => Some(ready),
+        })
+        .collect();
     // Every event at once: their claims share the store's group commits.
-    let outcomes = futures::future::join_all(events.iter().map(|event| async move {
-        match take::prepare(tenant, source, event) {
-            Ready::Ignored => Ok(Taken::Ignored),
-            Ready::Refused(_) => Ok(Taken::Refused),
-            Ready::Claim(prepared) => take::claim(app, tenant, source, prepared).await,
+    let outcomes = futures::future::join_all(readied.into_iter().map(|ready| async move {
+        match ready {
+            None => Ok(Taken::Duplicate),
+            Some(Ready::Ignored) => Ok(Taken::Ignored),
+            Some(Ready::Refused(_)) => Ok(Taken::Refused),
+            Some(Ready::Claim(prepared)) => take::claim(app, tenant, source, prepared).await,
         }
     }))
     .await;
@@ -191,6 +205,7 @@ pub async fn verify_hook(
                 body: &[],
                 now_secs: 0,
                 tolerance_secs: 0,
+                public_url: live.config.public_url.as_deref(),
             },
         )
         .map_err(unauthenticated)?;

@@ -184,6 +184,7 @@ pub async fn push(
                 body: &bytes,
                 now_secs: (now_ms() / 1000) as i64,
                 tolerance_secs: 0,
+                public_url: live.config.public_url.as_deref(),
             },
         )
         .map_err(|refused| {

@@ -25,6 +25,13 @@ pub struct Prepared<'s> {
     subject: String,
 }
 
+impl Prepared<'_> {
+    /// What the event is claimed under, within its source.
+    pub fn claim_key(&self) -> &str {
+        &self.claim_key
+    }
+}
+
 /// What an event is, before any claim.
 pub enum Ready<'s> {
     /// Its type matches no `map` entry.

@@ -128,7 +128,7 @@ actions = [
 }
 
 /// The Authorization value of the Okta source [`with_okta_hook`] adds.
-pub const OKTA_HOOK_AUTH: &str = "okta-hook-value";
+pub const OKTA_HOOK_AUTH: &str = "okta-hook-value-0123456789";
 
 /// `config` with an Okta source `hook` on tenant beta: `user.*` events become `sim_swap`
 /// signals (one action, `/notify`) about the event's first target.
