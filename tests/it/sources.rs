@@ -631,7 +631,7 @@ async fn an_unauthenticated_delivery_claims_nothing() {
 
 #[tokio::test]
 async fn unmapped_and_subjectless_events_are_counted_and_acknowledged() {
-    let (_dir, receiver, _idem, client) = harness().start().await;
+    let (_dir, receiver, idem, client) = harness().start().await;
     let mut no_target = okta_event("okta-n2", "user.mfa.factor.deactivate", "x");
     no_target["target"] = Value::Null;
     let mut no_id = okta_event("", "user.session.start", "y");
@@ -649,6 +649,17 @@ async fn unmapped_and_subjectless_events_are_counted_and_acknowledged() {
     assert_eq!(receipt(&batch().send(&client).await), (0, 1, 1, 2));
     exactly(&receiver, "/login", 1).await;
     assert!(receiver.seen_on("/mfa").is_empty());
+    // A delivery's refusals are one log line, however many: a sender cannot flood the log.
+    let many = vec![no_target.clone(); 300];
+    assert_eq!(receipt(&okta(&many).send(&client).await), (0, 0, 0, 300));
+    let lines = |log: &str| log.lines().filter(|l| l.contains("events refused")).count();
+    let log = eventually(
+        Duration::from_secs(5),
+        || async { idem.stderr() },
+        |log| lines(log) >= 3,
+    )
+    .await;
+    assert_eq!(lines(&log), 3, "one line per delivery with refusals: {log}");
 
     let metrics = client.send("GET", "/metrics", Req::new("")).await;
     let metrics = String::from_utf8_lossy(&metrics.body).to_string();
@@ -659,14 +670,14 @@ async fn unmapped_and_subjectless_events_are_counted_and_acknowledged() {
         )
     };
     assert_eq!(okta("ignored"), Some(2.0), "{metrics}");
-    assert_eq!(okta("refused"), Some(4.0));
+    assert_eq!(okta("refused"), Some(304.0));
     assert_eq!(okta("accepted"), Some(1.0));
     assert_eq!(
         metric_value(
             &metrics,
             "idem_source_deliveries_total{kind=\"okta\",outcome=\"ok\"}"
         ),
-        Some(2.0)
+        Some(3.0)
     );
 }
 
@@ -866,4 +877,50 @@ async fn an_event_twice_in_a_batch_and_two_events_of_one_subject_make_one_decisi
     );
     exactly(&receiver, "/lock", 1).await;
     assert_eq!(decisions(&client, "cus_same", "takeover").await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_batch_past_the_tenants_rate_limit_is_taken_a_rate_at_a_time_and_each_event_once() {
+    let (_dir, receiver, _idem, client) = Harness::new()
+        .delivery(DELIVERY)
+        .tenants(|r| idp(r).replace("[tenants.idp]\n", "[tenants.idp]\nrate_limit = 5\n"))
+        .start()
+        .await;
+    let events: Vec<Value> = (0..12)
+        .map(|n| okta_event(&format!("rl-{n}"), "user.session.start", &format!("u{n}@x")))
+        .collect();
+    // Five decisions a second: the batch is taken five new events at a time, each answer a 429
+    // until the last, and an event taken before is a duplicate that takes nothing.
+    let mut tries = 0;
+    let last = loop {
+        tries += 1;
+        let r = okta(&events).send(&client).await;
+        if r.status != 429 {
+            break r;
+        }
+        assert_eq!(
+            r.problem_type(),
+            "urn:idem:problem:rate-limited",
+            "{}",
+            text(&r)
+        );
+        let wait: u64 = r
+            .header("retry-after")
+            .and_then(|s| s.parse().ok())
+            .expect("a Retry-After");
+        assert!(tries < 6, "no progress after {tries} tries");
+        tokio::time::sleep(Duration::from_secs(wait)).await;
+    };
+    assert!(
+        tries >= 2,
+        "12 new events at 5 a second are not taken at once"
+    );
+    let (accepted, duplicates, ignored, refused) = receipt(&last);
+    assert_eq!((ignored, refused), (0, 0));
+    assert_eq!(accepted + duplicates, 12, "each event counted once");
+    assert!(
+        accepted >= 1 && duplicates >= 5,
+        "{accepted} new, {duplicates} taken before"
+    );
+    exactly(&receiver, "/login", 12).await;
 }

@@ -129,23 +129,32 @@ async fn handle(
     // its duplicates (the answer waits for the first, so they are acknowledged only once it is
     // durable), however many copies come, rather than each waiting on the claim.
     let mut claimed = std::collections::HashSet::new();
-    let readied: Vec<Option<Ready<'_>>> = events
-        .iter()
-        .map(|event| match take::prepare(tenant, source, event) {
-            Ready::Claim(p) if !claimed.insert(p.claim_key().to_string()) => None,
-            ready => Some(ready),
-        })
-        .collect();
-    // Every event at once: their claims share the store's group commits.
-    let outcomes = futures::future::join_all(readied.into_iter().map(|ready| async move {
-        match ready {
-            None => Ok(Taken::Duplicate),
-            Some(Ready::Ignored) => Ok(Taken::Ignored),
-            Some(Ready::Refused(_)) => Ok(Taken::Refused),
-            Some(Ready::Claim(prepared)) => take::claim(app, tenant, source, prepared).await,
-        }
-    }))
-    .await;
+    let mut outcomes: Vec<Option<Result<Taken, ApiError>>> = Vec::with_capacity(events.len());
+    let mut to_claim = Vec::new();
+    let mut at = Vec::new();
+    let mut first_refusal = None;
+    for event in &events {
+        let outcome = match take::prepare(source, event) {
+            Ready::Ignored => Some(Ok(Taken::Ignored)),
+            Ready::Refused(why) => {
+                first_refusal.get_or_insert(why);
+                Some(Ok(Taken::Refused))
+            }
+            Ready::Claim(p) if !claimed.insert(p.claim_key().to_string()) => {
+                Some(Ok(Taken::Duplicate))
+            }
+            Ready::Claim(p) => {
+                at.push(outcomes.len());
+                to_claim.push(p);
+                None
+            }
+        };
+        outcomes.push(outcome);
+    }
+    let taken = take::claim_all(app, tenant, source, to_claim).await;
+    for (n, outcome) in at.into_iter().zip(taken.outcomes) {
+        outcomes[n] = outcome;
+    }
     let mut receipt = SourceReceipt {
         accepted: 0,
         duplicates: 0,
@@ -153,7 +162,7 @@ async fn handle(
         refused: 0,
     };
     let mut failed = None;
-    for outcome in outcomes {
+    for outcome in outcomes.into_iter().flatten() {
         let label = match &outcome {
             Ok(outcome) => outcome.as_str(),
             Err(_) => "failed",
@@ -173,6 +182,26 @@ async fn handle(
                 failed.get_or_insert(problem);
             }
         }
+    }
+    // One line for a delivery's refused events, however many: the first one's reason.
+    if let Some(first) = first_refusal {
+        tracing::warn!(tenant = %tenant.name, source = %source.name, refused = receipt.refused, first = %first, "events refused (acknowledged, not claimed)");
+    }
+    // Over the tenant's rate limit: the events taken are durable, the others wait for the
+    // provider to send the delivery again (the events taken are duplicates then).
+    if let (None, Some(wait)) = (&failed, taken.retry_after) {
+        let rate = tenant.rate_limit.unwrap_or_default();
+        failed = Some(
+            ApiError::new(
+                Kind::RateLimited,
+                format!(
+                    "tenant {} may make {rate} decisions per second; {} events were taken, send \
+                     the delivery again after {wait} s for the others",
+                    tenant.name, receipt.accepted
+                ),
+            )
+            .retry_after(wait),
+        );
     }
     // One event not durable fails the delivery, so the provider sends it again; the events
     // claimed meanwhile are duplicates then.

@@ -102,29 +102,44 @@ pub async fn take(
                 state.stream_updated(text("status"), text("reason"));
                 own += 1;
             }
-            _ => match take::prepare(tenant, source, event) {
+            _ => match take::prepare(source, event) {
                 Ready::Refused(why) => return Err(Refusal::new(Err::InvalidRequest, why).into()),
                 other => ready.push(other),
             },
         }
     }
-    // Every event can be taken: now they are claimed, all at once.
-    let outcomes = futures::future::join_all(ready.into_iter().map(|r| async move {
-        match r {
-            Ready::Claim(prepared) => take::claim(app, tenant, source, prepared).await,
-            _ => Ok(Taken::Ignored),
-        }
-    }))
-    .await;
+    // Every event can be taken: now they are claimed, all at once (within the tenant's rate).
     let mut taken = vec![Taken::Ignored; own];
+    let mut to_claim = Vec::new();
+    for r in ready {
+        match r {
+            Ready::Claim(prepared) => to_claim.push(prepared),
+            _ => taken.push(Taken::Ignored),
+        }
+    }
+    let claimed = take::claim_all(app, tenant, source, to_claim).await;
     let mut failed = None;
-    for outcome in outcomes {
+    for outcome in claimed.outcomes.into_iter().flatten() {
         match outcome {
             Ok(t) => taken.push(t),
             Err(problem) => {
                 failed.get_or_insert(problem);
             }
         }
+    }
+    if let (None, Some(wait)) = (&failed, claimed.retry_after) {
+        // Over the tenant's rate limit: not all of it is claimed, so it is not acknowledged; the
+        // transmitter sends it again (a duplicate then for the events claimed).
+        return Err(NotTaken::Later(
+            ApiError::new(
+                Kind::RateLimited,
+                format!(
+                    "tenant {} is over its rate limit; send the SET again after {wait} s",
+                    tenant.name
+                ),
+            )
+            .retry_after(wait),
+        ));
     }
     if let Some(problem) = failed {
         SOURCE_EVENTS.with_label_values(&["ssf", "failed"]).inc();

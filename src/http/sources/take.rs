@@ -42,14 +42,14 @@ pub enum Ready<'s> {
     Claim(Prepared<'s>),
 }
 
-/// Routes and checks `event` of `source`.
-pub fn prepare<'s>(tenant: &Tenant, source: &'s Source, event: &Event<'_>) -> Ready<'s> {
+/// Routes and checks `event` of `source`. A refusal is not logged here: a delivery of many
+/// refused events is logged once, by its caller.
+pub fn prepare<'s>(source: &'s Source, event: &Event<'_>) -> Ready<'s> {
     let Some(route) = event.event_type.as_deref().and_then(|t| source.route(t)) else {
         return Ready::Ignored;
     };
     let event_type = event.event_type.clone().unwrap_or_default();
     if event_type.len() > MAX_EVENT_TYPE {
-        tracing::warn!(tenant = %tenant.name, source = %source.name, "event refused: its type is over {MAX_EVENT_TYPE} bytes");
         return Ready::Refused(format!("an event type is over {MAX_EVENT_TYPE} bytes"));
     }
     let (Some(event_id), Some(claim_key)) = (
@@ -59,7 +59,6 @@ pub fn prepare<'s>(tenant: &Tenant, source: &'s Source, event: &Event<'_>) -> Re
             .filter(|id| !id.is_empty() && id.len() <= MAX_EVENT_ID),
         event.claim_key(),
     ) else {
-        tracing::warn!(tenant = %tenant.name, source = %source.name, event_type, "event refused: no event id (1 to {MAX_EVENT_ID} bytes)");
         return Ready::Refused(format!("an event has no id of 1 to {MAX_EVENT_ID} bytes"));
     };
     let pointer = match source.kind {
@@ -67,9 +66,9 @@ pub fn prepare<'s>(tenant: &Tenant, source: &'s Source, event: &Event<'_>) -> Re
         _ => std::borrow::Cow::Borrowed(route.subject.as_str()),
     };
     let Some(subject) = events::subject(&event.body, &pointer) else {
-        tracing::warn!(tenant = %tenant.name, source = %source.name, event_id, event_type, pointer = %route.subject, "event refused: no subject at the map's pointer");
         return Ready::Refused(format!(
-            "the event {:?} has no subject (a string, a number or a subject identifier) at {}",
+            "the event {event_id:?} of type {:?} has no subject (a string, a number or a subject \
+             identifier) at {}",
             event_type.chars().take(64).collect::<String>(),
             route.subject
         ));
@@ -140,6 +139,72 @@ pub async fn claim(
             ))
         }
         Err(e) => Err(not_stored(tenant, source, &e)),
+    }
+}
+
+/// What came of a delivery's events to be claimed, in their order, and, when the tenant's
+/// `rate_limit` stopped some from being claimed now, the seconds until it allows more.
+pub struct Claimed {
+    /// Each event's outcome; `None` for one not claimed now.
+    pub outcomes: Vec<Option<Result<Taken, ApiError>>>,
+    /// Set when some were not claimed for the tenant's rate limit.
+    pub retry_after: Option<u64>,
+}
+
+/// Claims `prepared` (the events of one delivery that are to be claimed) within `tenant`'s
+/// `rate_limit`: each new decision takes a token, and a duplicate gives its token back, so a
+/// provider that sends a large batch again once told to wait makes progress with each try. The
+/// events go in waves of as many as there are tokens, each wave's claims at once (they share
+/// the store's group commits); without a limit, one wave.
+pub async fn claim_all(
+    app: &App,
+    tenant: &Tenant,
+    source: &Source,
+    prepared: Vec<Prepared<'_>>,
+) -> Claimed {
+    let mut outcomes: Vec<Option<Result<Taken, ApiError>>> = std::iter::repeat_with(|| None)
+        .take(prepared.len())
+        .collect();
+    let mut waiting = prepared.into_iter().enumerate().peekable();
+    let mut retry_after = None;
+    let mut tokens = 0;
+    while waiting.peek().is_some() {
+        let wave = match tenant.rate_limit {
+            None => usize::MAX,
+            Some(rate) => {
+                if tokens == 0 {
+                    match app.limiter.take_up_to(&tenant.name, rate, waiting.len()) {
+                        Ok(n) => tokens = n,
+                        Err(wait) => {
+                            retry_after = Some(wait);
+                            break;
+                        }
+                    }
+                }
+                std::mem::take(&mut tokens)
+            }
+        };
+        let results = futures::future::join_all(
+            waiting
+                .by_ref()
+                .take(wave)
+                .map(|(n, p)| async move { (n, claim(app, tenant, source, p).await) }),
+        )
+        .await;
+        for (n, result) in results {
+            // Only a new decision uses up its token.
+            if !matches!(result, Ok(Taken::Accepted)) {
+                tokens += 1;
+            }
+            outcomes[n] = Some(result);
+        }
+    }
+    if let Some(rate) = tenant.rate_limit.filter(|_| tokens > 0) {
+        app.limiter.give_back(&tenant.name, rate, tokens);
+    }
+    Claimed {
+        outcomes,
+        retry_after,
     }
 }
 
