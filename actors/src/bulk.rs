@@ -3,17 +3,21 @@
 //! paced by each endpoint's limit of attempts at once. With an idempotency key the request is
 //! claimed like a signal (a claim whose decision has no actions, under a digest of its own
 //! domain) and answered by the claim protocol's own rule (`phase::step`), so a retried bulk
-//! request gets the first answer and redelivers nothing again.
+//! request gets the first answer and redelivers nothing again. Its matches are fixed in its
+//! claim (as its decision's deliveries): a holder that takes it over after a crash redelivers
+//! those, skipping any redelivered since the claim, rather than what matches by then.
 
 use futures::StreamExt;
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{
-    Claim, ClaimEvent, Decision, DeliveryStatus, Redelivered, StoredResponse, Verdict,
+    Claim, ClaimEvent, Decision, DeliveryStatus, PlannedDelivery, Redelivered, StoredResponse,
+    Verdict,
 };
 
 use crate::claim::phase::{self, Holder, Phase, Step};
 use crate::delivery::RedeliverError;
 use crate::engine::{Engine, EngineError};
+use crate::failpoint;
 use crate::store::{ClaimId, ClaimLog, Unit, Written};
 
 /// Which deliveries a bulk redelivery takes.
@@ -48,12 +52,12 @@ const CONCURRENCY: usize = 32;
 const PAGE: usize = 500;
 
 impl Engine {
-    /// Redelivers every delivery of `tenant` that `filter` matches; how many.
-    async fn redeliver_matching(
+    /// The deliveries of `tenant` that `filter` matches now.
+    async fn matching(
         &self,
         tenant: &str,
         filter: &RedeliverFilter,
-    ) -> Result<u64, EngineError> {
+    ) -> Result<Vec<String>, EngineError> {
         let mut matching = Vec::new();
         let mut after: Option<String> = None;
         loop {
@@ -82,18 +86,41 @@ impl Engine {
                 }
             }
         }
+        Ok(matching)
+    }
+
+    /// Redelivers `ids`; how many. With `since_ms` (the time of the bulk claim that fixed
+    /// them), one redelivered since then was redelivered by that claim's earlier holder, which
+    /// crashed part-way: it counts, and is not redelivered again.
+    async fn redeliver_each(
+        &self,
+        ids: Vec<String>,
+        since_ms: Option<u64>,
+    ) -> Result<u64, EngineError> {
         let deliveries = self.deliveries();
-        let mut done = futures::stream::iter(matching)
-            .map(|id| async move { deliveries.redeliver(&id).await })
+        let mut done = futures::stream::iter(ids)
+            .map(|id| async move {
+                if let Some(since) = since_ms {
+                    let earlier = deliveries.load(&id).await?;
+                    if earlier.is_some_and(|d| d.redelivered_at_ms.is_some_and(|at| at >= since)) {
+                        return Ok(true);
+                    }
+                }
+                let redelivered = deliveries.redeliver(&id).await;
+                failpoint::hit("bulk.part_way");
+                match redelivered {
+                    Ok(_) => Ok(true),
+                    // Moved on meanwhile (redelivered by another request, or expired).
+                    Err(RedeliverError::NotFinal(_) | RedeliverError::NotFound) => Ok(false),
+                    Err(RedeliverError::Store(e)) => Err(EngineError::from(e)),
+                    Err(RedeliverError::Actor(e)) => Err(e.into()),
+                }
+            })
             .buffer_unordered(CONCURRENCY);
         let mut redelivered = 0;
         while let Some(outcome) = done.next().await {
-            match outcome {
-                Ok(_) => redelivered += 1,
-                // Moved on meanwhile (redelivered by another request, or expired).
-                Err(RedeliverError::NotFinal(_) | RedeliverError::NotFound) => {}
-                Err(RedeliverError::Store(e)) => return Err(e.into()),
-                Err(RedeliverError::Actor(e)) => return Err(e.into()),
+            if outcome? {
+                redelivered += 1;
             }
         }
         Ok(redelivered)
@@ -108,13 +135,17 @@ impl Engine {
         key: Option<(&str, &serde_json::Value)>,
     ) -> Result<BulkReply, EngineError> {
         let Some((key, body)) = key else {
-            return Ok(BulkReply::First(self.redelivered(tenant, filter).await?));
+            let ids = self.matching(tenant, filter).await?;
+            return Ok(BulkReply::First(self.redelivered(ids, None).await?));
         };
         let id = ClaimId {
             tenant: tenant.to_string(),
             digest: self.digester().bulk_key(tenant, key),
         };
         let fingerprint = self.digester().fingerprint(tenant, body);
+        // The matches are fixed when the request is claimed, in its claim: a holder that takes
+        // the request over after a crash redelivers those, not what matches by then.
+        let ids = self.matching(tenant, filter).await?;
         let now = now_ms();
         let claim = Claim {
             fingerprint,
@@ -129,7 +160,16 @@ impl Engine {
                 verdict: Verdict::Allow,
                 subject_hash: String::new(),
                 created_at_ms: now,
-                deliveries: Vec::new(),
+                // What the request redelivers, by delivery id (a bulk claim has no callbacks).
+                deliveries: ids
+                    .iter()
+                    .map(|id| PlannedDelivery {
+                        id: id.clone(),
+                        action: "redeliver".into(),
+                        url: String::new(),
+                        body: Vec::new(),
+                    })
+                    .collect(),
             },
             subject: None,
         };
@@ -137,17 +177,20 @@ impl Engine {
             .store()
             .commit(Unit::new().start_claim(id.clone(), vec![ClaimEvent::Claimed(claim)]))
             .await?;
-        let head = match started {
-            Written::Claimed(head, _) => head,
+        let (head, ids, since) = match started {
+            Written::Claimed(head, _) => (head, ids, now),
             Written::Held(log) => match self.step(&log, fingerprint, now)? {
                 Some(reply) => return Ok(reply),
                 // Its holder looks gone; the store has the last word.
                 None => match self
                     .store()
-                    .commit(Unit::new().take_over_claim(log.head))
+                    .commit(Unit::new().take_over_claim(log.head.clone()))
                     .await?
                 {
-                    Written::TakenOver(head) => head,
+                    Written::TakenOver(head) => {
+                        let (ids, since) = fixed(&log)?;
+                        (head, ids, since)
+                    }
                     Written::Held(log) => {
                         return Ok(self
                             .step(&log, fingerprint, now)?
@@ -158,7 +201,7 @@ impl Engine {
             },
             _ => return Ok(BulkReply::InFlight),
         };
-        let response = self.redelivered(&id.tenant, filter).await?;
+        let response = self.redelivered(ids, Some(since)).await?;
         // Once durable, a retry answers these bytes and redelivers nothing.
         let events = vec![
             ClaimEvent::Dispatched {
@@ -184,13 +227,13 @@ impl Engine {
             .unwrap_or(BulkReply::First(response)))
     }
 
-    /// Redelivers what `filter` matches; the `202` saying how many.
+    /// Redelivers `ids` (see [`Engine::redeliver_each`]); the `202` saying how many.
     async fn redelivered(
         &self,
-        tenant: &str,
-        filter: &RedeliverFilter,
+        ids: Vec<String>,
+        since_ms: Option<u64>,
     ) -> Result<StoredResponse, EngineError> {
-        let redelivered = self.redeliver_matching(tenant, filter).await?;
+        let redelivered = self.redeliver_each(ids, since_ms).await?;
         let body = serde_json::to_vec(&Redelivered { redelivered })?;
         Ok(StoredResponse { status: 202, body })
     }
@@ -225,5 +268,26 @@ impl Engine {
             Step::TakeOver => None,
             Step::InFlight | Step::Claim => Some(BulkReply::InFlight),
         })
+    }
+}
+
+/// The deliveries a bulk claim's log fixed, and when it was claimed.
+fn fixed(log: &ClaimLog) -> Result<(Vec<String>, u64), EngineError> {
+    match log.events.first() {
+        Some(ClaimEvent::Claimed(claim)) => Ok((
+            claim
+                .decision
+                .deliveries
+                .iter()
+                .map(|d| d.id.clone())
+                .collect(),
+            claim.claimed_at_ms,
+        )),
+        _ => Err(
+            crate::claim::ClaimError::from(crate::claim::phase::Invariant::NoClaim(
+                "bulk take-over",
+            ))
+            .into(),
+        ),
     }
 }

@@ -3,7 +3,8 @@
 //! crate: from the `FAILPOINTS` environment variable (`name=action;…`) at start, or at run time
 //! with `fail::cfg`. The `return` action kills the whole process on the spot, as SIGKILL would
 //! (no flush, no cleanup); `panic` panics in the actor running the step; `sleep(ms)` pauses.
-//! Two switches are not crash points: `store.sync` makes sled's group commit fail its sync with
+//! `bulk.part_way` kills a bulk redelivery once one of its redeliveries is durable. Two switches
+//! are not crash points: `store.sync` makes sled's group commit fail its sync with
 //! an I/O error, as a failing disk would, and `sabotage` (below).
 
 /// The points, in the order a keyed signal passes them.

@@ -5,7 +5,8 @@
 //! bytes before the recovery point and nothing re-run after it, an unrecorded retry attempt made
 //! again. A group commit whose sync fails halts the store: the process exits by itself, and its
 //! restart replays every answered key. With every group commit slowed, a source event's queued
-//! callback still waits until its claim is durable.
+//! callback still waits until its claim is durable. A bulk redelivery killed part-way and taken
+//! over redelivers what it matched when it was claimed, each delivery once.
 
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
@@ -356,4 +357,86 @@ async fn a_queued_callback_waits_for_its_claim_to_be_durable() {
     );
     let seen = receiver.wait_for(1).await;
     assert_eq!(seen[0].path, "/notify");
+}
+
+/// A keyless signal of beta (one callback, `/notify`): its delivery id once it is dead.
+async fn dead_notify(client: &Client) -> String {
+    let r = client.signal(Req::new(&sim_swap("+1555")).beta()).await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let id = r.json()["actions"][0]["delivery_id"]
+        .as_str()
+        .expect("a delivery id")
+        .to_string();
+    until_status(client, &id, "dead").await;
+    id
+}
+
+#[tokio::test]
+async fn a_bulk_redelivery_taken_over_after_a_crash_redelivers_what_it_matched_each_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    receiver.answer("/notify", 503, Duration::ZERO);
+    let lines = "inline_timeout = \"1s\"\nschedule = [\"100ms\"]\nbreaker_threshold = 100";
+    let cfg = config(&dir.path().join("data"), &receiver, "", lines);
+    let idem = Idem::start_env(dir.path(), &cfg, &[("FAILPOINTS", "bulk.part_way=return")]);
+    let client = Client::new(&idem.base);
+    let mut matched = Vec::new();
+    for _ in 0..3 {
+        matched.push(dead_notify(&client).await);
+    }
+    // The bulk request dies once its first redelivery is durable.
+    let key = unique("bulk");
+    let bulk = || Req::new(r#"{"status":"dead"}"#).beta().key(&key);
+    let r = client
+        .try_send("POST", "/v1/deliveries/redeliver", bulk())
+        .await;
+    assert!(r.is_err(), "the process dies part-way");
+    let (status, config) = idem.wait_exit().await;
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+
+    let idem = Idem::start_with(config, &[]);
+    let client = Client::new(&idem.base);
+    // What it redelivered before the crash dies again (the receiver still answers 503), and a
+    // fourth delivery dies after the request was claimed: neither is redelivered by its retry.
+    for id in &matched {
+        until_status(&client, id, "dead").await;
+    }
+    let after = dead_notify(&client).await;
+    // (On PostgreSQL the claim is taken over once the dead node's heartbeat has expired: 409
+    // until then, and the redelivery endpoint's own limit may answer 429 meanwhile.)
+    let r = eventually(
+        Duration::from_secs(20),
+        || client.send("POST", "/v1/deliveries/redeliver", bulk()),
+        |r| r.status != 409 && r.status != 429,
+    )
+    .await;
+    assert_eq!(r.status, 202, "{}", text(&r));
+    assert_eq!(r.json(), serde_json::json!({"redelivered": 3}));
+    // Each of the three redelivered once in all: two series of two attempts.
+    for id in &matched {
+        let d = eventually(
+            Duration::from_secs(10),
+            || delivery(&client, id),
+            |d| d["status"] == "dead" && d["attempts_total"] == 4,
+        )
+        .await;
+        assert_eq!(d["attempts_total"], 4, "{d}");
+    }
+    let most = || async {
+        let mut most = 0;
+        for id in &matched {
+            most = most.max(
+                delivery(&client, id).await["attempts_total"]
+                    .as_u64()
+                    .unwrap_or(0),
+            );
+        }
+        most
+    };
+    assert_eq!(
+        eventually(LATE, most, |n| *n > 4).await,
+        4,
+        "no third series"
+    );
+    assert_eq!(delivery(&client, &after).await["attempts_total"], 2);
 }

@@ -114,6 +114,8 @@ pub struct DeliveryState {
     pub attempts_total: u32,
     /// Attempts in the current series (the first series starts with the inline attempt).
     pub series_attempts: u32,
+    /// When the current series was started by a redelivery, if one started it.
+    pub redelivered_at_ms: Option<u64>,
     /// The next record's sequence number.
     pub next_seq: u32,
 }
@@ -134,6 +136,7 @@ impl DeliveryState {
             attempts: VecDeque::new(),
             attempts_total: 0,
             series_attempts: 0,
+            redelivered_at_ms: None,
             next_seq: 1,
         };
         for event in events {
@@ -172,6 +175,7 @@ impl DeliveryState {
             }
             DeliveryEvent::Redelivered { at_ms } => {
                 self.series_attempts = 0;
+                self.redelivered_at_ms = Some(at_ms);
                 self.placement = Placement {
                     status: DeliveryStatus::Queued,
                     due_ms: Some(at_ms),
