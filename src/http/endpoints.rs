@@ -1,5 +1,5 @@
-//! `GET /v1/endpoints`: the tenant's endpoints (each action URL of its playbooks, and any other
-//! URL with a recorded health, such as one a playbook no longer names) with their breaker state,
+//! `GET /v1/endpoints`: the tenant's endpoints (each action URL of its playbooks, and one a
+//! playbook no longer names while deliveries to it are queued) with their breaker state,
 //! failures, last success and failure, and queued deliveries, as the store has them now.
 
 use std::collections::BTreeMap;
@@ -45,6 +45,13 @@ pub async fn list(State(app): State<Arc<App>>, headers: HeaderMap) -> Result<Res
         .map_err(|e| ApiError::read_failed("the endpoints", e))?;
     let mut health: BTreeMap<String, EndpointHealth> = configured(tenant)
         .map(|url| (url.to_string(), EndpointHealth::default()))
+        .collect();
+    // A URL the playbooks no longer name (a reload removed it) is shown while deliveries to it
+    // are still queued, and not after.
+    let shown = |url: &str| health.contains_key(url) || queued.get(url).is_some_and(|n| *n > 0);
+    let stored: Vec<_> = stored
+        .into_iter()
+        .filter(|(id, _)| shown(&id.url))
         .collect();
     health.extend(stored.into_iter().map(|(id, h)| (id.url, h)));
     let data = health

@@ -122,8 +122,8 @@ pub async fn time_requests(request: Request, next: Next) -> Response {
     response
 }
 
-/// Sets the endpoint gauges: every tenant's configured URLs, closed unless known otherwise, and
-/// every other endpoint this node knows of, by state as last read from the store.
+/// Sets the endpoint gauges: every tenant's configured URLs, closed unless known otherwise, by
+/// state as last read from the store.
 fn count_endpoints(app: &App) {
     let live = app.live.load_full();
     let mut states: std::collections::HashMap<(String, String), &'static str> = live
@@ -135,8 +135,11 @@ fn count_endpoints(app: &App) {
                 .map(|url| ((t.name.clone(), url.to_string()), "closed"))
         })
         .collect();
+    // Of the endpoints this node knows, those the tenants' playbooks still name.
     for (id, health) in app.engine.known_endpoints() {
-        states.insert((id.tenant, id.url), health.circuit.name());
+        if let Some(state) = states.get_mut(&(id.tenant, id.url)) {
+            *state = health.circuit.name();
+        }
     }
     for state in ["closed", "open", "half_open"] {
         let n = states.values().filter(|s| **s == state).count();

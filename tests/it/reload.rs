@@ -1,4 +1,5 @@
-//! Operating a running idem: SIGHUP reloads the tenants (rotated API keys and secrets) without
+//! Operating a running idem: SIGHUP reloads the tenants (rotated API keys and secrets, changed
+//! action URLs: an endpoint no longer named is listed while deliveries to it are queued) without
 //! dropping in-flight work, a bad reload keeps the old configuration, and `--log-format json`
 //! writes one JSON object per log line with the request's span fields (never a key or subject;
 //! at debug level, where per-request spans are).
@@ -110,4 +111,55 @@ async fn sighup_rotates_keys_and_secrets_and_a_bad_reload_changes_nothing() {
         "spans carry the tenant: {logs}"
     );
     assert!(!logs.contains("+1555") && !logs.contains("k-inflight"));
+}
+
+#[tokio::test]
+async fn an_endpoint_a_reload_removed_is_listed_while_deliveries_to_it_are_queued() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    receiver.answer("/notify", 503, Duration::ZERO);
+    let original = config(
+        &dir.path().join("data"),
+        &receiver,
+        "",
+        "schedule = [\"2s\"]",
+    );
+    let path = dir.path().join("idem.toml");
+    std::fs::write(&path, &original).expect("write");
+    let idem = Idem::start_with(path.clone(), &[]);
+    let client = Client::new(&idem.base);
+    let r = client.signal(Req::new(&sim_swap("+1555")).beta()).await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let id = r.json()["actions"][0]["delivery_id"]
+        .as_str()
+        .expect("a delivery id")
+        .to_string();
+
+    // The playbook's URL changes: the old one is still shown, with its queued delivery.
+    let (old, new) = (receiver.url("/notify"), receiver.url("/notify2"));
+    std::fs::write(&path, original.replace(&old, &new)).expect("write");
+    idem.signal(libc::SIGHUP);
+    let urls = |list: &Vec<serde_json::Value>| -> Vec<(String, u64)> {
+        list.iter()
+            .map(|e| {
+                let url = e["url"].as_str().unwrap_or("").to_string();
+                (url, e["queued"].as_u64().unwrap_or(0))
+            })
+            .filter(|(url, _)| url.contains("/notify"))
+            .collect()
+    };
+    let listed = || async {
+        let r = client
+            .send("GET", "/v1/endpoints", Req::new("").beta())
+            .await;
+        urls(r.json()["data"].as_array().expect("data"))
+    };
+    let both = vec![(old.clone(), 1), (new.clone(), 0)];
+    assert_eq!(
+        eventually(Duration::from_secs(5), listed, |l| *l == both).await,
+        both
+    );
+    // Once nothing to it is queued, it is gone from the list (and the new one stays).
+    until_status(&client, &id, "dead").await;
+    assert_eq!(listed().await, vec![(new, 0)]);
 }
