@@ -363,10 +363,7 @@ async fn a_queued_callback_waits_for_its_claim_to_be_durable() {
 async fn dead_notify(client: &Client) -> String {
     let r = client.signal(Req::new(&sim_swap("+1555")).beta()).await;
     assert_eq!(r.status, 201, "{}", text(&r));
-    let id = r.json()["actions"][0]["delivery_id"]
-        .as_str()
-        .expect("a delivery id")
-        .to_string();
+    let id = first_delivery_id(&r);
     until_status(client, &id, "dead").await;
     id
 }

@@ -130,10 +130,7 @@ async fn an_endpoint_a_reload_removed_is_listed_while_deliveries_to_it_are_queue
     let client = Client::new(&idem.base);
     let r = client.signal(Req::new(&sim_swap("+1555")).beta()).await;
     assert_eq!(r.status, 201, "{}", text(&r));
-    let id = r.json()["actions"][0]["delivery_id"]
-        .as_str()
-        .expect("a delivery id")
-        .to_string();
+    let id = first_delivery_id(&r);
 
     // The playbook's URL changes: the old one is still shown, with its queued delivery.
     let (old, new) = (receiver.url("/notify"), receiver.url("/notify2"));

@@ -27,3 +27,11 @@ pub async fn until_status(client: &Client, id: &str, want: &str) -> Value {
     assert_eq!(d["status"], want, "delivery {id} never became {want}: {d}");
     d
 }
+
+/// The delivery id of a decision's first action, from its answer.
+pub fn first_delivery_id(r: &crate::support::client::Resp) -> String {
+    r.json()["actions"][0]["delivery_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no delivery id: {}", text(r)))
+        .to_string()
+}
