@@ -102,6 +102,9 @@ pub struct Delivery {
     pub breaker_cooldown: Duration,
     /// Attempts at once to one endpoint, across every node.
     pub max_in_flight_per_endpoint: usize,
+    /// How long a delivery may be held by an open endpoint since its last attempt before it is
+    /// dead (`endpoint_open`); unset, the schedule's total ([`Delivery::max_hold`]).
+    pub max_hold: Option<Duration>,
 }
 
 impl Default for Delivery {
@@ -112,11 +115,18 @@ impl Default for Delivery {
             breaker_threshold: 5,
             breaker_cooldown: Duration::from_secs(60),
             max_in_flight_per_endpoint: 8,
+            max_hold: None,
         }
     }
 }
 
 impl Delivery {
+    /// How long a delivery may be held by an open endpoint since its last attempt: `max_hold`,
+    /// or the schedule's total.
+    pub fn max_hold(&self) -> Duration {
+        self.max_hold.unwrap_or_else(|| self.schedule.iter().sum())
+    }
+
     /// The schedule's longest step (zero without retries).
     pub fn longest_step(&self) -> Duration {
         self.schedule.iter().max().copied().unwrap_or_default()

@@ -19,9 +19,9 @@ pub use stored::{
     DeliveryRecord, NextStep, PlannedDelivery, RecordedAction, StoredResponse, SubjectLink,
 };
 pub use wire::{
-    ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecidedAction,
-    DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryStatus, DeliveryView,
-    EndpointList, EndpointState, EndpointView, NamedSource, OktaVerification, PollStatus, Problem,
-    RedeliverRequest, Redelivered, SetError, SignalRequest, SourceList, SourceReceipt,
-    SourceStatus, StreamStatus, TenantStats, Verdict, VerificationStatus,
+    ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DeadReason,
+    DecidedAction, DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryStatus,
+    DeliveryView, EndpointList, EndpointState, EndpointView, NamedSource, OktaVerification,
+    PollStatus, Problem, RedeliverRequest, Redelivered, SetError, SignalRequest, SourceList,
+    SourceReceipt, SourceStatus, StreamStatus, TenantStats, Verdict, VerificationStatus,
 };

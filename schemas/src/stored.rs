@@ -310,6 +310,12 @@ pub enum DeliveryEvent {
         /// When it is due again, unix milliseconds.
         until_ms: u64,
     },
+    /// Its endpoint stayed open longer than `max_hold` since its last attempt: dead, with no
+    /// attempt made.
+    HeldTooLong {
+        /// When, unix milliseconds.
+        at_ms: u64,
+    },
 }
 
 /// Ids and digests as they are stored: the bytes behind their lowercase hex, after a `dec_` or

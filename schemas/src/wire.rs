@@ -156,8 +156,18 @@ pub enum DeliveryStatus {
     Delivered,
     /// A terminal status was received (4xx other than 429, 3xx).
     Failed,
-    /// Every attempt failed with a retryable error.
+    /// Every attempt failed with a retryable error, or its endpoint stayed open too long.
     Dead,
+}
+
+/// Why a delivery is dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeadReason {
+    /// Every attempt of its schedule failed with a retryable error.
+    AttemptsExhausted,
+    /// Its endpoint stayed open longer than `max_hold`: it was held, not attempted.
+    EndpointOpen,
 }
 
 impl DeliveryStatus {
@@ -217,6 +227,8 @@ pub struct DeliveryView {
     /// When the next attempt is due, while queued.
     #[schema(format = DateTime)]
     pub next_attempt_at: Option<String>,
+    /// Why it is dead, when it is.
+    pub dead_reason: Option<DeadReason>,
     /// When it was created.
     #[schema(format = DateTime)]
     pub created_at: String,

@@ -8,7 +8,8 @@
 //! 3. Per (decision, action), the receiver saw exactly one `webhook-id` and one body, every
 //!    attempt correctly signed.
 //! 4. Every action of every answered decision exists (no delivery lost) and is final: delivered
-//!    (and then the receiver did answer 2xx for it) or dead after all its attempts.
+//!    (and then the receiver did answer 2xx for it) or dead after all its attempts, or held by
+//!    its open endpoint past `max_hold`.
 //! 5. A source's event makes exactly one decision if its type is mapped, none otherwise, and no
 //!    answer counts it accepted twice.
 //! 6. A SET makes exactly one decision per (iss, jti), pushed, polled or both, and every polled
@@ -205,9 +206,10 @@ pub async fn check(
             "delivered" => report.expect(answered_ok.contains(id.as_str()), || {
                 format!("{id}: delivered, but the receiver never answered it 2xx")
             }),
-            "dead" => report.expect(attempts > MAX_RETRIES, || {
-                format!("{id}: dead after only {attempts} attempts")
-            }),
+            "dead" => report.expect(
+                attempts > MAX_RETRIES || view["dead_reason"] == "endpoint_open",
+                || format!("{id}: dead after only {attempts} attempts, its endpoint closed"),
+            ),
             other => report.expect(false, || {
                 format!(
                     "{id}: ended {other} after {attempts} attempts (action {}, created {}, next \

@@ -266,6 +266,7 @@ schedule = ["200ms", "200ms", "200ms"]
 breaker_threshold = 2
 breaker_cooldown = "300ms"
 max_in_flight_per_endpoint = 4
+max_hold = "3s"
 [tenants.sim]
 api_key = "sk_simulation_key"
 signing_secret = "{SIGNING_SECRET}"
@@ -566,14 +567,14 @@ subject = "/data/phoneNumber"
     for v in report.violations.iter().take(20) {
         println!("VIOLATION {v}");
     }
+    if !report.violations.is_empty() && !args.sabotage {
+        // What a violation is traced with: each node's data directory and incarnations' logs.
+        println!("kept for inspection: {}", dir.keep().display());
+    }
     println!(
         "invariants: {} checked, {} violated",
         report.checked,
         report.violations.len()
     );
-    if !report.violations.is_empty() {
-        // What a violation is traced with: each node's data directory and incarnations' logs.
-        println!("kept for inspection: {}", dir.keep().display());
-    }
     Ok(report.violations.len())
 }

@@ -52,6 +52,7 @@ pub(super) struct RawDelivery {
     breaker_threshold: Option<i64>,
     breaker_cooldown: Option<String>,
     max_in_flight_per_endpoint: Option<i64>,
+    max_hold: Option<String>,
 }
 
 /// `[decisions]` as written.
@@ -220,7 +221,6 @@ fn delivery(raw: RawDelivery, d: &Delivery) -> Result<Delivery, ConfigError> {
             raw.inline_timeout.as_deref(),
             d.inline_timeout,
         )?,
-        schedule,
         breaker_threshold: number(
             "delivery.breaker_threshold",
             raw.breaker_threshold,
@@ -240,5 +240,12 @@ fn delivery(raw: RawDelivery, d: &Delivery) -> Result<Delivery, ConfigError> {
             1..=10_000,
             "",
         )?,
+        // Unset, it follows the schedule (its total).
+        max_hold: raw
+            .max_hold
+            .as_deref()
+            .map(|text| duration("delivery.max_hold", Some(text), Default::default()))
+            .transpose()?,
+        schedule,
     })
 }

@@ -277,8 +277,16 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
                 Duration::from_secs(7200)
             ]
         );
+        assert_eq!(
+            c.engine.delivery.max_hold(),
+            Duration::from_secs(7505),
+            "max_hold follows the schedule's total"
+        );
         let c = Config::parse(&with("retry_interval = \"1s\"\nmax_retries = 2")).expect("valid");
         assert_eq!(c.engine.delivery.schedule, vec![Duration::from_secs(1); 2]);
+        let c = Config::parse(&with("max_hold = \"30m\"")).expect("valid");
+        assert_eq!(c.engine.delivery.max_hold(), Duration::from_secs(1800));
+        assert!(err(&with("max_hold = \"0s\"")).contains("delivery.max_hold"));
         for both in [
             "schedule = [\"5s\"]\nmax_retries = 2",
             "schedule = [\"5s\"]\nretry_interval = \"1s\"",

@@ -5,11 +5,11 @@
 #![allow(dead_code)]
 
 use idem_schemas::{
-    ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DecidedAction,
-    DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryStatus, DeliveryView,
-    EndpointList, EndpointState, EndpointView, NamedSource, OktaVerification, PollStatus, Problem,
-    RedeliverRequest, Redelivered, SetError, SignalRequest, SourceList, SourceReceipt,
-    SourceStatus, StreamStatus, TenantStats, Verdict, VerificationStatus,
+    ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DeadReason,
+    DecidedAction, DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryStatus,
+    DeliveryView, EndpointList, EndpointState, EndpointView, NamedSource, OktaVerification,
+    PollStatus, Problem, RedeliverRequest, Redelivered, SetError, SignalRequest, SourceList,
+    SourceReceipt, SourceStatus, StreamStatus, TenantStats, Verdict, VerificationStatus,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ObjectBuilder, Type};
@@ -324,6 +324,7 @@ fn openapi() {}
     components(schemas(
         SignalRequest, DecisionResponse, ActionResult, ActionStatus, Verdict, Problem,
         CallbackEnvelope, CallbackData, DeliveryView, DeliveryPage, AttemptView, DeliveryStatus,
+        DeadReason,
         DecisionView, DecisionPage, DecidedAction, EndpointList, EndpointView, EndpointState,
         RedeliverRequest, Redelivered, SourceReceipt, OktaVerification, TenantStats, SetError,
         SourceStatus, VerificationStatus, StreamStatus, PollStatus, SourceList, NamedSource

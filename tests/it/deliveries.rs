@@ -127,6 +127,7 @@ async fn a_delivery_that_always_fails_dies_after_its_retries_and_can_be_redelive
     let id = ids_of(&r)["notify"].clone();
 
     let dead = until_status(&client, &id, "dead").await;
+    assert_eq!(dead["dead_reason"], "attempts_exhausted", "{dead}");
     assert_eq!(
         dead["attempts"].as_array().map(Vec::len),
         Some(4),
@@ -190,6 +191,7 @@ async fn a_delivery_that_always_fails_dies_after_its_retries_and_can_be_redelive
     );
     let delivered = until_status(&client, &id, "delivered").await;
     assert_eq!(delivered["attempts"].as_array().map(Vec::len), Some(5));
+    assert_eq!(delivered["dead_reason"], serde_json::Value::Null);
     assert_eq!(same_callback_every_time(&receiver, "/notify", &id), 5);
 
     let refused = client

@@ -481,7 +481,7 @@ async fn a_retry_after_delays_a_retry_but_never_beyond_the_longest_step() {
 
 #[tokio::test]
 async fn an_open_endpoint_gets_no_attempt_not_even_the_inline_one() {
-    let (_dir, receiver, _idem, client) = Harness::new().delivery("inline_timeout = \"2s\"\nschedule = [\"100ms\"]\nbreaker_threshold = 2\nbreaker_cooldown = \"1h\"").start().await;
+    let (_dir, receiver, _idem, client) = Harness::new().delivery("inline_timeout = \"2s\"\nschedule = [\"100ms\"]\nbreaker_threshold = 2\nbreaker_cooldown = \"1h\"\nmax_hold = \"1h\"").start().await;
     receiver.answer("/notify", 503, Duration::ZERO);
     let url = receiver.url("/notify");
     assert_eq!(endpoint(&client, &url).await["state"], "closed");
@@ -547,7 +547,7 @@ async fn after_a_successful_probe_the_backlog_drains_within_the_in_flight_limit(
     let (_dir, receiver, _idem, client) = Harness::new()
         .delivery(
             "inline_timeout = \"2s\"\nschedule = [\"100ms\", \"100ms\", \"100ms\"]\n\
-         breaker_threshold = 1\nbreaker_cooldown = \"2s\"\nmax_in_flight_per_endpoint = 2",
+         breaker_threshold = 1\nbreaker_cooldown = \"2s\"\nmax_in_flight_per_endpoint = 2\nmax_hold = \"1h\"",
         )
         .start()
         .await;
@@ -621,7 +621,7 @@ async fn a_failed_probe_opens_the_endpoint_again_for_a_new_cooldown() {
     let (_dir, receiver, _idem, client) = Harness::new()
         .delivery(
             "inline_timeout = \"2s\"\nschedule = [\"100ms\", \"100ms\", \"100ms\", \"100ms\"]\n\
-         breaker_threshold = 1\nbreaker_cooldown = \"1s\"",
+         breaker_threshold = 1\nbreaker_cooldown = \"1s\"\nmax_hold = \"1h\"",
         )
         .start()
         .await;
@@ -714,7 +714,7 @@ async fn a_failed_probe_opens_the_endpoint_again_for_a_new_cooldown() {
 async fn an_open_endpoint_stays_open_across_a_sigkill_and_restart() {
     let (_dir, receiver, idem, client) = Harness::new()
         .delivery(
-            "inline_timeout = \"2s\"\nschedule = [\"100ms\"]\nbreaker_threshold = 1\nbreaker_cooldown = \"1h\"",
+            "inline_timeout = \"2s\"\nschedule = [\"100ms\"]\nbreaker_threshold = 1\nbreaker_cooldown = \"1h\"\nmax_hold = \"1h\"",
         )
         .answer("/notify", status(503))
         .start()
@@ -1117,4 +1117,23 @@ async fn an_inline_attempt_waiting_for_a_place_keeps_to_one_inline_timeout() {
     let d = until_status(&client, &id, "delivered").await;
     assert_eq!(total(&d), 1, "{d}");
     assert_eq!(receiver.seen_on("/notify").len(), 2);
+}
+
+#[tokio::test]
+async fn a_delivery_held_by_an_open_endpoint_past_max_hold_is_dead_with_no_attempt_made() {
+    let (_dir, receiver, _idem, client) = Harness::new()
+        .delivery(
+            "inline_timeout = \"1s\"\nschedule = [\"100ms\", \"100ms\"]\nbreaker_threshold = 1\n\
+             breaker_cooldown = \"1h\"\nmax_hold = \"1s\"",
+        )
+        .start()
+        .await;
+    receiver.answer("/notify", 503, Duration::ZERO);
+    // The inline attempt fails and opens the endpoint; the delivery is held from then on.
+    let (action, id) = notify_signal(&client).await;
+    assert_eq!(action, "queued");
+    let d = until_status(&client, &id, "dead").await;
+    assert_eq!(d["dead_reason"], "endpoint_open", "{d}");
+    assert_eq!(total(&d), 1, "held, never attempted again: {d}");
+    assert_eq!(receiver.seen_on("/notify").len(), 1);
 }

@@ -26,7 +26,7 @@ use crate::metrics::Metric;
 use crate::settings::Settings;
 use crate::store::{DeliveryWrite, Placement, Store, StoreError, Timed, Unit, Written};
 use crate::supervise::{Family, RegistryError};
-pub use state::{new_logs, DeliveryState, InvalidDeliveryLog, NewLogs};
+pub use state::{new_logs, DeliveryState, Hold, InvalidDeliveryLog, NewLogs};
 use state::{outcome_label, placement};
 
 /// What delivery actors share.
@@ -177,19 +177,18 @@ impl DeliveryActorState {
                 .ok_or_else(|| DeliveryError::Missing(id.clone()))?;
         }
         let now = now_ms();
-        match self.delivery.placement.due_ms {
-            Some(due) if due == due_ms && due <= now => {}
-            Some(due) if due == due_ms => return Ok(()),
+        let entry = Timed {
+            at_ms: due_ms,
+            id: self.delivery.record.id.clone(),
+            lease,
+        };
+        if !self.delivery.queued_at(due_ms) {
             // The queue entry is stale (the delivery moved on): drop it.
-            _ => {
-                let stale = Timed {
-                    at_ms: due_ms,
-                    id: self.delivery.record.id.clone(),
-                    lease,
-                };
-                self.ctx.store.drop_due(&stale).await?;
-                return Ok(());
-            }
+            self.ctx.store.drop_due(&entry).await?;
+            return Ok(());
+        }
+        if due_ms > now {
+            return Ok(());
         }
         let record = &self.delivery.record;
         // Under a lease, the wait for a place leaves the lease room for the attempt and its
@@ -206,15 +205,18 @@ impl DeliveryActorState {
             .await;
         let permit = match admission {
             Admission::Go(permit) => permit,
-            // Its endpoint is open: it waits until a probe may go, using up no attempt.
+            // Its endpoint is open: it waits until a probe may go, using up no attempt, and
+            // for no longer than `max_hold` since it last moved.
             Admission::Held(until_ms) => {
-                let to = Placement {
-                    status: DeliveryStatus::Queued,
-                    due_ms: Some(until_ms),
+                let max_hold = self.ctx.settings.delivery.max_hold();
+                return match self.delivery.hold(until_ms, now_ms(), max_hold) {
+                    Hold::Record(event, to) => self.record(event, to, lease).await,
+                    Hold::Move(to_ms) => Ok(self.ctx.store.move_due(&entry, to_ms).await?),
+                    Hold::GiveUp(event, to) => {
+                        tracing::warn!(delivery = %entry.id, ?max_hold, "delivery dead: its endpoint stayed open longer than max_hold");
+                        self.record(event, to, lease).await
+                    }
                 };
-                return self
-                    .record(DeliveryEvent::Held { until_ms }, to, lease)
-                    .await;
             }
             // No place among its endpoint's attempts at once: still due, woken again.
             Admission::Busy => return Ok(()),

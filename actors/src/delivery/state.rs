@@ -1,15 +1,17 @@
 //! A delivery's state machine and retry policy, with no actor or store in it: `DeliveryState`
 //! is the fold of a delivery's log (created with its envelope bytes, then each attempt answered
-//! with what follows, any wait for its endpoint, and any redelivery), `Delivery::next_step`
+//! with what follows, any wait for its endpoint, and any redelivery), `DeliveryState::hold` what
+//! a wait for its endpoint does (bounded by `max_hold`), `Delivery::next_step`
 //! what follows an attempt (the schedule's next step, with jitter), and `new_logs` the logs a
 //! decision's inline attempts start, with what to count for them.
 
 use idem_schemas::timefmt::rfc3339_millis;
 use idem_schemas::{
-    ActionOutcome, ActionStatus, AttemptRecord, AttemptView, Decision, DeliveryEvent,
+    ActionOutcome, ActionStatus, AttemptRecord, AttemptView, DeadReason, Decision, DeliveryEvent,
     DeliveryRecord, DeliveryStatus, DeliveryView, NextStep,
 };
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use crate::metrics::Metric;
 use crate::settings::{Delivery, Settings};
@@ -83,12 +85,17 @@ pub fn attempt_after_final(events: &[DeliveryEvent]) -> Option<usize> {
     let mut settled = false;
     for (n, event) in events.iter().enumerate() {
         match event {
-            DeliveryEvent::Answered { .. } | DeliveryEvent::Held { .. } if settled => {
+            DeliveryEvent::Answered { .. }
+            | DeliveryEvent::Held { .. }
+            | DeliveryEvent::HeldTooLong { .. }
+                if settled =>
+            {
                 return Some(n)
             }
             DeliveryEvent::Answered { next, .. } => {
                 settled = next.status() != DeliveryStatus::Queued
             }
+            DeliveryEvent::HeldTooLong { .. } => settled = true,
             DeliveryEvent::Redelivered { .. } => settled = false,
             DeliveryEvent::Created(_) | DeliveryEvent::Held { .. } => {}
         }
@@ -116,8 +123,26 @@ pub struct DeliveryState {
     pub series_attempts: u32,
     /// When the current series was started by a redelivery, if one started it.
     pub redelivered_at_ms: Option<u64>,
+    /// When it last moved on its own: created, attempted or redelivered (a hold is not a move).
+    pub moved_at_ms: u64,
+    /// Its last record is a hold: it waits for its endpoint.
+    pub held: bool,
+    /// Why it is dead, when it is.
+    pub dead_reason: Option<DeadReason>,
     /// The next record's sequence number.
     pub next_seq: u32,
+}
+
+/// What a delivery does when its endpoint holds it back until `until_ms`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Hold {
+    /// The first hold since it last moved: recorded, which moves it in the retry queue.
+    Record(DeliveryEvent, Placement),
+    /// Held again: only its place in the retry queue moves, to this time (no record per
+    /// cooldown, however long the endpoint stays open).
+    Move(u64),
+    /// Held past `max_hold` since it last moved: dead, with no attempt made.
+    GiveUp(DeliveryEvent, Placement),
 }
 
 impl DeliveryState {
@@ -132,12 +157,15 @@ impl DeliveryState {
                 status: DeliveryStatus::Queued,
                 due_ms: Some(record.created_at_ms),
             },
-            record,
+            moved_at_ms: record.created_at_ms,
             attempts: VecDeque::new(),
             attempts_total: 0,
             series_attempts: 0,
             redelivered_at_ms: None,
+            held: false,
+            dead_reason: None,
             next_seq: 1,
+            record,
         };
         for event in events {
             state.apply(event)?;
@@ -151,7 +179,9 @@ impl DeliveryState {
             DeliveryEvent::Created(_) => return Err(InvalidDeliveryLog("Created twice")),
             // A final delivery moves only by a redelivery: an attempt or a hold recorded after
             // it came from a writer that was fenced out, and would send it again.
-            DeliveryEvent::Answered { .. } | DeliveryEvent::Held { .. }
+            DeliveryEvent::Answered { .. }
+            | DeliveryEvent::Held { .. }
+            | DeliveryEvent::HeldTooLong { .. }
                 if self.placement.due_ms.is_none() =>
             {
                 return Err(InvalidDeliveryLog(
@@ -162,28 +192,76 @@ impl DeliveryState {
                 if self.attempts.len() == KEPT_ATTEMPTS {
                     self.attempts.pop_front();
                 }
+                self.moved_at_ms = attempt.at_ms;
                 self.attempts.push_back(attempt);
                 self.attempts_total += 1;
                 self.series_attempts += 1;
                 self.placement = placement(next);
+                self.held = false;
+                self.dead_reason =
+                    (next == NextStep::Dead).then_some(DeadReason::AttemptsExhausted);
             }
             DeliveryEvent::Held { until_ms } => {
                 self.placement = Placement {
                     status: DeliveryStatus::Queued,
                     due_ms: Some(until_ms),
                 };
+                self.held = true;
+            }
+            DeliveryEvent::HeldTooLong { .. } => {
+                self.placement = Placement {
+                    status: DeliveryStatus::Dead,
+                    due_ms: None,
+                };
+                self.held = false;
+                self.dead_reason = Some(DeadReason::EndpointOpen);
             }
             DeliveryEvent::Redelivered { at_ms } => {
                 self.series_attempts = 0;
                 self.redelivered_at_ms = Some(at_ms);
+                self.moved_at_ms = at_ms;
                 self.placement = Placement {
                     status: DeliveryStatus::Queued,
                     due_ms: Some(at_ms),
                 };
+                self.held = false;
+                self.dead_reason = None;
             }
         }
         self.next_seq += 1;
         Ok(())
+    }
+
+    /// Whether a retry-queue entry due at `due_ms` is this delivery's: the time its log says,
+    /// or, while it is held, a later one its holds moved it to since.
+    pub fn queued_at(&self, due_ms: u64) -> bool {
+        self.placement
+            .due_ms
+            .is_some_and(|due| due == due_ms || (self.held && due_ms > due))
+    }
+
+    /// What it does at `now_ms` when its endpoint holds it back until `until_ms`, given
+    /// `max_hold`: never held past `max_hold` since it last moved.
+    pub fn hold(&self, until_ms: u64, now_ms: u64, max_hold: Duration) -> Hold {
+        let deadline = self.moved_at_ms.saturating_add(max_hold.as_millis() as u64);
+        if now_ms >= deadline {
+            let dead = Placement {
+                status: DeliveryStatus::Dead,
+                due_ms: None,
+            };
+            return Hold::GiveUp(DeliveryEvent::HeldTooLong { at_ms: now_ms }, dead);
+        }
+        let until_ms = until_ms.min(deadline);
+        match self.held {
+            true => Hold::Move(until_ms),
+            false => {
+                let queued = Placement {
+                    status: DeliveryStatus::Queued,
+                    due_ms: Some(until_ms),
+                };
+                Hold::Record(DeliveryEvent::Held { until_ms }, queued)
+            }
+        }
     }
 
     /// As the tenant API shows it.
@@ -195,6 +273,7 @@ impl DeliveryState {
             url: self.record.url.clone(),
             status: self.placement.status,
             next_attempt_at: self.placement.due_ms.map(rfc3339_millis),
+            dead_reason: self.dead_reason,
             created_at: rfc3339_millis(self.record.created_at_ms),
             attempts_total: self.attempts_total,
             attempts: self
@@ -440,6 +519,63 @@ mod tests {
             .expect("apply");
         assert_eq!(state.series_attempts, 0);
         assert_eq!(state.placement.due_ms, Some(T + 99));
+    }
+
+    #[test]
+    fn a_hold_is_recorded_once_then_moves_the_queue_only_and_ends_dead_past_max_hold() {
+        let max_hold = Duration::from_millis(1_000);
+        let mut state = DeliveryState::fold(vec![DeliveryEvent::Created(record())]).expect("fold");
+        let failed = DeliveryEvent::Answered {
+            attempt: attempt(Some(503), None),
+            next: NextStep::RetryAt(T + 100),
+        };
+        state.apply(failed).expect("apply");
+        assert_eq!(state.moved_at_ms, T, "the attempt's time");
+
+        // The first hold is recorded; later ones move the queue entry only.
+        let Hold::Record(held, to) = state.hold(T + 300, T + 100, max_hold) else {
+            panic!("the first hold is recorded");
+        };
+        assert_eq!(held, DeliveryEvent::Held { until_ms: T + 300 });
+        assert_eq!(to.due_ms, Some(T + 300));
+        state.apply(held).expect("apply");
+        assert_eq!(state.hold(T + 600, T + 300, max_hold), Hold::Move(T + 600));
+        // Its own entries: the recorded time, and a later one a move put it at; not an earlier.
+        assert!(state.queued_at(T + 300) && state.queued_at(T + 600));
+        assert!(!state.queued_at(T + 299));
+        // Never moved past the deadline, and dead at it, with no attempt made.
+        assert_eq!(
+            state.hold(T + 5_000, T + 600, max_hold),
+            Hold::Move(T + 1_000)
+        );
+        let Hold::GiveUp(gave_up, dead) = state.hold(T + 5_000, T + 1_000, max_hold) else {
+            panic!("held past max_hold");
+        };
+        assert_eq!(dead.due_ms, None);
+        state.apply(gave_up).expect("apply");
+        assert_eq!(state.placement.status, DeliveryStatus::Dead);
+        assert_eq!(state.view().dead_reason, Some(DeadReason::EndpointOpen));
+        assert_eq!(state.attempts_total, 1);
+        assert!(!state.queued_at(T + 600), "a final delivery has no entry");
+
+        // A redelivery starts it moving again; its retries used up, the reason says so.
+        state
+            .apply(DeliveryEvent::Redelivered { at_ms: T + 2_000 })
+            .expect("apply");
+        assert_eq!(state.view().dead_reason, None);
+        assert!(matches!(
+            state.hold(T + 2_100, T + 2_050, max_hold),
+            Hold::Record(..)
+        ));
+        let dead = DeliveryEvent::Answered {
+            attempt: attempt(None, None),
+            next: NextStep::Dead,
+        };
+        state.apply(dead).expect("apply");
+        assert_eq!(
+            state.view().dead_reason,
+            Some(DeadReason::AttemptsExhausted)
+        );
     }
 
     /// Decision `dec_1` of tenant acme, made at `T`, with `deliveries`.

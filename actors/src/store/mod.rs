@@ -381,6 +381,12 @@ pub trait DeliveryStore: Send + Sync {
     /// Forgets a due entry that no longer matches its delivery.
     fn drop_due<'a>(&'a self, due: &'a Timed) -> Read<'a, ()>;
 
+    /// Moves a held delivery's entry `from` (by which it was woken, under its lease where the
+    /// store leases) to `to_ms`, with no record in its log: a hold after the first one moves
+    /// only its place in the queue. Not durable by itself: lost in a crash, the delivery is
+    /// woken at its recorded time and held again.
+    fn move_due<'a>(&'a self, from: &'a Timed, to_ms: u64) -> Read<'a, ()>;
+
     /// Ids of `tenant`'s deliveries with `status` (every status when `None`), in (status, id)
     /// order, after the cursor `after`, at most `limit`.
     fn list_deliveries<'a>(

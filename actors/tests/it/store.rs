@@ -383,6 +383,35 @@ async fn deliveries_are_listed_leased_when_due_and_fenced_when_stale() {
 }
 
 #[tokio::test]
+async fn a_held_delivery_moves_in_the_queue_without_a_record() {
+    on_each_store(|name, store| async move {
+        let at = now_ms() - 1_000;
+        let unit = Unit::new().write_deliveries(vec![delivery("msg_h", at)]);
+        commit(&store, unit).await;
+        let due = store.due(now_ms(), 10).await.expect("due");
+        assert_eq!(due.len(), 1, "{name}");
+        let later = now_ms() + 60_000;
+        store.move_due(&due[0], later).await.expect("move");
+        // Not due now, due then, and its log as it was.
+        assert!(
+            store.due(now_ms(), 10).await.expect("due").is_empty(),
+            "{name}"
+        );
+        let then = store.due(later, 10).await.expect("due");
+        assert_eq!(
+            then.iter()
+                .map(|d| (d.id.as_str(), d.at_ms))
+                .collect::<Vec<_>>(),
+            [("msg_h", later)],
+            "{name}"
+        );
+        let log = store.load_delivery("msg_h").await.expect("read");
+        assert_eq!(log.map(|l| l.len()), Some(1), "{name}: no record");
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn decisions_are_kept_with_their_claim_and_found_by_subject() {
     on_each_store(|name, store| async move {
         let at = now_ms();

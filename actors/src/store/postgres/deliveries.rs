@@ -77,6 +77,24 @@ impl DeliveryStore for PgStore {
         Box::pin(std::future::ready(Ok(())))
     }
 
+    /// Moves the row's due time under the lease that woke it (another node's lease since
+    /// leaves the row alone), and lets the lease go.
+    fn move_due<'a>(&'a self, from: &'a Timed, to_ms: u64) -> Read<'a, ()> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let lease = from.lease.map(|l| l as i64);
+            super::run(
+                &client,
+                "UPDATE idem_deliveries SET due_ms = $2, lease_until = NULL \
+                 WHERE id = $1 AND status = 0 AND due_ms IS NOT NULL \
+                 AND ($3::bigint IS NULL OR lease_token = $3)",
+                &[&from.id, &(to_ms as i64), &lease],
+            )
+            .await?;
+            Ok(())
+        })
+    }
+
     fn list_deliveries<'a>(
         &'a self,
         tenant: &'a str,

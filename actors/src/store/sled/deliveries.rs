@@ -272,6 +272,17 @@ impl DeliveryStore for SledStore {
         Box::pin(ready(self.remove_due(due)))
     }
 
+    fn move_due<'a>(&'a self, from: &'a Timed, to_ms: u64) -> Read<'a, ()> {
+        // The new entry first: a crash between the two leaves it findable twice, and the
+        // delivery tells which entry is its own (`DeliveryState::queued_at`).
+        let moved = self
+            .commits
+            .usable()
+            .and_then(|()| Ok(self.due.insert(time_key(to_ms, &from.id), &[])?))
+            .and_then(|_| self.remove_due(from));
+        Box::pin(ready(moved))
+    }
+
     fn list_deliveries<'a>(
         &'a self,
         tenant: &'a str,
