@@ -210,13 +210,17 @@ fn receive(options: idem::receive::Options) -> anyhow::Result<()> {
 }
 
 /// Whether `e` is a store this idem refuses to use (a schema newer than it knows, a data
-/// directory of another format): not a crash to restart from, but a setup to fix.
+/// directory of another format, a database that acknowledges commits before they are durable):
+/// not a crash to restart from, but a setup to fix.
 fn refused_store(e: &anyhow::Error) -> bool {
     use idem_actors::{EngineError, StoreError};
     matches!(
         e.downcast_ref::<idem::serve::ServeError>(),
         Some(idem::serve::ServeError::Engine(EngineError::Store(
-            StoreError::Schema { .. } | StoreError::Format(_) | StoreError::OldClaims(_)
+            StoreError::Schema { .. }
+                | StoreError::Format(_)
+                | StoreError::OldClaims(_)
+                | StoreError::NotDurable(_)
         )))
     )
 }

@@ -100,6 +100,41 @@ async fn a_database_with_a_newer_schema_is_refused_with_exit_2() {
     );
 }
 
+#[tokio::test]
+async fn a_database_that_commits_without_syncing_is_refused_with_exit_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let url = fresh_database();
+    let name = url.rsplit('/').next().expect("a database name").to_string();
+    sql(
+        &url,
+        &format!("ALTER DATABASE \"{name}\" SET synchronous_commit = off"),
+    );
+    let cfg = config_on(
+        &on_postgres(&url),
+        &dir.path().join("data"),
+        &receiver,
+        "",
+        "",
+    );
+    let (code, stderr) = serve_to_exit(dir.path(), &cfg);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("synchronous_commit = off"), "{stderr}");
+    // Nothing was created there: the refusal comes before the schema.
+    let tables = with_postgres(&url, |client| async move {
+        client
+            .query_one(
+                "SELECT count(*) FROM information_schema.tables WHERE table_name LIKE 'idem%'",
+                &[],
+            )
+            .await
+            .map(|row| row.get::<_, i64>(0))
+            .expect("count")
+    });
+    assert_eq!(tables, 0);
+}
+
 /// `count` nodes on one database, each given `cfg`.
 fn nodes(dir: &std::path::Path, cfg: &str, count: usize) -> Vec<Idem> {
     (0..count)

@@ -243,6 +243,12 @@ pub enum StoreError {
     /// The database holds claims in a form this idem no longer reads: what was found there.
     #[error("store: the database holds {0}")]
     OldClaims(String),
+    /// The database acknowledges commits before they are durable (`synchronous_commit`, as
+    /// found): a claim answered could be lost in its crash and decided again.
+    #[error(
+        "store: the database commits with synchronous_commit = {0}, so a claim it acknowledges          can be lost in a crash; set synchronous_commit = on for idem's database or role"
+    )]
+    NotDurable(String),
     /// A write or sync failed earlier, and the store cannot vouch for what it holds since: it
     /// refuses everything until idem restarts and recovers from what is durable.
     #[error("store: failed for good after {0}; restart idem to recover from what is durable")]

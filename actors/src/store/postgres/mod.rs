@@ -64,6 +64,15 @@ impl PgStore {
             .map_err(|e| StoreError::Pool(e.to_string()))?;
         {
             let mut client = pool.get().await?;
+            // A claim is answered once its commit returns: only a commit that is on disk then
+            // (any setting but `off`) keeps that answer through the database's own crash.
+            let commits: String = client
+                .query_one("SHOW synchronous_commit", &[])
+                .await?
+                .try_get(0)?;
+            if commits == "off" {
+                return Err(StoreError::NotDurable(commits));
+            }
             schema::migrate(&mut client).await?;
             heartbeat(&client, node.epoch).await?;
         }
