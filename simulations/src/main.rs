@@ -6,7 +6,8 @@
 //!
 //! `cargo run --release -p simulations -- --seed N [--keys 60] [--keyless 10] [--events 30]
 //! [--sets 16] [--cloudevents 16] [--clients 12]
-//! [--crashes 4] [--seconds 8] [--nodes 1] [--store sled|postgres] [--disk-faults] [--sabotage]
+//! [--crashes 4] [--seconds 8] [--nodes 1] [--store sled|postgres] [--disk-faults]
+//! [--db-restarts] [--sabotage]
 //! [--idem PATH]`
 //! spreads the load over about `--seconds`, injects `--crashes` faults within it, prints what it
 //! injected and ends with `invariants: <checked> checked, <violated> violated`; it exits 0 only
@@ -16,9 +17,13 @@
 //! SIGSTOP of a node past its heartbeat and leases then SIGCONT (its late writes must change
 //! nothing), or the database connections of every node killed (`pg_terminate_backend`); the
 //! checker then also reads the database (`stored`): no write of a fenced-out holder is visible.
-//! With `--disk-faults` (sled), half the faults restart the node with a group commit whose sync
-//! fails after a few (`store.sync`): the node must halt its store and exit by itself, and is
-//! started again. `--sabotage` turns on idem's `sabotage` switch (every request gets a fresh claim actor that
+//! With `--db-restarts` (PostgreSQL), half the faults crash the database server itself
+//! (`pg_ctlcluster … stop -m immediate`) and start it again a moment later: the nodes answer 503
+//! meanwhile and go on by themselves; no node may exit by itself on PostgreSQL, and every
+//! answered key's row must be in the database afterwards. With `--disk-faults` (sled), half
+//! the faults restart the node with a group commit whose sync fails after a few
+//! (`store.sync`): the node must halt its store and exit by itself, and is started again.
+//! `--sabotage` turns on idem's `sabotage` switch (every request gets a fresh claim actor that
 //! ignores the stored claim, and the store's fencing is off): the checker must then find
 //! violations. The receiver's faults open endpoints (`breaker_threshold = 2`, a short
 //! cooldown): their deliveries wait and drain after a probe, and still every one must end
@@ -33,6 +38,7 @@
 mod check;
 mod clients;
 mod cloudevents;
+mod database;
 mod process;
 mod receiver;
 mod report;
@@ -84,6 +90,7 @@ pub struct Args {
     pub nodes: usize,
     pub postgres: bool,
     pub disk_faults: bool,
+    pub db_restarts: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -102,6 +109,7 @@ fn parse_args() -> Result<Args, String> {
         nodes: 1,
         postgres: false,
         disk_faults: false,
+        db_restarts: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -124,6 +132,7 @@ fn parse_args() -> Result<Args, String> {
             "--seconds" => args.seconds = number(value("--seconds")?, "--seconds")?.max(1),
             "--sabotage" => args.sabotage = true,
             "--disk-faults" => args.disk_faults = true,
+            "--db-restarts" => args.db_restarts = true,
             "--idem" => args.idem = Some(PathBuf::from(value("--idem")?)),
             "--nodes" => args.nodes = number(value("--nodes")?, "--nodes")?.max(1) as usize,
             "--store" => {
@@ -138,6 +147,9 @@ fn parse_args() -> Result<Args, String> {
     }
     if args.nodes > 1 && !args.postgres {
         return Err("--nodes above 1 needs --store postgres (sled is one process's)".into());
+    }
+    if args.db_restarts && !args.postgres {
+        return Err("--db-restarts needs --store postgres".into());
     }
     if args.disk_faults && args.postgres {
         return Err("--disk-faults is sled's (the database keeps its own disk)".into());
@@ -213,6 +225,9 @@ enum Fault {
     /// A node restarted with a group commit whose sync fails after a few (`store.sync`), as a
     /// failing disk's would: the node must halt and exit by itself, and is restarted.
     Disk,
+    /// The database server crashed (an immediate stop) and started again a moment later, while
+    /// the nodes serve: they answer 503 meanwhile and go on by themselves, never exiting.
+    DbRestart,
 }
 
 async fn run(args: Args) -> Result<usize, String> {
@@ -236,6 +251,11 @@ async fn run(args: Args) -> Result<usize, String> {
             devtools::postgres::LOCAL,
             &format!("idem_sim_{}", args.seed),
         )?),
+        false => None,
+    };
+    // The database server itself, crashed and started again (`--db-restarts`).
+    let server = match args.db_restarts {
+        true => Some(Arc::new(Mutex::new(database::Server::serving(5432)?))),
         false => None,
     };
     let store = match &database {
@@ -373,6 +393,7 @@ subject = "/data/phoneNumber"
         );
         let (crashes, sabotage, database) = (args.crashes, args.sabotage, database.clone());
         let disk_faults = args.disk_faults;
+        let server = server.clone();
         let runtime = tokio::runtime::Handle::current();
         // Faults spread over the run: one per slot, at a random point of its slot.
         let slot = args.seconds * 1000 / (args.crashes as u64 + 1);
@@ -381,10 +402,23 @@ subject = "/data/phoneNumber"
             let mut next_fault =
                 Instant::now() + Duration::from_millis(rng.range(slot / 2, slot + 1));
             let done = |injected: &Mutex<Vec<Fault>>| injected.lock().map_or(0, |f| f.len());
-            // Stalled nodes, and when each is to go on.
+            // Stalled nodes, and when each is to go on; when the crashed database starts again.
             let mut stalled: Vec<(usize, Instant)> = Vec::new();
+            let mut db_back: Option<Instant> = None;
             while !stop.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(20));
+                if db_back.is_some_and(|at| Instant::now() >= at) {
+                    if let Some(server) = &server {
+                        if let Err(e) = server
+                            .lock()
+                            .map_err(|_| "poisoned".to_string())
+                            .and_then(|mut s| s.start())
+                        {
+                            eprintln!("simulations: {e}");
+                        }
+                    }
+                    db_back = None;
+                }
                 let Ok(mut nodes) = nodes.lock() else { return };
                 let count = nodes.len();
                 stalled.retain(|&(n, until)| {
@@ -412,6 +446,9 @@ subject = "/data/phoneNumber"
                 let fault = match &database {
                     None if disk_faults && rng.chance(50) => Fault::Disk,
                     None => Fault::Kill,
+                    Some(_) if server.is_some() && db_back.is_none() && rng.chance(50) => {
+                        Fault::DbRestart
+                    }
                     Some(_) => {
                         [Fault::Kill, Fault::Stall, Fault::Disconnect][rng.range(0, 3) as usize]
                     }
@@ -439,6 +476,21 @@ subject = "/data/phoneNumber"
                         let _ = runtime.block_on(terminate_backends(url));
                     }
                     (Fault::Disconnect, None) => {}
+                    (Fault::DbRestart, _) => {
+                        if let Some(server) = &server {
+                            match server
+                                .lock()
+                                .map_err(|_| "poisoned".to_string())
+                                .and_then(|mut s| s.crash())
+                            {
+                                Ok(()) => {
+                                    let down = Duration::from_millis(rng.range(300, 1_500));
+                                    db_back = Some(Instant::now() + down);
+                                }
+                                Err(e) => eprintln!("simulations: {e}"),
+                            }
+                        }
+                    }
                 }
                 if let Ok(mut f) = injected.lock() {
                     f.push(fault);
@@ -471,6 +523,13 @@ subject = "/data/phoneNumber"
 
     stop.store(true, Ordering::SeqCst);
     let _ = chaos.join();
+    if let Some(server) = &server {
+        server
+            .lock()
+            .map_err(|_| "poisoned")?
+            .ensure_up()
+            .map_err(|e| e.to_string())?;
+    }
     // Settle: clean incarnations and a receiver without faults; deliveries run to their end.
     receiver.faulty.store(false, Ordering::SeqCst);
     {
@@ -502,11 +561,12 @@ subject = "/data/phoneNumber"
     let injected = injected.lock().map_err(|_| "poisoned")?.clone();
     let of = |f: Fault| injected.iter().filter(|x| **x == f).count();
     println!(
-        "injected: {} SIGKILLs, {} stalls, {} disconnects, {} disk faults ({} store halts), {} \
-         deaths at failpoints, {} actor panics, {} incarnations",
+        "injected: {} SIGKILLs, {} stalls, {} disconnects, {} database crashes, {} disk faults \
+         ({} store halts), {} deaths at failpoints, {} actor panics, {} incarnations",
         of(Fault::Kill),
         of(Fault::Stall),
         of(Fault::Disconnect),
+        of(Fault::DbRestart),
         of(Fault::Disk),
         nodes
             .iter()
@@ -524,6 +584,14 @@ subject = "/data/phoneNumber"
         .map(|n| n.count_in_logs("endpoint open, was"))
         .sum();
     println!("endpoints opened {opened} times (breaker_threshold 2)");
+    // On PostgreSQL nothing makes a node exit by itself: a database that fails or restarts is
+    // waited for (503 meanwhile), never a reason to stop.
+    if args.postgres {
+        let exits: usize = nodes.iter().map(|n| n.exits).sum();
+        report.expect(exits == 0, || {
+            format!("nodes exited by themselves {exits} times")
+        });
+    }
     // The flapping receiver must have put the breaker in play, or the run proved nothing of it.
     report.expect(opened > 0, || {
         "no endpoint ever opened: the breaker was not in play".to_string()

@@ -12,6 +12,8 @@ pub struct IdemProcess {
     child: Option<Child>,
     /// How many incarnations were started.
     pub starts: usize,
+    /// How many incarnations exited by themselves (not killed by a signal).
+    pub exits: usize,
 }
 
 impl IdemProcess {
@@ -23,6 +25,7 @@ impl IdemProcess {
             logs: logs.to_path_buf(),
             child: None,
             starts: 0,
+            exits: 0,
         }
     }
 
@@ -45,7 +48,13 @@ impl IdemProcess {
     pub fn alive(&mut self) -> bool {
         match self.child.as_mut().map(|c| c.try_wait()) {
             Some(Ok(None)) => true,
-            _ => {
+            exited => {
+                if let Some(Ok(Some(status))) = exited {
+                    use std::os::unix::process::ExitStatusExt;
+                    if status.signal().is_none() {
+                        self.exits += 1;
+                    }
+                }
                 self.child = None;
                 false
             }
