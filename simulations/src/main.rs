@@ -7,7 +7,7 @@
 //! `cargo run --release -p simulations -- --seed N [--keys 60] [--keyless 10] [--events 30]
 //! [--sets 16] [--cloudevents 16] [--clients 12]
 //! [--crashes 4] [--seconds 8] [--nodes 1] [--store sled|postgres] [--disk-faults]
-//! [--db-restarts] [--sabotage]
+//! [--db-restarts] [--partitions] [--sabotage]
 //! [--idem PATH]`
 //! spreads the load over about `--seconds`, injects `--crashes` faults within it, prints what it
 //! injected and ends with `invariants: <checked> checked, <violated> violated`; it exits 0 only
@@ -20,7 +20,10 @@
 //! With `--db-restarts` (PostgreSQL), half the faults crash the database server itself
 //! (`pg_ctlcluster … stop -m immediate`) and start it again a moment later: the nodes answer 503
 //! meanwhile and go on by themselves; no node may exit by itself on PostgreSQL, and every
-//! answered key's row must be in the database afterwards. With `--disk-faults` (sled), half
+//! answered key's row must be in the database afterwards. With `--partitions` (PostgreSQL),
+//! each node reaches the database through a fault proxy of the run's own (`proxy`), and half
+//! the faults black-hole one node's route past its heartbeat and leases, then heal it: what it
+//! sent meanwhile arrives late, and must be fenced. With `--disk-faults` (sled), half
 //! the faults restart the node with a group commit whose sync fails after a few
 //! (`store.sync`): the node must halt its store and exit by itself, and is started again.
 //! `--sabotage` turns on idem's `sabotage` switch (every request gets a fresh claim actor that
@@ -40,6 +43,7 @@ mod clients;
 mod cloudevents;
 mod database;
 mod process;
+mod proxy;
 mod receiver;
 mod report;
 mod rng;
@@ -91,6 +95,7 @@ pub struct Args {
     pub postgres: bool,
     pub disk_faults: bool,
     pub db_restarts: bool,
+    pub partitions: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -110,6 +115,7 @@ fn parse_args() -> Result<Args, String> {
         postgres: false,
         disk_faults: false,
         db_restarts: false,
+        partitions: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -133,6 +139,7 @@ fn parse_args() -> Result<Args, String> {
             "--sabotage" => args.sabotage = true,
             "--disk-faults" => args.disk_faults = true,
             "--db-restarts" => args.db_restarts = true,
+            "--partitions" => args.partitions = true,
             "--idem" => args.idem = Some(PathBuf::from(value("--idem")?)),
             "--nodes" => args.nodes = number(value("--nodes")?, "--nodes")?.max(1) as usize,
             "--store" => {
@@ -148,8 +155,8 @@ fn parse_args() -> Result<Args, String> {
     if args.nodes > 1 && !args.postgres {
         return Err("--nodes above 1 needs --store postgres (sled is one process's)".into());
     }
-    if args.db_restarts && !args.postgres {
-        return Err("--db-restarts needs --store postgres".into());
+    if (args.db_restarts || args.partitions) && !args.postgres {
+        return Err("--db-restarts and --partitions need --store postgres".into());
     }
     if args.disk_faults && args.postgres {
         return Err("--disk-faults is sled's (the database keeps its own disk)".into());
@@ -228,6 +235,9 @@ enum Fault {
     /// The database server crashed (an immediate stop) and started again a moment later, while
     /// the nodes serve: they answer 503 meanwhile and go on by themselves, never exiting.
     DbRestart,
+    /// A node's route to the database black-holed past its heartbeat and leases, then healed:
+    /// the others take over, and what it sent meanwhile arrives late and must be fenced.
+    Partition,
 }
 
 async fn run(args: Args) -> Result<usize, String> {
@@ -258,13 +268,28 @@ async fn run(args: Args) -> Result<usize, String> {
         true => Some(Arc::new(Mutex::new(database::Server::serving(5432)?))),
         false => None,
     };
-    let store = match &database {
-        Some(url) => format!("[store]\nbackend = \"postgres\"\nurl = \"{url}\"\npool_size = 4\n"),
-        None => String::new(),
-    };
     let mut bases = Vec::new();
     let mut nodes = Vec::new();
+    // Each node's own route to the database, which a partition cuts (`--partitions`).
+    let mut proxies = Vec::new();
     for n in 0..args.nodes {
+        let url = match (&database, args.partitions) {
+            (Some(url), true) => {
+                let proxy = proxy::Proxy::start("127.0.0.1:5432".into())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let routed = url.replace(":5432/", &format!(":{}/", proxy.port));
+                proxies.push(Arc::new(proxy));
+                Some(routed)
+            }
+            (url, _) => url.clone(),
+        };
+        let store = match &url {
+            Some(url) => {
+                format!("[store]\nbackend = \"postgres\"\nurl = \"{url}\"\npool_size = 4\n")
+            }
+            None => String::new(),
+        };
         let port = devtools::free_port().map_err(|e| e.to_string())?;
         let node_dir = dir.path().join(format!("node{n}"));
         std::fs::create_dir_all(&node_dir).map_err(|e| e.to_string())?;
@@ -394,6 +419,7 @@ subject = "/data/phoneNumber"
         let (crashes, sabotage, database) = (args.crashes, args.sabotage, database.clone());
         let disk_faults = args.disk_faults;
         let server = server.clone();
+        let proxies = proxies.clone();
         let runtime = tokio::runtime::Handle::current();
         // Faults spread over the run: one per slot, at a random point of its slot.
         let slot = args.seconds * 1000 / (args.crashes as u64 + 1);
@@ -405,6 +431,7 @@ subject = "/data/phoneNumber"
             // Stalled nodes, and when each is to go on; when the crashed database starts again.
             let mut stalled: Vec<(usize, Instant)> = Vec::new();
             let mut db_back: Option<Instant> = None;
+            let mut partitioned: Vec<(usize, Instant)> = Vec::new();
             while !stop.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(20));
                 if db_back.is_some_and(|at| Instant::now() >= at) {
@@ -421,6 +448,13 @@ subject = "/data/phoneNumber"
                 }
                 let Ok(mut nodes) = nodes.lock() else { return };
                 let count = nodes.len();
+                partitioned.retain(|&(n, until)| {
+                    let due = Instant::now() >= until;
+                    if due {
+                        proxies[n].heal();
+                    }
+                    !due
+                });
                 stalled.retain(|&(n, until)| {
                     let due = Instant::now() >= until;
                     if due {
@@ -449,6 +483,7 @@ subject = "/data/phoneNumber"
                     Some(_) if server.is_some() && db_back.is_none() && rng.chance(50) => {
                         Fault::DbRestart
                     }
+                    Some(_) if !proxies.is_empty() && rng.chance(50) => Fault::Partition,
                     Some(_) => {
                         [Fault::Kill, Fault::Stall, Fault::Disconnect][rng.range(0, 3) as usize]
                     }
@@ -476,6 +511,15 @@ subject = "/data/phoneNumber"
                         let _ = runtime.block_on(terminate_backends(url));
                     }
                     (Fault::Disconnect, None) => {}
+                    (Fault::Partition, _) => {
+                        // Past its heartbeat, its in-flight claims and its leases, as a stall,
+                        // but the node runs on meanwhile and its writes wait in the network.
+                        if let Some(proxy) = proxies.get(picked) {
+                            proxy.cut();
+                            partitioned
+                                .push((picked, Instant::now() + Duration::from_millis(2_500)));
+                        }
+                    }
                     (Fault::DbRestart, _) => {
                         if let Some(server) = &server {
                             match server
@@ -502,6 +546,9 @@ subject = "/data/phoneNumber"
                 for (n, _) in stalled {
                     nodes[n].resume();
                 }
+            }
+            for (n, _) in partitioned {
+                proxies[n].heal();
             }
         })
     };
@@ -561,12 +608,14 @@ subject = "/data/phoneNumber"
     let injected = injected.lock().map_err(|_| "poisoned")?.clone();
     let of = |f: Fault| injected.iter().filter(|x| **x == f).count();
     println!(
-        "injected: {} SIGKILLs, {} stalls, {} disconnects, {} database crashes, {} disk faults \
-         ({} store halts), {} deaths at failpoints, {} actor panics, {} incarnations",
+        "injected: {} SIGKILLs, {} stalls, {} disconnects, {} database crashes, {} partitions, \
+         {} disk faults ({} store halts), {} deaths at failpoints, {} actor panics, {} \
+         incarnations",
         of(Fault::Kill),
         of(Fault::Stall),
         of(Fault::Disconnect),
         of(Fault::DbRestart),
+        of(Fault::Partition),
         of(Fault::Disk),
         nodes
             .iter()

@@ -313,6 +313,12 @@ const decisionsView = {
   },
 };
 
+/** Why a delivery is dead, in words. */
+const DEAD_REASONS = {
+  attempts_exhausted: 'every attempt failed',
+  endpoint_open: 'its endpoint stayed open past max_hold',
+};
+
 /** One action of a decision, with its delivery and the timeline of its attempts. */
 function actionSection(action, res) {
   const v = res.value;
@@ -327,6 +333,7 @@ function actionSection(action, res) {
       ['URL', v ? el('span', { class: 'mono break', text: v.url }) : null],
       ['Attempts', v ? v.attempts_total.toLocaleString() : null],
       ['Next attempt', v && status === 'queued' && v.next_attempt_at ? timeEl(v.next_attempt_at) : null],
+      ['Dead because', v && v.dead_reason ? DEAD_REASONS[v.dead_reason] ?? v.dead_reason : null],
     ]),
     res.error ? el('p', { class: 'inline-error', text: `Delivery details unavailable: ${res.error}` }) : null,
     v && !attempts.length ? el('p', { class: 'muted', text: 'No attempt yet.' }) : null,
