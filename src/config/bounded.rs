@@ -1,9 +1,10 @@
 //! Reading one value of the file: a duration or a number within its bounds, or a secret (or a
-//! list of them), each refused with the dotted key it was written under and the reason, on one
+//! list of them; each written as is, or read from a file or the environment), each refused with the dotted key it was written under and the reason, on one
 //! line. Every section reads its values through these, so a bound is said once, where the key
 //! is read.
 
 use std::ops::{Bound, RangeBounds};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use idem_schemas::signature::Secret;
@@ -77,22 +78,76 @@ where
     }
 }
 
-/// A string, or a list of them (secrets, for rotation).
+/// A secret as written: the value itself, `{ file = PATH }` (the file's content, one trailing
+/// newline dropped: a mounted secret) or `{ env = NAME }` (an environment variable). Read when
+/// the configuration is, so a reload reads files again; neither the value nor the file's
+/// content ever appears in an error.
+#[derive(Deserialize, Clone)]
+#[serde(
+    untagged,
+    expecting = "a secret: a string, { file = \"PATH\" } or { env = \"NAME\" }"
+)]
+pub enum SecretText {
+    /// The value itself.
+    Literal(String),
+    /// A file holding it.
+    File(FromFile),
+    /// An environment variable holding it.
+    Env(FromEnv),
+}
+
+/// `{ file = PATH }`.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct FromFile {
+    file: PathBuf,
+}
+
+/// `{ env = NAME }`.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct FromEnv {
+    env: String,
+}
+
+impl SecretText {
+    /// The secret, read from where it is, for `key`.
+    pub fn resolve(self, key: &str) -> Result<String, ConfigError> {
+        match self {
+            SecretText::Literal(value) => Ok(value),
+            SecretText::File(FromFile { file }) => {
+                let text = std::fs::read_to_string(&file).map_err(|e| {
+                    invalid(key, format!("cannot read the file {}: {e}", file.display()))
+                })?;
+                let text = text.strip_suffix('\n').unwrap_or(&text);
+                Ok(text.strip_suffix('\r').unwrap_or(text).to_string())
+            }
+            SecretText::Env(FromEnv { env }) => std::env::var(&env).map_err(|_| {
+                invalid(
+                    key,
+                    format!("the environment variable {env} is not set (or not UTF-8)"),
+                )
+            }),
+        }
+    }
+}
+
+/// A secret (see [`SecretText`]), or a list of them (for rotation).
 #[derive(Deserialize)]
 #[serde(untagged)]
 pub enum OneOrMany {
     /// One.
-    One(String),
+    One(SecretText),
     /// Several.
-    Many(Vec<String>),
+    Many(Vec<SecretText>),
 }
 
 impl OneOrMany {
-    /// The strings, in order.
-    pub fn into_vec(self) -> Vec<String> {
+    /// The secrets, in order, read from where they are, for `key`.
+    pub fn resolve(self, key: &str) -> Result<Vec<String>, ConfigError> {
         match self {
-            OneOrMany::One(s) => vec![s],
-            OneOrMany::Many(v) => v,
+            OneOrMany::One(s) => Ok(vec![s.resolve(key)?]),
+            OneOrMany::Many(v) => v.into_iter().map(|s| s.resolve(key)).collect(),
         }
     }
 }
@@ -102,7 +157,7 @@ pub fn secrets(key: &str, raw: Option<OneOrMany>) -> Result<Vec<Secret>, ConfigE
     let Some(raw) = raw else {
         return Ok(Vec::new());
     };
-    let list = raw.into_vec();
+    let list = raw.resolve(key)?;
     if list.is_empty() {
         return Err(invalid(key, "an empty list; omit the key instead"));
     }

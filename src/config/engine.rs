@@ -8,7 +8,7 @@ use idem_actors::settings::{Backend, Decisions, Delivery, Idempotency};
 use idem_actors::Settings;
 use serde::Deserialize;
 
-use super::bounded::{duration, invalid, number};
+use super::bounded::{duration, invalid, number, SecretText};
 use super::ConfigError;
 
 /// The connections one node holds to the database unless told otherwise, and the most it may.
@@ -33,7 +33,7 @@ pub(super) struct RawStore {
 pub(super) struct RawIdempotency {
     key_ttl: Option<String>,
     in_flight_timeout: Option<String>,
-    key_secret: Option<String>,
+    key_secret: Option<SecretText>,
     idle_actor_timeout: Option<String>,
     sweep_interval: Option<String>,
     max_live_actors: Option<i64>,
@@ -128,7 +128,11 @@ fn backend(raw: RawStore, data_dir: &Path) -> Result<Backend, ConfigError> {
 }
 
 fn idempotency(raw: RawIdempotency, d: &Idempotency) -> Result<Idempotency, ConfigError> {
-    let key_secret = match raw.key_secret {
+    let key_secret = raw
+        .key_secret
+        .map(|s| s.resolve("idempotency.key_secret"))
+        .transpose()?;
+    let key_secret = match key_secret {
         Some(s) if s.len() >= MIN_KEY_SECRET => s.into_bytes(),
         Some(s) if !s.is_empty() => {
             return Err(invalid(

@@ -531,6 +531,72 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
     }
 
     #[test]
+    fn a_secret_may_come_from_a_file_or_the_environment() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key_file = dir.path().join("key_secret");
+        std::fs::write(&key_file, "0123456789abcdef0123456789abcdef-from-a-file\n").expect("write");
+        let callback_file = dir.path().join("callback");
+        std::fs::write(&callback_file, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\r\n")
+            .expect("write");
+        // A name of this test's own: the environment is the process's.
+        let var = "IDEM_CONFIG_TEST_API_KEY";
+        std::env::set_var(var, "sk_from_the_environment");
+        let text = MINIMAL
+            .replace(
+                "key_secret = \"0123456789abcdef0123456789abcdef\"",
+                &format!("key_secret = {{ file = \"{}\" }}", key_file.display()),
+            )
+            .replace(
+                "api_key = \"sk_test_0123456789\"",
+                &format!("api_key = {{ env = \"{var}\" }}"),
+            )
+            .replace(
+                "callback_secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"",
+                &format!(
+                    "callback_secret = [{{ file = \"{}\" }}, \"whsec_b3RoZXI=\"]",
+                    callback_file.display()
+                ),
+            );
+        let c = Config::parse(&text).expect("valid");
+        assert_eq!(
+            c.engine.idempotency.key_secret,
+            b"0123456789abcdef0123456789abcdef-from-a-file".to_vec(),
+            "the file's content, its trailing newline dropped"
+        );
+        assert_eq!(c.tenants["acme"].api_key, "sk_from_the_environment");
+        assert_eq!(c.tenants["acme"].callback_secrets.len(), 2);
+
+        // What cannot be read is refused by the key it is for, and nothing of it is shown.
+        let missing = text.replace(&key_file.display().to_string(), "/nonexistent/key");
+        let e = err(&missing);
+        assert!(
+            e.contains("idempotency.key_secret") && e.contains("/nonexistent/key"),
+            "{e}"
+        );
+        let unset = text.replace(var, "IDEM_CONFIG_TEST_UNSET");
+        let e = err(&unset);
+        assert!(
+            e.contains("tenants.acme.api_key") && e.contains("IDEM_CONFIG_TEST_UNSET"),
+            "{e}"
+        );
+        let both = text.replace(
+            &format!("{{ env = \"{var}\" }}"),
+            &format!("{{ env = \"{var}\", file = \"/etc/hostname\" }}"),
+        );
+        let e = err(&both);
+        assert!(
+            e.contains("a secret: a string") && e.contains("line "),
+            "one source: {e}"
+        );
+        for e in [err(&missing), err(&unset)] {
+            assert!(
+                !e.contains("from-a-file") && !e.contains("sk_from_the"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
     fn debug_output_carries_no_secret() {
         let c = Config::parse(MINIMAL).expect("valid");
         let shown = format!("{c:?}");

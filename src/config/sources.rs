@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use std::time::Duration;
 
-use super::bounded::{self, invalid, is_name, OneOrMany};
+use super::bounded::{self, invalid, is_name, OneOrMany, SecretText};
 use super::ConfigError;
 use crate::source::jwks::JwksAt;
 use crate::source::{set, Pattern, Poll, Route, Source, SourceKind, Ssf};
@@ -44,7 +44,7 @@ pub(super) struct RawSource {
 #[serde(deny_unknown_fields)]
 struct RawPoll {
     url: Option<String>,
-    token: Option<String>,
+    token: Option<SecretText>,
 }
 
 /// A `map` entry as written.
@@ -102,7 +102,7 @@ pub(super) fn source(
     };
     // An SSF transmitter's SETs are signed: a push credential is optional.
     let secrets = match (raw.secret, kind) {
-        (Some(secret), _) => secret.into_vec(),
+        (Some(secret), _) => secret.resolve(&format!("{key}.secret"))?,
         (None, SourceKind::Ssf) => Vec::new(),
         (None, _) => return Err(invalid(format!("{key}.secret"), "is required")),
     };
@@ -241,6 +241,8 @@ fn ssf(key: &str, raw: &RawSource) -> Result<Ssf, ConfigError> {
             let token = p
                 .token
                 .clone()
+                .map(|t| t.resolve(&format!("{key}.poll.token")))
+                .transpose()?
                 .filter(|t| !t.is_empty())
                 .ok_or_else(|| invalid(format!("{key}.poll.token"), "is required"))?;
             Some(Poll { url, token })

@@ -10,7 +10,7 @@ use idem_schemas::signature::Secret;
 use idem_schemas::Verdict;
 use serde::Deserialize;
 
-use super::bounded::{duration, invalid, is_name, number, secrets, OneOrMany};
+use super::bounded::{duration, invalid, is_name, number, secrets, OneOrMany, SecretText};
 use super::sources::{self, RawSource};
 use super::ConfigError;
 use crate::source::Source;
@@ -55,7 +55,7 @@ impl std::fmt::Debug for Tenant {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTenant {
-    api_key: Option<String>,
+    api_key: Option<SecretText>,
     signing_secret: Option<OneOrMany>,
     callback_secret: Option<OneOrMany>,
     rate_limit: Option<i64>,
@@ -94,6 +94,8 @@ pub(super) fn tenants(
         }
         let api_key = t
             .api_key
+            .map(|k| k.resolve(&format!("{key}.api_key")))
+            .transpose()?
             .filter(|k| !k.is_empty())
             .ok_or_else(|| invalid(format!("{key}.api_key"), "is required"))?;
         if api_key.chars().count() < MIN_API_KEY {

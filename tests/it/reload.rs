@@ -160,3 +160,64 @@ async fn an_endpoint_a_reload_removed_is_listed_while_deliveries_to_it_are_queue
     until_status(&client, &id, "dead").await;
     assert_eq!(listed().await, vec![(new, 0)]);
 }
+
+#[tokio::test]
+async fn secrets_come_from_files_and_the_environment_and_sighup_reads_the_files_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let secrets = dir.path().join("secrets");
+    std::fs::create_dir_all(&secrets).expect("dir");
+    let (key_file, beta_file) = (secrets.join("key_secret"), secrets.join("beta_api_key"));
+    std::fs::write(&key_file, format!("{KEY_SECRET}\n")).expect("write");
+    std::fs::write(&beta_file, "sk_beta_from_a_file_one\n").expect("write");
+    let text = config(&dir.path().join("data"), &receiver, "", "")
+        .replace(
+            &format!("key_secret = \"{KEY_SECRET}\""),
+            &format!("key_secret = {{ file = \"{}\" }}", key_file.display()),
+        )
+        .replace(
+            "api_key = \"sk_beta_test_key\"",
+            &format!("api_key = {{ file = \"{}\" }}", beta_file.display()),
+        )
+        .replace(
+            "api_key = \"sk_acme_test_key\"",
+            "api_key = { env = \"IDEM_IT_ACME_API_KEY\" }",
+        );
+    let path = dir.path().join("idem.toml");
+    std::fs::write(&path, &text).expect("write");
+    let env = [("IDEM_IT_ACME_API_KEY", "sk_acme_from_the_environment")];
+    let idem = Idem::start_with(path.clone(), &env);
+    let client = Client::new(&idem.base);
+    let with =
+        |key: &str| Req::new(&sim_swap("+1555")).header("authorization", &format!("Bearer {key}"));
+    assert_eq!(
+        client.signal(with("sk_beta_from_a_file_one")).await.status,
+        201
+    );
+    // acme's key from the environment: authenticated (its requests must also be signed).
+    let acme = client.signal(with("sk_acme_from_the_environment")).await;
+    assert_eq!(acme.problem_type(), "urn:idem:problem:signature-required");
+
+    // A rotated file is read again on SIGHUP.
+    std::fs::write(&beta_file, "sk_beta_from_a_file_two\n").expect("write");
+    idem.signal(libc::SIGHUP);
+    let status = eventually(
+        Duration::from_secs(5),
+        || async { client.signal(with("sk_beta_from_a_file_two")).await.status },
+        |s| *s == 201,
+    )
+    .await;
+    assert_eq!(status, 201, "the rotated key works after SIGHUP");
+    assert_eq!(
+        client.signal(with("sk_beta_from_a_file_one")).await.status,
+        401
+    );
+    let log = idem.stderr();
+    for secret in [
+        "sk_beta_from_a_file",
+        "sk_acme_from_the_environment",
+        KEY_SECRET,
+    ] {
+        assert!(!log.contains(secret), "{secret} logged: {log}");
+    }
+}
