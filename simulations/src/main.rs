@@ -393,6 +393,12 @@ subject = "/data/phoneNumber"
             ", SABOTAGE: claims neither serialised nor fenced"
         } else if args.disk_faults {
             ", half of them disk faults"
+        } else if args.db_restarts && args.partitions {
+            ", with database crashes and partitions"
+        } else if args.db_restarts {
+            ", with database crashes"
+        } else if args.partitions {
+            ", with partitions"
         } else {
             ""
         }
