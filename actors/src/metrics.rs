@@ -24,6 +24,17 @@ pub static CLAIM_TRANSITIONS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// Writes the store refused to a writer that was fenced out (a claim taken over or started
+/// anew, a delivery leased or recorded by another), by what they were for: `claim`, `delivery`.
+pub static FENCED_WRITES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "idem_fenced_writes_total",
+        "Writes refused to a writer that was fenced out",
+        &["what"]
+    )
+    .expect("metric registers once")
+});
+
 /// Delivery attempts by attempt number (`1` is inline) and outcome.
 pub static DELIVERY_ATTEMPTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
@@ -103,6 +114,8 @@ pub enum Metric {
         /// Its status after.
         to: Option<DeliveryStatus>,
     },
+    /// A write refused because its writer was fenced out: `claim` or `delivery`.
+    Fenced(&'static str),
 }
 
 impl Metric {
@@ -114,6 +127,7 @@ impl Metric {
                 .with_label_values(&[attempt_label(number), outcome])
                 .inc(),
             Metric::Moved { from, to } => delivery_moved(from, to),
+            Metric::Fenced(what) => FENCED_WRITES.with_label_values(&[what]).inc(),
         }
     }
 }

@@ -642,6 +642,13 @@ subject = "/data/phoneNumber"
     // On PostgreSQL nothing makes a node exit by itself: a database that fails or restarts is
     // waited for (503 meanwhile), never a reason to stop.
     if args.postgres {
+        // What stalled or cut-off nodes tried to write once they were fenced out, refused.
+        let logged = |needle: &str| nodes.iter().map(|n| n.count_in_logs(needle)).sum::<usize>();
+        println!(
+            "fenced writes refused: {} of claims, {} of deliveries",
+            logged("the claim was fenced out"),
+            logged("the delivery was written by another holder")
+        );
         let exits: usize = nodes.iter().map(|n| n.exits).sum();
         report.expect(exits == 0, || {
             format!("nodes exited by themselves {exits} times")

@@ -347,7 +347,10 @@ impl<P> Core<P> {
                 self.head = Some(head);
                 return self.start_dispatch(true, out);
             }
-            Written::Fenced => return Err(ClaimError::Fenced),
+            Written::Fenced => {
+                out.push(Effect::Count(Metric::Fenced("claim")));
+                return Err(ClaimError::Fenced);
+            }
             Written::Nothing => return Err(Invariant::NoClaim("commit").into()),
         }
         let response = match self.phase.after_commit()? {

@@ -159,6 +159,7 @@ impl DeliveryActorState {
             .commit(Unit::new().write_deliveries(vec![write]))
             .await?;
         if written == Written::Fenced {
+            Metric::Fenced("delivery").count();
             return Err(DeliveryError::Fenced);
         }
         crate::metrics::delivery_moved(Some(from), Some(to.status));
