@@ -143,6 +143,12 @@ impl Engine {
             digest: self.digester().bulk_key(tenant, key),
         };
         let fingerprint = self.digester().fingerprint(tenant, body);
+        // A retry of a request answered (or running) is answered without a scan of the backlog.
+        if let Some(log) = self.store().load_claim(&id, now_ms()).await? {
+            if let Some(reply) = self.step(&log, fingerprint, now_ms())? {
+                return Ok(reply);
+            }
+        }
         // The matches are fixed when the request is claimed, in its claim: a holder that takes
         // the request over after a crash redelivers those, not what matches by then.
         let ids = self.matching(tenant, filter).await?;

@@ -86,6 +86,11 @@ impl Dispatcher {
                 return None;
             };
             let left = self.inline_timeout.saturating_sub(started.elapsed());
+            // Too little left for a fair attempt (the probe's own note took it): held back,
+            // rather than a failure of the endpoint's that is only the deadline's.
+            if left < self.inline_timeout / 4 {
+                return None;
+            }
             let (status, attempt) = self
                 .attempt(&decision.tenant, &decision.id, delivery, left, &permit)
                 .await;

@@ -102,7 +102,7 @@ pub struct Delivery {
     pub breaker_cooldown: Duration,
     /// Attempts at once to one endpoint, across every node.
     pub max_in_flight_per_endpoint: usize,
-    /// How long a delivery may be held by an open endpoint since its last attempt before it is
+    /// How long a delivery may be held by an open endpoint since its first hold before it is
     /// dead (`endpoint_open`); unset, the schedule's total ([`Delivery::max_hold`]).
     pub max_hold: Option<Duration>,
 }
@@ -121,10 +121,15 @@ impl Default for Delivery {
 }
 
 impl Delivery {
-    /// How long a delivery may be held by an open endpoint since its last attempt: `max_hold`,
-    /// or the schedule's total.
+    /// How long a delivery may be held by an open endpoint since its first hold: `max_hold`,
+    /// or the schedule's total, and at least one cooldown (so at least one probe may come).
     pub fn max_hold(&self) -> Duration {
-        self.max_hold.unwrap_or_else(|| self.schedule.iter().sum())
+        self.max_hold.unwrap_or_else(|| {
+            self.schedule
+                .iter()
+                .sum::<Duration>()
+                .max(self.breaker_cooldown)
+        })
     }
 
     /// The schedule's longest step (zero without retries).

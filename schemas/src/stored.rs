@@ -310,8 +310,8 @@ pub enum DeliveryEvent {
         /// When it is due again, unix milliseconds.
         until_ms: u64,
     },
-    /// Its endpoint stayed open longer than `max_hold` since its last attempt: dead, with no
-    /// attempt made.
+    /// Its endpoint stayed open for `max_hold` since it was first held: dead, with no attempt
+    /// made.
     HeldTooLong {
         /// When, unix milliseconds.
         at_ms: u64,

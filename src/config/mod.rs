@@ -284,6 +284,11 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
         );
         let c = Config::parse(&with("retry_interval = \"1s\"\nmax_retries = 2")).expect("valid");
         assert_eq!(c.engine.delivery.schedule, vec![Duration::from_secs(1); 2]);
+        assert_eq!(
+            c.engine.delivery.max_hold(),
+            Duration::from_secs(60),
+            "and lasts at least one cooldown"
+        );
         let c = Config::parse(&with("max_hold = \"30m\"")).expect("valid");
         assert_eq!(c.engine.delivery.max_hold(), Duration::from_secs(1800));
         assert!(err(&with("max_hold = \"0s\"")).contains("delivery.max_hold"));

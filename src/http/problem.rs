@@ -227,6 +227,11 @@ impl ApiError {
         self
     }
 
+    /// The `Retry-After` it was given, in seconds, if any.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after
+    }
+
     /// What it says to fix.
     pub fn detail(&self) -> &str {
         &self.detail

@@ -191,6 +191,9 @@ impl DeliveryActorState {
         if due_ms > now {
             return Ok(());
         }
+        // The entry that woke it is its place in the queue now (a hold may have moved it past
+        // the time its log says): what it records next moves it from there.
+        self.delivery.placement.due_ms = Some(due_ms);
         let record = &self.delivery.record;
         // Under a lease, the wait for a place leaves the lease room for the attempt and its
         // record (a lease lasts two attempt deadlines and a second).
@@ -207,12 +210,16 @@ impl DeliveryActorState {
         let permit = match admission {
             Admission::Go(permit) => permit,
             // Its endpoint is open: it waits until a probe may go, using up no attempt, and
-            // for no longer than `max_hold` since it last moved.
+            // for no longer than `max_hold` since its first hold.
             Admission::Held(until_ms) => {
                 let max_hold = self.ctx.settings.delivery.max_hold();
                 return match self.delivery.hold(until_ms, now_ms(), max_hold) {
                     Hold::Record(event, to) => self.record(event, to, lease).await,
-                    Hold::Move(to_ms) => Ok(self.ctx.store.move_due(&entry, to_ms).await?),
+                    Hold::Move(to_ms) => {
+                        self.ctx.store.move_due(&entry, to_ms).await?;
+                        self.delivery.placement.due_ms = Some(to_ms);
+                        Ok(())
+                    }
                     Hold::GiveUp(event, to) => {
                         tracing::warn!(delivery = %entry.id, ?max_hold, "delivery dead: its endpoint stayed open longer than max_hold");
                         self.record(event, to, lease).await

@@ -123,10 +123,9 @@ pub struct DeliveryState {
     pub series_attempts: u32,
     /// When the current series was started by a redelivery, if one started it.
     pub redelivered_at_ms: Option<u64>,
-    /// When it last moved on its own: created, attempted or redelivered (a hold is not a move).
-    pub moved_at_ms: u64,
-    /// Its last record is a hold: it waits for its endpoint.
-    pub held: bool,
+    /// While its last records are holds (it waits for its endpoint): since when, the time it
+    /// was due when the first of them held it.
+    pub held_since_ms: Option<u64>,
     /// Why it is dead, when it is.
     pub dead_reason: Option<DeadReason>,
     /// The next record's sequence number.
@@ -136,12 +135,12 @@ pub struct DeliveryState {
 /// What a delivery does when its endpoint holds it back until `until_ms`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Hold {
-    /// The first hold since it last moved: recorded, which moves it in the retry queue.
+    /// The first hold of a run of holds: recorded, which moves it in the retry queue.
     Record(DeliveryEvent, Placement),
     /// Held again: only its place in the retry queue moves, to this time (no record per
     /// cooldown, however long the endpoint stays open).
     Move(u64),
-    /// Held past `max_hold` since it last moved: dead, with no attempt made.
+    /// Held for `max_hold` since its first hold: dead, with no attempt made.
     GiveUp(DeliveryEvent, Placement),
 }
 
@@ -157,12 +156,11 @@ impl DeliveryState {
                 status: DeliveryStatus::Queued,
                 due_ms: Some(record.created_at_ms),
             },
-            moved_at_ms: record.created_at_ms,
             attempts: VecDeque::new(),
             attempts_total: 0,
             series_attempts: 0,
             redelivered_at_ms: None,
-            held: false,
+            held_since_ms: None,
             dead_reason: None,
             next_seq: 1,
             record,
@@ -192,39 +190,39 @@ impl DeliveryState {
                 if self.attempts.len() == KEPT_ATTEMPTS {
                     self.attempts.pop_front();
                 }
-                self.moved_at_ms = attempt.at_ms;
                 self.attempts.push_back(attempt);
                 self.attempts_total += 1;
                 self.series_attempts += 1;
                 self.placement = placement(next);
-                self.held = false;
+                self.held_since_ms = None;
                 self.dead_reason =
                     (next == NextStep::Dead).then_some(DeadReason::AttemptsExhausted);
             }
             DeliveryEvent::Held { until_ms } => {
+                if self.held_since_ms.is_none() {
+                    self.held_since_ms = self.placement.due_ms;
+                }
                 self.placement = Placement {
                     status: DeliveryStatus::Queued,
                     due_ms: Some(until_ms),
                 };
-                self.held = true;
             }
             DeliveryEvent::HeldTooLong { .. } => {
                 self.placement = Placement {
                     status: DeliveryStatus::Dead,
                     due_ms: None,
                 };
-                self.held = false;
+                self.held_since_ms = None;
                 self.dead_reason = Some(DeadReason::EndpointOpen);
             }
             DeliveryEvent::Redelivered { at_ms } => {
                 self.series_attempts = 0;
                 self.redelivered_at_ms = Some(at_ms);
-                self.moved_at_ms = at_ms;
                 self.placement = Placement {
                     status: DeliveryStatus::Queued,
                     due_ms: Some(at_ms),
                 };
-                self.held = false;
+                self.held_since_ms = None;
                 self.dead_reason = None;
             }
         }
@@ -237,13 +235,23 @@ impl DeliveryState {
     pub fn queued_at(&self, due_ms: u64) -> bool {
         self.placement
             .due_ms
-            .is_some_and(|due| due == due_ms || (self.held && due_ms > due))
+            .is_some_and(|due| due == due_ms || (self.held_since_ms.is_some() && due_ms > due))
     }
 
     /// What it does at `now_ms` when its endpoint holds it back until `until_ms`, given
-    /// `max_hold`: never held past `max_hold` since it last moved.
+    /// `max_hold`: the first hold is recorded (and waits no longer than `max_hold`), later ones
+    /// only move it, and one `max_hold` after the first it is dead.
     pub fn hold(&self, until_ms: u64, now_ms: u64, max_hold: Duration) -> Hold {
-        let deadline = self.moved_at_ms.saturating_add(max_hold.as_millis() as u64);
+        let max_hold = max_hold.as_millis() as u64;
+        let Some(since) = self.held_since_ms else {
+            let until_ms = until_ms.min(now_ms.saturating_add(max_hold));
+            let queued = Placement {
+                status: DeliveryStatus::Queued,
+                due_ms: Some(until_ms),
+            };
+            return Hold::Record(DeliveryEvent::Held { until_ms }, queued);
+        };
+        let deadline = since.saturating_add(max_hold);
         if now_ms >= deadline {
             let dead = Placement {
                 status: DeliveryStatus::Dead,
@@ -251,17 +259,7 @@ impl DeliveryState {
             };
             return Hold::GiveUp(DeliveryEvent::HeldTooLong { at_ms: now_ms }, dead);
         }
-        let until_ms = until_ms.min(deadline);
-        match self.held {
-            true => Hold::Move(until_ms),
-            false => {
-                let queued = Placement {
-                    status: DeliveryStatus::Queued,
-                    due_ms: Some(until_ms),
-                };
-                Hold::Record(DeliveryEvent::Held { until_ms }, queued)
-            }
-        }
+        Hold::Move(until_ms.min(deadline))
     }
 
     /// As the tenant API shows it.
@@ -530,7 +528,6 @@ mod tests {
             next: NextStep::RetryAt(T + 100),
         };
         state.apply(failed).expect("apply");
-        assert_eq!(state.moved_at_ms, T, "the attempt's time");
 
         // The first hold is recorded; later ones move the queue entry only.
         let Hold::Record(held, to) = state.hold(T + 300, T + 100, max_hold) else {
@@ -539,6 +536,7 @@ mod tests {
         assert_eq!(held, DeliveryEvent::Held { until_ms: T + 300 });
         assert_eq!(to.due_ms, Some(T + 300));
         state.apply(held).expect("apply");
+        assert_eq!(state.held_since_ms, Some(T + 100), "held since it was due");
         assert_eq!(state.hold(T + 600, T + 300, max_hold), Hold::Move(T + 600));
         // Its own entries: the recorded time, and a later one a move put it at; not an earlier.
         assert!(state.queued_at(T + 300) && state.queued_at(T + 600));
@@ -546,9 +544,9 @@ mod tests {
         // Never moved past the deadline, and dead at it, with no attempt made.
         assert_eq!(
             state.hold(T + 5_000, T + 600, max_hold),
-            Hold::Move(T + 1_000)
+            Hold::Move(T + 1_100)
         );
-        let Hold::GiveUp(gave_up, dead) = state.hold(T + 5_000, T + 1_000, max_hold) else {
+        let Hold::GiveUp(gave_up, dead) = state.hold(T + 5_000, T + 1_100, max_hold) else {
             panic!("held past max_hold");
         };
         assert_eq!(dead.due_ms, None);
@@ -567,6 +565,16 @@ mod tests {
             state.hold(T + 2_100, T + 2_050, max_hold),
             Hold::Record(..)
         ));
+        // The first hold waits no longer than max_hold, however late its endpoint's probe.
+        let Hold::Record(first, _) = state.hold(T + 99_000, T + 2_050, max_hold) else {
+            panic!("the first hold is recorded");
+        };
+        assert_eq!(
+            first,
+            DeliveryEvent::Held {
+                until_ms: T + 3_050
+            }
+        );
         let dead = DeliveryEvent::Answered {
             attempt: attempt(None, None),
             next: NextStep::Dead,

@@ -246,7 +246,8 @@ pub enum StoreError {
     /// The database acknowledges commits before they are durable (`synchronous_commit`, as
     /// found): a claim answered could be lost in its crash and decided again.
     #[error(
-        "store: the database commits with synchronous_commit = {0}, so a claim it acknowledges          can be lost in a crash; set synchronous_commit = on for idem's database or role"
+        "store: the database commits with synchronous_commit = {0}, so a claim it acknowledges \
+         can be lost in a crash; set synchronous_commit = on for idem's database or role"
     )]
     NotDurable(String),
     /// A write or sync failed earlier, and the store cannot vouch for what it holds since: it

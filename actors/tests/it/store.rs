@@ -407,6 +407,10 @@ async fn a_held_delivery_moves_in_the_queue_without_a_record() {
         );
         let log = store.load_delivery("msg_h").await.expect("read");
         assert_eq!(log.map(|l| l.len()), Some(1), "{name}: no record");
+        // A move to the time it is at already keeps it there.
+        store.move_due(&then[0], later).await.expect("move");
+        let still = store.due(later, 10).await.expect("due");
+        assert_eq!(still.len(), 1, "{name}: still queued once");
     })
     .await;
 }

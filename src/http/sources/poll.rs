@@ -188,6 +188,8 @@ async fn poll_source(
                 (jti, taken)
             }
         });
+        // The longest wait a SET not taken now asked for (the tenant's rate limit).
+        let mut wait = None;
         for (jti, taken) in futures::future::join_all(takes).await {
             match taken {
                 // Every event of the SET is durably claimed: only now may its jti be acked.
@@ -203,6 +205,7 @@ async fn poll_source(
                     );
                 }
                 Err(NotTaken::Later(problem)) => {
+                    wait = wait.max(problem.retry_after_secs());
                     tracing::warn!(
                         tenant,
                         source,
@@ -216,8 +219,12 @@ async fn poll_source(
         state.polled(Ok(sent));
         acks = next.acks;
         set_errs = next.set_errs;
-        // With acks to send or more waiting, ask again at once; else wait in a long poll.
+        // With acks to send or more waiting, ask again at once; else wait in a long poll. Over
+        // the tenant's rate limit, not before it allows more.
         immediately = next.more || !acks.is_empty() || !set_errs.is_empty();
+        if let Some(seconds) = wait {
+            tokio::time::sleep(Duration::from_secs(seconds)).await;
+        }
     }
 }
 
