@@ -77,21 +77,26 @@ async fn nodes_starting_together_on_an_empty_database_all_come_up() {
     assert_eq!(again.body, first.body);
 }
 
-#[tokio::test]
-async fn a_database_with_a_newer_schema_is_refused_with_exit_2() {
+/// `idem serve` on the database at `url`, which must refuse it: its exit code and stderr.
+async fn refused_on(url: &str) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
-    let url = fresh_database();
-    sql(&url, "CREATE TABLE idem_schema (version integer NOT NULL)");
-    sql(&url, "INSERT INTO idem_schema (version) VALUES (99)");
     let cfg = config_on(
-        &on_postgres(&url),
+        &on_postgres(url),
         &dir.path().join("data"),
         &receiver,
         "",
         "",
     );
-    let (code, stderr) = serve_to_exit(dir.path(), &cfg);
+    serve_to_exit(dir.path(), &cfg)
+}
+
+#[tokio::test]
+async fn a_database_with_a_newer_schema_is_refused_with_exit_2() {
+    let url = fresh_database();
+    sql(&url, "CREATE TABLE idem_schema (version integer NOT NULL)");
+    sql(&url, "INSERT INTO idem_schema (version) VALUES (99)");
+    let (code, stderr) = refused_on(&url).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(
@@ -102,22 +107,13 @@ async fn a_database_with_a_newer_schema_is_refused_with_exit_2() {
 
 #[tokio::test]
 async fn a_database_that_commits_without_syncing_is_refused_with_exit_2() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
     let url = fresh_database();
     let name = url.rsplit('/').next().expect("a database name").to_string();
     sql(
         &url,
         &format!("ALTER DATABASE \"{name}\" SET synchronous_commit = off"),
     );
-    let cfg = config_on(
-        &on_postgres(&url),
-        &dir.path().join("data"),
-        &receiver,
-        "",
-        "",
-    );
-    let (code, stderr) = serve_to_exit(dir.path(), &cfg);
+    let (code, stderr) = refused_on(&url).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("synchronous_commit = off"), "{stderr}");

@@ -187,21 +187,9 @@ async fn handle(
     if let Some(first) = first_refusal {
         tracing::warn!(tenant = %tenant.name, source = %source.name, refused = receipt.refused, first = %first, "events refused (acknowledged, not claimed)");
     }
-    // Over the tenant's rate limit: the events taken are durable, the others wait for the
-    // provider to send the delivery again (the events taken are duplicates then).
-    if let (None, Some(wait)) = (&failed, taken.retry_after) {
-        let rate = tenant.rate_limit.unwrap_or_default();
-        failed = Some(
-            ApiError::new(
-                Kind::RateLimited,
-                format!(
-                    "tenant {} may make {rate} decisions per second; {} events were taken, send \
-                     the delivery again after {wait} s for the others",
-                    tenant.name, receipt.accepted
-                ),
-            )
-            .retry_after(wait),
-        );
+    // Over the tenant's rate limit: the others wait for the provider to send it again.
+    if failed.is_none() {
+        failed = taken.limited;
     }
     // One event not durable fails the delivery, so the provider sends it again; the events
     // claimed meanwhile are duplicates then.

@@ -127,19 +127,9 @@ pub async fn take(
             }
         }
     }
-    if let (None, Some(wait)) = (&failed, claimed.retry_after) {
-        // Over the tenant's rate limit: not all of it is claimed, so it is not acknowledged; the
-        // transmitter sends it again (a duplicate then for the events claimed).
-        return Err(NotTaken::Later(
-            ApiError::new(
-                Kind::RateLimited,
-                format!(
-                    "tenant {} is over its rate limit; send the SET again after {wait} s",
-                    tenant.name
-                ),
-            )
-            .retry_after(wait),
-        ));
+    if let (None, Some(limited)) = (&failed, claimed.limited) {
+        // Not all of it is claimed, so it is not acknowledged: the transmitter sends it again.
+        return Err(NotTaken::Later(limited));
     }
     if let Some(problem) = failed {
         SOURCE_EVENTS.with_label_values(&["ssf", "failed"]).inc();

@@ -143,12 +143,12 @@ pub async fn claim(
 }
 
 /// What came of a delivery's events to be claimed, in their order, and, when the tenant's
-/// `rate_limit` stopped some from being claimed now, the seconds until it allows more.
+/// `rate_limit` stopped some from being claimed now, the 429 that says when to send again.
 pub struct Claimed {
     /// Each event's outcome; `None` for one not claimed now.
     pub outcomes: Vec<Option<Result<Taken, ApiError>>>,
     /// Set when some were not claimed for the tenant's rate limit.
-    pub retry_after: Option<u64>,
+    pub limited: Option<ApiError>,
 }
 
 /// Claims `prepared` (the events of one delivery that are to be claimed) within `tenant`'s
@@ -166,7 +166,7 @@ pub async fn claim_all(
         .take(prepared.len())
         .collect();
     let mut waiting = prepared.into_iter().enumerate().peekable();
-    let mut retry_after = None;
+    let mut limited = None;
     let mut tokens = 0;
     while waiting.peek().is_some() {
         let wave = match tenant.rate_limit {
@@ -176,7 +176,7 @@ pub async fn claim_all(
                     match app.limiter.take_up_to(&tenant.name, rate, waiting.len()) {
                         Ok(n) => tokens = n,
                         Err(wait) => {
-                            retry_after = Some(wait);
+                            limited = Some(over_the_limit(tenant, rate, wait));
                             break;
                         }
                     }
@@ -202,10 +202,21 @@ pub async fn claim_all(
     if let Some(rate) = tenant.rate_limit.filter(|_| tokens > 0) {
         app.limiter.give_back(&tenant.name, rate, tokens);
     }
-    Claimed {
-        outcomes,
-        retry_after,
-    }
+    Claimed { outcomes, limited }
+}
+
+/// The 429 of a delivery that `tenant`'s `rate` stopped part-way: the events taken are
+/// durable, and sent again after `wait` seconds they are duplicates, which take nothing.
+fn over_the_limit(tenant: &Tenant, rate: u32, wait: u64) -> ApiError {
+    ApiError::new(
+        Kind::RateLimited,
+        format!(
+            "tenant {} may make {rate} decisions per second; send the delivery again after \
+             {wait} s for the events not taken yet",
+            tenant.name
+        ),
+    )
+    .retry_after(wait)
 }
 
 /// A `500` for an event whose claim failed with `e`, which is logged, not shown.
