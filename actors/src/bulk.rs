@@ -272,7 +272,7 @@ impl Engine {
             ),
             Step::Mismatch => Some(BulkReply::Mismatch),
             Step::TakeOver => None,
-            Step::InFlight | Step::Claim => Some(BulkReply::InFlight),
+            Step::InFlight | Step::Expiring | Step::Claim => Some(BulkReply::InFlight),
         })
     }
 }

@@ -41,6 +41,7 @@ use idem_schemas::{
 use serde_json::json;
 use stateright::{Model, Property};
 
+use idem_actors::claim::core::Heard;
 pub use idem_actors::claim::core::Sabotage as CoreSabotage;
 
 /// The clock's start (unix milliseconds); the model's time moves only when claims are made and
@@ -264,7 +265,6 @@ pub struct Row {
     /// Its holder has held it for `in_flight_timeout`, by the store's clock.
     timed_out: bool,
     events: Vec<ClaimEvent>,
-    completed: bool,
 }
 
 /// A delivery in the store.
@@ -847,6 +847,19 @@ impl ClaimModel {
         }
     }
 
+    /// News of a claim reaches `node`: its actor there hears it, or, with none running, what
+    /// the core says the news leads to is carried out.
+    fn hear(&self, s: &mut State, node: usize, claim: usize, heard: Heard) {
+        match self.running(s, node, claim) {
+            Some(at) => self.drive(s, at, claim, |core, _, _, out| core.hear(heard, out)),
+            None => {
+                if let Some(Effect::<Port>::AnnounceAnswer) = heard.without_actor() {
+                    announce(s, node, claim);
+                }
+            }
+        }
+    }
+
     /// A unit reaches the store, which decides it by `store::rule`; what it came to.
     fn store(&self, s: &mut State, epoch: u64, claim: usize, unit: &Unit) -> Written {
         let fencing = self.fencing();
@@ -865,18 +878,25 @@ impl ClaimModel {
                 let Some(ClaimEvent::Claimed(c)) = events.first() else {
                     return Written::Fenced;
                 };
-                match rule::may_start(current.as_ref(), c.claimed_at_ms, fencing) {
+                let in_flight_timeout_ms = IN_FLIGHT_TIMEOUT.as_millis() as u64;
+                match rule::may_start(
+                    current.as_ref(),
+                    c.claimed_at_ms,
+                    in_flight_timeout_ms,
+                    fencing,
+                ) {
                     true => {
                         let row = Row {
                             current: Current {
                                 generation: c.claimed_at_ms,
                                 expires_at_ms: c.expires_at_ms,
                                 writes: 1,
+                                completed: false,
+                                claimed_at_ms: c.claimed_at_ms,
                             },
                             holder: c.holder,
                             timed_out: false,
                             events: events.clone(),
-                            completed: false,
                         };
                         let head = head_of(id, &row);
                         s.rows[claim] = Some(row);
@@ -998,7 +1018,7 @@ impl ClaimModel {
             Msg::Complete { claim, head } => {
                 if let Some(row) = s.rows[claim].as_mut() {
                     if row.current.generation == head.generation {
-                        row.completed = true;
+                        row.current.completed = true;
                     }
                 }
             }
@@ -1048,16 +1068,8 @@ impl ClaimModel {
                 self.drive(s, at, claim, |core, _, _, out| core.reread(log, out))
             }
             // News of a claim goes to its actor on the node, if it has one.
-            Msg::Asked { node, claim } => match self.running(s, node, claim) {
-                Some(at) => self.drive(s, at, claim, |core, _, _, out| core.asked(out)),
-                // Held here, but its actor is gone: the answer is in the store already.
-                None => announce(s, node, claim),
-            },
-            Msg::Answered { node, claim } => {
-                if let Some(at) = self.running(s, node, claim) {
-                    self.drive(s, at, claim, |core, _, _, out| core.answered(out));
-                }
-            }
+            Msg::Asked { node, claim } => self.hear(s, node, claim, Heard::Asked),
+            Msg::Answered { node, claim } => self.hear(s, node, claim, Heard::Answered),
             // For an actor that is gone.
             Msg::Committed { .. }
             | Msg::ActionsDone { .. }
@@ -1338,7 +1350,7 @@ impl Model for ClaimModel {
                 }),
                 Property::sometimes("a stale holder is fenced out", |_, s: &State| {
                     s.answers.iter().flatten().any(|a| *a == Answer::Error)
-                        && s.rows.iter().flatten().any(|row| row.completed)
+                        && s.rows.iter().flatten().any(|row| row.current.completed)
                 }),
             ]);
         }

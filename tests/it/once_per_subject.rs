@@ -305,6 +305,60 @@ async fn after_the_window_the_next_signal_for_the_subject_is_a_new_decision() {
     );
 }
 
+/// A window shorter than the decision's callback: the subject's claim expires while its
+/// decision still runs, and holds the subject until it completes. A signal meanwhile makes no
+/// second decision (it waits for the first's answer, or is 409), and the first decision's
+/// records are written, not fenced; once it has completed, the next signal decides anew.
+#[tokio::test]
+async fn a_window_that_ends_while_its_decision_runs_holds_the_subject_until_it_completes() {
+    let callback = Duration::from_millis(1_500);
+    let (_dir, receiver, _idem, client) = harness().answer("/breach", hang(callback)).start().await;
+    let subject = "acct-slow-callback";
+    let window = Duration::from_millis(700);
+    let started = std::time::Instant::now();
+    let first = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .signal(Req::new(&breach(subject, r#"{"n":1}"#)).beta())
+                .await
+        })
+    };
+    // Past the window, with the first decision's callback still held by the receiver.
+    tokio::time::sleep(window + Duration::from_millis(200)).await;
+    let refused = client
+        .signal(Req::new(&breach(subject, r#"{"n":2}"#)).beta())
+        .await;
+    assert!(
+        started.elapsed() < callback,
+        "the callback had ended already"
+    );
+    assert_eq!(refused.status, 409, "{}", text(&refused));
+    let waited = client
+        .signal(
+            Req::new(&breach(subject, r#"{"n":3}"#))
+                .beta()
+                .header("prefer", "wait=10"),
+        )
+        .await;
+    let first = first.await.expect("the first request");
+    assert_first(&first, "the slow first decision");
+    assert_deduplicated(&waited, &first, "a signal that waited past the window");
+    assert_eq!(
+        receiver.seen_on("/breach").len(),
+        1,
+        "one decision, one callback"
+    );
+
+    // Completed and expired, the subject is free: the next signal is a new decision.
+    let next = client
+        .signal(Req::new(&breach(subject, r#"{"n":4}"#)).beta())
+        .await;
+    assert_first(&next, "the next signal once the first completed");
+    assert_ne!(decision_id(&next), decision_id(&first));
+    assert_eq!(receiver.seen_on("/breach").len(), 2);
+}
+
 #[tokio::test]
 async fn sixteen_concurrent_keyless_copies_make_one_decision_and_one_callback() {
     let (_dir, receiver, _idem, client) = harness().start().await;

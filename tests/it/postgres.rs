@@ -15,6 +15,11 @@ use crate::support::*;
 
 /// Runs `query` on the database at `url`.
 fn sql(url: &str, query: &str) {
+    psql(url, query);
+}
+
+/// What `query` on the database at `url` answers, unaligned and trimmed.
+fn psql(url: &str, query: &str) -> String {
     let out = Command::new("psql")
         .args([url, "-v", "ON_ERROR_STOP=1", "-Atqc", query])
         .output()
@@ -24,6 +29,7 @@ fn sql(url: &str, query: &str) {
         "{query}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// A temp dir, a receiver, a fresh database and a config on it.
@@ -213,6 +219,63 @@ async fn a_live_nodes_claim_is_not_taken_over_by_another() {
     assert_eq!(replay.body, first.body);
     let _ = a;
     assert_eq!(receiver.seen().len(), 2, "each action once");
+}
+
+/// A once-per-subject window shorter than the decision's callback ends while that decision
+/// runs on one node. Another node that gets the next signal for the subject meanwhile finds the
+/// subject's claim still holding it (expired, but neither completed nor in flight for
+/// `in_flight_timeout`), so it decides nothing and cannot fence the first decision's records;
+/// once that decision has completed, the next signal is a new decision.
+#[tokio::test]
+async fn a_subject_whose_window_ends_mid_decision_is_not_decided_again_on_another_node() {
+    let (dir, receiver, url, cfg) = on_a_fresh_database_with("inline_timeout = \"5s\"").await;
+    let callback = Duration::from_millis(2_000);
+    receiver.answer("/breach", 200, callback);
+    let nodes = nodes(dir.path(), &cfg, 2);
+    let (a, b) = (Client::new(&nodes[0].base), Client::new(&nodes[1].base));
+    let subject = unique("acct");
+    // `breach` is decided once per 700 ms.
+    let window = Duration::from_millis(700);
+    let breach =
+        |n: u8| format!(r#"{{"type":"breach","subject":"{subject}","metadata":{{"n":{n}}}}}"#);
+    let started = std::time::Instant::now();
+    let first = {
+        let (a, body) = (a.clone(), breach(1));
+        tokio::spawn(async move { a.signal(Req::new(&body).beta()).await })
+    };
+    eventually(
+        Duration::from_secs(5),
+        || async { receiver.seen_on("/breach").len() },
+        |n| *n >= 1,
+    )
+    .await;
+    tokio::time::sleep(window.saturating_sub(started.elapsed()) + Duration::from_millis(100)).await;
+    let meanwhile = b.signal(Req::new(&breach(2)).beta()).await;
+    assert!(
+        started.elapsed() < callback,
+        "the callback had ended already"
+    );
+    assert_eq!(meanwhile.status, 409, "{}", text(&meanwhile));
+    let first = first.await.expect("the first request");
+    assert_first(&first, "the slow first decision");
+    assert_eq!(
+        receiver.seen_on("/breach").len(),
+        1,
+        "one decision, one callback"
+    );
+
+    // The completion follows the answer in a later commit: once it is durable, the subject is
+    // free and the next signal is a new decision.
+    let running = "SELECT count(*) FROM idem_claims WHERE NOT completed";
+    eventually(
+        Duration::from_secs(5),
+        || async { psql(&url, running) },
+        |n| n == "0",
+    )
+    .await;
+    let next = b.signal(Req::new(&breach(3)).beta()).await;
+    assert_first(&next, "the next signal once the first completed");
+    assert_ne!(decision_id(&next), decision_id(&first));
 }
 
 #[tokio::test]

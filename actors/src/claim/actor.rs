@@ -13,7 +13,7 @@ use idem_schemas::timefmt::now_ms;
 use idem_schemas::ActionOutcome;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use super::core::Core;
+use super::core::{Core, Heard};
 use super::effect::{Effect, Effects, Offer};
 use super::{submit, ClaimContext, Reply, Submission};
 use crate::failpoint;
@@ -55,10 +55,8 @@ pub(super) enum ClaimMsg {
     IdleCheck,
     /// Waiter `id`'s wait is over.
     WaitOver(u64),
-    /// Another node has requests waiting for this claim, which this node holds.
-    Asked,
-    /// The claim, held on another node, has a durable answer.
-    Answered,
+    /// News from another node about this claim.
+    Heard(Heard),
     /// The claim as read from the store once another node answered it.
     Reread(ClaimLog),
 }
@@ -153,8 +151,7 @@ impl Actor for ClaimActor {
             } => state
                 .core
                 .committed(cx, generation, outcome, now_ms(), &mut out),
-            ClaimMsg::Asked => state.core.asked(&mut out),
-            ClaimMsg::Answered => state.core.answered(&mut out),
+            ClaimMsg::Heard(heard) => state.core.hear(heard, &mut out),
             ClaimMsg::Reread(log) => state.core.reread(log, &mut out),
         }
         if work {

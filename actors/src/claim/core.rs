@@ -28,7 +28,38 @@ use super::{ClaimError, DecideError, Reply, Request, ANY_PAYLOAD};
 use crate::delivery::new_logs;
 use crate::metrics::Metric;
 use crate::settings::Settings;
-use crate::store::{ClaimId, ClaimLog, LogHead, StoreError, Unit, Written};
+use crate::store::{ClaimId, ClaimLog, ClaimNews, LogHead, StoreError, Unit, Written};
+
+/// News from another node sharing the store, as the node it concerns hears it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Heard {
+    /// Another node has requests waiting for a claim this node holds.
+    Asked,
+    /// A claim held on another node has a durable answer.
+    Answered,
+}
+
+impl Heard {
+    /// `news` as the node of `epoch` hears it: the claim it is about and what it says, or
+    /// nothing (a question for the node of another epoch).
+    pub fn of(news: ClaimNews, epoch: u64) -> Option<(ClaimId, Heard)> {
+        match news {
+            ClaimNews::Asked { id, holder } if holder == epoch => Some((id, Heard::Asked)),
+            ClaimNews::Asked { .. } => None,
+            ClaimNews::Answered { id } => Some((id, Heard::Answered)),
+        }
+    }
+
+    /// What the news leads to on a node where no actor of its claim runs: nothing of the claim
+    /// is in flight there, so a question is answered at once (the answer is in the store), and
+    /// an answer has no one to tell.
+    pub fn without_actor<P>(self) -> Option<Effect<P>> {
+        match self {
+            Heard::Asked => Some(Effect::AnnounceAnswer),
+            Heard::Answered => None,
+        }
+    }
+}
 
 /// What every claim of this process shares: the settings, this process's epoch (the holder of
 /// the claims it makes), and, for the checkers only, a rule broken on purpose.
@@ -189,6 +220,10 @@ impl<P> Core<P> {
             }
             Step::Mismatch => {
                 out.push(Effect::Reply(port, Reply::Mismatch));
+                Ok(())
+            }
+            Step::Expiring => {
+                out.push(Effect::Reply(port, Reply::InFlight));
                 Ok(())
             }
             Step::Claim => self.claim(cx, request, port, now_ms, decide, out),
@@ -415,6 +450,11 @@ impl<P> Core<P> {
                 self.waiters.answer_all(Reply::Mismatch, out);
                 out.push(Effect::Reply(first.port, Reply::Mismatch));
             }
+            // What holds the key will not answer this payload: no one waits for it.
+            Step::Expiring => {
+                self.waiters.answer_all(Reply::InFlight, out);
+                out.push(Effect::Reply(first.port, Reply::InFlight));
+            }
             // In flight (a take-over the store refused: the holder lives), or in a state the
             // next request will resolve. A request that may wait does.
             Step::Claim | Step::TakeOver | Step::InFlight => {
@@ -621,8 +661,16 @@ impl<P> Core<P> {
         self.waiters.over(waiter, out);
     }
 
+    /// News from another node about this claim.
+    pub fn hear(&mut self, heard: Heard, out: &mut Effects<P>) {
+        match heard {
+            Heard::Asked => self.asked(out),
+            Heard::Answered => self.answered(out),
+        }
+    }
+
     /// Another node has requests waiting for this claim, which this node holds.
-    pub fn asked(&mut self, out: &mut Effects<P>) {
+    fn asked(&mut self, out: &mut Effects<P>) {
         // Still working: tell the asking node once the answer is durable. Answered already (or
         // never held here): it may read what is stored now.
         match self.busy() {
@@ -633,7 +681,7 @@ impl<P> Core<P> {
 
     /// The claim, held on another node, has a durable answer: the waiters here may have it once
     /// it is read from the store.
-    pub fn answered(&mut self, out: &mut Effects<P>) {
+    fn answered(&mut self, out: &mut Effects<P>) {
         if !self.waiters.is_empty() && !self.busy() {
             out.push(Effect::Reread);
         }

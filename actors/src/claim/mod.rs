@@ -38,7 +38,7 @@ use phase::{InvalidTransition, Invariant};
 use actor::{ClaimActor, ClaimArgs, ClaimMsg};
 
 /// What claim actors share.
-pub struct ClaimContext {
+pub(crate) struct ClaimContext {
     /// The claim and delivery logs.
     pub store: Arc<dyn Store>,
     /// Makes the callback attempts.
@@ -74,7 +74,7 @@ impl ClaimContext {
 /// The fingerprint of every submission to a subject's claim: any signal for the subject is the
 /// same "payload" there, so none is refused as another one. (Body fingerprints are keyed
 /// digests, never this value.)
-pub const ANY_PAYLOAD: [u8; 32] = [0; 32];
+pub(crate) const ANY_PAYLOAD: [u8; 32] = [0; 32];
 
 /// One request for a key, as the protocol reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -119,7 +119,7 @@ impl Request {
 pub struct DecideError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
 
 /// Makes the decision a request fixes if it wins its claim, given the claim's time.
-pub type Decide = Box<dyn FnOnce(u64) -> Result<Decision, DecideError> + Send>;
+pub(crate) type Decide = Box<dyn FnOnce(u64) -> Result<Decision, DecideError> + Send>;
 
 /// Why a claim could not answer a request.
 #[derive(Debug, thiserror::Error)]
@@ -149,7 +149,7 @@ pub enum ClaimError {
 
 /// One request for a key, as handed to its actor: what the protocol reads of it, and the
 /// decision it makes if it wins the claim.
-pub struct Submission {
+pub(crate) struct Submission {
     /// What the claim core reads.
     request: Request,
     /// Makes the decision, called only if this request wins the claim: a duplicate, a replay or
@@ -209,7 +209,7 @@ pub enum Reply {
 }
 
 /// The response to a decision's first processing, given its actions' outcomes.
-pub fn first_response(
+pub(crate) fn first_response(
     decision: &Decision,
     outcomes: &[ActionOutcome],
 ) -> Result<StoredResponse, ClaimError> {
@@ -231,7 +231,7 @@ fn actor_name(family: &Family, id: &ClaimId) -> String {
 }
 
 /// The way to claim actors: finds or starts a key's actor and hands it a request.
-pub struct Claims {
+pub(crate) struct Claims {
     family: Arc<Family>,
     ctx: Arc<ClaimContext>,
 }
@@ -255,24 +255,21 @@ impl Claims {
         &self.family
     }
 
-    /// Hands news from another node to the claim's actor here. Asked for a claim this node
-    /// holds but whose actor has stopped (nothing of it is in flight here), it says at once that
-    /// the answer is in the store.
+    /// Hands news from another node to the claim's actor here, or, with no actor of the claim
+    /// running here, carries out what the core says the news leads to.
     pub fn hear(&self, news: ClaimNews) {
-        let (id, message) = match news {
-            ClaimNews::Asked { id, holder } if holder == self.ctx.core.holder => {
-                (id, ClaimMsg::Asked)
-            }
-            ClaimNews::Asked { .. } => return,
-            ClaimNews::Answered { id } => (id, ClaimMsg::Answered),
+        let Some((id, heard)) = core::Heard::of(news, self.ctx.core.holder) else {
+            return;
         };
-        let actor = ActorRef::<ClaimMsg>::where_is(actor_name(&self.family, &id));
-        match (actor, message) {
-            (Some(actor), message) => {
-                let _ = actor.cast(message);
+        match ActorRef::<ClaimMsg>::where_is(actor_name(&self.family, &id)) {
+            Some(actor) => {
+                let _ = actor.cast(ClaimMsg::Heard(heard));
             }
-            (None, ClaimMsg::Asked) => self.ctx.store.announce_answer(&id),
-            (None, _) => {}
+            None => {
+                if let Some(effect::Effect::<()>::AnnounceAnswer) = heard.without_actor() {
+                    self.ctx.store.announce_answer(&id);
+                }
+            }
         }
     }
 

@@ -6,6 +6,8 @@
 
 use idem_schemas::{ActionOutcome, Claim, ClaimEvent, StoredResponse};
 
+use crate::store::rule;
+
 /// Where a claim stands: the fold of its log.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Phase {
@@ -124,6 +126,10 @@ pub enum Step {
     Replay(StoredResponse),
     /// Another request holds the key right now (409).
     InFlight,
+    /// The key's claim has expired but its decision is still running, and this request has
+    /// another payload: 409 at once, never a wait (what it would wait for is not its answer).
+    /// The key is free once that decision completes, or has been in flight too long.
+    Expiring,
     /// The key was used with another payload (422).
     Mismatch,
 }
@@ -157,11 +163,21 @@ pub fn step(
     let Some(claim) = phase.claim() else {
         return Step::Claim;
     };
-    if now_ms >= claim.expires_at_ms {
+    let current = rule::Current {
+        generation: claim.claimed_at_ms,
+        expires_at_ms: claim.expires_at_ms,
+        writes: 0,
+        completed: matches!(phase, Phase::Completed(..)),
+        claimed_at_ms: claim.claimed_at_ms,
+    };
+    if rule::replaceable(&current, now_ms, holder.in_flight_timeout_ms) {
         return Step::Claim;
     }
     if !same(&claim.fingerprint) {
-        return Step::Mismatch;
+        return match now_ms >= claim.expires_at_ms {
+            true => Step::Expiring,
+            false => Step::Mismatch,
+        };
     }
     match phase {
         Phase::Completed(_, response) => Step::Replay(response.clone()),
@@ -348,6 +364,41 @@ mod tests {
                 assert_eq!(step(phase, None, &other, T + TTL, HOLDER), Step::Claim);
             }
         }
+    }
+
+    /// A claim whose window is shorter than `in_flight_timeout` holds its key past expiry
+    /// until it completes, or has been in flight that long: the same payload waits for its
+    /// answer, another is refused at once, and neither makes a second decision meanwhile.
+    #[test]
+    fn an_expired_claim_still_running_holds_its_key() {
+        let short = Claim {
+            expires_at_ms: T + 1_000,
+            ..claim(1)
+        };
+        let (same, other) = ([1; 32], [9; 32]);
+        let expired = T + 1_000;
+        let running = [
+            (Phase::InFlight(short.clone()), Step::InFlight),
+            (
+                Phase::Dispatched(short.clone(), outcomes(), response()),
+                Step::Finish,
+            ),
+        ];
+        for (phase, with_same) in running {
+            assert_eq!(step(&phase, None, &same, expired, HOLDER), with_same);
+            assert_eq!(step(&phase, None, &other, expired, HOLDER), Step::Expiring);
+            assert_eq!(
+                step(&phase, None, &other, expired - 1, HOLDER),
+                Step::Mismatch
+            );
+            let late = T + HOLDER.in_flight_timeout_ms;
+            assert_eq!(step(&phase, None, &other, late - 1, HOLDER), Step::Expiring);
+            assert_eq!(step(&phase, None, &other, late, HOLDER), Step::Claim);
+        }
+        // Completed, it is free once expired.
+        let done = Phase::Completed(short, response());
+        assert_eq!(step(&done, None, &other, expired, HOLDER), Step::Claim);
+        assert_eq!(step(&done, None, &same, expired, HOLDER), Step::Claim);
     }
 
     /// An in-flight claim is taken over when its holder is another process, or when it has

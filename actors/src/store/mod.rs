@@ -7,9 +7,9 @@
 //! a whole (its group commit batches many units into one sync) before it reports what the unit
 //! came to. `sled` is the embedded implementation.
 
-pub mod postgres;
+pub(crate) mod postgres;
 pub mod rule;
-pub mod sled;
+pub(crate) mod sled;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -284,7 +284,9 @@ pub type Read<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send
 /// Opens the store `node`'s settings name, for `node`.
 pub async fn open(node: Node) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match node.settings.store.clone() {
-        crate::settings::Backend::Sled { data_dir } => sled::SledStore::open(&data_dir)?,
+        crate::settings::Backend::Sled { data_dir } => {
+            sled::SledStore::open(&data_dir, node.settings.idempotency.in_flight_timeout)?
+        }
         crate::settings::Backend::Postgres { url, pool_size } => {
             postgres::PgStore::open(&url, pool_size, node).await?
         }
@@ -308,7 +310,8 @@ pub fn status_number(status: DeliveryStatus) -> u8 {
 
 /// Claim logs: one log per generation of a key; writes go through a [`Unit`].
 pub trait ClaimStore: Send + Sync {
-    /// The key's current generation, if it has one that has not expired at `now_ms`.
+    /// The key's current generation, if it has one that holds the key at `now_ms` (one that is
+    /// not [`rule::replaceable`] by then).
     fn load_claim<'a>(&'a self, id: &'a ClaimId, now_ms: u64) -> Read<'a, Option<ClaimLog>>;
 
     /// Marks the generation at `head` completed, if it is still the key's current one. Written
@@ -316,8 +319,8 @@ pub trait ClaimStore: Send + Sync {
     /// answers the same bytes.
     fn complete_claim(&self, head: &LogHead) -> Result<(), StoreError>;
 
-    /// Deletes up to `limit` records of generations expired before `now_ms`; how many. It
-    /// blocks: call it from a blocking thread.
+    /// Deletes up to `limit` records of generations replaceable at `now_ms` (those that expired
+    /// `in_flight_timeout` before it); how many. It blocks: call it from a blocking thread.
     fn sweep_claims(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError>;
 }
 

@@ -41,12 +41,32 @@ pub struct Current {
     pub expires_at_ms: u64,
     /// How many writes its log holds.
     pub writes: u32,
+    /// Whether its log ends `completed`.
+    pub completed: bool,
+    /// When it was claimed (unix milliseconds).
+    pub claimed_at_ms: u64,
+}
+
+/// Whether the generation `current` is replaceable at `now_ms`: it has expired, and it is
+/// completed or has been in flight for `in_flight_timeout_ms`. An expired claim whose decision
+/// is still running (a key or a subject's window shorter than its callbacks) holds the key until
+/// then, so the next request cannot fence its records.
+pub fn replaceable(current: &Current, now_ms: u64, in_flight_timeout_ms: u64) -> bool {
+    current.expires_at_ms <= now_ms
+        && (current.completed
+            || current.claimed_at_ms.saturating_add(in_flight_timeout_ms) <= now_ms)
 }
 
 /// Whether a new generation claimed at `claimed_at_ms` may start: no generation holds the key,
-/// or the one that did has expired by then. Otherwise the start is answered with what holds it.
-pub fn may_start(current: Option<&Current>, claimed_at_ms: u64, fencing: Fencing) -> bool {
-    fencing.grants(current.is_none_or(|c| c.expires_at_ms <= claimed_at_ms))
+/// or the one that did is [`replaceable`] by then. Otherwise the start is answered with what
+/// holds it.
+pub fn may_start(
+    current: Option<&Current>,
+    claimed_at_ms: u64,
+    in_flight_timeout_ms: u64,
+    fencing: Fencing,
+) -> bool {
+    fencing.grants(current.is_none_or(|c| replaceable(c, claimed_at_ms, in_flight_timeout_ms)))
 }
 
 /// Whether the writer that last wrote at `head` may append: its generation is still the key's
@@ -116,17 +136,21 @@ mod tests {
         }
     }
 
+    const IFT: u64 = 1_000;
+
     #[test]
     fn a_start_waits_for_expiry_and_an_append_for_its_generation_and_place() {
         let current = Current {
             generation: 100,
             expires_at_ms: 500,
             writes: 1,
+            completed: true,
+            claimed_at_ms: 100,
         };
         let on = Fencing::On;
-        assert!(may_start(None, 200, on));
-        assert!(!may_start(Some(&current), 499, on));
-        assert!(may_start(Some(&current), 500, on));
+        assert!(may_start(None, 200, IFT, on));
+        assert!(!may_start(Some(&current), 499, IFT, on));
+        assert!(may_start(Some(&current), 500, IFT, on));
         assert!(may_append(Some(&current), &head(100, 1), on));
         assert!(
             !may_append(Some(&current), &head(99, 1), on),
@@ -148,9 +172,44 @@ mod tests {
         );
         // Without fencing, everything is granted.
         let off = Fencing::Off;
-        assert!(may_start(Some(&current), 499, off));
+        assert!(may_start(Some(&current), 499, IFT, off));
         assert!(may_append(Some(&current), &head(99, 1), off));
         assert!(may_take_over(Some(&current), &head(99, 1), false, off));
+    }
+
+    #[test]
+    fn an_expired_claim_is_replaceable_once_completed_or_in_flight_too_long() {
+        let in_flight = Current {
+            generation: 100,
+            expires_at_ms: 500,
+            writes: 1,
+            completed: false,
+            claimed_at_ms: 100,
+        };
+        let on = Fencing::On;
+        assert!(!may_start(Some(&in_flight), 499, IFT, on), "not expired");
+        assert!(
+            !may_start(Some(&in_flight), 500, IFT, on),
+            "expired, its decision still running"
+        );
+        assert!(!may_start(Some(&in_flight), 1_099, IFT, on));
+        assert!(
+            may_start(Some(&in_flight), 1_100, IFT, on),
+            "in flight for in_flight_timeout"
+        );
+        let completed = Current {
+            completed: true,
+            ..in_flight
+        };
+        assert!(may_start(Some(&completed), 500, IFT, on));
+        assert!(!may_start(Some(&completed), 499, IFT, on));
+        // A window longer than in_flight_timeout: expiry is the only condition left.
+        let long = Current {
+            expires_at_ms: 100 + 2 * IFT,
+            ..in_flight
+        };
+        assert!(may_start(Some(&long), 100 + 2 * IFT, IFT, on));
+        assert!(may_start(Some(&in_flight), 600, IFT, Fencing::Off));
     }
 
     #[test]

@@ -173,13 +173,48 @@ async fn a_key_is_held_by_its_generation_until_it_expires() {
         };
         assert_eq!(events, vec![claimed(T, 1_000, EPOCH)], "{name}");
         assert_eq!(at.generation, head.generation, "{name}");
-        // Once it has expired, the key is free: a new generation starts.
+        // Expired while its decision still runs (a window shorter than `in_flight_timeout`),
+        // it still holds the key: a new start would fence the running decision's records.
+        let held = commit(
+            &store,
+            Unit::new().start_claim(key.clone(), vec![claimed(T + 1_000, 1_000, EPOCH)]),
+        )
+        .await;
+        assert!(
+            matches!(held, Written::Held(ref log) if log.head.generation == head.generation),
+            "{name}: an expired claim still in flight was replaced: {held:?}"
+        );
+        let log = store.load_claim(&key, T + 1_000).await.expect("read");
+        assert_eq!(
+            log.map(|l| l.head.generation),
+            Some(head.generation),
+            "{name}"
+        );
+        // Completed, it is free once expired: a new generation starts.
+        let Written::Appended(done, _) = commit(
+            &store,
+            Unit::new().append_claim(head.clone(), vec![dispatched()]),
+        )
+        .await
+        else {
+            panic!("{name}: the recovery point was refused");
+        };
+        store.complete_claim(&done).expect("complete");
+        commit(&store, Unit::new()).await;
         let next = start(&store, &key, claimed(T + 1_000, 1_000, EPOCH)).await;
         assert!(next.generation > head.generation, "{name}");
         let log = store.load_claim(&key, T + 1_500).await.expect("read");
         assert_eq!(log.map(|l| l.head.generation), Some(T + 1_000), "{name}");
-        // An expired generation reads as no claim at all.
-        assert_eq!(store.load_claim(&key, T + 2_000).await.expect("read"), None);
+        // An expired generation in flight for `in_flight_timeout` reads as no claim at all,
+        // completed or not, and a new one replaces it.
+        let late = T
+            + 1_000
+            + Settings::default()
+                .idempotency
+                .in_flight_timeout
+                .as_millis() as u64;
+        assert_eq!(store.load_claim(&key, late).await.expect("read"), None);
+        start(&store, &key, claimed(late, 1_000, EPOCH)).await;
     })
     .await;
 }

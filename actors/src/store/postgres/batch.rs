@@ -196,7 +196,7 @@ async fn commit(
             .into_iter()
             .partition(|(_, id, _)| seen.insert(key(id)));
         round.sort_by_key(|a| key(a.1));
-        start_claims(&tx, &round, &mut written, fencing).await?;
+        start_claims(&tx, node, &round, &mut written, fencing).await?;
         starts = later;
     }
 
@@ -403,7 +403,12 @@ async fn take_over(
     )
     .await?;
     let log = match row {
-        Some(row) => claim_log(&head.id, &row, idem_schemas::timefmt::now_ms())?,
+        Some(row) => claim_log(
+            &head.id,
+            &row,
+            idem_schemas::timefmt::now_ms(),
+            in_flight_timeout.as_millis() as u64,
+        )?,
         None => None,
     };
     Ok(log.map_or(Written::Fenced, Written::Held))
@@ -413,6 +418,7 @@ async fn take_over(
 /// are answered with the row that holds the key.
 async fn start_claims(
     tx: &deadpool_postgres::Transaction<'_>,
+    node: &Node,
     round: &[(usize, &ClaimId, &Vec<idem_schemas::ClaimEvent>)],
     written: &mut [Option<Written>],
     fencing: Fencing,
@@ -423,6 +429,7 @@ async fn start_claims(
     let mut expiries = Vec::new();
     let mut entries = Vec::new();
     let mut holders = Vec::new();
+    let mut completions = Vec::new();
     let mut heads = HashMap::new();
     for (n, id, events) in round {
         let Some(idem_schemas::ClaimEvent::Claimed(claim)) = events.first() else {
@@ -434,6 +441,8 @@ async fn start_claims(
         expiries.push(claim.expires_at_ms as i64);
         entries.push(codec::encode_entry(events)?);
         holders.push(claim.holder as i64);
+        // Written once with nothing to run, it is completed from the start.
+        completions.push(events.last() == Some(&idem_schemas::ClaimEvent::Completed));
         let head = LogHead {
             id: (*id).clone(),
             generation: claim.claimed_at_ms,
@@ -442,22 +451,29 @@ async fn start_claims(
         };
         heads.insert(key(id), (*n, head, claim.claimed_at_ms, *events));
     }
-    // The generation is the claim's time: the key is free when its row expired by then.
+    // `rule::may_start`: the generation is the claim's time, and the key is free when its row
+    // is replaceable by then (expired, and completed or claimed `in_flight_timeout` before).
+    let in_flight_timeout_ms = node.settings.idempotency.in_flight_timeout.as_millis() as u64;
     let held = match fencing {
-        Fencing::Off => "true",
-        Fencing::On => "idem_claims.expires_at_ms <= EXCLUDED.generation",
+        Fencing::Off => "$7::int8 IS NOT NULL",
+        Fencing::On => {
+            "idem_claims.expires_at_ms <= EXCLUDED.generation AND (idem_claims.completed \
+             OR idem_claims.generation + $7::int8 <= EXCLUDED.generation)"
+        }
     };
     let rows = super::rows(
         tx,
         &format!(
             "INSERT INTO idem_claims \
-             (tenant, digest, generation, expires_at_ms, log, writes, holder) \
-             SELECT tenant, digest, generation, expires_at_ms, entry, 1, holder \
+             (tenant, digest, generation, expires_at_ms, log, writes, holder, completed) \
+             SELECT tenant, digest, generation, expires_at_ms, entry, 1, holder, completed \
              FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::int8[], $5::bytea[], \
-             $6::int8[]) AS u(tenant, digest, generation, expires_at_ms, entry, holder) \
+             $6::int8[], $8::bool[]) \
+             AS u(tenant, digest, generation, expires_at_ms, entry, holder, completed) \
              ON CONFLICT (tenant, digest) DO UPDATE SET generation = EXCLUDED.generation, \
              expires_at_ms = EXCLUDED.expires_at_ms, log = EXCLUDED.log, writes = 1, \
-             completed = false, holder = EXCLUDED.holder, held_since = clock_timestamp() \
+             completed = EXCLUDED.completed, holder = EXCLUDED.holder, \
+             held_since = clock_timestamp() \
              WHERE {held} RETURNING tenant, digest"
         ),
         &[
@@ -467,6 +483,8 @@ async fn start_claims(
             &expiries,
             &entries,
             &holders,
+            &(in_flight_timeout_ms as i64),
+            &completions,
         ],
     )
     .await?;
@@ -485,7 +503,7 @@ async fn start_claims(
         )
         .await?;
         let log = match row {
-            Some(row) => claim_log(&head.id, &row, now_ms)?,
+            Some(row) => claim_log(&head.id, &row, now_ms, in_flight_timeout_ms)?,
             None => None,
         };
         written[n] = Some(log.map_or(Written::Fenced, Written::Held));

@@ -15,25 +15,34 @@ use tokio_postgres::Row;
 
 use super::PgStore;
 use crate::codec;
-use crate::store::{ClaimId, ClaimLog, ClaimStore, LogHead, Read, StoreError};
+use crate::store::{rule, ClaimId, ClaimLog, ClaimStore, LogHead, Read, StoreError};
 
 /// The columns a claim is read from, in [`claim_log`]'s order.
 pub(super) const COLUMNS: &str = "generation, expires_at_ms, log, writes, completed";
 
-/// A claim row (selected with [`COLUMNS`]) as the log of `id`, if it has not expired at
-/// `now_ms`.
+/// A claim row (selected with [`COLUMNS`]) as the log of `id`, if it holds the key at `now_ms`
+/// (claims in flight up to `in_flight_timeout_ms`).
 pub(super) fn claim_log(
     id: &ClaimId,
     row: &Row,
     now_ms: u64,
+    in_flight_timeout_ms: u64,
 ) -> Result<Option<ClaimLog>, StoreError> {
     let generation: i64 = row.try_get(0)?;
     let expires_at_ms: i64 = row.try_get(1)?;
     let log: &[u8] = row.try_get(2)?;
     let writes: i32 = row.try_get(3)?;
     let completed: bool = row.try_get(4)?;
-    // An expired claim is no claim: the key is free again.
-    if expires_at_ms as u64 <= now_ms {
+    // A replaceable claim is no claim: the key is free again. A generation is the time it was
+    // claimed (a take-over adds one).
+    let current = rule::Current {
+        generation: generation as u64,
+        expires_at_ms: expires_at_ms as u64,
+        writes: writes as u32,
+        completed,
+        claimed_at_ms: generation as u64,
+    };
+    if rule::replaceable(&current, now_ms, in_flight_timeout_ms) {
         return Ok(None);
     }
     let mut events: Vec<ClaimEvent> =
@@ -65,8 +74,13 @@ const MAX_LOADS: usize = 512;
 /// How many load queries run at once.
 const LOADS_IN_FLIGHT: usize = 2;
 
-/// The load batcher: runs until every sender is gone.
-pub(super) async fn run_loads(pool: Pool, mut loads: mpsc::UnboundedReceiver<Load>) {
+/// The load batcher, for claims in flight up to `in_flight_timeout_ms`: runs until every
+/// sender is gone.
+pub(super) async fn run_loads(
+    pool: Pool,
+    mut loads: mpsc::UnboundedReceiver<Load>,
+    in_flight_timeout_ms: u64,
+) {
     let in_flight = Arc::new(Semaphore::new(LOADS_IN_FLIGHT));
     while let Some((permit, batch)) = super::next_batch(&mut loads, &in_flight, MAX_LOADS).await {
         let pool = pool.clone();
@@ -77,7 +91,7 @@ pub(super) async fn run_loads(pool: Pool, mut loads: mpsc::UnboundedReceiver<Loa
                 Ok(mut rows) => {
                     for (id, now_ms, reply) in batch {
                         let log = match rows.remove(&(id.tenant.clone(), id.digest.to_vec())) {
-                            Some(row) => claim_log(&id, &row, now_ms),
+                            Some(row) => claim_log(&id, &row, now_ms, in_flight_timeout_ms),
                             None => Ok(None),
                         };
                         let _ = reply.send(log);
@@ -134,11 +148,14 @@ impl ClaimStore for PgStore {
     fn sweep_claims(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
         self.runtime.block_on(async {
             let client = self.client().await?;
+            // Up to `in_flight_timeout` before now: a row that expired by then is replaceable,
+            // completed or not. One that expired since may still hold its key.
+            let before = now_ms.saturating_sub(self.in_flight_timeout_ms());
             let swept = super::run(
                 &client,
                 "DELETE FROM idem_claims WHERE ctid IN \
                      (SELECT ctid FROM idem_claims WHERE expires_at_ms <= $1 LIMIT $2)",
-                &[&(now_ms as i64), &(limit as i64)],
+                &[&(before as i64), &(limit as i64)],
             )
             .await?;
             Ok(swept as usize)

@@ -59,7 +59,11 @@ impl SledStore {
                 log_key(&log_prefix(&head), 0),
                 codec::encode_entry(&events)?,
             ),
-            (CLAIMS, index_key.clone(), Index::of(&head).value()),
+            (
+                CLAIMS,
+                index_key.clone(),
+                Index::started(&head, &events).value(),
+            ),
         ];
         // Each delivery's inserts, behind the key that says it exists.
         let mut delivery_writes: Vec<(Vec<u8>, Vec<Insert>)> = Vec::new();

@@ -51,9 +51,13 @@ impl ClaimStore for SledStore {
 
     fn sweep_claims(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
         let mut swept = 0;
+        // Up to `in_flight_timeout` before now: a log that expired by then is replaceable,
+        // completed or not (it was claimed before it expired). One that expired since may still
+        // hold its key (`rule::replaceable`) and is left to a later sweep.
+        let before = now_ms.saturating_sub(self.in_flight_timeout_ms);
         for key in self
             .claim_logs
-            .range(..now_ms.to_be_bytes().to_vec())
+            .range(..before.to_be_bytes().to_vec())
             .keys()
             .take(limit)
         {
@@ -96,9 +100,9 @@ impl SledStore {
             return Ok(None);
         };
         let index = Index::parse(&index)?;
-        // An expired claim is no claim (the key is free again), whatever the sweeper has or has
-        // not removed of it yet.
-        if index.expires_at_ms <= now_ms {
+        // A replaceable claim is no claim (the key is free again), whatever the sweeper has or
+        // has not removed of it yet.
+        if rule::replaceable(&index.current(), now_ms, self.in_flight_timeout_ms) {
             return Ok(None);
         }
         let mut head = LogHead {
@@ -155,13 +159,13 @@ impl SledStore {
         // index is written where nothing is, in one descent, without reading it first. Only
         // when something is there does it count: a generation that expired is replaced, if it
         // is still what was found; one that holds the key wins.
-        let index = Index::of(&head).value();
+        let index = Index::started(&head, &events).value();
         let named =
             match self
                 .claims
                 .compare_and_swap(&key, None as Option<&[u8]>, Some(index.clone()))?
             {
-                Err(found) => match held_at(found.current.as_deref(), now_ms) {
+                Err(found) => match self.held_at(found.current.as_deref(), now_ms) {
                     Ok(false) => self
                         .claims
                         .compare_and_swap(&key, found.current, Some(index))?,
@@ -193,7 +197,7 @@ impl SledStore {
             return Err(StoreError::NotAClaim);
         };
         let current = self.claims.get(claim_key(id))?;
-        match held_at(current.as_deref(), claim.claimed_at_ms)? {
+        match self.held_at(current.as_deref(), claim.claimed_at_ms)? {
             true => Ok(Some(self.held(id, claim.claimed_at_ms)?)),
             false => Ok(None),
         }
@@ -237,6 +241,21 @@ impl SledStore {
         Ok(self.is_current(head)? && (ends_there || !fencing()))
     }
 
+    /// Whether the key's index entry `current` names a generation that holds the key at
+    /// `now_ms`, so a new start loses (sabotage aside).
+    fn held_at(&self, current: Option<&[u8]>, now_ms: u64) -> Result<bool, StoreError> {
+        let Some(found) = current else {
+            return Ok(false);
+        };
+        let held = Index::parse(found)?.current();
+        Ok(!rule::may_start(
+            Some(&held),
+            now_ms,
+            self.in_flight_timeout_ms,
+            Fencing::in_force(),
+        ))
+    }
+
     /// What holds the key, for a start that lost to it.
     fn held(&self, id: &ClaimId, now_ms: u64) -> Result<Written, StoreError> {
         Ok(match self.read_claim(id, now_ms)? {
@@ -264,19 +283,4 @@ pub(super) fn first_head(id: ClaimId, events: &[ClaimEvent]) -> Result<LogHead, 
         expires_at_ms: claim.expires_at_ms,
         next: 1,
     })
-}
-
-/// Whether the key's index entry `current` names a generation that holds the key at `now_ms`,
-/// so a new start loses (sabotage aside).
-fn held_at(current: Option<&[u8]>, now_ms: u64) -> Result<bool, StoreError> {
-    let Some(found) = current else {
-        return Ok(false);
-    };
-    let found = Index::parse(found)?;
-    let held = rule::Current {
-        generation: found.generation,
-        expires_at_ms: found.expires_at_ms,
-        writes: 0,
-    };
-    Ok(!rule::may_start(Some(&held), now_ms, Fencing::in_force()))
 }

@@ -13,9 +13,9 @@
 //! - `decisions_by_subject`: `tenant length ‖ tenant ‖ digest length ‖ subject digest ‖
 //!   decision id`, a subject's decisions in the order they were made.
 
-use idem_schemas::{DecisionRecord, DeliveryStatus};
+use idem_schemas::{ClaimEvent, DecisionRecord, DeliveryStatus};
 
-use crate::store::{ClaimId, LogHead, StoreError, Timed};
+use crate::store::{rule, ClaimId, LogHead, StoreError, Timed};
 
 /// A claim's index key: `tenant length ‖ tenant ‖ digest`.
 pub fn claim_key(id: &ClaimId) -> Vec<u8> {
@@ -84,6 +84,15 @@ impl Index {
         }
     }
 
+    /// The index entry of a new generation at `head` whose first write is `events`: completed
+    /// if they end so (a decision with nothing to run, or with queued callbacks, written once).
+    pub fn started(head: &LogHead, events: &[ClaimEvent]) -> Self {
+        Index {
+            completed: events.last() == Some(&ClaimEvent::Completed),
+            ..Index::of(head)
+        }
+    }
+
     /// As stored: `expires_at ‖ generation [‖ COMPLETED]`.
     pub fn value(&self) -> Vec<u8> {
         let mut value = Vec::with_capacity(17);
@@ -93,6 +102,18 @@ impl Index {
             value.push(COMPLETED);
         }
         value
+    }
+
+    /// The generation as the claim rules read it (its log's length aside). A generation is the
+    /// time it was claimed: sled's take-over grants no new one.
+    pub fn current(&self) -> rule::Current {
+        rule::Current {
+            generation: self.generation,
+            expires_at_ms: self.expires_at_ms,
+            writes: 0,
+            completed: self.completed,
+            claimed_at_ms: self.generation,
+        }
     }
 
     /// Parses a stored index entry.

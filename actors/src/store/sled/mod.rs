@@ -17,6 +17,7 @@ mod tests;
 
 use std::path::Path;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 pub use format::FORMAT;
 
@@ -52,11 +53,13 @@ pub struct SledStore {
     /// crash part-way leaves it findable), and a read between the two would hand out a
     /// delivery whose records are not all there yet.
     applying: RwLock<()>,
+    /// How long a claim may be in flight before it may be taken over, or replaced once expired.
+    in_flight_timeout_ms: u64,
 }
 
 impl SledStore {
-    /// Opens (or creates) the store in `dir`.
-    pub fn open(dir: &Path) -> Result<Arc<Self>, StoreError> {
+    /// Opens (or creates) the store in `dir`, for claims in flight up to `in_flight_timeout`.
+    pub fn open(dir: &Path, in_flight_timeout: Duration) -> Result<Arc<Self>, StoreError> {
         std::fs::create_dir_all(dir)?;
         let db = format::open(dir)?;
         Ok(Arc::new(SledStore {
@@ -71,18 +74,15 @@ impl SledStore {
             endpoints: db.open_tree("endpoints")?,
             commits: GroupCommit::start(db.clone(), dir)?,
             applying: RwLock::new(()),
+            in_flight_timeout_ms: in_flight_timeout.as_millis() as u64,
             db,
         }))
     }
 
-    /// How many keys have a claim index entry (for tests).
+    /// How many keys have a claim index entry.
+    #[cfg(test)]
     pub fn claim_count(&self) -> usize {
         self.claims.len()
-    }
-
-    /// Bytes the store occupies on disk, as sled reports it.
-    pub fn size_on_disk(&self) -> Result<u64, StoreError> {
-        Ok(self.db.size_on_disk()?)
     }
 
     /// Applies a unit to the trees (memory until the next commit): what its claim write came

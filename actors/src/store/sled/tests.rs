@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{
@@ -17,6 +18,17 @@ use crate::store::{
     ClaimId, ClaimStore, DecisionStore, DeliveryWrite, LogHead, Placement, Store, StoreError, Unit,
     Written,
 };
+
+/// How long a claim here may be in flight: shorter than the windows the cases use, so an
+/// expired generation is replaceable whether or not it completed (the store suite in
+/// `tests/it/store.rs` has the case where it is not).
+const IN_FLIGHT_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The sweep's time for generations that expired before `at`: it leaves what expired within
+/// `IN_FLIGHT_TIMEOUT` before its time.
+fn sweep_at(at: u64) -> u64 {
+    at + IN_FLIGHT_TIMEOUT.as_millis() as u64
+}
 
 /// A claim id of `tenant` whose digest is `byte` repeated.
 fn claim_id(tenant: &str, byte: u8) -> ClaimId {
@@ -57,7 +69,7 @@ fn done() -> ClaimEvent {
 }
 
 fn open(dir: &Path) -> Arc<SledStore> {
-    reopened(|| SledStore::open(dir)).expect("open")
+    reopened(|| SledStore::open(dir, IN_FLIGHT_TIMEOUT)).expect("open")
 }
 
 /// `open()`, once the directory is free: a store dropped a moment ago may still hold sled's
@@ -140,10 +152,18 @@ async fn the_key_is_held_until_its_generation_expires() {
 
     // Once only the first generation has expired, the sweep removes its two entries and
     // nothing else; the key's index entry names the newer generation and stays.
-    assert_eq!(store.sweep_claims(t + 1_001, 100).expect("sweep"), 2);
+    assert_eq!(
+        store.sweep_claims(sweep_at(t + 1_001), 100).expect("sweep"),
+        2
+    );
     assert_eq!(store.claim_count(), 2);
     assert!(store.read_claim(&id, t + 1_001).expect("load").is_some());
-    assert_eq!(store.sweep_claims(t + 100_000, 100).expect("sweep"), 2);
+    assert_eq!(
+        store
+            .sweep_claims(sweep_at(t + 100_000), 100)
+            .expect("sweep"),
+        2
+    );
     assert_eq!(store.claim_count(), 0);
     assert!(store.claim_logs.is_empty());
     assert_eq!(store.read_claim(&other, t).expect("load"), None);
@@ -188,7 +208,10 @@ async fn completion_flags_the_index_entry_of_its_own_log_only() {
     };
     store.complete_claim(&head).expect("complete");
     assert_eq!(store.claim_count(), 2);
-    assert_eq!(store.sweep_claims(t + 1_001, 100).expect("sweep"), 4);
+    assert_eq!(
+        store.sweep_claims(sweep_at(t + 1_001), 100).expect("sweep"),
+        4
+    );
     assert_eq!(store.claim_count(), 1);
     assert_eq!(store.read_claim(&other, t).expect("load"), None);
     assert!(store.read_claim(&id, t + 1_001).expect("load").is_some());
@@ -254,7 +277,7 @@ async fn stale_writers_are_fenced_and_write_nothing() {
     let gone = claim_id("acme", 3);
     let head = start(&store, &gone, claimed(t - 100, 50)).await;
     assert_eq!(store.read_claim(&gone, t).expect("load"), None);
-    assert_eq!(store.sweep_claims(t, 10).expect("sweep"), 1);
+    assert_eq!(store.sweep_claims(sweep_at(t), 10).expect("sweep"), 1);
     assert_eq!(append(&store, &head, done()).await, Written::Fenced);
     assert_eq!(store.claim_count(), 1);
 }
@@ -323,7 +346,8 @@ fn a_data_directory_of_another_format_is_refused() {
         .expect("sled")
     };
     let refusal = |path: &Path| {
-        let Err(StoreError::Format(found)) = reopened(|| SledStore::open(path)) else {
+        let Err(StoreError::Format(found)) = reopened(|| SledStore::open(path, IN_FLIGHT_TIMEOUT))
+        else {
             panic!("{} is not refused as another format", path.display());
         };
         found
@@ -358,7 +382,9 @@ fn a_data_directory_of_another_format_is_refused() {
         db.flush().expect("flush");
     }
     assert_eq!(refusal(other.path()), format!("format {}", FORMAT + 1));
-    let refused = SledStore::open(other.path()).err().expect("refused");
+    let refused = SledStore::open(other.path(), IN_FLIGHT_TIMEOUT)
+        .err()
+        .expect("refused");
     assert!(refused.to_string().contains("empty data_dir"), "{refused}");
 
     // Format 6 is refused too; only format 7 is upgraded (next test).
