@@ -52,6 +52,8 @@ const IN_FLIGHT_TIMEOUT: Duration = Duration::from_secs(30);
 /// `key_ttl` and the once-per-subject window: longer than any run of the model (expiry is
 /// outside it).
 const WINDOW: Duration = Duration::from_secs(86_400);
+/// `key_ttl` in [`Scenario::Expiring`]: a claim has expired by the next one made.
+const EXPIRES_AT_ONCE: Duration = Duration::from_millis(1);
 /// How long a waiting copy may wait (its deadline comes whenever the checker says).
 const WAIT: Duration = Duration::from_secs(10);
 /// Final retries per key (see [`State::wants_final_retry`]).
@@ -70,15 +72,19 @@ pub enum Scenario {
     /// A source's events: claim, recovery point, completion and queued deliveries in one write,
     /// the callbacks made by the retry worker from the store.
     Queued,
+    /// Keyed signals whose `key_ttl` ends before their callbacks do: a key's claim expires while
+    /// its decision runs, and holds the key until it completes or `in_flight_timeout` passes.
+    Expiring,
 }
 
 impl Scenario {
     /// Every scenario, in the order they are checked.
-    pub const ALL: [Scenario; 4] = [
+    pub const ALL: [Scenario; 5] = [
         Scenario::Inline,
         Scenario::Waiting,
         Scenario::Subject,
         Scenario::Queued,
+        Scenario::Expiring,
     ];
 }
 
@@ -122,6 +128,13 @@ impl Bounds {
                 crashes: 0,
                 stalls: 0,
             },
+            // With no crash or stall, only the expiry and `in_flight_timeout` end a claim: a
+            // copy on the other node meets the expired claim still running.
+            Scenario::Expiring => Bounds {
+                crashes: 0,
+                stalls: 0,
+                ..base
+            },
         }
     }
 }
@@ -134,6 +147,9 @@ pub enum Sabotage {
     NoFencing,
     /// The core answers before its recovery point is durable.
     AnswerBeforeRecoveryPoint,
+    /// The core and the store replace an expired claim whether or not its decision still runs
+    /// (`rule::replaceable` with no time kept).
+    ReplaceOnExpiry,
 }
 
 /// The model: the scenario, its bounds, and the protocol checked.
@@ -618,7 +634,10 @@ impl ClaimModel {
     /// `scenario` as it runs, within `bounds`; `sabotage` breaks one rule.
     pub fn new(scenario: Scenario, bounds: Bounds, sabotage: Option<Sabotage>) -> Self {
         let mut settings = Settings::default();
-        settings.idempotency.key_ttl = WINDOW;
+        settings.idempotency.key_ttl = match scenario {
+            Scenario::Expiring => EXPIRES_AT_ONCE,
+            _ => WINDOW,
+        };
         settings.idempotency.in_flight_timeout = IN_FLIGHT_TIMEOUT;
         let playbook = Playbook {
             decision: Verdict::Deny,
@@ -652,7 +671,7 @@ impl ClaimModel {
                     body: &body,
                     wait: Some(WAIT),
                 },
-                Scenario::Inline | Scenario::Subject => By::Request {
+                Scenario::Inline | Scenario::Subject | Scenario::Expiring => By::Request {
                     key: Some(&name),
                     body: &body,
                     wait: None,
@@ -692,6 +711,7 @@ impl ClaimModel {
                 Some(Sabotage::AnswerBeforeRecoveryPoint) => {
                     Some(CoreSabotage::AnswerBeforeRecoveryPoint)
                 }
+                Some(Sabotage::ReplaceOnExpiry) => Some(CoreSabotage::ReplaceOnExpiry),
                 _ => None,
             },
         }
@@ -878,7 +898,10 @@ impl ClaimModel {
                 let Some(ClaimEvent::Claimed(c)) = events.first() else {
                     return Written::Fenced;
                 };
-                let in_flight_timeout_ms = IN_FLIGHT_TIMEOUT.as_millis() as u64;
+                let in_flight_timeout_ms = match self.sabotage {
+                    Some(Sabotage::ReplaceOnExpiry) => 0,
+                    _ => IN_FLIGHT_TIMEOUT.as_millis() as u64,
+                };
                 match rule::may_start(
                     current.as_ref(),
                     c.claimed_at_ms,
@@ -1270,6 +1293,11 @@ impl Model for ClaimModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
+        // Keys decided again once expired: the properties of one decision per key do not hold
+        // there, and the scenario has its own.
+        if self.scenario == Scenario::Expiring {
+            return expiring_properties();
+        }
         let mut properties = vec![
             Property::always(
                 "one decision per key, every answer its recorded bytes",
@@ -1355,7 +1383,7 @@ impl Model for ClaimModel {
             ]);
         }
         properties.extend(match self.scenario {
-            Scenario::Inline => vec![],
+            Scenario::Inline | Scenario::Expiring => vec![],
             Scenario::Waiting => vec![Property::sometimes(
                 "a waiter is answered with the first request's bytes",
                 |_, s: &State| {
@@ -1423,4 +1451,51 @@ impl Model for ClaimModel {
         });
         properties
     }
+}
+
+/// The properties of [`Scenario::Expiring`], whose keys expire while their decisions run.
+fn expiring_properties() -> Vec<Property<ClaimModel>> {
+    vec![
+        // With no crash or stall, only `in_flight_timeout` passing lets a running decision be
+        // replaced, and its writes fenced: before that, no request fails.
+        Property::always(
+            "an expired claim still running keeps its key: nothing fails before in_flight_timeout",
+            |_, s: &State| {
+                s.timeouts > 0 || s.answers.iter().flatten().all(|a| *a != Answer::Error)
+            },
+        ),
+        Property::always(
+            "no write of a fenced-out holder is visible",
+            |_, s: &State| {
+                s.rows
+                    .iter()
+                    .flatten()
+                    .all(|row| fold(&row.events).is_some())
+            },
+        ),
+        Property::sometimes(
+            "a copy meets its key's expired claim still running, and gets 409",
+            |_, s: &State| {
+                s.timeouts == 0
+                    && s.rows.iter().flatten().all(|row| !row.current.completed)
+                    && s.answers.iter().flatten().any(|a| *a == Answer::Conflict)
+            },
+        ),
+        Property::sometimes(
+            "an expired claim that completed is replaced by a new decision",
+            |_, s: &State| {
+                s.timeouts == 0
+                    && s.rows
+                        .iter()
+                        .flatten()
+                        .any(|row| row.current.generation > T0)
+                    && s.answers
+                        .iter()
+                        .flatten()
+                        .filter(|a| matches!(a, Answer::First(_)))
+                        .count()
+                        == 2
+            },
+        ),
+    ]
 }

@@ -55,9 +55,10 @@ fn parse() -> Result<Args, String> {
                     "waiting" => Scenario::Waiting,
                     "subject" => Scenario::Subject,
                     "queued" => Scenario::Queued,
+                    "expiring" => Scenario::Expiring,
                     other => {
                         return Err(format!(
-                            "--scenario {other}: inline, waiting, subject or queued"
+                            "--scenario {other}: inline, waiting, subject, queued or expiring"
                         ))
                     }
                 };
@@ -71,10 +72,12 @@ fn parse() -> Result<Args, String> {
             "--sabotage" => match value.as_str() {
                 "no-fencing" => parsed.sabotage = Some(Sabotage::NoFencing),
                 "answer-first" => parsed.sabotage = Some(Sabotage::AnswerBeforeRecoveryPoint),
+                "replace-on-expiry" => parsed.sabotage = Some(Sabotage::ReplaceOnExpiry),
                 "no-lease-fencing" => parsed.lease_fencing = Fencing::Off,
                 other => {
                     return Err(format!(
-                        "--sabotage {other}: no-fencing, answer-first or no-lease-fencing"
+                        "--sabotage {other}: no-fencing, answer-first, replace-on-expiry or \
+                         no-lease-fencing"
                     ))
                 }
             },

@@ -6,7 +6,7 @@
 use idem_actors::store::rule::Fencing;
 use model::delivery::{DeliveryAction, DeliveryBounds, DeliveryModel};
 use model::{Bounds, ClaimModel, Sabotage, Scenario};
-use stateright::{Checker, Expectation, Model};
+use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
 /// Bounds small enough for a test build: no crash but where the scenario needs one.
 fn small(scenario: Scenario) -> Bounds {
@@ -20,13 +20,13 @@ fn small(scenario: Scenario) -> Bounds {
     match scenario {
         Scenario::Inline | Scenario::Waiting => bounds,
         // Its one write leaves nothing in flight: a crash is what it is about.
-        Scenario::Queued => Bounds::default_for(scenario),
-        Scenario::Subject => Bounds::default_for(scenario),
+        Scenario::Queued | Scenario::Subject | Scenario::Expiring => Bounds::default_for(scenario),
     }
 }
 
-fn check(scenario: Scenario, sabotage: Option<Sabotage>) -> impl Checker<ClaimModel> {
-    ClaimModel::new(scenario, small(scenario), sabotage)
+/// Checks all of `scenario`'s space.
+fn check(scenario: Scenario) -> impl Checker<ClaimModel> {
+    ClaimModel::new(scenario, small(scenario), None)
         .checker()
         .spawn_bfs()
         .join()
@@ -34,7 +34,7 @@ fn check(scenario: Scenario, sabotage: Option<Sabotage>) -> impl Checker<ClaimMo
 
 /// Every property of `scenario` holds, and every case it is for is reached.
 fn holds(scenario: Scenario) {
-    let checker = check(scenario, None);
+    let checker = check(scenario);
     assert!(
         checker.unique_state_count() > 10_000,
         "{scenario:?}: the bounds reach past a few states"
@@ -78,8 +78,20 @@ fn queued_callbacks_come_only_from_a_durable_claim() {
     holds(Scenario::Queued);
 }
 
-/// The counterexample to `property`, as described steps.
-fn counterexample(checker: &impl Checker<ClaimModel>, property: &'static str) -> Vec<String> {
+#[test]
+fn a_key_expiring_while_its_decision_runs_stays_held_until_it_completes() {
+    holds(Scenario::Expiring);
+}
+
+/// The counterexample to `property` in `scenario` under `sabotage`, as described steps. The
+/// search ends at the first one: a broken rule can make the space far larger, and one
+/// counterexample is all there is to show.
+fn counterexample(scenario: Scenario, sabotage: Sabotage, property: &'static str) -> Vec<String> {
+    let checker = ClaimModel::new(scenario, small(scenario), Some(sabotage))
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf([property].into()))
+        .spawn_bfs()
+        .join();
     let path = checker
         .discovery(property)
         .unwrap_or_else(|| panic!("the sabotage breaks {property:?}"));
@@ -93,8 +105,11 @@ fn counterexample(checker: &impl Checker<ClaimModel>, property: &'static str) ->
 
 #[test]
 fn without_fencing_a_stale_write_is_caught() {
-    let checker = check(Scenario::Inline, Some(Sabotage::NoFencing));
-    let steps = counterexample(&checker, "no write of a fenced-out holder is visible");
+    let steps = counterexample(
+        Scenario::Inline,
+        Sabotage::NoFencing,
+        "no write of a fenced-out holder is visible",
+    );
     assert!(
         steps
             .iter()
@@ -107,9 +122,9 @@ fn without_fencing_a_stale_write_is_caught() {
 
 #[test]
 fn an_answer_before_its_recovery_point_is_caught() {
-    let checker = check(Scenario::Inline, Some(Sabotage::AnswerBeforeRecoveryPoint));
     let steps = counterexample(
-        &checker,
+        Scenario::Inline,
+        Sabotage::AnswerBeforeRecoveryPoint,
         "one decision per key, every answer its recorded bytes",
     );
     let answered = steps
@@ -121,6 +136,23 @@ fn an_answer_before_its_recovery_point_is_caught() {
             .iter()
             .any(|s| s.contains("append the recovery point")),
         "before any recovery point reached the store: {steps:#?}"
+    );
+}
+
+#[test]
+fn replacing_an_expired_claim_that_still_runs_is_caught() {
+    let steps = counterexample(
+        Scenario::Expiring,
+        Sabotage::ReplaceOnExpiry,
+        "an expired claim still running keeps its key: nothing fails before in_flight_timeout",
+    );
+    assert!(
+        steps.iter().filter(|s| s.contains("start gen")).count() >= 2,
+        "a second generation started over the first: {steps:#?}"
+    );
+    assert!(
+        !steps.iter().any(|s| s.contains("in_flight_timeout passes")),
+        "before in_flight_timeout passed: {steps:#?}"
     );
 }
 

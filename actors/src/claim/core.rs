@@ -79,13 +79,20 @@ pub enum Sabotage {
     /// The first request is answered as soon as its actions have run, before the recovery
     /// point that holds the response is durable.
     AnswerBeforeRecoveryPoint,
+    /// An expired claim is replaced whether or not its decision still runs.
+    ReplaceOnExpiry,
 }
 
 impl Context {
     fn holder(&self) -> Holder {
+        let in_flight_timeout_ms = self.settings.idempotency.in_flight_timeout.as_millis() as u64;
         Holder {
             epoch: self.holder,
-            in_flight_timeout_ms: self.settings.idempotency.in_flight_timeout.as_millis() as u64,
+            in_flight_timeout_ms,
+            expired_kept_ms: match self.sabotage {
+                Some(Sabotage::ReplaceOnExpiry) => 0,
+                _ => in_flight_timeout_ms,
+            },
         }
     }
 

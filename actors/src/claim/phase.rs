@@ -141,6 +141,9 @@ pub struct Holder {
     pub epoch: u64,
     /// After this long in flight, a claim may be taken over even from a live holder.
     pub in_flight_timeout_ms: u64,
+    /// How long an expired claim still running keeps its key ([`rule::replaceable`]):
+    /// `in_flight_timeout`, except in a sabotaged run.
+    pub expired_kept_ms: u64,
 }
 
 /// What a request whose body has `fingerprint` leads to at `now_ms`, in `phase`. `waiting` is
@@ -170,7 +173,7 @@ pub fn step(
         completed: matches!(phase, Phase::Completed(..)),
         claimed_at_ms: claim.claimed_at_ms,
     };
-    if rule::replaceable(&current, now_ms, holder.in_flight_timeout_ms) {
+    if rule::replaceable(&current, now_ms, holder.expired_kept_ms) {
         return Step::Claim;
     }
     if !same(&claim.fingerprint) {
@@ -205,6 +208,7 @@ mod tests {
     const HOLDER: Holder = Holder {
         epoch: EPOCH,
         in_flight_timeout_ms: 30_000,
+        expired_kept_ms: 30_000,
     };
 
     fn claim(fingerprint: u8) -> Claim {
