@@ -1,14 +1,32 @@
 //! Time as idem writes it: unix milliseconds inside, RFC 3339 with millisecond resolution in
 //! every JSON document (`2026-11-29T17:54:32.123Z`).
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Milliseconds since the unix epoch, now.
+/// How far the store's clock is ahead of this machine's, in milliseconds (behind if negative).
+/// Zero unless a store shared by several nodes says otherwise (see [`follow_store_clock`]).
+static STORE_CLOCK_AHEAD_MS: AtomicI64 = AtomicI64::new(0);
+
+/// Milliseconds since the unix epoch, now, by the store's clock: the one clock every time idem
+/// keeps (a claim's and its expiry, a due time, a hold, a record) is taken from, so that nodes
+/// sharing a store agree on them whatever their own clocks say.
 pub fn now_ms() -> u64 {
+    local_now_ms().saturating_add_signed(STORE_CLOCK_AHEAD_MS.load(Ordering::Relaxed))
+}
+
+/// Milliseconds since the unix epoch, now, by this machine's clock.
+pub fn local_now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// Makes [`now_ms`] follow a store whose clock is `ahead_ms` ahead of this machine's (a
+/// PostgreSQL server's, measured at each heartbeat). Process-wide: one process serves one store.
+pub fn follow_store_clock(ahead_ms: i64) {
+    STORE_CLOCK_AHEAD_MS.store(ahead_ms, Ordering::Relaxed);
 }
 
 /// Formats unix milliseconds as RFC 3339 UTC with exactly three fractional digits.

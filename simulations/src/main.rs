@@ -7,7 +7,7 @@
 //! `cargo run --release -p simulations -- --seed N [--keys 60] [--keyless 10] [--events 30]
 //! [--sets 16] [--cloudevents 16] [--clients 12]
 //! [--crashes 4] [--seconds 8] [--nodes 1] [--store sled|postgres] [--disk-faults]
-//! [--db-restarts] [--partitions] [--sabotage]
+//! [--db-restarts] [--partitions] [--skew] [--sabotage]
 //! [--idem PATH]`
 //! spreads the load over about `--seconds`, injects `--crashes` faults within it, prints what it
 //! injected and ends with `invariants: <checked> checked, <violated> violated`; it exits 0 only
@@ -23,7 +23,9 @@
 //! answered key's row must be in the database afterwards. With `--partitions` (PostgreSQL),
 //! each node reaches the database through a fault proxy of the run's own (`proxy`), and half
 //! the faults black-hole one node's route past its heartbeat and leases, then heal it: what it
-//! sent meanwhile arrives late, and must be fenced. With `--disk-faults` (sled), half
+//! sent meanwhile arrives late, and must be fenced. With `--skew` (PostgreSQL), every node but
+//! the first runs under Debian's `faketime` with its clock one to five minutes ahead or behind
+//! (alternately): no outcome may change. With `--disk-faults` (sled), half
 //! the faults restart the node with a group commit whose sync fails after a few
 //! (`store.sync`): the node must halt its store and exit by itself, and is started again.
 //! `--sabotage` turns on idem's `sabotage` switch (every request gets a fresh claim actor that
@@ -96,6 +98,7 @@ pub struct Args {
     pub disk_faults: bool,
     pub db_restarts: bool,
     pub partitions: bool,
+    pub skew: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -116,6 +119,7 @@ fn parse_args() -> Result<Args, String> {
         disk_faults: false,
         db_restarts: false,
         partitions: false,
+        skew: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -140,6 +144,7 @@ fn parse_args() -> Result<Args, String> {
             "--disk-faults" => args.disk_faults = true,
             "--db-restarts" => args.db_restarts = true,
             "--partitions" => args.partitions = true,
+            "--skew" => args.skew = true,
             "--idem" => args.idem = Some(PathBuf::from(value("--idem")?)),
             "--nodes" => args.nodes = number(value("--nodes")?, "--nodes")?.max(1) as usize,
             "--store" => {
@@ -155,13 +160,29 @@ fn parse_args() -> Result<Args, String> {
     if args.nodes > 1 && !args.postgres {
         return Err("--nodes above 1 needs --store postgres (sled is one process's)".into());
     }
-    if (args.db_restarts || args.partitions) && !args.postgres {
-        return Err("--db-restarts and --partitions need --store postgres".into());
+    if (args.db_restarts || args.partitions || args.skew) && !args.postgres {
+        return Err("--db-restarts, --partitions and --skew need --store postgres".into());
+    }
+    if args.skew && !std::path::Path::new(process::LIBFAKETIME).exists() {
+        return Err(format!(
+            "--skew needs {} (scripts/install-faketime installs it)",
+            process::LIBFAKETIME
+        ));
     }
     if args.disk_faults && args.postgres {
         return Err("--disk-faults is sled's (the database keeps its own disk)".into());
     }
     Ok(args)
+}
+
+/// The clock offset of node `n` (not the first) under `--skew`: one to five minutes, ahead for
+/// odd nodes and behind for even ones, the same for a seed.
+fn clock_offset(seed: u64, n: usize) -> String {
+    let seconds = Rng::new(seed.wrapping_mul(31).wrapping_add(n as u64)).range(60, 301);
+    match n % 2 {
+        1 => format!("+{seconds}s"),
+        _ => format!("-{seconds}s"),
+    }
 }
 
 /// One or two random failpoints for an incarnation (plus the sabotage switch).
@@ -272,6 +293,13 @@ async fn run(args: Args) -> Result<usize, String> {
     let mut nodes = Vec::new();
     // Each node's own route to the database, which a partition cuts (`--partitions`).
     let mut proxies = Vec::new();
+    // Under `--skew`, keys live a little longer than the run and its checks, and less than the
+    // clocks are apart: a node that kept its own clock would find keys of another node expired
+    // (or its own expired to the others) and decide them twice.
+    let key_ttl = match args.skew {
+        true => format!("key_ttl = \"{}s\"\n", 2 * args.seconds + 60),
+        false => String::new(),
+    };
     for n in 0..args.nodes {
         let url = match (&database, args.partitions) {
             (Some(url), true) => {
@@ -304,7 +332,7 @@ data_dir = "{data}"
 [idempotency]
 key_secret = "simulation-key-secret-0123456789"
 in_flight_timeout = "1s"
-idle_actor_timeout = "300ms"
+{key_ttl}idle_actor_timeout = "300ms"
 [delivery]
 inline_timeout = "300ms"
 schedule = ["200ms", "200ms", "200ms"]
@@ -365,11 +393,16 @@ subject = "/data/phoneNumber"
                 camara = cloudevents::SECRET,
                 swapped = cloudevents::SWAPPED,
                 data = node_dir.join("data").display(),
+                key_ttl = key_ttl,
             ),
         )
         .map_err(|e| e.to_string())?;
         bases.push(format!("http://127.0.0.1:{port}"));
-        nodes.push(IdemProcess::new(&binary, &config, &node_dir));
+        let node = IdemProcess::new(&binary, &config, &node_dir);
+        nodes.push(match args.skew && n > 0 {
+            true => node.skewed(clock_offset(args.seed, n)),
+            false => node,
+        });
     }
 
     println!(
@@ -390,19 +423,29 @@ subject = "/data/phoneNumber"
             false => String::new(),
         },
         if args.sabotage {
-            ", SABOTAGE: claims neither serialised nor fenced"
+            ", SABOTAGE: claims neither serialised nor fenced".to_string()
         } else if args.disk_faults {
-            ", half of them disk faults"
-        } else if args.db_restarts && args.partitions {
-            ", with database crashes and partitions"
-        } else if args.db_restarts {
-            ", with database crashes"
-        } else if args.partitions {
-            ", with partitions"
+            ", half of them disk faults".to_string()
         } else {
-            ""
+            let extras: Vec<&str> = [
+                (args.db_restarts, "database crashes"),
+                (args.partitions, "partitions"),
+                (args.skew, "skewed clocks"),
+            ]
+            .into_iter()
+            .filter_map(|(on, what)| on.then_some(what))
+            .collect();
+            match extras.is_empty() {
+                true => String::new(),
+                false => format!(", with {}", extras.join(", ")),
+            }
         }
     );
+    if args.skew {
+        for n in 1..args.nodes {
+            println!("  node {n}'s clock: {}", clock_offset(args.seed, n));
+        }
+    }
     let mut rng = Rng::new(args.seed);
     for node in &mut nodes {
         node.start(&failpoints(&mut rng, args.sabotage))

@@ -4,12 +4,18 @@
 use std::path::{Path, PathBuf};
 use std::process::Child;
 
+/// Debian's libfaketime, which moves the clock of the process it is preloaded into
+/// (`scripts/install-faketime` installs it).
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
 /// A supervised `idem serve`.
 pub struct IdemProcess {
     binary: PathBuf,
     config: PathBuf,
     logs: PathBuf,
     child: Option<Child>,
+    /// Run under Debian's `faketime` with this clock offset (`+300s`, `-120s`), if any.
+    clock: Option<String>,
     /// How many incarnations were started.
     pub starts: usize,
     /// How many incarnations exited by themselves (not killed by a signal).
@@ -24,21 +30,30 @@ impl IdemProcess {
             config: config.to_path_buf(),
             logs: logs.to_path_buf(),
             child: None,
+            clock: None,
             starts: 0,
             exits: 0,
         }
+    }
+
+    /// Every incarnation runs with its clock `offset` off this machine's (libfaketime's
+    /// `FAKETIME`).
+    pub fn skewed(mut self, offset: String) -> Self {
+        self.clock = Some(offset);
+        self
     }
 
     /// Starts an incarnation with `failpoints` and waits until it listens.
     pub fn start(&mut self, failpoints: &str) -> std::io::Result<()> {
         self.starts += 1;
         let log = std::fs::File::create(self.logs.join(format!("idem-{}.log", self.starts)))?;
-        let (child, _) = devtools::serve(
-            &self.binary,
-            &self.config,
-            &[("FAILPOINTS", failpoints)],
-            log.into(),
-        )?;
+        // libfaketime preloaded into idem itself (the `faketime` program would stand between
+        // this supervisor and idem, and take its signals).
+        let mut env = vec![("FAILPOINTS", failpoints)];
+        if let Some(offset) = &self.clock {
+            env.extend([("LD_PRELOAD", LIBFAKETIME), ("FAKETIME", offset.as_str())]);
+        }
+        let (child, _) = devtools::serve(&self.binary, &self.config, &env, log.into())?;
         self.child = Some(child);
         Ok(())
     }

@@ -5,7 +5,9 @@
 //! 200 once it can again; a database of an older schema that still holds claims is refused
 //! (its records are in an older idem's format) and an empty one migrated; a request waiting
 //! (`Prefer: wait`) on one node for a key held by another is answered as soon as the holder's
-//! answer is durable.
+//! answer is durable; a once-per-subject window that ends while its decision runs on one node
+//! is not decided again on another; nodes whose clocks are minutes off the database's (under
+//! libfaketime) change no outcome.
 //! (Every contract test also runs on PostgreSQL: `scripts/test`.)
 
 use std::process::{Command, Stdio};
@@ -39,6 +41,14 @@ async fn on_a_fresh_database() -> (tempfile::TempDir, Receiver, String, String) 
 
 /// [`on_a_fresh_database`], the config's `[delivery]` section being `delivery`.
 async fn on_a_fresh_database_with(delivery: &str) -> (tempfile::TempDir, Receiver, String, String) {
+    on_a_fresh_database_configured("", delivery).await
+}
+
+/// [`on_a_fresh_database`], with `idempotency` and `delivery` in those sections.
+async fn on_a_fresh_database_configured(
+    idempotency: &str,
+    delivery: &str,
+) -> (tempfile::TempDir, Receiver, String, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
     let url = fresh_database();
@@ -46,7 +56,7 @@ async fn on_a_fresh_database_with(delivery: &str) -> (tempfile::TempDir, Receive
         &on_postgres(&url),
         &dir.path().join("data"),
         &receiver,
-        "",
+        idempotency,
         delivery,
     );
     (dir, receiver, url, cfg)
@@ -276,6 +286,71 @@ async fn a_subject_whose_window_ends_mid_decision_is_not_decided_again_on_anothe
     let next = b.signal(Req::new(&breach(3)).beta()).await;
     assert_first(&next, "the next signal once the first completed");
     assert_ne!(decision_id(&next), decision_id(&first));
+}
+
+/// `libfaketime`, which moves a process's clock (Debian's `faketime`, installed by
+/// `scripts/install-faketime`).
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// Nodes whose clocks are five minutes off the database's, one ahead and one behind, change no
+/// outcome: every time a node keeps is the database's, so a key claimed on one node is held by
+/// the same clock on every other (a 60 s `key_ttl` has not passed for the node ahead, and one
+/// claimed by the node behind has not passed already for the others).
+#[tokio::test]
+async fn nodes_whose_clocks_are_minutes_off_the_databases_change_no_outcome() {
+    assert!(
+        std::path::Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} is missing: scripts/install-faketime installs it"
+    );
+    let (dir, _receiver, _, cfg) = on_a_fresh_database_configured("key_ttl = \"60s\"", "").await;
+    let start = |name: &str, skew: &str| {
+        let node_dir = dir.path().join(name);
+        std::fs::create_dir_all(&node_dir).expect("dir");
+        let env = [("LD_PRELOAD", LIBFAKETIME), ("FAKETIME", skew)];
+        let env = match skew {
+            "" => &env[..0],
+            _ => &env[..],
+        };
+        Idem::start_env(&node_dir, &cfg, env)
+    };
+    let nodes = [
+        start("on_time", ""),
+        start("ahead", "+300s"),
+        start("behind", "-300s"),
+    ];
+    let [on_time, ahead, behind] = nodes.each_ref().map(|n| Client::new(&n.base));
+    for (first, then, what) in [
+        (
+            &on_time,
+            &ahead,
+            "claimed on time, sent again to the node ahead",
+        ),
+        (
+            &behind,
+            &on_time,
+            "claimed by the node behind, sent again on time",
+        ),
+        (
+            &ahead,
+            &behind,
+            "claimed by the node ahead, sent again to the node behind",
+        ),
+    ] {
+        let key = unique("skew");
+        let body = sim_swap("+1555");
+        let decided = first.signal(Req::new(&body).beta().key(&key)).await;
+        assert_first(&decided, what);
+        let again = then.signal(Req::new(&body).beta().key(&key)).await;
+        assert!(again.replayed(), "{what}: {}", text(&again));
+        assert_eq!(again.body, decided.body, "{what}");
+    }
+    for (node, name) in [(&nodes[1], "ahead"), (&nodes[2], "behind")] {
+        assert!(
+            node.stderr().contains("clock is off the database's"),
+            "the node {name} says so: {}",
+            node.stderr()
+        );
+    }
 }
 
 #[tokio::test]

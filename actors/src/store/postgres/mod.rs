@@ -16,9 +16,11 @@ mod leases;
 mod news;
 pub mod schema;
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
+use idem_schemas::timefmt;
 use tokio::sync::mpsc;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
@@ -185,15 +187,40 @@ pub(super) fn liveness(in_flight_timeout: std::time::Duration) -> std::time::Dur
 
 /// Says, by the database's clock, that node `epoch` is alive.
 async fn heartbeat(client: &tokio_postgres::Client, epoch: u64) -> Result<(), StoreError> {
-    client
-        .execute(
+    let sent = timefmt::local_now_ms();
+    let row = client
+        .query_one(
             "INSERT INTO idem_nodes (epoch, heartbeat_at) VALUES ($1, clock_timestamp()) \
-             ON CONFLICT (epoch) DO UPDATE SET heartbeat_at = clock_timestamp()",
+             ON CONFLICT (epoch) DO UPDATE SET heartbeat_at = clock_timestamp() \
+             RETURNING (extract(epoch FROM heartbeat_at) * 1000)::int8",
             &[&(epoch as i64)],
         )
         .await?;
+    let received = timefmt::local_now_ms();
+    // Every time this node keeps is the database's: a claim's time and expiry, due times and
+    // holds are compared across nodes (and in the database's own statements), so a node whose
+    // clock is off would expire, schedule and hold by another clock than the others. The
+    // database's clock as of halfway through the round trip; read again at every heartbeat.
+    let database_ms: i64 = row.try_get(0)?;
+    let ahead_ms = database_ms - (sent / 2 + received / 2) as i64;
+    if ahead_ms.abs() > CLOCK_NOTED_MS
+        && (ahead_ms - NOTED_AHEAD_MS.swap(ahead_ms, Ordering::Relaxed)).abs() > CLOCK_NOTED_MS
+    {
+        tracing::warn!(
+            ahead_ms,
+            "this node's clock is off the database's: idem keeps the database's time"
+        );
+    }
+    timefmt::follow_store_clock(ahead_ms);
     Ok(())
 }
+
+/// How far this node's clock may be off the database's before it is logged (and logged again
+/// when it moves by as much).
+const CLOCK_NOTED_MS: i64 = 1_000;
+
+/// How far the database's clock was ahead when that was last logged.
+static NOTED_AHEAD_MS: AtomicI64 = AtomicI64::new(0);
 
 /// Beats four times per heartbeat's life while the store is open; forgets nodes gone for an
 /// hour.
