@@ -34,13 +34,13 @@ async fn crash_at(point: &str) -> Crash {
 
 /// [`crash_at`], sending `body`.
 async fn crash_with(point: &str, body: String) -> Crash {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let cfg = config(&dir.path().join("data"), &receiver, "", DELIVERY);
-    let failpoints = format!("{point}=return");
-    let idem = Idem::start_env(dir.path(), &cfg, &[("FAILPOINTS", &failpoints)]);
+    let (dir, receiver, idem, client) = Harness::new()
+        .delivery(DELIVERY)
+        .failpoints(&format!("{point}=return"))
+        .start()
+        .await;
     let key = unique("fp");
-    let r = Client::new(&idem.base)
+    let r = client
         .try_send(
             "POST",
             "/v1/signals",
@@ -169,16 +169,13 @@ async fn killed_after_the_recovery_point_the_retry_completes_without_running_any
 
 #[tokio::test]
 async fn killed_after_a_retry_attempt_the_attempt_is_made_again_then_recorded() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    receiver.answer("/notify", 503, Duration::ZERO);
-    let cfg = config(&dir.path().join("data"), &receiver, "", DELIVERY);
-    let idem = Idem::start_env(
-        dir.path(),
-        &cfg,
-        &[("FAILPOINTS", "delivery.after_attempt=return")],
-    );
-    let r = Client::new(&idem.base)
+    let (_dir, receiver, idem, client) = Harness::new()
+        .delivery(DELIVERY)
+        .answer("/notify", status(503))
+        .failpoints("delivery.after_attempt=return")
+        .start()
+        .await;
+    let r = client
         .signal(Req::new(&sim_swap("+1555")).key(&unique("d")).beta())
         .await;
     assert_eq!(r.status, 201);
@@ -225,17 +222,12 @@ async fn a_panicking_actor_fails_its_request_and_the_key_recovers() {
         "dispatch.before_recovery_point",
         "complete.before_persist",
     ] {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let receiver = Receiver::start().await;
-        let cfg = config(
-            &dir.path().join("data"),
-            &receiver,
-            "in_flight_timeout = \"1s\"",
-            DELIVERY,
-        );
-        let failpoints = format!("{point}=1*panic");
-        let idem = Idem::start_env(dir.path(), &cfg, &[("FAILPOINTS", &failpoints)]);
-        let client = Client::new(&idem.base);
+        let (_dir, receiver, idem, client) = Harness::new()
+            .idempotency("in_flight_timeout = \"1s\"")
+            .delivery(DELIVERY)
+            .failpoints(&format!("{point}=1*panic"))
+            .start()
+            .await;
         let key = unique("panic");
         let body = sim_swap("+1555");
         let failed = client.signal(Req::new(&body).key(&key).beta()).await;
@@ -333,16 +325,13 @@ async fn a_failed_sync_halts_the_store_and_a_restart_replays_every_answered_key(
 /// and the provider has its answer.
 #[tokio::test]
 async fn a_queued_callback_waits_for_its_claim_to_be_durable() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let cfg = with_okta_hook(&config(
-        &dir.path().join("data"),
-        &receiver,
-        "",
-        "inline_timeout = \"1s\"\nschedule = [\"40ms\"]",
-    ));
-    let idem = Idem::start_env(dir.path(), &cfg, &[("FAILPOINTS", "store.sync=sleep(400)")]);
-    let r = Client::new(&idem.base)
+    let (_dir, receiver, _idem, client) = Harness::new()
+        .delivery("inline_timeout = \"1s\"\nschedule = [\"40ms\"]")
+        .tenants(|receiver| with_okta_hook(&test_tenants(receiver)))
+        .failpoints("store.sync=sleep(400)")
+        .start()
+        .await;
+    let r = client
         .send(
             "POST",
             "/v1/sources/beta/hook",
@@ -370,13 +359,12 @@ async fn dead_notify(client: &Client) -> String {
 
 #[tokio::test]
 async fn a_bulk_redelivery_taken_over_after_a_crash_redelivers_what_it_matched_each_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    receiver.answer("/notify", 503, Duration::ZERO);
-    let lines = "inline_timeout = \"1s\"\nschedule = [\"100ms\"]\nbreaker_threshold = 100";
-    let cfg = config(&dir.path().join("data"), &receiver, "", lines);
-    let idem = Idem::start_env(dir.path(), &cfg, &[("FAILPOINTS", "bulk.part_way=return")]);
-    let client = Client::new(&idem.base);
+    let (_dir, _receiver, idem, client) = Harness::new()
+        .delivery("inline_timeout = \"1s\"\nschedule = [\"100ms\"]\nbreaker_threshold = 100")
+        .answer("/notify", status(503))
+        .failpoints("bulk.part_way=return")
+        .start()
+        .await;
     let mut matched = Vec::new();
     for _ in 0..3 {
         matched.push(dead_notify(&client).await);

@@ -3,10 +3,12 @@
 //! back; also the bodies and unique keys the tests send.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use idem_schemas::signature::Secret;
 
 use crate::support::config::{OKTA_HOOK_AUTH, SIGNING_SECRET};
+use crate::support::wait::eventually;
 
 /// A response as the tests look at it.
 #[derive(Debug, Clone)]
@@ -190,4 +192,20 @@ pub fn enc(value: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// The retry that `send` makes after its server was killed mid-claim and started again. On sled
+/// the claim is taken over at once (the process that held it is gone); on PostgreSQL once the
+/// killed node's heartbeat has expired (the database cannot tell a crashed node from a slow
+/// one before that), so until then it is in flight (409) and sent again.
+pub async fn retry_after_crash<F, Fut>(send: F) -> Resp
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Resp>,
+{
+    let mut send = send;
+    if std::env::var("IDEM_TEST_STORE").as_deref() != Ok("postgres") {
+        return send().await;
+    }
+    eventually(Duration::from_secs(15), send, |r| r.status != 409).await
 }

@@ -22,6 +22,7 @@ pub struct Harness {
     decisions: String,
     tenants: Box<dyn Fn(&Receiver) -> String>,
     answers: Vec<(&'static str, Answer)>,
+    failpoints: Option<String>,
 }
 
 impl Harness {
@@ -33,6 +34,7 @@ impl Harness {
             decisions: String::new(),
             tenants: Box::new(test_tenants),
             answers: Vec::new(),
+            failpoints: None,
         }
     }
 
@@ -58,6 +60,12 @@ impl Harness {
     /// of the test tenants.
     pub fn tenants(mut self, tenants: impl Fn(&Receiver) -> String + 'static) -> Harness {
         self.tenants = Box::new(tenants);
+        self
+    }
+
+    /// idem starts with these `FAILPOINTS` (a failpoints build's).
+    pub fn failpoints(mut self, spec: &str) -> Harness {
+        self.failpoints = Some(spec.to_string());
         self
     }
 
@@ -90,10 +98,11 @@ impl Harness {
         for (path, answer) in &self.answers {
             receiver.script(path, &[*answer]);
         }
-        let idem = Idem::start(
-            dir.path(),
-            &self.config(&dir.path().join("data"), &receiver),
-        );
+        let config = self.config(&dir.path().join("data"), &receiver);
+        let idem = match &self.failpoints {
+            Some(spec) => Idem::start_env(dir.path(), &config, &[("FAILPOINTS", spec)]),
+            None => Idem::start(dir.path(), &config),
+        };
         let client = Client::new(&idem.base);
         (dir, receiver, idem, client)
     }

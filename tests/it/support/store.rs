@@ -5,10 +5,6 @@
 //! server that does not answer fails the test.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-use crate::support::client::Resp;
-use crate::support::wait::eventually;
 
 /// The `[store]` section of a test's config: nothing on sled, a fresh database with
 /// `IDEM_TEST_STORE=postgres`.
@@ -23,22 +19,6 @@ pub fn store_section() -> String {
 /// The `[store]` section of the database at `url`.
 pub fn on_postgres(url: &str) -> String {
     format!("[store]\nbackend = \"postgres\"\nurl = \"{url}\"\npool_size = 4\n")
-}
-
-/// The retry that `send` makes after its server was killed mid-claim and started again. On sled
-/// the claim is taken over at once (the process that held it is gone); on PostgreSQL once the
-/// killed node's heartbeat has expired (the database cannot tell a crashed node from a slow
-/// one before that), so until then it is in flight (409) and sent again.
-pub async fn retry_after_crash<F, Fut>(send: F) -> Resp
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Resp>,
-{
-    let mut send = send;
-    if std::env::var("IDEM_TEST_STORE").as_deref() != Ok("postgres") {
-        return send().await;
-    }
-    eventually(Duration::from_secs(15), send, |r| r.status != 409).await
 }
 
 /// Runs `work` with a client of the database at `url` (see [`devtools::postgres::with_postgres`]).
