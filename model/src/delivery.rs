@@ -4,11 +4,13 @@
 //! crashes, and the tenant's redelivery of a final delivery. The log starts as `new_logs` makes
 //! it, each attempt's outcome follows `Delivery::next_step`, every log is folded with
 //! `DeliveryState`, and the store grants leases and records by `store::rule` (with fencing off,
-//! the sabotage the checker must catch).
+//! the sabotage the checker must catch). A worker may also find the endpoint open and hold the
+//! delivery back, as `DeliveryState::hold` says (recorded once, then moved, then dead once held
+//! for `max_hold`; with no `max_hold`, the other sabotage).
 
 use std::time::Duration;
 
-use idem_actors::delivery::state::{attempt_after_final, new_logs, DeliveryState};
+use idem_actors::delivery::state::{attempt_after_final, new_logs, DeliveryState, Hold};
 use idem_actors::store::rule::{self, Fencing};
 use idem_actors::Settings;
 use idem_schemas::{
@@ -28,6 +30,8 @@ pub struct DeliveryBounds {
     pub crashes: u8,
     /// The tenant's redeliveries.
     pub redeliveries: u8,
+    /// Times a worker finds the endpoint open and holds the delivery back.
+    pub holds: u8,
 }
 
 /// The model; fencing off is the sabotage the checker must catch.
@@ -35,6 +39,8 @@ pub struct DeliveryBounds {
 pub struct DeliveryModel {
     pub bounds: DeliveryBounds,
     pub fencing: Fencing,
+    /// The sabotage of `max_hold`: holds never give up.
+    pub unbounded_holds: bool,
 }
 
 /// A worker's lease on the delivery, and whether it has made its attempt.
@@ -73,6 +79,9 @@ pub struct DeliverySystem {
     pub expiries_left: u8,
     pub crashes_left: u8,
     pub redeliveries_left: u8,
+    pub holds_left: u8,
+    /// A hold found the delivery held for `max_hold` already, and it is still queued.
+    pub held_too_long: bool,
     pub now: u64,
 }
 
@@ -93,6 +102,9 @@ pub enum DeliveryAction {
     Crash(usize),
     /// The tenant redelivers a final delivery.
     Redeliver,
+    /// A node's worker finds the endpoint open (a cooldown after the last hold) and holds the
+    /// delivery back instead of attempting it.
+    Hold(usize),
 }
 
 impl DeliverySystem {
@@ -106,8 +118,13 @@ impl DeliverySystem {
     }
 }
 
+/// The breaker's cooldown: how far each hold moves the delivery.
+const COOLDOWN_MS: u64 = 10;
+
 fn settings() -> Settings {
     let mut settings = Settings::default();
+    settings.delivery.breaker_cooldown = Duration::from_millis(COOLDOWN_MS);
+    settings.delivery.max_hold = Some(Duration::from_millis(25));
     settings.delivery.schedule = vec![Duration::from_millis(10); 2];
     settings.delivery.inline_timeout = Duration::from_millis(5);
     settings.idempotency.key_ttl = Duration::from_secs(3600);
@@ -130,6 +147,25 @@ fn attempt(at_ms: u64, ok: bool) -> AttemptRecord {
 }
 
 impl DeliveryModel {
+    /// The bounds of the lease protocol: leases expiring, a crash, a redelivery, no hold.
+    pub const LEASING: DeliveryBounds = DeliveryBounds {
+        nodes: 2,
+        expiries: 2,
+        crashes: 1,
+        redeliveries: 1,
+        holds: 0,
+    };
+
+    /// The bounds of an endpoint that stays open: enough holds to pass `max_hold`, on two
+    /// nodes, and a redelivery of the dead delivery.
+    pub const HOLDING: DeliveryBounds = DeliveryBounds {
+        nodes: 2,
+        expiries: 0,
+        crashes: 0,
+        redeliveries: 1,
+        holds: 5,
+    };
+
     /// The delivery's log as its decision's inline attempt leaves it: created, then queued.
     fn created() -> Vec<DeliveryEvent> {
         let decision = Decision {
@@ -178,6 +214,8 @@ impl Model for DeliveryModel {
             expiries_left: b.expiries,
             crashes_left: b.crashes,
             redeliveries_left: b.redeliveries,
+            holds_left: b.holds,
+            held_too_long: false,
             now: 1_000,
         }]
     }
@@ -194,6 +232,9 @@ impl Model for DeliveryModel {
                 Some(lease) if !lease.attempted => {
                     actions.push(DeliveryAction::Attempt { node, ok: true });
                     actions.push(DeliveryAction::Attempt { node, ok: false });
+                    if s.holds_left > 0 {
+                        actions.push(DeliveryAction::Hold(node));
+                    }
                 }
                 _ => {}
             }
@@ -280,6 +321,36 @@ impl Model for DeliveryModel {
                 s.crashes_left -= 1;
                 s.workers[node] = None;
             }
+            DeliveryAction::Hold(node) => {
+                s.holds_left -= 1;
+                let lease = s.workers[node].as_mut()?;
+                lease.attempted = true;
+                let state = fold(&s.log[..lease.first_seq as usize])?;
+                // It was due (a first hold), or a cooldown passed since the last.
+                s.now = match state.held_since_ms {
+                    Some(_) => s.now + COOLDOWN_MS,
+                    None => s.now.max(state.placement.due_ms.unwrap_or(s.now)),
+                };
+                let max_hold = match self.unbounded_holds {
+                    true => Duration::from_millis(u64::MAX / 2),
+                    false => settings().delivery.max_hold(),
+                };
+                let (token, first_seq) = (lease.token, lease.first_seq);
+                match state.hold(s.now + COOLDOWN_MS, s.now, max_hold) {
+                    Hold::Record(event, _) | Hold::GiveUp(event, _) => s.net.push(Record {
+                        lease: Some(token),
+                        first_seq,
+                        event,
+                    }),
+                    // Only its place in the retry queue moves, and the lease with it.
+                    Hold::Move(_) => {
+                        s.lease_live = false;
+                        let since = state.held_since_ms.unwrap_or(s.now);
+                        let limit = settings().delivery.max_hold().as_millis() as u64;
+                        s.held_too_long |= s.now >= since + limit;
+                    }
+                }
+            }
             DeliveryAction::Redeliver => {
                 s.redeliveries_left -= 1;
                 s.now += 10;
@@ -304,7 +375,7 @@ impl Model for DeliveryModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always(
                 "no record of a fenced-out lease is visible",
                 |_, s: &DeliverySystem| {
@@ -329,9 +400,14 @@ impl Model for DeliveryModel {
                     fold(&s.log).is_some_and(|d| d.placement.status != DeliveryStatus::Queued)
                 },
             ),
-            Property::sometimes(
-                "a worker whose lease expired is fenced out",
-                |_, s: &DeliverySystem| s.fenced > 0,
+            Property::always(
+                "an endpoint that stays open holds a delivery for max_hold at most, with one record",
+                |_, s: &DeliverySystem| {
+                    let held_twice = s.log.windows(2).any(|w| {
+                        matches!(w, [DeliveryEvent::Held { .. }, DeliveryEvent::Held { .. }])
+                    });
+                    !s.held_too_long && !held_twice
+                },
             ),
             Property::sometimes(
                 "a dead delivery is redelivered and delivered",
@@ -343,6 +419,24 @@ impl Model for DeliveryModel {
                             .is_some_and(|d| d.placement.status == DeliveryStatus::Delivered)
                 },
             ),
-        ]
+        ];
+        // What the bounds can reach: a lease expiring under its worker, a hold past max_hold.
+        if self.bounds.expiries > 0 {
+            properties.push(Property::sometimes(
+                "a worker whose lease expired is fenced out",
+                |_, s: &DeliverySystem| s.fenced > 0,
+            ));
+        }
+        if self.bounds.holds > 0 {
+            properties.push(Property::sometimes(
+                "a delivery held for max_hold is dead",
+                |_, s: &DeliverySystem| {
+                    s.log
+                        .iter()
+                        .any(|e| matches!(e, DeliveryEvent::HeldTooLong { .. }))
+                },
+            ));
+        }
+        properties
     }
 }

@@ -27,6 +27,7 @@ struct Args {
     stalls: Option<u8>,
     sabotage: Option<Sabotage>,
     lease_fencing: Fencing,
+    unbounded_holds: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -39,6 +40,7 @@ fn parse() -> Result<Args, String> {
         stalls: None,
         sabotage: None,
         lease_fencing: Fencing::On,
+        unbounded_holds: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -74,10 +76,11 @@ fn parse() -> Result<Args, String> {
                 "answer-first" => parsed.sabotage = Some(Sabotage::AnswerBeforeRecoveryPoint),
                 "replace-on-expiry" => parsed.sabotage = Some(Sabotage::ReplaceOnExpiry),
                 "no-lease-fencing" => parsed.lease_fencing = Fencing::Off,
+                "no-max-hold" => parsed.unbounded_holds = true,
                 other => {
                     return Err(format!(
-                        "--sabotage {other}: no-fencing, answer-first, replace-on-expiry or \
-                         no-lease-fencing"
+                        "--sabotage {other}: no-fencing, answer-first, replace-on-expiry, \
+                         no-lease-fencing or no-max-hold"
                     ))
                 }
             },
@@ -113,21 +116,25 @@ fn main() -> ExitCode {
         held &= check(model, |state, action| state.describe(action));
     }
 
-    let bounds = DeliveryBounds {
-        nodes: args.nodes.unwrap_or(2),
-        expiries: 2,
-        crashes: args.crashes.unwrap_or(1),
-        redeliveries: 1,
+    // The lease protocol, then an endpoint that stays open.
+    let leasing = DeliveryBounds {
+        nodes: args.nodes.unwrap_or(DeliveryModel::LEASING.nodes),
+        crashes: args.crashes.unwrap_or(DeliveryModel::LEASING.crashes),
+        ..DeliveryModel::LEASING
     };
-    println!(
-        "deliveries: {bounds:?}, lease fencing {:?}",
-        args.lease_fencing
-    );
-    let deliveries = DeliveryModel {
-        bounds,
-        fencing: args.lease_fencing,
-    };
-    held &= check(deliveries, |_, action| format!("{action:?}"));
+    for bounds in [leasing, DeliveryModel::HOLDING] {
+        println!(
+            "deliveries: {bounds:?}, lease fencing {:?}, max_hold {}",
+            args.lease_fencing,
+            if args.unbounded_holds { "off" } else { "on" }
+        );
+        let deliveries = DeliveryModel {
+            bounds,
+            fencing: args.lease_fencing,
+            unbounded_holds: args.unbounded_holds,
+        };
+        held &= check(deliveries, |_, action| format!("{action:?}"));
+    }
     match held {
         true => ExitCode::SUCCESS,
         false => ExitCode::FAILURE,

@@ -158,30 +158,40 @@ fn replacing_an_expired_claim_that_still_runs_is_caught() {
 
 fn deliveries(fencing: Fencing) -> impl Checker<DeliveryModel> {
     let bounds = match fencing {
-        Fencing::On => DeliveryBounds {
-            nodes: 2,
-            expiries: 2,
-            crashes: 1,
-            redeliveries: 1,
-        },
+        Fencing::On => DeliveryModel::LEASING,
         // Without fencing the runs go on longer: smaller bounds catch it as surely.
         Fencing::Off => DeliveryBounds {
             nodes: 2,
             expiries: 1,
             crashes: 0,
             redeliveries: 0,
+            holds: 0,
         },
     };
-    DeliveryModel { bounds, fencing }
-        .checker()
-        .spawn_bfs()
-        .join()
+    DeliveryModel {
+        bounds,
+        fencing,
+        unbounded_holds: false,
+    }
+    .checker()
+    .spawn_bfs()
+    .join()
 }
 
-#[test]
-fn the_lease_protocol_holds_and_fences_an_expired_lease() {
-    let checker = deliveries(Fencing::On);
-    assert!(checker.unique_state_count() > 10_000);
+/// The delivery held back by an open endpoint, on two nodes (`unbounded_holds`: no `max_hold`).
+fn held_back(unbounded_holds: bool) -> impl Checker<DeliveryModel> {
+    DeliveryModel {
+        bounds: DeliveryModel::HOLDING,
+        fencing: Fencing::On,
+        unbounded_holds,
+    }
+    .checker()
+    .spawn_bfs()
+    .join()
+}
+
+/// Every property of `checker`'s model holds, and every case it is for is reached.
+fn delivery_properties_hold(checker: &impl Checker<DeliveryModel>) {
     for property in checker.model().properties() {
         let found = checker.discovery(property.name);
         match property.expectation {
@@ -189,6 +199,36 @@ fn the_lease_protocol_holds_and_fences_an_expired_lease() {
             _ => assert!(found.is_none(), "{} holds: {found:?}", property.name),
         }
     }
+}
+
+#[test]
+fn the_lease_protocol_holds_and_fences_an_expired_lease() {
+    let checker = deliveries(Fencing::On);
+    assert!(checker.unique_state_count() > 10_000);
+    delivery_properties_hold(&checker);
+}
+
+#[test]
+fn an_endpoint_that_stays_open_holds_a_delivery_for_max_hold_then_it_is_dead() {
+    let checker = held_back(false);
+    assert!(checker.unique_state_count() > 1_000);
+    delivery_properties_hold(&checker);
+}
+
+#[test]
+fn holds_without_max_hold_are_caught() {
+    let checker = held_back(true);
+    let path = checker
+        .discovery(
+            "an endpoint that stays open holds a delivery for max_hold at most, with one record",
+        )
+        .expect("a counterexample");
+    let actions = path.into_actions();
+    let held = actions
+        .iter()
+        .filter(|a| matches!(a, DeliveryAction::Hold(_)))
+        .count();
+    assert!(held >= 3, "held again past max_hold: {actions:?}");
 }
 
 #[test]

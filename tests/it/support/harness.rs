@@ -64,6 +64,7 @@ impl Harness {
     }
 
     /// idem starts with these `FAILPOINTS` (a failpoints build's).
+    #[cfg(feature = "failpoints")]
     pub fn failpoints(mut self, spec: &str) -> Harness {
         self.failpoints = Some(spec.to_string());
         self
