@@ -258,12 +258,7 @@ impl Engine {
             .iter()
             .cloned()
             .try_fold(Phase::Free, Phase::apply)?;
-        let in_flight_timeout_ms = self.settings().idempotency.in_flight_timeout.as_millis() as u64;
-        let holder = Holder {
-            epoch: self.epoch(),
-            in_flight_timeout_ms,
-            expired_kept_ms: in_flight_timeout_ms,
-        };
+        let holder = Holder::of(self.epoch(), &self.settings().idempotency);
         Ok(match phase::step(&phase, None, &fingerprint, now, holder) {
             Step::Replay(response) => Some(BulkReply::Replayed(response)),
             Step::Finish => Some(

@@ -50,6 +50,11 @@ pub struct Idempotency {
 }
 
 impl Idempotency {
+    /// `in_flight_timeout` in milliseconds, as the claim rules read it.
+    pub fn in_flight_timeout_ms(&self) -> u64 {
+        self.in_flight_timeout.as_millis() as u64
+    }
+
     /// The sweep's interval when none is set: a tenth of `key_ttl`, between 200 ms and a minute.
     pub fn sweep_interval_for(key_ttl: Duration) -> Duration {
         (key_ttl / 10).clamp(Duration::from_millis(200), Duration::from_secs(60))

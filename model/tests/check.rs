@@ -39,19 +39,25 @@ fn holds(scenario: Scenario) {
         checker.unique_state_count() > 10_000,
         "{scenario:?}: the bounds reach past a few states"
     );
+    every_property_holds(&checker, &format!("{scenario:?}"));
+}
+
+/// Every property of `checker`'s model (`what`) holds, and every case it is for is reached.
+fn every_property_holds<M>(checker: &impl Checker<M>, what: &str)
+where
+    M: Model,
+    M::State: Clone + std::fmt::Debug + PartialEq,
+    M::Action: Clone + std::fmt::Debug + PartialEq,
+{
     for property in checker.model().properties() {
         let found = checker.discovery(property.name);
         match property.expectation {
             Expectation::Sometimes => {
-                assert!(
-                    found.is_some(),
-                    "{scenario:?}: {} is reached",
-                    property.name
-                )
+                assert!(found.is_some(), "{what}: {} is reached", property.name)
             }
             _ => assert!(
                 found.is_none(),
-                "{scenario:?}: {} holds: {found:?}",
+                "{what}: {} holds: {found:?}",
                 property.name
             ),
         }
@@ -190,29 +196,18 @@ fn held_back(unbounded_holds: bool) -> impl Checker<DeliveryModel> {
     .join()
 }
 
-/// Every property of `checker`'s model holds, and every case it is for is reached.
-fn delivery_properties_hold(checker: &impl Checker<DeliveryModel>) {
-    for property in checker.model().properties() {
-        let found = checker.discovery(property.name);
-        match property.expectation {
-            Expectation::Sometimes => assert!(found.is_some(), "{} is reached", property.name),
-            _ => assert!(found.is_none(), "{} holds: {found:?}", property.name),
-        }
-    }
-}
-
 #[test]
 fn the_lease_protocol_holds_and_fences_an_expired_lease() {
     let checker = deliveries(Fencing::On);
     assert!(checker.unique_state_count() > 10_000);
-    delivery_properties_hold(&checker);
+    every_property_holds(&checker, "leases");
 }
 
 #[test]
 fn an_endpoint_that_stays_open_holds_a_delivery_for_max_hold_then_it_is_dead() {
     let checker = held_back(false);
     assert!(checker.unique_state_count() > 1_000);
-    delivery_properties_hold(&checker);
+    every_property_holds(&checker, "holds");
 }
 
 #[test]

@@ -85,14 +85,13 @@ pub enum Sabotage {
 
 impl Context {
     fn holder(&self) -> Holder {
-        let in_flight_timeout_ms = self.settings.idempotency.in_flight_timeout.as_millis() as u64;
-        Holder {
-            epoch: self.holder,
-            in_flight_timeout_ms,
-            expired_kept_ms: match self.sabotage {
-                Some(Sabotage::ReplaceOnExpiry) => 0,
-                _ => in_flight_timeout_ms,
+        let holder = Holder::of(self.holder, &self.settings.idempotency);
+        match self.sabotage {
+            Some(Sabotage::ReplaceOnExpiry) => Holder {
+                expired_kept_ms: 0,
+                ..holder
             },
+            _ => holder,
         }
     }
 

@@ -146,6 +146,18 @@ pub struct Holder {
     pub expired_kept_ms: u64,
 }
 
+impl Holder {
+    /// The holder of the process of `epoch`, under `idempotency`.
+    pub fn of(epoch: u64, idempotency: &crate::settings::Idempotency) -> Holder {
+        let in_flight_timeout_ms = idempotency.in_flight_timeout_ms();
+        Holder {
+            epoch,
+            in_flight_timeout_ms,
+            expired_kept_ms: in_flight_timeout_ms,
+        }
+    }
+}
+
 /// What a request whose body has `fingerprint` leads to at `now_ms`, in `phase`. `waiting` is
 /// the fingerprint of the key's first request while it waits for its answer: until then,
 /// nothing in the phase is a durable result to replay or a claim to take over.

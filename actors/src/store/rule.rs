@@ -6,6 +6,8 @@
 //! ([`writes_with`]) is decided here too, and the same goes for a delivery's lease and records.
 //! Fencing can be switched off ([`Fencing::Off`]): a sabotaged run, which a checker must catch.
 
+use idem_schemas::ClaimEvent;
+
 use crate::store::{LogHead, Written};
 
 /// Whether a store refuses stale writers.
@@ -55,6 +57,12 @@ pub fn replaceable(current: &Current, now_ms: u64, in_flight_timeout_ms: u64) ->
     current.expires_at_ms <= now_ms
         && (current.completed
             || current.claimed_at_ms.saturating_add(in_flight_timeout_ms) <= now_ms)
+}
+
+/// Whether a generation whose first write is `events` is completed from the start: a decision
+/// with nothing to run (or with queued callbacks) is claimed, recorded and completed at once.
+pub fn completed_from_the_start(events: &[ClaimEvent]) -> bool {
+    events.last() == Some(&ClaimEvent::Completed)
 }
 
 /// Whether a new generation claimed at `claimed_at_ms` may start: no generation holds the key,

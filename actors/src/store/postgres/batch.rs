@@ -407,7 +407,7 @@ async fn take_over(
             &head.id,
             &row,
             idem_schemas::timefmt::now_ms(),
-            in_flight_timeout.as_millis() as u64,
+            node.settings.idempotency.in_flight_timeout_ms(),
         )?,
         None => None,
     };
@@ -441,8 +441,7 @@ async fn start_claims(
         expiries.push(claim.expires_at_ms as i64);
         entries.push(codec::encode_entry(events)?);
         holders.push(claim.holder as i64);
-        // Written once with nothing to run, it is completed from the start.
-        completions.push(events.last() == Some(&idem_schemas::ClaimEvent::Completed));
+        completions.push(rule::completed_from_the_start(events));
         let head = LogHead {
             id: (*id).clone(),
             generation: claim.claimed_at_ms,
@@ -453,7 +452,7 @@ async fn start_claims(
     }
     // `rule::may_start`: the generation is the claim's time, and the key is free when its row
     // is replaceable by then (expired, and completed or claimed `in_flight_timeout` before).
-    let in_flight_timeout_ms = node.settings.idempotency.in_flight_timeout.as_millis() as u64;
+    let in_flight_timeout_ms = node.settings.idempotency.in_flight_timeout_ms();
     let held = match fencing {
         Fencing::Off => "$7::int8 IS NOT NULL",
         Fencing::On => {

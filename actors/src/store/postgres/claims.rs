@@ -150,7 +150,8 @@ impl ClaimStore for PgStore {
             let client = self.client().await?;
             // Up to `in_flight_timeout` before now: a row that expired by then is replaceable,
             // completed or not. One that expired since may still hold its key.
-            let before = now_ms.saturating_sub(self.in_flight_timeout_ms());
+            let before =
+                now_ms.saturating_sub(self.node.settings.idempotency.in_flight_timeout_ms());
             let swept = super::run(
                 &client,
                 "DELETE FROM idem_claims WHERE ctid IN \

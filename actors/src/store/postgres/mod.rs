@@ -81,7 +81,7 @@ impl PgStore {
         let (jobs, queue) = mpsc::unbounded_channel();
         tokio::spawn(batch::run(pool.clone(), node.clone(), queue));
         let (loads, asked) = mpsc::unbounded_channel();
-        let in_flight_timeout_ms = node.settings.idempotency.in_flight_timeout.as_millis() as u64;
+        let in_flight_timeout_ms = node.settings.idempotency.in_flight_timeout_ms();
         tokio::spawn(claims::run_loads(pool.clone(), asked, in_flight_timeout_ms));
         let store = Arc::new(PgStore {
             pool,
@@ -94,11 +94,6 @@ impl PgStore {
         });
         tokio::spawn(beat(Arc::downgrade(&store)));
         Ok(store)
-    }
-
-    /// How long a claim may be in flight before it may be taken over, or replaced once expired.
-    pub(super) fn in_flight_timeout_ms(&self) -> u64 {
-        self.node.settings.idempotency.in_flight_timeout.as_millis() as u64
     }
 
     /// How long a node's heartbeat stays fresh: past it, the node is gone and its in-flight

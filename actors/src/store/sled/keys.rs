@@ -88,7 +88,7 @@ impl Index {
     /// if they end so (a decision with nothing to run, or with queued callbacks, written once).
     pub fn started(head: &LogHead, events: &[ClaimEvent]) -> Self {
         Index {
-            completed: events.last() == Some(&ClaimEvent::Completed),
+            completed: rule::completed_from_the_start(events),
             ..Index::of(head)
         }
     }
