@@ -472,7 +472,7 @@ async fn an_older_schema_holding_records_is_refused_and_an_empty_one_migrated() 
             .expect("version");
         row.get::<_, i32>(0)
     });
-    assert_eq!(version, 5);
+    assert_eq!(version, 6);
     let old_health = with_postgres(&url, |client| async move {
         let row = client
             .query_one(
@@ -494,8 +494,8 @@ async fn older_schemas_holding_deliveries_or_decisions_are_refused() {
         (
             1,
             "DROP TABLE idem_decisions; DROP TABLE idem_endpoints",
-            "INSERT INTO idem_deliveries (id, tenant, status, expires_at_ms, log, records) \
-             VALUES ('msg_old', 'acme', 0, 9999999999999, '\\x04', 1)",
+            "INSERT INTO idem_deliveries (id, tenant, url, status, expires_at_ms, log, records) \
+             VALUES ('msg_old', 'acme', 'http://x/', 0, 9999999999999, '\\x04', 1)",
         ),
         (
             2,

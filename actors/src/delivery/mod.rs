@@ -146,6 +146,7 @@ impl DeliveryActorState {
         let write = DeliveryWrite {
             tenant: d.record.tenant.clone(),
             id: d.record.id.clone(),
+            url: d.record.url.clone(),
             lease,
             first_seq: d.next_seq,
             events: vec![event.clone()],

@@ -357,6 +357,7 @@ pub fn new_logs(decision: &Decision, outcomes: &[ActionOutcome], settings: &Sett
         logs.writes.push(DeliveryWrite {
             tenant: decision.tenant.clone(),
             id: planned.id.clone(),
+            url: planned.url.clone(),
             lease: None,
             first_seq: 0,
             events,

@@ -69,6 +69,8 @@ pub struct DeliveryWrite {
     pub tenant: String,
     /// The delivery.
     pub id: String,
+    /// The endpoint it goes to: the queued count per endpoint is an index by it.
+    pub url: String,
     /// The lease its writer holds (from [`DeliveryStore::due`]), which fences the write; none
     /// for a write no lease guards (a new delivery, a redelivery of a final one).
     pub lease: Option<u64>,
@@ -217,7 +219,7 @@ pub enum StoreError {
     #[error("store: malformed entry in {0}")]
     Malformed(&'static str),
     /// The database failed or could not be reached.
-    #[error("store: postgres: {0}")]
+    #[error("store: postgres: {}", postgres_detail(.0))]
     Postgres(Arc<tokio_postgres::Error>),
     /// No connection to the database could be had.
     #[error("store: postgres pool: {0}")]
@@ -262,6 +264,14 @@ pub enum StoreError {
 impl From<std::io::Error> for StoreError {
     fn from(e: std::io::Error) -> Self {
         StoreError::Io(Arc::new(e))
+    }
+}
+
+/// A database error with what the server said (tokio-postgres shows only "db error").
+fn postgres_detail(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(said) => format!("{e}: {said}"),
+        None => e.to_string(),
     }
 }
 

@@ -110,11 +110,20 @@ fn dispatched() -> ClaimEvent {
     }
 }
 
+/// The endpoint of [`delivery`]'s callbacks.
+const LOCK: &str = "http://127.0.0.1:9/lock";
+
 /// A new delivery log of `id`, queued, due at `due`.
 fn delivery(id: &str, due: u64) -> DeliveryWrite {
+    delivery_to(id, due, LOCK)
+}
+
+/// A new delivery log of `id` to `url`, queued, due at `due`.
+fn delivery_to(id: &str, due: u64, url: &str) -> DeliveryWrite {
     DeliveryWrite {
         tenant: "acme".into(),
         id: id.into(),
+        url: url.into(),
         lease: None,
         first_seq: 0,
         events: vec![DeliveryEvent::Created(DeliveryRecord {
@@ -122,7 +131,7 @@ fn delivery(id: &str, due: u64) -> DeliveryWrite {
             tenant: "acme".into(),
             decision_id: "dec_1".into(),
             action: "lock".into(),
-            url: "http://127.0.0.1:9/lock".into(),
+            url: url.into(),
             body: b"{}".to_vec(),
             created_at_ms: due,
             expires_at_ms: now_ms() + 3_600_000,
@@ -448,6 +457,133 @@ async fn a_held_delivery_moves_in_the_queue_without_a_record() {
         assert_eq!(still.len(), 1, "{name}: still queued once");
     })
     .await;
+}
+
+/// The tenant's queued deliveries by endpoint, as `GET /v1/endpoints` counts them.
+async fn queued(store: &Arc<dyn Store>) -> Vec<(String, u64)> {
+    let counts = store.queued_by_endpoint("acme").await.expect("count");
+    let mut counts: Vec<_> = counts.into_iter().collect();
+    counts.sort();
+    counts
+}
+
+#[tokio::test]
+async fn queued_deliveries_are_counted_by_endpoint_while_they_are_queued() {
+    const CASE: &str = "http://127.0.0.1:9/case";
+    on_each_store(|name, store| async move {
+        let at = now_ms() - 1_000;
+        let delivered = DeliveryWrite {
+            to: Placement {
+                status: DeliveryStatus::Delivered,
+                due_ms: None,
+            },
+            ..delivery_to("msg_d", at, LOCK)
+        };
+        let elsewhere = DeliveryWrite {
+            tenant: "globex".into(),
+            ..delivery_to("msg_g", at, LOCK)
+        };
+        let unit = Unit::new().write_deliveries(vec![
+            delivery_to("msg_1", at, LOCK),
+            delivery_to("msg_2", at, LOCK),
+            delivery_to("msg_3", at, CASE),
+            delivered,
+            elsewhere,
+        ]);
+        commit(&store, unit).await;
+        let both = vec![(CASE.to_string(), 1), (LOCK.to_string(), 2)];
+        assert_eq!(queued(&store).await, both, "{name}");
+
+        // Dead: no longer counted; redelivered: counted again.
+        let due = store.due(now_ms(), 10).await.expect("due");
+        let lease = due.iter().find(|d| d.id == "msg_1").expect("due").lease;
+        let queued_at = delivery("msg_1", at).to;
+        let dead = Placement {
+            status: DeliveryStatus::Dead,
+            due_ms: None,
+        };
+        let died = DeliveryWrite {
+            first_seq: 1,
+            lease,
+            events: vec![DeliveryEvent::HeldTooLong { at_ms: at }],
+            from: Some(queued_at),
+            to: dead,
+            ..delivery_to("msg_1", at, LOCK)
+        };
+        commit(&store, Unit::new().write_deliveries(vec![died])).await;
+        let one_each = vec![(CASE.to_string(), 1), (LOCK.to_string(), 1)];
+        assert_eq!(queued(&store).await, one_each, "{name}");
+        let redelivered = DeliveryWrite {
+            first_seq: 2,
+            events: vec![DeliveryEvent::Redelivered { at_ms: at }],
+            from: Some(dead),
+            to: queued_at,
+            ..delivery_to("msg_1", at, LOCK)
+        };
+        commit(&store, Unit::new().write_deliveries(vec![redelivered])).await;
+        assert_eq!(queued(&store).await, both, "{name}");
+
+        // Held: moved in the queue, still queued once.
+        let msg_3 = due.iter().find(|d| d.id == "msg_3").expect("due");
+        store
+            .move_due(msg_3, now_ms() + 60_000)
+            .await
+            .expect("move");
+        assert_eq!(queued(&store).await, both, "{name}");
+    })
+    .await;
+}
+
+/// A schema-5 database (its delivery rows without URLs) migrated: each row's URL comes from its
+/// log, and the queued count by endpoint reads them.
+#[tokio::test]
+async fn a_schema_5_database_gets_each_deliverys_url_from_its_log() {
+    let url = devtools::postgres::fresh_database(devtools::postgres::LOCAL, "idem_test")
+        .expect("PostgreSQL must answer");
+    let backend = || Backend::Postgres {
+        url: url.clone(),
+        pool_size: 2,
+    };
+    let at = now_ms() - 1_000;
+    {
+        let store = open(backend()).await;
+        let unit = Unit::new().write_deliveries(vec![
+            delivery_to("msg_1", at, LOCK),
+            delivery_to("msg_2", at, "http://127.0.0.1:9/case"),
+        ]);
+        commit(&store, unit).await;
+    }
+    devtools::postgres::with_postgres(&url, |client| async move {
+        client
+            .batch_execute(
+                "ALTER TABLE idem_deliveries DROP COLUMN url; \
+                 UPDATE idem_schema SET version = 5",
+            )
+            .await
+            .expect("back to schema 5");
+    })
+    .expect("PostgreSQL");
+    let store = open(backend()).await;
+    assert_eq!(
+        queued(&store).await,
+        vec![
+            ("http://127.0.0.1:9/case".to_string(), 1),
+            (LOCK.to_string(), 1)
+        ]
+    );
+    // Every row has its URL, as the column now requires.
+    let missing = devtools::postgres::with_postgres(&url, |client| async move {
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM idem_deliveries WHERE url IS NULL",
+                &[],
+            )
+            .await
+            .expect("count");
+        row.get::<_, i64>(0)
+    })
+    .expect("PostgreSQL");
+    assert_eq!(missing, 0);
 }
 
 #[tokio::test]

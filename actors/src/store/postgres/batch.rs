@@ -284,6 +284,7 @@ async fn write_deliveries(
     if !new.is_empty() {
         let mut ids = Vec::new();
         let mut tenants = Vec::new();
+        let mut urls = Vec::new();
         let mut statuses = Vec::new();
         let mut dues = Vec::new();
         let mut expiries = Vec::new();
@@ -296,6 +297,7 @@ async fn write_deliveries(
             });
             ids.push(w.id.as_str());
             tenants.push(w.tenant.as_str());
+            urls.push(w.url.as_str());
             statuses.push(status_number(w.to.status) as i16);
             dues.push(w.to.due_ms.map(|d| d as i64));
             expiries.push(expires_at_ms.ok_or(StoreError::Malformed("idem_deliveries"))?);
@@ -304,10 +306,13 @@ async fn write_deliveries(
         }
         super::run(
             tx,
-            "INSERT INTO idem_deliveries (id, tenant, status, due_ms, expires_at_ms, log, records) \
-             SELECT * FROM unnest($1::text[], $2::text[], $3::int2[], $4::int8[], $5::int8[], \
-             $6::bytea[], $7::int4[]) ON CONFLICT (id) DO NOTHING",
-            &[&ids, &tenants, &statuses, &dues, &expiries, &logs, &records],
+            "INSERT INTO idem_deliveries \
+             (id, tenant, url, status, due_ms, expires_at_ms, log, records) \
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::int8[], \
+             $6::int8[], $7::bytea[], $8::int4[]) ON CONFLICT (id) DO NOTHING",
+            &[
+                &ids, &tenants, &urls, &statuses, &dues, &expiries, &logs, &records,
+            ],
         )
         .await?;
     }

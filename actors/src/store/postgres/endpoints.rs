@@ -7,8 +7,6 @@
 
 use std::collections::HashMap;
 
-use idem_schemas::DeliveryEvent;
-
 use super::PgStore;
 use crate::breaker::{EndpointEvent, EndpointHealth, EndpointId, Noted};
 use crate::codec;
@@ -97,20 +95,17 @@ impl EndpointStore for PgStore {
     fn queued_by_endpoint<'a>(&'a self, tenant: &'a str) -> Read<'a, HashMap<String, u64>> {
         Box::pin(async move {
             let client = self.client().await?;
+            // Read from the queued index alone (`idem_deliveries_queued`).
             let rows = super::rows(
                 &client,
-                "SELECT log FROM idem_deliveries WHERE tenant = $1 AND status = 0",
+                "SELECT url, count(*) FROM idem_deliveries WHERE tenant = $1 AND status = 0 \
+                 GROUP BY url",
                 &[&tenant],
             )
             .await?;
-            let mut counts = HashMap::new();
-            for row in rows {
-                let log: &[u8] = row.try_get(0)?;
-                if let Some(DeliveryEvent::Created(record)) = codec::decode_first(log)? {
-                    *counts.entry(record.url).or_insert(0) += 1;
-                }
-            }
-            Ok(counts)
+            rows.iter()
+                .map(|row| Ok((row.try_get(0)?, row.try_get::<_, i64>(1)? as u64)))
+                .collect()
         })
     }
 

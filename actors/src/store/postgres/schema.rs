@@ -3,8 +3,10 @@
 //! database serialise on it and all come up. A database whose schema is newer than this idem
 //! knows is refused: reading it could misread a claim as free.
 
-use tokio_postgres::Client;
+use idem_schemas::DeliveryEvent;
+use tokio_postgres::{Client, Transaction};
 
+use crate::codec;
 use crate::store::StoreError;
 
 /// The advisory lock migrations hold (any fixed number; this one spells "idem").
@@ -91,7 +93,18 @@ const MIGRATIONS: &[&str] = &[
         token  bigint NOT NULL
     );
     "#,
+    // 6: a delivery's endpoint URL, and an index of the queued ones by tenant and URL, from
+    // which the queued count per endpoint is read without the logs. The rows an older idem
+    // wrote get their URL from their log (`backfill_urls`) before it is required.
+    r#"
+    ALTER TABLE idem_deliveries ADD COLUMN IF NOT EXISTS url text;
+    CREATE INDEX IF NOT EXISTS idem_deliveries_queued ON idem_deliveries (tenant, url)
+        WHERE status = 0;
+    "#,
 ];
+
+/// The schema that added deliveries' URLs.
+const URLS: i32 = 6;
 
 /// The first schema whose records this idem reads: older ones encode claims, deliveries and
 /// decisions another way.
@@ -146,6 +159,9 @@ pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     for (n, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
         tracing::info!(version = n + 1, "migrating the database schema");
         tx.batch_execute(migration).await?;
+        if n as i32 + 1 == URLS {
+            backfill_urls(&tx).await?;
+        }
     }
     if found == 0 {
         tx.execute("INSERT INTO idem_schema (version) VALUES ($1)", &[&VERSION])
@@ -155,5 +171,27 @@ pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
             .await?;
     }
     tx.commit().await?;
+    Ok(())
+}
+
+/// Gives each delivery row an older idem wrote the URL its log's first record names, then
+/// requires one of every row.
+async fn backfill_urls(tx: &Transaction<'_>) -> Result<(), StoreError> {
+    let rows = tx
+        .query("SELECT id, log FROM idem_deliveries WHERE url IS NULL", &[])
+        .await?;
+    for row in rows {
+        let id: &str = row.try_get(0)?;
+        let Some(DeliveryEvent::Created(record)) = codec::decode_first(row.try_get(1)?)? else {
+            return Err(StoreError::Malformed("idem_deliveries"));
+        };
+        tx.execute(
+            "UPDATE idem_deliveries SET url = $2 WHERE id = $1",
+            &[&id, &record.url],
+        )
+        .await?;
+    }
+    tx.batch_execute("ALTER TABLE idem_deliveries ALTER COLUMN url SET NOT NULL")
+        .await?;
     Ok(())
 }

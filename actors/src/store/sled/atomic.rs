@@ -6,12 +6,12 @@
 //! callbacks would go out for a decision the provider's retry then makes again under other
 //! ids. A transaction is recovered whole or not at all.
 
-use idem_schemas::{ClaimEvent, DecisionRecord, DeliveryEvent};
+use idem_schemas::{ClaimEvent, DecisionRecord, DeliveryEvent, DeliveryStatus};
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
 use super::keys::{
-    claim_key, decision_key, delivery_key, log_key, log_prefix, status_key, subject_listing,
-    time_key, Index,
+    claim_key, decision_key, delivery_key, log_key, log_prefix, queued_key, status_key,
+    subject_listing, time_key, Index,
 };
 use super::SledStore;
 use crate::codec;
@@ -26,6 +26,7 @@ const BY_STATUS: usize = 4;
 const DELIVERY_EXPIRY: usize = 5;
 const DECISIONS: usize = 6;
 const BY_SUBJECT: usize = 7;
+const QUEUED: usize = 8;
 
 /// One insert: into which tree, the key, the value.
 type Insert = (usize, Vec<u8>, Vec<u8>);
@@ -76,6 +77,10 @@ impl SledStore {
             if let Some(due) = write.to.due_ms {
                 inserts.push((DUE, time_key(due, &write.id), Vec::new()));
             }
+            if write.to.status == DeliveryStatus::Queued {
+                let queued = queued_key(&write.tenant, &write.url, &write.id);
+                inserts.push((QUEUED, queued, Vec::new()));
+            }
             for (n, event) in write.events.iter().enumerate() {
                 if let DeliveryEvent::Created(record) = event {
                     let expiry = time_key(record.expires_at_ms, &write.id);
@@ -105,6 +110,7 @@ impl SledStore {
             &self.delivery_expiry,
             &self.decisions,
             &self.by_subject,
+            &self.queued,
         ];
         let outcome = trees[..].transaction(|t| {
             // The key's one actor is its only writer here; should anything have moved the

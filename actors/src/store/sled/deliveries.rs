@@ -1,12 +1,13 @@
-//! Delivery logs in sled. A delivery's records live under `id ‖ 0 ‖ seq`. Three indexes follow
+//! Delivery logs in sled. A delivery's records live under `id ‖ 0 ‖ seq`. Four indexes follow
 //! each delivery: the due index (`due_at ‖ id`, only while queued) is the durable retry queue the
 //! worker reads from its oldest entry; the status index (`tenant ‖ status ‖ id`) serves the
-//! tenant's listing; the retention index (`expires_at ‖ id`) is walked by the sweeper.
+//! tenant's listing; the queued index (`tenant ‖ url ‖ id`, only while queued) counts what waits
+//! for each endpoint; the retention index (`expires_at ‖ id`) is walked by the sweeper.
 
 use idem_schemas::{DeliveryEvent, DeliveryRecord, DeliveryStatus};
 
 use super::keys::{
-    delivery_key, delivery_prefix, split_time_key, status_byte, status_key, time_key,
+    delivery_key, delivery_prefix, queued_key, split_time_key, status_byte, status_key, time_key,
 };
 use super::SledStore;
 use crate::codec;
@@ -211,6 +212,11 @@ impl SledStore {
         if let Some(due) = to.due_ms {
             self.due.insert(time_key(due, id), &[])?;
         }
+        let was_queued = write.from.map(|from| from.status) == Some(DeliveryStatus::Queued);
+        let queued = queued_key(&write.tenant, &write.url, id);
+        if to.status == DeliveryStatus::Queued && !was_queued {
+            self.queued.insert(queued.as_slice(), &[])?;
+        }
         for (n, event) in write.events.iter().enumerate() {
             if let DeliveryEvent::Created(record) = event {
                 self.delivery_expiry
@@ -228,6 +234,9 @@ impl SledStore {
             }
             if let Some(due) = from.due_ms.filter(|d| Some(*d) != to.due_ms) {
                 self.due.remove(time_key(due, id))?;
+            }
+            if was_queued && to.status != DeliveryStatus::Queued {
+                self.queued.remove(queued)?;
             }
         }
         Ok(())

@@ -6,9 +6,8 @@
 use std::collections::HashMap;
 
 use idem_schemas::timefmt::now_ms;
-use idem_schemas::{DeliveryEvent, DeliveryStatus};
 
-use super::keys::tenant_prefix;
+use super::keys::{split_queued_key, tenant_prefix};
 use super::SledStore;
 use crate::breaker::{EndpointEvent, EndpointHealth, EndpointId, Noted};
 use crate::codec;
@@ -89,28 +88,23 @@ impl SledStore {
         Ok(out)
     }
 
-    fn read_queued_by_endpoint(&self, tenant: &str) -> Result<HashMap<String, u64>, StoreError> {
-        let mut counts = HashMap::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page = self.read_listing(
-                tenant,
-                Some(DeliveryStatus::Queued),
-                after.as_deref().map(|id| (DeliveryStatus::Queued, id)),
-                1000,
-            )?;
-            let Some((_, last)) = page.last() else {
-                return Ok(counts);
-            };
-            after = Some(last.clone());
-            for (_, id) in &page {
-                if let Some(first) = self.deliveries.get(super::keys::delivery_key(id, 0))? {
-                    if let DeliveryEvent::Created(record) = codec::decode(&first)? {
-                        *counts.entry(record.url).or_insert(0) += 1;
-                    }
+    pub(super) fn read_queued_by_endpoint(
+        &self,
+        tenant: &str,
+    ) -> Result<HashMap<String, u64>, StoreError> {
+        let prefix = tenant_prefix(tenant);
+        let mut counts: HashMap<String, u64> = HashMap::new();
+        for key in self.queued.scan_prefix(&prefix).keys() {
+            let key = key?;
+            let url = split_queued_key(&key, prefix.len())?;
+            match counts.get_mut(url) {
+                Some(count) => *count += 1,
+                None => {
+                    counts.insert(url.to_string(), 1);
                 }
             }
         }
+        Ok(counts)
     }
 }
 

@@ -5,6 +5,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use idem_schemas::{DeliveryEvent, DeliveryStatus};
+
+use super::keys::{delivery_key, queued_key, split_status_key, status_byte};
+use crate::codec;
 use crate::store::StoreError;
 
 /// The format this idem reads and writes. 2: one value per claim log; 3: 8 MiB segments; 4:
@@ -12,11 +16,11 @@ use crate::store::StoreError;
 /// index entry, ids and digests stored as bytes; 6: a claim names its subject's claim, payload
 /// fingerprints are of the body's RFC 8785 form, and decisions are kept for lookup; 7: a
 /// decision names its source; 8: decisions swept in the order they were made, without an expiry
-/// index.
-pub const FORMAT: u8 = 8;
+/// index; 9: queued deliveries indexed by endpoint.
+pub const FORMAT: u8 = 9;
 
-/// The older format a directory is upgraded from when it opens.
-const UPGRADES: u8 = 7;
+/// The older formats a directory is upgraded from when it opens.
+const UPGRADES: [u8; 2] = [7, 8];
 
 /// Where the data directory's format is written (sled's default tree).
 pub const FORMAT_KEY: &[u8] = b"idem_format";
@@ -65,19 +69,12 @@ pub fn open(dir: &Path) -> Result<::sled::Db, StoreError> {
     Ok(db)
 }
 
-/// Refuses a data directory written in another format (upgrading the one format this one only
-/// drops a tree of); marks a new one with this format.
+/// Refuses a data directory written in another format (upgrading the older ones this one only
+/// adds to or drops a tree of); marks a new one with this format.
 fn check(db: &::sled::Db) -> Result<(), StoreError> {
     match db.get(FORMAT_KEY)? {
         Some(found) if *found == [FORMAT] => Ok(()),
-        // Format 7 differs only by the decisions' expiry index, which this format sweeps
-        // without. The tree goes before the new mark: sled recovers its log in order, so a
-        // directory marked 8 never still holds it, and a crash between the two upgrades again.
-        Some(found) if *found == [UPGRADES] => {
-            db.drop_tree("decision_expiry")?;
-            db.insert(FORMAT_KEY, &[FORMAT])?;
-            Ok(())
-        }
+        Some(found) if UPGRADES.iter().any(|&old| *found == [old]) => upgrade(db, found[0]),
         Some(found) => Err(StoreError::Format(format!(
             "format {}",
             found.first().copied().unwrap_or(0)
@@ -91,4 +88,33 @@ fn check(db: &::sled::Db) -> Result<(), StoreError> {
             "an unmarked store, from before formats were marked".into(),
         )),
     }
+}
+
+/// Upgrades a directory of an older format in place. Format 7 kept the decisions' expiry index,
+/// which this format sweeps without; formats 7 and 8 lack the queued index, built here from the
+/// listing. The mark goes last: sled recovers its log in order, so a directory marked with this
+/// format holds the whole upgrade, and a crash before the mark upgrades again (each step may run
+/// twice).
+fn upgrade(db: &::sled::Db, from: u8) -> Result<(), StoreError> {
+    if from == 7 {
+        db.drop_tree("decision_expiry")?;
+    }
+    let deliveries = db.open_tree("deliveries")?;
+    let queued = db.open_tree("delivery_queued")?;
+    for key in db.open_tree("delivery_status")?.iter().keys() {
+        let key = key?;
+        let (_, status, id) = split_status_key(&key)?;
+        if status != status_byte(DeliveryStatus::Queued) {
+            continue;
+        }
+        let Some(first) = deliveries.get(delivery_key(id, 0))? else {
+            continue;
+        };
+        let DeliveryEvent::Created(record) = codec::decode(&first)? else {
+            return Err(StoreError::Malformed("deliveries"));
+        };
+        queued.insert(queued_key(&record.tenant, &record.url, id), &[])?;
+    }
+    db.insert(FORMAT_KEY, &[FORMAT])?;
+    Ok(())
 }

@@ -9,6 +9,8 @@
 //! - `delivery_due` and `delivery_expiry`: `time ‖ delivery id`, the retry queue and the
 //!   retention index.
 //! - `delivery_status`: `tenant length ‖ tenant ‖ status ‖ delivery id`, the tenant's listing.
+//! - `delivery_queued`: `tenant length ‖ tenant ‖ url length (u32) ‖ url ‖ delivery id`, while
+//!   queued: the tenant's queued count per endpoint, read from the keys alone.
 //! - `decisions`: `tenant length ‖ tenant ‖ decision id → record`.
 //! - `decisions_by_subject`: `tenant length ‖ tenant ‖ digest length ‖ subject digest ‖
 //!   decision id`, a subject's decisions in the order they were made.
@@ -158,6 +160,37 @@ pub fn status_key(tenant: &str, status: DeliveryStatus, id: &str) -> Vec<u8> {
     key.push(status_byte(status));
     key.extend_from_slice(id.as_bytes());
     key
+}
+
+/// A listing entry's tenant, status byte and delivery id.
+pub fn split_status_key(key: &[u8]) -> Result<(&str, u8, &str), StoreError> {
+    let malformed = || StoreError::Malformed("delivery_status");
+    let (&tenant_len, rest) = key.split_first().ok_or_else(malformed)?;
+    let (tenant, rest) = rest
+        .split_at_checked(tenant_len as usize)
+        .ok_or_else(malformed)?;
+    let (&status, id) = rest.split_first().ok_or_else(malformed)?;
+    let text = |bytes| std::str::from_utf8(bytes).map_err(|_| malformed());
+    Ok((text(tenant)?, status, text(id)?))
+}
+
+/// A queued delivery's entry in the count per endpoint: `tenant length ‖ tenant ‖ url length ‖
+/// url ‖ id`.
+pub fn queued_key(tenant: &str, url: &str, id: &str) -> Vec<u8> {
+    let mut key = tenant_prefix(tenant);
+    key.extend_from_slice(&(url.len() as u32).to_be_bytes());
+    key.extend_from_slice(url.as_bytes());
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// The URL of a queued delivery's entry, past its tenant's prefix of `prefix_len` bytes.
+pub fn split_queued_key(key: &[u8], prefix_len: usize) -> Result<&str, StoreError> {
+    key.get(prefix_len..)
+        .and_then(|rest| rest.split_first_chunk::<4>())
+        .and_then(|(len, rest)| rest.get(..u32::from_be_bytes(*len) as usize))
+        .and_then(|url| std::str::from_utf8(url).ok())
+        .ok_or(StoreError::Malformed("delivery_queued"))
 }
 
 /// A time index entry: `time ‖ id`.

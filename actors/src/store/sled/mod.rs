@@ -39,6 +39,8 @@ pub struct SledStore {
     due: ::sled::Tree,
     /// The tenants' listing: deliveries by tenant and status.
     by_status: ::sled::Tree,
+    /// Queued deliveries by tenant and endpoint.
+    queued: ::sled::Tree,
     /// Deliveries by the end of their retention.
     delivery_expiry: ::sled::Tree,
     /// Decisions kept for lookup, by tenant and id.
@@ -68,6 +70,7 @@ impl SledStore {
             deliveries: db.open_tree("deliveries")?,
             due: db.open_tree("delivery_due")?,
             by_status: db.open_tree("delivery_status")?,
+            queued: db.open_tree("delivery_queued")?,
             delivery_expiry: db.open_tree("delivery_expiry")?,
             decisions: db.open_tree("decisions")?,
             by_subject: db.open_tree("decisions_by_subject")?,

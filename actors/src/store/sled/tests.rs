@@ -222,6 +222,7 @@ fn delivery(id: &str, at: u64) -> DeliveryWrite {
     DeliveryWrite {
         tenant: "acme".into(),
         id: id.into(),
+        url: "http://127.0.0.1:9/".into(),
         lease: None,
         first_seq: 0,
         events: vec![DeliveryEvent::Created(DeliveryRecord {
@@ -330,21 +331,23 @@ async fn damage_is_reported_never_decoded_into_a_wrong_state() {
     assert!(malformed("claims"));
 }
 
+/// sled itself on `path`, with `segment`-byte segments, as an older idem would open it.
+fn sled_at(path: &Path, segment: usize) -> ::sled::Db {
+    reopened(|| {
+        ::sled::Config::new()
+            .path(path)
+            .segment_size(segment)
+            .open()
+    })
+    .expect("sled")
+}
+
 #[test]
 fn a_data_directory_of_another_format_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     drop(open(dir.path()));
     drop(open(dir.path()));
 
-    let sled_at = |path: &Path, segment: usize| {
-        reopened(|| {
-            ::sled::Config::new()
-                .path(path)
-                .segment_size(segment)
-                .open()
-        })
-        .expect("sled")
-    };
     let refusal = |path: &Path| {
         let Err(StoreError::Format(found)) = reopened(|| SledStore::open(path, IN_FLIGHT_TIMEOUT))
         else {
@@ -398,6 +401,33 @@ fn a_data_directory_of_another_format_is_refused() {
 }
 
 #[tokio::test]
+async fn a_format_8_directory_is_upgraded_in_place_and_counts_its_queued_deliveries() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let at = now_ms();
+    {
+        let store = open(dir.path());
+        let unit = Unit::new().write_deliveries(vec![delivery("msg_1", at), delivery("msg_2", at)]);
+        store.apply(unit).expect("apply");
+        store.db.flush().expect("flush");
+    }
+    // Marked 8, without the queued index format 8 did not have.
+    {
+        let db = sled_at(dir.path(), SEGMENT_BYTES);
+        db.insert(FORMAT_KEY, &[8]).expect("mark");
+        assert!(db.drop_tree("delivery_queued").expect("drop"));
+        db.flush().expect("flush");
+    }
+    let store = open(dir.path());
+    assert_eq!(
+        store.db.get(FORMAT_KEY).expect("get").as_deref(),
+        Some(&[FORMAT][..])
+    );
+    let counts = store.read_queued_by_endpoint("acme").expect("count");
+    assert_eq!(counts.get("http://127.0.0.1:9/"), Some(&2), "{counts:?}");
+    assert_eq!(counts.len(), 1, "{counts:?}");
+}
+
+#[tokio::test]
 async fn a_format_7_directory_is_upgraded_in_place_and_keeps_its_claims() {
     let dir = tempfile::tempdir().expect("tempdir");
     let id = claim_id("acme", 7);
@@ -408,13 +438,7 @@ async fn a_format_7_directory_is_upgraded_in_place_and_keeps_its_claims() {
     }
     // Marked 7 and holding the expiry index format 7 wrote.
     {
-        let db = reopened(|| {
-            ::sled::Config::new()
-                .path(dir.path())
-                .segment_size(SEGMENT_BYTES)
-                .open()
-        })
-        .expect("sled");
+        let db = sled_at(dir.path(), SEGMENT_BYTES);
         db.insert(FORMAT_KEY, &[7]).expect("mark");
         db.open_tree("decision_expiry")
             .expect("tree")
@@ -468,6 +492,9 @@ async fn a_claim_with_queued_deliveries_is_written_whole_and_survives_a_reopen()
     let due = store.read_due(t + 1, 10).expect("due");
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].id, "msg_queued");
+    let queued = store.read_queued_by_endpoint("acme").expect("count");
+    assert_eq!(queued.get("http://127.0.0.1:9/"), Some(&1), "{queued:?}");
+    assert_eq!(queued.len(), 1, "{queued:?}");
     let kept = store
         .read_decision("acme", &record.id, t)
         .expect("decision");
