@@ -5,20 +5,31 @@
 //! domain) and answered by the claim protocol's own rule (`phase::step`), so a retried bulk
 //! request gets the first answer and redelivers nothing again. Its matches are fixed in its
 //! claim (as its decision's deliveries): a holder that takes it over after a crash redelivers
-//! those, skipping any redelivered since the claim, rather than what matches by then.
+//! those, skipping any redelivered since the claim, rather than what matches by then. Each
+//! delivery's actor asks that of its log and writes the redelivery after it, so a holder that
+//! stalls and the one that took over from it redeliver a delivery once between them.
+//!
+//! The rule is sans-IO, the engine's and the model checker's (`model/src/bulk.rs`) alike: which
+//! deliveries the filter matches ([`RedeliverFilter::matches`]), the claim that fixes them
+//! ([`claim`]), what its holder redelivers ([`plan`]) and does with each ([`each`]), the answer
+//! it records ([`response`], [`recorded`]), and what a request gets from the claim that holds
+//! its key ([`answer`]). [`Sabotage`] switches one of its rules off, for the checker only.
+
+use std::time::Duration;
 
 use futures::StreamExt;
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{
-    Claim, ClaimEvent, Decision, DeliveryStatus, PlannedDelivery, Redelivered, StoredResponse,
-    Verdict,
+    Claim, ClaimEvent, Decision, DeliveryRecord, DeliveryStatus, PlannedDelivery, Redelivered,
+    StoredResponse, Verdict,
 };
 
-use crate::claim::phase::{self, Holder, Phase, Step};
+use crate::claim::phase::{self, Holder, InvalidTransition, Invariant, Phase, Step};
+use crate::claim::ClaimError;
 use crate::delivery::RedeliverError;
 use crate::engine::{Engine, EngineError};
 use crate::failpoint;
-use crate::store::{ClaimId, ClaimLog, Unit, Written};
+use crate::store::{ClaimId, Unit, Written};
 
 /// Which deliveries a bulk redelivery takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +42,16 @@ pub struct RedeliverFilter {
     pub until_ms: Option<u64>,
     /// Of this playbook action only.
     pub action: Option<String>,
+}
+
+impl RedeliverFilter {
+    /// Whether it takes `record`, a delivery of `tenant`'s with the status it asks for.
+    pub fn matches(&self, tenant: &str, record: &DeliveryRecord) -> bool {
+        record.tenant == tenant
+            && self.since_ms.is_none_or(|t| record.created_at_ms >= t)
+            && self.until_ms.is_none_or(|t| record.created_at_ms <= t)
+            && self.action.as_deref().is_none_or(|a| record.action == a)
+    }
 }
 
 /// What a bulk request with an idempotency key gets.
@@ -76,12 +97,7 @@ impl Engine {
                 let Some(d) = self.deliveries().load(&id).await? else {
                     continue;
                 };
-                let r = &d.record;
-                let wanted = r.tenant == tenant
-                    && filter.since_ms.is_none_or(|t| r.created_at_ms >= t)
-                    && filter.until_ms.is_none_or(|t| r.created_at_ms <= t)
-                    && filter.action.as_deref().is_none_or(|a| r.action == a);
-                if wanted {
+                if filter.matches(tenant, &d.record) {
                     matching.push(id);
                 }
             }
@@ -90,8 +106,7 @@ impl Engine {
     }
 
     /// Redelivers `ids`; how many. With `since_ms` (the time of the bulk claim that fixed
-    /// them), one redelivered since then was redelivered by that claim's earlier holder, which
-    /// crashed part-way: it counts, and is not redelivered again.
+    /// them), each is redelivered or counted as [`each`] says, by its delivery actor.
     async fn redeliver_each(
         &self,
         ids: Vec<String>,
@@ -100,13 +115,7 @@ impl Engine {
         let deliveries = self.deliveries();
         let mut done = futures::stream::iter(ids)
             .map(|id| async move {
-                if let Some(since) = since_ms {
-                    let earlier = deliveries.load(&id).await?;
-                    if earlier.is_some_and(|d| d.redelivered_at_ms.is_some_and(|at| at >= since)) {
-                        return Ok(true);
-                    }
-                }
-                let redelivered = deliveries.redeliver(&id).await;
+                let redelivered = deliveries.redeliver(&id, since_ms).await;
                 failpoint::hit("bulk.part_way");
                 match redelivered {
                     Ok(_) => Ok(true),
@@ -145,7 +154,7 @@ impl Engine {
         let fingerprint = self.digester().fingerprint(tenant, body);
         // A retry of a request answered (or running) is answered without a scan of the backlog.
         if let Some(log) = self.store().load_claim(&id, now_ms()).await? {
-            if let Some(reply) = self.step(&log, fingerprint, now_ms())? {
+            if let Some(reply) = self.step(&log.events, fingerprint, now_ms())? {
                 return Ok(reply);
             }
         }
@@ -153,39 +162,15 @@ impl Engine {
         // the request over after a crash redelivers those, not what matches by then.
         let ids = self.matching(tenant, filter).await?;
         let now = now_ms();
-        let claim = Claim {
-            fingerprint,
-            holder: self.epoch(),
-            claimed_at_ms: now,
-            expires_at_ms: now + self.settings().idempotency.key_ttl.as_millis() as u64,
-            decision: Decision {
-                id: format!("bulk_{now:x}"),
-                tenant: id.tenant.clone(),
-                signal_type: "deliveries.redeliver".into(),
-                source: None,
-                verdict: Verdict::Allow,
-                subject_hash: String::new(),
-                created_at_ms: now,
-                // What the request redelivers, by delivery id (a bulk claim has no callbacks).
-                deliveries: ids
-                    .iter()
-                    .map(|id| PlannedDelivery {
-                        id: id.clone(),
-                        action: "redeliver".into(),
-                        url: String::new(),
-                        body: Vec::new(),
-                    })
-                    .collect(),
-            },
-            subject: None,
-        };
+        let key_ttl = self.settings().idempotency.key_ttl;
+        let claimed = claim(tenant, &ids, fingerprint, self.epoch(), now, key_ttl);
         let started = self
             .store()
-            .commit(Unit::new().start_claim(id.clone(), vec![ClaimEvent::Claimed(claim)]))
+            .commit(Unit::new().start_claim(id.clone(), vec![ClaimEvent::Claimed(claimed)]))
             .await?;
-        let (head, ids, since) = match started {
-            Written::Claimed(head, _) => (head, ids, now),
-            Written::Held(log) => match self.step(&log, fingerprint, now)? {
+        let (head, planned) = match started {
+            Written::Claimed(head, events) => (head, plan(&events, false, None)),
+            Written::Held(log) => match self.step(&log.events, fingerprint, now)? {
                 Some(reply) => return Ok(reply),
                 // Its holder looks gone; the store has the last word.
                 None => match self
@@ -193,13 +178,10 @@ impl Engine {
                     .commit(Unit::new().take_over_claim(log.head.clone()))
                     .await?
                 {
-                    Written::TakenOver(head) => {
-                        let (ids, since) = fixed(&log)?;
-                        (head, ids, since)
-                    }
+                    Written::TakenOver(head) => (head, plan(&log.events, true, None)),
                     Written::Held(log) => {
                         return Ok(self
-                            .step(&log, fingerprint, now)?
+                            .step(&log.events, fingerprint, now)?
                             .unwrap_or(BulkReply::InFlight))
                     }
                     _ => return Ok(BulkReply::InFlight),
@@ -207,28 +189,26 @@ impl Engine {
             },
             _ => return Ok(BulkReply::InFlight),
         };
-        let response = self.redelivered(ids, Some(since)).await?;
+        let Plan { matches, since_ms } = planned.map_err(ClaimError::from)?;
+        let ids = match matches {
+            Matches::Fixed(ids) => ids,
+            Matches::Now => self.matching(tenant, filter).await?,
+        };
+        let response = self.redelivered(ids, Some(since_ms)).await?;
         // Once durable, a retry answers these bytes and redelivers nothing.
-        let events = vec![
-            ClaimEvent::Dispatched {
-                outcomes: Vec::new(),
-                response: response.clone(),
-            },
-            ClaimEvent::Completed,
-        ];
-        let recorded = self
+        let written = self
             .store()
-            .commit(Unit::new().append_claim(head, events))
+            .commit(Unit::new().append_claim(head, recorded(response.clone())))
             .await?;
-        if matches!(recorded, Written::Appended(..)) {
+        if matches!(written, Written::Appended(..)) {
             return Ok(BulkReply::First(response));
         }
         // Another request took the key over meanwhile: its answer, once it has one, is the key's.
-        let answer = match self.store().load_claim(&id, now_ms()).await? {
-            Some(log) => self.step(&log, fingerprint, now_ms())?,
+        let theirs = match self.store().load_claim(&id, now_ms()).await? {
+            Some(log) => self.step(&log.events, fingerprint, now_ms())?,
             None => None,
         };
-        Ok(answer
+        Ok(theirs
             .filter(|reply| *reply != BulkReply::InFlight)
             .unwrap_or(BulkReply::First(response)))
     }
@@ -239,58 +219,212 @@ impl Engine {
         ids: Vec<String>,
         since_ms: Option<u64>,
     ) -> Result<StoredResponse, EngineError> {
-        let redelivered = self.redeliver_each(ids, since_ms).await?;
-        let body = serde_json::to_vec(&Redelivered { redelivered })?;
-        Ok(StoredResponse { status: 202, body })
+        Ok(response(self.redeliver_each(ids, since_ms).await?)?)
     }
 
-    /// What a request with `fingerprint` gets from the claim that holds its key, by the claim
-    /// protocol's own rule ([`phase::step`]); `None` when the claim's holder looks gone and the
-    /// request may take it over.
+    /// What a request with `fingerprint` gets at `now` from the claim whose log is `events`
+    /// (see [`answer`]), as this process.
     fn step(
         &self,
-        log: &ClaimLog,
+        events: &[ClaimEvent],
         fingerprint: [u8; 32],
         now: u64,
     ) -> Result<Option<BulkReply>, EngineError> {
-        let phase = log
-            .events
-            .iter()
-            .cloned()
-            .try_fold(Phase::Free, Phase::apply)?;
         let holder = Holder::of(self.epoch(), &self.settings().idempotency);
-        Ok(match phase::step(&phase, None, &fingerprint, now, holder) {
-            Step::Replay(response) => Some(BulkReply::Replayed(response)),
-            Step::Finish => Some(
-                phase
-                    .response()
-                    .cloned()
-                    .map_or(BulkReply::InFlight, BulkReply::Replayed),
-            ),
-            Step::Mismatch => Some(BulkReply::Mismatch),
-            Step::TakeOver => None,
-            Step::InFlight | Step::Expiring | Step::Claim => Some(BulkReply::InFlight),
-        })
+        Ok(answer(events, &fingerprint, now, holder)?)
     }
 }
 
-/// The deliveries a bulk claim's log fixed, and when it was claimed.
-fn fixed(log: &ClaimLog) -> Result<(Vec<String>, u64), EngineError> {
-    match log.events.first() {
-        Some(ClaimEvent::Claimed(claim)) => Ok((
+/// The claim of a bulk request of `tenant` whose body has `fingerprint`, made at `now_ms` by
+/// the process of epoch `holder`: it fixes what the request redelivers, `ids`, as its decision's
+/// deliveries (a bulk claim has no callbacks).
+pub fn claim(
+    tenant: &str,
+    ids: &[String],
+    fingerprint: [u8; 32],
+    holder: u64,
+    now_ms: u64,
+    key_ttl: Duration,
+) -> Claim {
+    Claim {
+        fingerprint,
+        holder,
+        claimed_at_ms: now_ms,
+        expires_at_ms: now_ms + key_ttl.as_millis() as u64,
+        decision: Decision {
+            id: format!("bulk_{now_ms:x}"),
+            tenant: tenant.to_string(),
+            signal_type: "deliveries.redeliver".into(),
+            source: None,
+            verdict: Verdict::Allow,
+            subject_hash: String::new(),
+            created_at_ms: now_ms,
+            deliveries: ids
+                .iter()
+                .map(|id| PlannedDelivery {
+                    id: id.clone(),
+                    action: "redeliver".into(),
+                    url: String::new(),
+                    body: Vec::new(),
+                })
+                .collect(),
+        },
+        subject: None,
+    }
+}
+
+/// A rule of the bulk redelivery switched off, to show that the model checker catches it; none
+/// in a real run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Sabotage {
+    /// A holder that takes the request over redelivers what the filter matches by then, not what
+    /// the claim fixed.
+    RescanOnTakeOver,
+    /// A holder redelivers each of its deliveries, one redelivered since the claim too.
+    NoSkip,
+}
+
+/// What a holder of a bulk request redelivers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Which deliveries.
+    pub matches: Matches,
+    /// When the request was claimed: one of them redelivered since counts as done ([`each`]).
+    pub since_ms: u64,
+}
+
+/// Which deliveries a holder of a bulk request redelivers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Matches {
+    /// Those its claim fixed, by id.
+    Fixed(Vec<String>),
+    /// What the filter matches now ([`Sabotage::RescanOnTakeOver`] only).
+    Now,
+}
+
+/// What the holder of the bulk claim whose log is `events` redelivers: the deliveries the claim
+/// fixed, whether it made the claim or took it over (`taken_over`) from a holder that is gone.
+pub fn plan(
+    events: &[ClaimEvent],
+    taken_over: bool,
+    sabotage: Option<Sabotage>,
+) -> Result<Plan, Invariant> {
+    let Some(ClaimEvent::Claimed(claim)) = events.first() else {
+        return Err(Invariant::NoClaim("bulk redelivery"));
+    };
+    let matches = match (taken_over, sabotage) {
+        (true, Some(Sabotage::RescanOnTakeOver)) => Matches::Now,
+        _ => Matches::Fixed(
             claim
                 .decision
                 .deliveries
                 .iter()
                 .map(|d| d.id.clone())
                 .collect(),
-            claim.claimed_at_ms,
-        )),
-        _ => Err(
-            crate::claim::ClaimError::from(crate::claim::phase::Invariant::NoClaim(
-                "bulk take-over",
-            ))
-            .into(),
         ),
+    };
+    Ok(Plan {
+        matches,
+        since_ms: claim.claimed_at_ms,
+    })
+}
+
+/// What a holder of a bulk request does with one of its deliveries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Each {
+    /// Redelivered since the claim, by an earlier holder of it that crashed part-way: it
+    /// counts, and is not redelivered again.
+    Counted,
+    /// Redeliver it: it counts if it is redelivered (it is still failed or dead).
+    Redeliver,
+}
+
+/// What a holder of a bulk request claimed at `since_ms` does with a delivery last redelivered
+/// at `redelivered_at_ms` (`None`: never, or no such delivery).
+pub fn each(redelivered_at_ms: Option<u64>, since_ms: u64, sabotage: Option<Sabotage>) -> Each {
+    let since_the_claim = redelivered_at_ms.is_some_and(|at| at >= since_ms);
+    match since_the_claim && sabotage != Some(Sabotage::NoSkip) {
+        true => Each::Counted,
+        false => Each::Redeliver,
+    }
+}
+
+/// The `202` of a bulk redelivery that redelivered `redelivered` deliveries.
+pub fn response(redelivered: u64) -> Result<StoredResponse, serde_json::Error> {
+    let body = serde_json::to_vec(&Redelivered { redelivered })?;
+    Ok(StoredResponse { status: 202, body })
+}
+
+/// The events that record a bulk request's `response` in its claim and complete it: once they
+/// are durable, a retry is answered with it and redelivers nothing.
+pub fn recorded(response: StoredResponse) -> Vec<ClaimEvent> {
+    vec![
+        ClaimEvent::Dispatched {
+            outcomes: Vec::new(),
+            response,
+        },
+        ClaimEvent::Completed,
+    ]
+}
+
+/// What a bulk request whose body has `fingerprint` gets at `now` from the claim whose log is
+/// `events`, the one that holds its key, as `holder`: by the claim protocol's own rule
+/// ([`phase::step`]); `None` when the claim's holder looks gone and the request may take it
+/// over (the store has the last word).
+pub fn answer(
+    events: &[ClaimEvent],
+    fingerprint: &[u8; 32],
+    now: u64,
+    holder: Holder,
+) -> Result<Option<BulkReply>, InvalidTransition> {
+    let phase = events.iter().cloned().try_fold(Phase::Free, Phase::apply)?;
+    Ok(match phase::step(&phase, None, fingerprint, now, holder) {
+        Step::Replay(response) => Some(BulkReply::Replayed(response)),
+        Step::Finish => Some(
+            phase
+                .response()
+                .cloned()
+                .map_or(BulkReply::InFlight, BulkReply::Replayed),
+        ),
+        Step::Mismatch => Some(BulkReply::Mismatch),
+        Step::TakeOver => None,
+        Step::InFlight | Step::Expiring | Step::Claim => Some(BulkReply::InFlight),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: u64 = 1_000;
+
+    #[test]
+    fn a_holder_redelivers_what_the_claim_fixed_skipping_what_was_redelivered_since() {
+        let ids = vec!["msg_a".to_string(), "msg_b".to_string()];
+        let events = [ClaimEvent::Claimed(claim(
+            "acme",
+            &ids,
+            [7; 32],
+            1,
+            T,
+            Duration::from_secs(60),
+        ))];
+        for taken_over in [false, true] {
+            let fixed = plan(&events, taken_over, None).expect("a claim");
+            assert_eq!(fixed.matches, Matches::Fixed(ids.clone()));
+            assert_eq!(fixed.since_ms, T);
+        }
+        let rescan = plan(&events, true, Some(Sabotage::RescanOnTakeOver)).expect("a claim");
+        assert_eq!(rescan.matches, Matches::Now);
+        assert!(plan(&[], true, None).is_err(), "no claim, no plan");
+
+        assert_eq!(each(Some(T), T, None), Each::Counted, "redelivered since");
+        assert_eq!(
+            each(Some(T - 1), T, None),
+            Each::Redeliver,
+            "before the claim"
+        );
+        assert_eq!(each(None, T, None), Each::Redeliver);
+        assert_eq!(each(Some(T), T, Some(Sabotage::NoSkip)), Each::Redeliver);
     }
 }

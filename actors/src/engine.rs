@@ -423,7 +423,7 @@ impl Engine {
         if !owned {
             return Err(RedeliverError::NotFound);
         }
-        self.deliveries.redeliver(id).await
+        self.deliveries.redeliver(id, None).await
     }
 
     /// Returns once every write made before it is durable. A delivery's record is in the store

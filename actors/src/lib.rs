@@ -9,9 +9,10 @@
 //! endpoint's health as the API shows it), `metrics` and `failpoint`.
 //!
 //! What the checkers drive and read: the sans-IO cores, `claim::core` and `claim::phase` (a
-//! key's claim), `delivery::state` (a callback's log and retry policy), `breaker`; the claim a
-//! signal is decided under (`signal::claimed`, by the keyed digests of `digest`); the store's
-//! rules (`store::rule`), its unit of work and what it answers; `codec`, how records are stored.
+//! key's claim), `delivery::state` (a callback's log and retry policy), `breaker`, `bulk`'s rule
+//! (what a bulk redelivery fixes in its claim and redelivers); the claim a signal is decided
+//! under (`signal::claimed`, by the keyed digests of `digest`); the store's rules
+//! (`store::rule`), its unit of work and what it answers; `codec`, how records are stored.
 //!
 //! Inside: the actors that carry the cores' effects out (`claim`'s and `delivery`'s, found or
 //! started under a supervisor by `supervise`, stopped when idle by `idle`), `dispatch` (signed

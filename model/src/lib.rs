@@ -16,8 +16,10 @@
 //! that wait for the first request's answer (`Prefer: wait`); keys decided once per subject,
 //! through the subject's claim; and source events, whose decision and queued callbacks are one
 //! write, the retry worker making the callbacks. `delivery` checks the delivery lease protocol
-//! the same way.
+//! the same way, and `bulk` a bulk redelivery with an idempotency key: what its claim fixes, and
+//! what a holder that takes it over after a crash redelivers.
 
+pub mod bulk;
 pub mod delivery;
 
 use std::hash::{Hash, Hasher};

@@ -1,17 +1,19 @@
-//! `cargo run --release -p model -- [--scenario inline|waiting|subject|queued] [--nodes 2]
-//! [--keys 1] [--copies 2] [--crashes 1] [--stalls 1]
-//! [--sabotage no-fencing|answer-first|no-lease-fencing]`: checks every interleaving of the
-//! claim protocol in each scenario (or the one named), then of the delivery lease protocol,
-//! within the bounds (each scenario's own, unless given); prints the states visited and each
-//! property's result, and exits 0 only when every safety and liveness property holds and every
-//! `sometimes` property was reached (so the bounds did reach the cases they are for). A
-//! counterexample is printed as its sequence of steps.
+//! `cargo run --release -p model -- [--scenario inline|waiting|subject|queued|expiring|bulk]
+//! [--nodes 2] [--keys 1] [--copies 2] [--crashes 1] [--stalls 1]
+//! [--sabotage no-fencing|answer-first|replace-on-expiry|rescan-on-takeover|no-skip|
+//! no-lease-fencing|no-max-hold]`: checks every interleaving of the claim protocol in each
+//! scenario and of a bulk redelivery (`bulk`), or of the one named, then of the delivery lease
+//! protocol, within the bounds (each scenario's own, unless given); prints the states visited
+//! and each property's result, and exits 0 only when every safety and liveness property holds
+//! and every `sometimes` property was reached (so the bounds did reach the cases they are for).
+//! A counterexample is printed as its sequence of steps.
 
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::process::ExitCode;
 
 use idem_actors::store::rule::Fencing;
+use model::bulk::{BulkBounds, BulkModel, BulkSabotage};
 use model::delivery::{DeliveryBounds, DeliveryModel};
 use model::{Bounds, ClaimModel, Sabotage, Scenario};
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
@@ -19,6 +21,8 @@ use stateright::{Checker, Expectation, HasDiscoveries, Model};
 /// What the command line asks for.
 struct Args {
     scenarios: Vec<Scenario>,
+    /// Whether the bulk redelivery is checked.
+    bulk: bool,
     /// Bounds given on the command line, over each scenario's own.
     nodes: Option<usize>,
     keys: Option<usize>,
@@ -26,6 +30,7 @@ struct Args {
     crashes: Option<u8>,
     stalls: Option<u8>,
     sabotage: Option<Sabotage>,
+    bulk_sabotage: Option<BulkSabotage>,
     lease_fencing: Fencing,
     unbounded_holds: bool,
 }
@@ -33,12 +38,14 @@ struct Args {
 fn parse() -> Result<Args, String> {
     let mut parsed = Args {
         scenarios: Scenario::ALL.to_vec(),
+        bulk: true,
         nodes: None,
         keys: None,
         copies: None,
         crashes: None,
         stalls: None,
         sabotage: None,
+        bulk_sabotage: None,
         lease_fencing: Fencing::On,
         unbounded_holds: false,
     };
@@ -53,18 +60,21 @@ fn parse() -> Result<Args, String> {
         match flag.as_str() {
             "--scenario" => {
                 let scenario = match value.as_str() {
-                    "inline" => Scenario::Inline,
-                    "waiting" => Scenario::Waiting,
-                    "subject" => Scenario::Subject,
-                    "queued" => Scenario::Queued,
-                    "expiring" => Scenario::Expiring,
+                    "inline" => Some(Scenario::Inline),
+                    "waiting" => Some(Scenario::Waiting),
+                    "subject" => Some(Scenario::Subject),
+                    "queued" => Some(Scenario::Queued),
+                    "expiring" => Some(Scenario::Expiring),
+                    "bulk" => None,
                     other => {
                         return Err(format!(
-                            "--scenario {other}: inline, waiting, subject, queued or expiring"
+                            "--scenario {other}: inline, waiting, subject, queued, expiring or \
+                             bulk"
                         ))
                     }
                 };
-                parsed.scenarios = vec![scenario];
+                parsed.scenarios = scenario.into_iter().collect();
+                parsed.bulk = scenario.is_none();
             }
             "--nodes" => parsed.nodes = Some(number()?.max(1) as usize),
             "--keys" => parsed.keys = Some(number()?.max(1) as usize),
@@ -75,12 +85,14 @@ fn parse() -> Result<Args, String> {
                 "no-fencing" => parsed.sabotage = Some(Sabotage::NoFencing),
                 "answer-first" => parsed.sabotage = Some(Sabotage::AnswerBeforeRecoveryPoint),
                 "replace-on-expiry" => parsed.sabotage = Some(Sabotage::ReplaceOnExpiry),
+                "rescan-on-takeover" => parsed.bulk_sabotage = Some(BulkSabotage::RescanOnTakeOver),
+                "no-skip" => parsed.bulk_sabotage = Some(BulkSabotage::NoSkip),
                 "no-lease-fencing" => parsed.lease_fencing = Fencing::Off,
                 "no-max-hold" => parsed.unbounded_holds = true,
                 other => {
                     return Err(format!(
                         "--sabotage {other}: no-fencing, answer-first, replace-on-expiry, \
-                         no-lease-fencing or no-max-hold"
+                         rescan-on-takeover, no-skip, no-lease-fencing or no-max-hold"
                     ))
                 }
             },
@@ -114,6 +126,18 @@ fn main() -> ExitCode {
         );
         let model = ClaimModel::new(*scenario, bounds, args.sabotage);
         held &= check(model, |state, action| state.describe(action));
+    }
+    if args.bulk {
+        let d = BulkBounds::DEFAULT;
+        let bounds = BulkBounds {
+            nodes: args.nodes.unwrap_or(d.nodes),
+            copies: args.copies.unwrap_or(d.copies),
+            crashes: args.crashes.unwrap_or(d.crashes),
+        };
+        println!("bulk: {bounds:?}, sabotage {:?}", args.bulk_sabotage);
+        let model = BulkModel::new(bounds, args.bulk_sabotage);
+        let words = model.clone();
+        held &= check(model, move |state, action| words.describe(state, action));
     }
 
     // The lease protocol, then an endpoint that stays open.

@@ -1,9 +1,10 @@
 //! The model checker can fail: the claim protocol as it runs holds every property in every
-//! scenario within small bounds (and reaches the cases each is for), the lease protocol too, and
-//! each sabotage, the real code with one rule switched off, is caught with a counterexample: a
-//! sequence of steps that ends where the property breaks.
+//! scenario within small bounds (and reaches the cases each is for), the lease protocol and the
+//! bulk redelivery too, and each sabotage, the real code with one rule switched off, is caught
+//! with a counterexample: a sequence of steps that ends where the property breaks.
 
 use idem_actors::store::rule::Fencing;
+use model::bulk::{BulkBounds, BulkModel, BulkSabotage};
 use model::delivery::{DeliveryAction, DeliveryBounds, DeliveryModel};
 use model::{Bounds, ClaimModel, Sabotage, Scenario};
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
@@ -236,5 +237,74 @@ fn without_lease_fencing_a_stale_attempt_is_caught() {
     assert!(
         actions.contains(&DeliveryAction::Expire),
         "a lease expired under its worker: {actions:?}"
+    );
+}
+
+/// The bulk redelivery within its default bounds, with `sabotage`; stopped at the first
+/// counterexample to `property` when one is given.
+fn bulk(sabotage: Option<BulkSabotage>, property: Option<&'static str>) -> impl Checker<BulkModel> {
+    let checker = BulkModel::new(BulkBounds::DEFAULT, sabotage).checker();
+    match property {
+        Some(property) => checker.finish_when(HasDiscoveries::AnyOf([property].into())),
+        None => checker,
+    }
+    .spawn_bfs()
+    .join()
+}
+
+/// The counterexample to `property` of the bulk redelivery under `sabotage`, as described steps.
+fn bulk_counterexample(sabotage: BulkSabotage, property: &'static str) -> Vec<String> {
+    let checker = bulk(Some(sabotage), Some(property));
+    let path = checker
+        .discovery(property)
+        .unwrap_or_else(|| panic!("the sabotage breaks {property:?}"));
+    let states = path.clone().into_states();
+    path.into_actions()
+        .iter()
+        .zip(&states)
+        .map(|(action, before)| checker.model().describe(before, action))
+        .collect()
+}
+
+#[test]
+fn a_bulk_redelivery_taken_over_after_a_crash_redelivers_what_its_claim_matched_each_once() {
+    let checker = bulk(None, None);
+    assert!(checker.unique_state_count() > 10_000);
+    every_property_holds(&checker, "bulk");
+}
+
+#[test]
+fn a_bulk_take_over_that_scans_again_is_caught() {
+    let steps = bulk_counterexample(
+        BulkSabotage::RescanOnTakeOver,
+        "the request redelivers only what its claim matched, never one failed after it",
+    );
+    let at = |what: &str| {
+        steps
+            .iter()
+            .position(|s| s.contains(what))
+            .unwrap_or_else(|| panic!("{what}: {steps:#?}"))
+    };
+    assert!(
+        at("claims the request") < at("msg_c's series of attempts ends failed")
+            && at("msg_c's series of attempts ends failed") < at("takes the claim over")
+            && at("takes the claim over") < at("redelivers msg_c"),
+        "a delivery failed after the claim, redelivered by the take-over: {steps:#?}"
+    );
+}
+
+#[test]
+fn a_bulk_take_over_that_skips_nothing_is_caught() {
+    let steps = bulk_counterexample(
+        BulkSabotage::NoSkip,
+        "each delivery the claim matched is redelivered at most once by the request",
+    );
+    let twice = ["msg_a", "msg_b"].into_iter().find(|id| {
+        let redelivered = format!("redelivers {id}");
+        steps.iter().filter(|s| s.ends_with(&redelivered)).count() == 2
+    });
+    assert!(
+        twice.is_some() && steps.iter().any(|s| s.contains("crashes part-way")),
+        "redelivered by the holder that crashed and again by the one that took over: {steps:#?}"
     );
 }

@@ -18,6 +18,7 @@ use idem_schemas::timefmt::now_ms;
 use idem_schemas::{DeliveryEvent, DeliveryStatus, DeliveryView, PlannedDelivery};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
+use crate::bulk::{self, Each};
 use crate::dispatch::Dispatcher;
 use crate::endpoint::Admission;
 use crate::failpoint;
@@ -117,8 +118,12 @@ pub enum DeliveryMsg {
         /// The lease this node holds on the attempt, where the store leases them.
         lease: Option<u64>,
     },
-    /// Start a new series of attempts (failed or dead deliveries only).
-    Redeliver(RpcReplyPort<Result<DeliveryView, DeliveryStatus>>),
+    /// Start a new series of attempts (failed or dead deliveries only), unless it was
+    /// redelivered since `since_ms` (by the bulk claim made then: see `bulk::each`).
+    Redeliver {
+        since_ms: Option<u64>,
+        reply: RpcReplyPort<Result<DeliveryView, DeliveryStatus>>,
+    },
     /// Time to check whether the actor has been idle long enough to stop.
     IdleCheck,
 }
@@ -326,9 +331,15 @@ impl Actor for DeliveryActor {
                 state.ctx.pending().remove(&state.delivery.record.id);
                 attempted?
             }
-            DeliveryMsg::Redeliver(reply) => {
+            DeliveryMsg::Redeliver { since_ms, reply } => {
                 let status = state.delivery.placement.status;
-                if matches!(status, DeliveryStatus::Failed | DeliveryStatus::Dead) {
+                // Asked of the log this actor holds, whose next record is written at its
+                // sequence number: a redelivery another holder of the bulk claim wrote since is
+                // seen here, or fences this one's write.
+                let at = state.delivery.redelivered_at_ms;
+                if since_ms.is_some_and(|since| bulk::each(at, since, None) == Each::Counted) {
+                    let _ = reply.send(Ok(state.delivery.view()));
+                } else if matches!(status, DeliveryStatus::Failed | DeliveryStatus::Dead) {
                     let at_ms = now_ms();
                     let to = Placement {
                         status: DeliveryStatus::Queued,
@@ -440,11 +451,17 @@ impl Deliveries {
     }
 
     /// Starts a new series of attempts for a failed or dead delivery, which the caller found
-    /// in the store (the engine, checking it is the tenant's).
-    pub async fn redeliver(&self, id: &str) -> Result<DeliveryView, RedeliverError> {
+    /// in the store (the engine, checking it is the tenant's); with `since_ms`, the time of the
+    /// bulk claim redelivering it, only if it was not redelivered since.
+    pub async fn redeliver(
+        &self,
+        id: &str,
+        since_ms: Option<u64>,
+    ) -> Result<DeliveryView, RedeliverError> {
         for _ in 0..MAX_ROUNDS {
             let actor = self.actor(id).await?;
-            match actor.call(DeliveryMsg::Redeliver, None).await {
+            let redeliver = |reply| DeliveryMsg::Redeliver { since_ms, reply };
+            match actor.call(redeliver, None).await {
                 Ok(ractor::rpc::CallResult::Success(Ok(view))) => return Ok(view),
                 Ok(ractor::rpc::CallResult::Success(Err(status))) => {
                     return Err(RedeliverError::NotFinal(status))
