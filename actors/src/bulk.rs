@@ -11,7 +11,8 @@
 //!
 //! The rule is sans-IO, the engine's and the model checker's (`model/src/bulk.rs`) alike: which
 //! deliveries the filter matches ([`RedeliverFilter::matches`]), the claim that fixes them
-//! ([`claim`]), what its holder redelivers ([`plan`]) and does with each ([`each`]), the answer
+//! ([`claim`]), what its holder redelivers ([`plan`]; each delivery's actor then follows
+//! `DeliveryState::redelivery`), the answer
 //! it records ([`response`], [`recorded`]), and what a request gets from the claim that holds
 //! its key ([`answer`]). [`Sabotage`] switches one of its rules off, for the checker only.
 
@@ -106,7 +107,8 @@ impl Engine {
     }
 
     /// Redelivers `ids`; how many. With `since_ms` (the time of the bulk claim that fixed
-    /// them), each is redelivered or counted as [`each`] says, by its delivery actor.
+    /// them), one redelivered since counts and is not redelivered again
+    /// (`DeliveryState::redelivery`, asked by its delivery actor).
     async fn redeliver_each(
         &self,
         ids: Vec<String>,
@@ -169,7 +171,7 @@ impl Engine {
             .commit(Unit::new().start_claim(id.clone(), vec![ClaimEvent::Claimed(claimed)]))
             .await?;
         let (head, planned) = match started {
-            Written::Claimed(head, events) => (head, plan(&events, false, None)),
+            Written::Claimed(head, events) => (head, plan(&events, Held::Claimed, None)),
             Written::Held(log) => match self.step(&log.events, fingerprint, now)? {
                 Some(reply) => return Ok(reply),
                 // Its holder looks gone; the store has the last word.
@@ -178,7 +180,7 @@ impl Engine {
                     .commit(Unit::new().take_over_claim(log.head.clone()))
                     .await?
                 {
-                    Written::TakenOver(head) => (head, plan(&log.events, true, None)),
+                    Written::TakenOver(head) => (head, plan(&log.events, Held::TakenOver, None)),
                     Written::Held(log) => {
                         return Ok(self
                             .step(&log.events, fingerprint, now)?
@@ -192,9 +194,9 @@ impl Engine {
         let Plan { matches, since_ms } = planned.map_err(ClaimError::from)?;
         let ids = match matches {
             Matches::Fixed(ids) => ids,
-            Matches::Now => self.matching(tenant, filter).await?,
+            Matches::Rescan => self.matching(tenant, filter).await?,
         };
-        let response = self.redelivered(ids, Some(since_ms)).await?;
+        let response = self.redelivered(ids, since_ms).await?;
         // Once durable, a retry answers these bytes and redelivers nothing.
         let written = self
             .store()
@@ -280,7 +282,8 @@ pub enum Sabotage {
     /// A holder that takes the request over redelivers what the filter matches by then, not what
     /// the claim fixed.
     RescanOnTakeOver,
-    /// A holder redelivers each of its deliveries, one redelivered since the claim too.
+    /// A holder redelivers each of its deliveries, one redelivered since the claim too (it asks
+    /// without the claim's time).
     NoSkip,
 }
 
@@ -289,8 +292,9 @@ pub enum Sabotage {
 pub struct Plan {
     /// Which deliveries.
     pub matches: Matches,
-    /// When the request was claimed: one of them redelivered since counts as done ([`each`]).
-    pub since_ms: u64,
+    /// When the request was claimed, which each delivery is asked its redelivery with: one of
+    /// them redelivered since counts as done (`DeliveryState::redelivery`).
+    pub since_ms: Option<u64>,
 }
 
 /// Which deliveries a holder of a bulk request redelivers.
@@ -299,21 +303,30 @@ pub enum Matches {
     /// Those its claim fixed, by id.
     Fixed(Vec<String>),
     /// What the filter matches now ([`Sabotage::RescanOnTakeOver`] only).
-    Now,
+    Rescan,
+}
+
+/// How a holder came to hold a bulk request's claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// It made the claim.
+    Claimed,
+    /// It took the claim over from a holder that is gone.
+    TakenOver,
 }
 
 /// What the holder of the bulk claim whose log is `events` redelivers: the deliveries the claim
-/// fixed, whether it made the claim or took it over (`taken_over`) from a holder that is gone.
+/// fixed, however it came to hold it.
 pub fn plan(
     events: &[ClaimEvent],
-    taken_over: bool,
+    held: Held,
     sabotage: Option<Sabotage>,
 ) -> Result<Plan, Invariant> {
     let Some(ClaimEvent::Claimed(claim)) = events.first() else {
         return Err(Invariant::NoClaim("bulk redelivery"));
     };
-    let matches = match (taken_over, sabotage) {
-        (true, Some(Sabotage::RescanOnTakeOver)) => Matches::Now,
+    let matches = match (held, sabotage) {
+        (Held::TakenOver, Some(Sabotage::RescanOnTakeOver)) => Matches::Rescan,
         _ => Matches::Fixed(
             claim
                 .decision
@@ -323,30 +336,11 @@ pub fn plan(
                 .collect(),
         ),
     };
-    Ok(Plan {
-        matches,
-        since_ms: claim.claimed_at_ms,
-    })
-}
-
-/// What a holder of a bulk request does with one of its deliveries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Each {
-    /// Redelivered since the claim, by an earlier holder of it that crashed part-way: it
-    /// counts, and is not redelivered again.
-    Counted,
-    /// Redeliver it: it counts if it is redelivered (it is still failed or dead).
-    Redeliver,
-}
-
-/// What a holder of a bulk request claimed at `since_ms` does with a delivery last redelivered
-/// at `redelivered_at_ms` (`None`: never, or no such delivery).
-pub fn each(redelivered_at_ms: Option<u64>, since_ms: u64, sabotage: Option<Sabotage>) -> Each {
-    let since_the_claim = redelivered_at_ms.is_some_and(|at| at >= since_ms);
-    match since_the_claim && sabotage != Some(Sabotage::NoSkip) {
-        true => Each::Counted,
-        false => Each::Redeliver,
-    }
+    let since_ms = match sabotage {
+        Some(Sabotage::NoSkip) => None,
+        _ => Some(claim.claimed_at_ms),
+    };
+    Ok(Plan { matches, since_ms })
 }
 
 /// The `202` of a bulk redelivery that redelivered `redelivered` deliveries.
@@ -399,7 +393,7 @@ mod tests {
     const T: u64 = 1_000;
 
     #[test]
-    fn a_holder_redelivers_what_the_claim_fixed_skipping_what_was_redelivered_since() {
+    fn a_holder_redelivers_what_the_claim_fixed_asking_with_the_claims_time() {
         let ids = vec!["msg_a".to_string(), "msg_b".to_string()];
         let events = [ClaimEvent::Claimed(claim(
             "acme",
@@ -409,22 +403,18 @@ mod tests {
             T,
             Duration::from_secs(60),
         ))];
-        for taken_over in [false, true] {
-            let fixed = plan(&events, taken_over, None).expect("a claim");
+        for held in [Held::Claimed, Held::TakenOver] {
+            let fixed = plan(&events, held, None).expect("a claim");
             assert_eq!(fixed.matches, Matches::Fixed(ids.clone()));
-            assert_eq!(fixed.since_ms, T);
+            assert_eq!(fixed.since_ms, Some(T));
         }
-        let rescan = plan(&events, true, Some(Sabotage::RescanOnTakeOver)).expect("a claim");
-        assert_eq!(rescan.matches, Matches::Now);
-        assert!(plan(&[], true, None).is_err(), "no claim, no plan");
-
-        assert_eq!(each(Some(T), T, None), Each::Counted, "redelivered since");
-        assert_eq!(
-            each(Some(T - 1), T, None),
-            Each::Redeliver,
-            "before the claim"
+        let rescan = plan(&events, Held::TakenOver, Some(Sabotage::RescanOnTakeOver));
+        assert_eq!(rescan.expect("a claim").matches, Matches::Rescan);
+        let no_skip = plan(&events, Held::TakenOver, Some(Sabotage::NoSkip));
+        assert_eq!(no_skip.expect("a claim").since_ms, None);
+        assert!(
+            plan(&[], Held::TakenOver, None).is_err(),
+            "no claim, no plan"
         );
-        assert_eq!(each(None, T, None), Each::Redeliver);
-        assert_eq!(each(Some(T), T, Some(Sabotage::NoSkip)), Each::Redeliver);
     }
 }

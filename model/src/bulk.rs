@@ -3,22 +3,22 @@
 //! the filter leaves out) and a bulk request with an idempotency key, sent and retried to either
 //! of two nodes. A copy is answered from the claim that holds its key (`bulk::answer`), or scans
 //! with the real filter (`RedeliverFilter::matches`) and claims, the claim fixing what it
-//! matched (`bulk::claim`); its holder redelivers what `bulk::plan` says, one delivery a step and
-//! each as `bulk::each` says (asked and written in one step, as the delivery's actor does under
-//! the fencing of its log), then records its answer (`bulk::response`, `bulk::recorded`). A
-//! node may crash part-way, losing its memory: a later copy takes the request over once the store
-//! sees its holder gone. The store decides starts, take-overs and appends by `store::rule`, and
-//! delivery logs fold with `DeliveryState`. A sabotage is a `bulk::Sabotage`: the take-over
-//! scans again (`RescanOnTakeOver`), or nothing redelivered since the claim is skipped
-//! (`NoSkip`).
+//! matched (`bulk::claim`); its holder redelivers what `bulk::plan` says, one delivery a step,
+//! each as `DeliveryState::redelivery` says (asked and written in one step, as the delivery's
+//! actor does under the fencing of its log), then records its answer (`bulk::response`,
+//! `bulk::recorded`). A node may crash part-way, losing its memory, or its holder stall past
+//! `in_flight_timeout` and run on: a later copy takes the request over once the store sees its
+//! holder gone. The store decides starts, take-overs and appends by `store::rule`, and delivery
+//! logs fold with `DeliveryState`. A sabotage is a `bulk::Sabotage`: the take-over scans again
+//! (`RescanOnTakeOver`), or nothing redelivered since the claim is skipped (`NoSkip`).
 
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 pub use idem_actors::bulk::Sabotage as BulkSabotage;
-use idem_actors::bulk::{self, BulkReply, Each, Matches, Plan, RedeliverFilter};
+use idem_actors::bulk::{self, BulkReply, Held, Matches, Plan, RedeliverFilter};
 use idem_actors::claim::phase::{Holder, Invariant};
-use idem_actors::delivery::state::DeliveryState;
+use idem_actors::delivery::state::{DeliveryState, Redelivery};
 use idem_actors::store::rule::{self, Current, Fencing};
 use idem_actors::store::{ClaimId, ClaimLog, LogHead};
 use idem_actors::Settings;
@@ -31,7 +31,7 @@ use stateright::{Model, Property};
 const T0: u64 = 1_000_000;
 /// `key_ttl`: longer than any run of the model.
 const KEY_TTL: Duration = Duration::from_secs(86_400);
-/// `in_flight_timeout`: longer than any run of the model (a holder is gone only by a crash).
+/// `in_flight_timeout`: it passes only when a holder stalls ([`BulkAction::Stall`]).
 const IN_FLIGHT_TIMEOUT: Duration = Duration::from_secs(30);
 const TENANT: &str = "acme";
 /// The deliveries: id, playbook action, and whether a series of attempts is still running.
@@ -52,14 +52,25 @@ pub struct BulkBounds {
     pub copies: u8,
     /// Node crashes.
     pub crashes: u8,
+    /// Times a holder stalls past `in_flight_timeout` (still running, its claim taken over).
+    pub stalls: u8,
 }
 
 impl BulkBounds {
     /// Two nodes, two copies, a crash: a copy meets the claim held, and one takes it over.
-    pub const DEFAULT: BulkBounds = BulkBounds {
+    pub const CRASHING: BulkBounds = BulkBounds {
         nodes: 2,
         copies: 2,
         crashes: 1,
+        stalls: 0,
+    };
+    /// Two nodes, two copies, a holder that stalls: the claim is taken over while its first
+    /// holder still runs, and both redeliver.
+    pub const STALLING: BulkBounds = BulkBounds {
+        nodes: 2,
+        copies: 2,
+        crashes: 0,
+        stalls: 1,
     };
 }
 
@@ -81,6 +92,8 @@ pub struct BulkModel {
 pub struct Row {
     current: Current,
     holder: u64,
+    /// Since when its holder holds it (the claim, or the last take-over).
+    held_since: u64,
     events: Vec<ClaimEvent>,
 }
 
@@ -106,7 +119,7 @@ pub enum Stage {
     Holding {
         head: LogHead,
         left: Vec<String>,
-        since_ms: u64,
+        since_ms: Option<u64>,
         done: u8,
         counted: u64,
     },
@@ -178,12 +191,15 @@ pub struct BulkState {
     pub answers: Vec<Answer>,
     pub copies_left: u8,
     pub crashes_left: u8,
+    pub stalls_left: u8,
     /// The store's clock.
     pub now: u64,
     /// How many times the request redelivered each delivery.
     pub redelivered: Vec<u8>,
     /// A node crashed while it held the request with some of its deliveries done, some not.
     pub crashed_part_way: bool,
+    /// The claim was taken over from a holder that still ran.
+    pub taken_from_running: bool,
 }
 
 /// A step.
@@ -205,6 +221,9 @@ pub enum BulkAction {
     /// The series of attempts of the queued delivery at this place ends failed.
     Fail(usize),
     Crash(usize),
+    /// `in_flight_timeout` passes while the claim's holder still runs: its claim may be taken
+    /// over, and it runs on.
+    Stall,
 }
 
 /// A fixed order for values without one.
@@ -240,7 +259,7 @@ fn head_of(id: &ClaimId, row: &Row) -> LogHead {
 impl Row {
     /// The deliveries its claim fixed.
     fn fixed(&self) -> Vec<String> {
-        match bulk::plan(&self.events, false, None) {
+        match bulk::plan(&self.events, Held::Claimed, None) {
             Ok(Plan {
                 matches: Matches::Fixed(ids),
                 ..
@@ -324,7 +343,8 @@ impl BulkModel {
     fn answer(&self, s: &BulkState, run: usize) -> Option<BulkReply> {
         let row = s.row.as_ref()?;
         let holder = self.holder(s.runs[run].epoch);
-        bulk::answer(&row.events, &self.fingerprint, s.now, holder).unwrap_or(None)
+        bulk::answer(&row.events, &self.fingerprint, s.now, holder)
+            .expect("the bulk claim's log folds")
     }
 
     /// Node `node`'s copy at `run`, in words.
@@ -353,7 +373,7 @@ impl BulkModel {
         };
         let left = match matches {
             Matches::Fixed(ids) => ids,
-            Matches::Now => self.matching(s),
+            Matches::Rescan => self.matching(s),
         };
         let said = format!("to redeliver {left:?}");
         s.runs[run].stage = Stage::Holding {
@@ -391,10 +411,11 @@ impl BulkModel {
                     claimed_at_ms: now,
                 },
                 holder: epoch,
+                held_since: now,
                 events: vec![ClaimEvent::Claimed(claim)],
             };
             let head = head_of(&self.id, &row);
-            let plan = bulk::plan(&row.events, false, self.sabotage);
+            let plan = bulk::plan(&row.events, Held::Claimed, self.sabotage);
             s.row = Some(row);
             self.hold(s, run, head, plan);
             return format!("{} claims the request, fixing {ids:?}", Self::who(s, run));
@@ -418,26 +439,30 @@ impl BulkModel {
     }
 
     /// The copy at `run` takes the claim over from the log it read; the store grants it once
-    /// the holder is gone (no node runs its epoch).
+    /// the holder is gone (no node runs its epoch) or has held it for `in_flight_timeout`.
     fn take_over(&self, s: &mut BulkState, run: usize) -> String {
         let Stage::TakingOver(log) = s.runs[run].stage.clone() else {
             return "nothing".into();
         };
         let epoch = s.runs[run].epoch;
+        let ift = IN_FLIGHT_TIMEOUT.as_millis() as u64;
         let gone = s
             .row
             .as_ref()
-            .is_some_and(|r| !s.epochs.contains(&r.holder));
+            .is_some_and(|r| !s.epochs.contains(&r.holder) || s.now >= r.held_since + ift);
         let current = s.row.as_ref().map(|r| r.current);
         match s.row.as_mut() {
             Some(row) if rule::may_take_over(current.as_ref(), &log.head, gone, Fencing::On) => {
                 row.current.generation += 1;
                 row.holder = epoch;
+                row.held_since = s.now;
+                let running = |r: &Run| matches!(r.stage, Stage::Holding { .. });
+                s.taken_from_running |= s.runs.iter().any(running);
                 let head = LogHead {
                     generation: row.current.generation,
                     ..log.head.clone()
                 };
-                let plan = bulk::plan(&log.events, true, self.sabotage);
+                let plan = bulk::plan(&log.events, Held::TakenOver, self.sabotage);
                 let held = self.hold(s, run, head, plan);
                 format!("{} takes the claim over, {held}", Self::who(s, run))
             }
@@ -449,9 +474,10 @@ impl BulkModel {
         }
     }
 
-    /// The copy at `run` redelivers `delivery` or counts it, as `bulk::each` says; a redelivery
-    /// of one that is not failed or dead is refused (as the delivery actor refuses it), and does
-    /// not count.
+    /// The copy at `run` asks `delivery`'s redelivery with the claim's time, and its actor does
+    /// what `DeliveryState::redelivery` says, in one step (the actor's write is fenced by
+    /// whatever was written since it read the log): one redelivered since the claim counts, one
+    /// failed or dead is redelivered and counts, any other is refused and does not.
     fn redeliver(&self, s: &mut BulkState, run: usize, delivery: &str) -> String {
         let who = Self::who(s, run);
         let Stage::Holding {
@@ -472,22 +498,22 @@ impl BulkModel {
         let Some(state) = fold(&s.deliveries[n]) else {
             return format!("{who} finds {delivery}'s log malformed");
         };
-        match bulk::each(state.redelivered_at_ms, *since_ms, self.sabotage) {
-            Each::Counted => {
+        match state.redelivery(*since_ms, s.now + 1) {
+            Redelivery::Done => {
                 *counted += 1;
                 format!("{who} counts {delivery}, redelivered since the claim")
             }
-            Each::Redeliver => {
-                let status = state.placement.status;
-                if !matches!(status, DeliveryStatus::Failed | DeliveryStatus::Dead) {
-                    return format!("{who} is refused {delivery}'s redelivery: {status:?}");
-                }
+            Redelivery::Record(event, _) => {
                 *counted += 1;
-                s.now += 1;
-                let at_ms = s.now;
-                s.deliveries[n].push(DeliveryEvent::Redelivered { at_ms });
+                if let DeliveryEvent::Redelivered { at_ms } = event {
+                    s.now = at_ms;
+                }
+                s.deliveries[n].push(event);
                 s.redelivered[n] += 1;
                 format!("{who} redelivers {delivery}")
+            }
+            Redelivery::NotFinal(status) => {
+                format!("{who} is refused {delivery}'s redelivery: {status:?}")
             }
         }
     }
@@ -543,6 +569,11 @@ impl BulkModel {
                     next: NextStep::Failed,
                 });
                 format!("{}'s series of attempts ends failed", DELIVERIES[n].0)
+            }
+            BulkAction::Stall => {
+                s.stalls_left -= 1;
+                s.now += IN_FLIGHT_TIMEOUT.as_millis() as u64;
+                "the claim's holder stalls past in_flight_timeout".into()
             }
             BulkAction::Crash(node) => {
                 s.crashes_left -= 1;
@@ -627,9 +658,11 @@ impl Model for BulkModel {
             answers: Vec::new(),
             copies_left: b.copies,
             crashes_left: b.crashes,
+            stalls_left: b.stalls,
             now: T0,
             redelivered: vec![0; DELIVERIES.len()],
             crashed_part_way: false,
+            taken_from_running: false,
         }]
     }
 
@@ -658,6 +691,13 @@ impl Model for BulkModel {
                 actions.push(BulkAction::Fail(n));
             }
         }
+        let holding = s
+            .runs
+            .iter()
+            .any(|r| matches!(r.stage, Stage::Holding { .. }));
+        if s.stalls_left > 0 && holding {
+            actions.push(BulkAction::Stall);
+        }
         if s.crashes_left > 0 {
             for node in 0..self.bounds.nodes {
                 if s.runs.iter().any(|r| r.node == node) {
@@ -675,7 +715,7 @@ impl Model for BulkModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always(
                 "each delivery the claim matched is redelivered at most once by the request",
                 |_, s: &BulkState| s.redelivered.iter().all(|&n| n <= 1),
@@ -686,6 +726,21 @@ impl Model for BulkModel {
                     let fixed = s.row.as_ref().map(Row::fixed).unwrap_or_default();
                     (0..s.redelivered.len()).all(|n| {
                         s.redelivered[n] == 0 || fixed.iter().any(|id| id == DELIVERIES[n].0)
+                    })
+                },
+            ),
+            Property::always(
+                "once the answer is recorded, each delivery the claim matched was redelivered since",
+                |_, s: &BulkState| {
+                    let Some(row) = s.row.as_ref().filter(|r| r.current.completed) else {
+                        return true;
+                    };
+                    let since = row.current.claimed_at_ms;
+                    row.fixed().iter().all(|id| {
+                        BulkState::index(id).is_some_and(|n| {
+                            fold(&s.deliveries[n])
+                                .is_some_and(|d| d.redelivered_at_ms >= Some(since))
+                        })
                     })
                 },
             ),
@@ -712,15 +767,6 @@ impl Model for BulkModel {
                 |_, s: &BulkState| s.answers.iter().any(|a| matches!(a, Answer::Replayed(_))),
             ),
             Property::sometimes(
-                "a take-over after a part-way crash completes",
-                |_, s: &BulkState| {
-                    s.crashed_part_way
-                        && s.row
-                            .as_ref()
-                            .is_some_and(|r| r.taken_over() && r.current.completed)
-                },
-            ),
-            Property::sometimes(
                 "a delivery fails after the claim while the request runs",
                 |m: &BulkModel, s: &BulkState| {
                     s.row.as_ref().is_some_and(|row| {
@@ -729,6 +775,27 @@ impl Model for BulkModel {
                     })
                 },
             ),
-        ]
+        ];
+        // What each kind of take-over its bounds allow must reach.
+        if self.bounds.crashes > 0 {
+            properties.push(Property::sometimes(
+                "a take-over after a part-way crash completes",
+                |_, s: &BulkState| {
+                    s.crashed_part_way
+                        && s.row
+                            .as_ref()
+                            .is_some_and(|r| r.taken_over() && r.current.completed)
+                },
+            ));
+        }
+        if self.bounds.stalls > 0 {
+            properties.push(Property::sometimes(
+                "a claim taken over from a holder that still runs is completed",
+                |_, s: &BulkState| {
+                    s.taken_from_running && s.row.as_ref().is_some_and(|r| r.current.completed)
+                },
+            ));
+        }
+        properties
     }
 }

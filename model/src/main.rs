@@ -127,17 +127,20 @@ fn main() -> ExitCode {
         let model = ClaimModel::new(*scenario, bounds, args.sabotage);
         held &= check(model, |state, action| state.describe(action));
     }
+    // The bulk redelivery: a holder that crashes, then one that stalls.
     if args.bulk {
-        let d = BulkBounds::DEFAULT;
-        let bounds = BulkBounds {
-            nodes: args.nodes.unwrap_or(d.nodes),
-            copies: args.copies.unwrap_or(d.copies),
-            crashes: args.crashes.unwrap_or(d.crashes),
-        };
-        println!("bulk: {bounds:?}, sabotage {:?}", args.bulk_sabotage);
-        let model = BulkModel::new(bounds, args.bulk_sabotage);
-        let words = model.clone();
-        held &= check(model, move |state, action| words.describe(state, action));
+        for d in [BulkBounds::CRASHING, BulkBounds::STALLING] {
+            let bounds = BulkBounds {
+                nodes: args.nodes.unwrap_or(d.nodes),
+                copies: args.copies.unwrap_or(d.copies),
+                crashes: args.crashes.unwrap_or(d.crashes),
+                stalls: args.stalls.unwrap_or(d.stalls),
+            };
+            println!("bulk: {bounds:?}, sabotage {:?}", args.bulk_sabotage);
+            let model = BulkModel::new(bounds, args.bulk_sabotage);
+            let words = model.clone();
+            held &= check(model, move |state, action| words.describe(state, action));
+        }
     }
 
     // The lease protocol, then an endpoint that stays open.

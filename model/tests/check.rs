@@ -240,10 +240,14 @@ fn without_lease_fencing_a_stale_attempt_is_caught() {
     );
 }
 
-/// The bulk redelivery within its default bounds, with `sabotage`; stopped at the first
-/// counterexample to `property` when one is given.
-fn bulk(sabotage: Option<BulkSabotage>, property: Option<&'static str>) -> impl Checker<BulkModel> {
-    let checker = BulkModel::new(BulkBounds::DEFAULT, sabotage).checker();
+/// The bulk redelivery within `bounds`, with `sabotage`; stopped at the first counterexample to
+/// `property` when one is given.
+fn bulk(
+    bounds: BulkBounds,
+    sabotage: Option<BulkSabotage>,
+    property: Option<&'static str>,
+) -> impl Checker<BulkModel> {
+    let checker = BulkModel::new(bounds, sabotage).checker();
     match property {
         Some(property) => checker.finish_when(HasDiscoveries::AnyOf([property].into())),
         None => checker,
@@ -254,7 +258,7 @@ fn bulk(sabotage: Option<BulkSabotage>, property: Option<&'static str>) -> impl 
 
 /// The counterexample to `property` of the bulk redelivery under `sabotage`, as described steps.
 fn bulk_counterexample(sabotage: BulkSabotage, property: &'static str) -> Vec<String> {
-    let checker = bulk(Some(sabotage), Some(property));
+    let checker = bulk(BulkBounds::CRASHING, Some(sabotage), Some(property));
     let path = checker
         .discovery(property)
         .unwrap_or_else(|| panic!("the sabotage breaks {property:?}"));
@@ -268,9 +272,16 @@ fn bulk_counterexample(sabotage: BulkSabotage, property: &'static str) -> Vec<St
 
 #[test]
 fn a_bulk_redelivery_taken_over_after_a_crash_redelivers_what_its_claim_matched_each_once() {
-    let checker = bulk(None, None);
+    let checker = bulk(BulkBounds::CRASHING, None, None);
     assert!(checker.unique_state_count() > 10_000);
-    every_property_holds(&checker, "bulk");
+    every_property_holds(&checker, "bulk, crashing");
+}
+
+#[test]
+fn a_bulk_redelivery_taken_over_from_a_stalled_holder_redelivers_each_once_between_them() {
+    let checker = bulk(BulkBounds::STALLING, None, None);
+    assert!(checker.unique_state_count() > 1_000);
+    every_property_holds(&checker, "bulk, stalling");
 }
 
 #[test]

@@ -18,7 +18,6 @@ use idem_schemas::timefmt::now_ms;
 use idem_schemas::{DeliveryEvent, DeliveryStatus, DeliveryView, PlannedDelivery};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::bulk::{self, Each};
 use crate::dispatch::Dispatcher;
 use crate::endpoint::Admission;
 use crate::failpoint;
@@ -28,7 +27,7 @@ use crate::settings::Settings;
 use crate::store::{DeliveryWrite, Placement, Store, StoreError, Timed, Unit, Written};
 use crate::supervise::{Family, RegistryError};
 pub use state::{new_logs, DeliveryState, Hold, InvalidDeliveryLog, NewLogs};
-use state::{outcome_label, placement};
+use state::{outcome_label, placement, Redelivery};
 
 /// What delivery actors share.
 pub struct DeliveryContext {
@@ -119,7 +118,8 @@ pub enum DeliveryMsg {
         lease: Option<u64>,
     },
     /// Start a new series of attempts (failed or dead deliveries only), unless it was
-    /// redelivered since `since_ms` (by the bulk claim made then: see `bulk::each`).
+    /// redelivered since `since_ms` (by the bulk claim made then: see
+    /// [`DeliveryState::redelivery`]).
     Redeliver {
         since_ms: Option<u64>,
         reply: RpcReplyPort<Result<DeliveryView, DeliveryStatus>>,
@@ -173,15 +173,20 @@ impl DeliveryActorState {
         Ok(())
     }
 
+    /// Reads the delivery again: other nodes may have written since this actor read it.
+    async fn reread(&mut self) -> Result<(), DeliveryError> {
+        let id = &self.delivery.record.id;
+        self.delivery = self
+            .ctx
+            .load(id)
+            .await?
+            .ok_or_else(|| DeliveryError::Missing(id.clone()))?;
+        Ok(())
+    }
+
     async fn attempt(&mut self, due_ms: u64, lease: Option<u64>) -> Result<(), DeliveryError> {
         if lease.is_some() {
-            // Other nodes may have written since this actor read the delivery: read it again.
-            let id = &self.delivery.record.id;
-            self.delivery = self
-                .ctx
-                .load(id)
-                .await?
-                .ok_or_else(|| DeliveryError::Missing(id.clone()))?;
+            self.reread().await?;
         }
         let now = now_ms();
         let entry = Timed {
@@ -332,27 +337,25 @@ impl Actor for DeliveryActor {
                 attempted?
             }
             DeliveryMsg::Redeliver { since_ms, reply } => {
-                let status = state.delivery.placement.status;
-                // Asked of the log this actor holds, whose next record is written at its
-                // sequence number: a redelivery another holder of the bulk claim wrote since is
-                // seen here, or fences this one's write.
-                let at = state.delivery.redelivered_at_ms;
-                if since_ms.is_some_and(|since| bulk::each(at, since, None) == Each::Counted) {
-                    let _ = reply.send(Ok(state.delivery.view()));
-                } else if matches!(status, DeliveryStatus::Failed | DeliveryStatus::Dead) {
-                    let at_ms = now_ms();
-                    let to = Placement {
-                        status: DeliveryStatus::Queued,
-                        due_ms: Some(at_ms),
-                    };
+                if state.ctx.store.leases_due() {
+                    state.reread().await?;
+                }
+                // Asked of the log as this actor read it, whose next record is written at its
+                // sequence number: whatever another node wrote since fences this write, and the
+                // caller asks a fresh actor again.
+                match state.delivery.redelivery(since_ms, now_ms()) {
+                    Redelivery::Done => {
+                        let _ = reply.send(Ok(state.delivery.view()));
+                    }
                     // Due at once: the next tick of a retry worker (of any node, under a lease)
                     // makes the attempt.
-                    state
-                        .record(DeliveryEvent::Redelivered { at_ms }, to, None)
-                        .await?;
-                    let _ = reply.send(Ok(state.delivery.view()));
-                } else {
-                    let _ = reply.send(Err(status));
+                    Redelivery::Record(event, to) => {
+                        state.record(event, to, None).await?;
+                        let _ = reply.send(Ok(state.delivery.view()));
+                    }
+                    Redelivery::NotFinal(status) => {
+                        let _ = reply.send(Err(status));
+                    }
                 }
             }
         }

@@ -144,7 +144,39 @@ pub enum Hold {
     GiveUp(DeliveryEvent, Placement),
 }
 
+/// What a redelivery asked of a delivery comes to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Redelivery {
+    /// Redelivered since the bulk claim asking (by an earlier holder of it that stopped
+    /// part-way): it counts as redelivered, and nothing is written.
+    Done,
+    /// Failed or dead: this record starts a new series, due at once.
+    Record(DeliveryEvent, Placement),
+    /// Neither failed nor dead: refused.
+    NotFinal(DeliveryStatus),
+}
+
 impl DeliveryState {
+    /// What a redelivery at `now_ms` does, asked with `since_ms` by a bulk redelivery (the time
+    /// of its claim): a delivery redelivered since then is done, so that the claim's holders
+    /// redeliver it once between them. A new series is never dated before the claim asking, so
+    /// a clock that stepped back cannot make it look older.
+    pub fn redelivery(&self, since_ms: Option<u64>, now_ms: u64) -> Redelivery {
+        let done = since_ms.is_some_and(|since| self.redelivered_at_ms >= Some(since));
+        match self.placement.status {
+            _ if done => Redelivery::Done,
+            DeliveryStatus::Failed | DeliveryStatus::Dead => {
+                let at_ms = now_ms.max(since_ms.unwrap_or(0));
+                let to = Placement {
+                    status: DeliveryStatus::Queued,
+                    due_ms: Some(at_ms),
+                };
+                Redelivery::Record(DeliveryEvent::Redelivered { at_ms }, to)
+            }
+            status => Redelivery::NotFinal(status),
+        }
+    }
+
     /// Folds a whole log.
     pub fn fold(events: Vec<DeliveryEvent>) -> Result<Self, InvalidDeliveryLog> {
         let mut events = events.into_iter();
@@ -722,5 +754,60 @@ mod tests {
         twice.push(logs[0].clone());
         assert!(DeliveryState::fold(twice).is_err());
         assert!(DeliveryState::fold(logs[1..].to_vec()).is_err());
+    }
+
+    #[test]
+    fn a_redelivery_asked_by_a_bulk_claim_is_made_once_since_the_claim() {
+        let dead = DeliveryEvent::Answered {
+            attempt: attempt(None, None),
+            next: NextStep::Dead,
+        };
+        let redelivered = |at_ms| DeliveryEvent::Redelivered { at_ms };
+        let fold = |events: &[DeliveryEvent]| {
+            let mut log = vec![DeliveryEvent::Created(record())];
+            log.extend_from_slice(events);
+            DeliveryState::fold(log).expect("fold")
+        };
+        let queued_at = |at_ms| Placement {
+            status: DeliveryStatus::Queued,
+            due_ms: Some(at_ms),
+        };
+        let claim = T + 100;
+
+        // Dead: redelivered, with or without a claim's time.
+        let once = fold(&[dead.clone()]);
+        let made = Redelivery::Record(redelivered(claim + 5), queued_at(claim + 5));
+        assert_eq!(once.redelivery(None, claim + 5), made);
+        assert_eq!(once.redelivery(Some(claim), claim + 5), made);
+        // A clock behind the claim's dates the new series at the claim, not before it.
+        let behind = Redelivery::Record(redelivered(claim), queued_at(claim));
+        assert_eq!(once.redelivery(Some(claim), claim - 50), behind);
+
+        // Redelivered before the claim and dead again: redelivered.
+        let earlier = fold(&[dead.clone(), redelivered(claim - 1), dead.clone()]);
+        assert!(matches!(
+            earlier.redelivery(Some(claim), claim + 5),
+            Redelivery::Record(..)
+        ));
+        // Redelivered since the claim, whether dead again or still queued: done.
+        let since = fold(&[dead.clone(), redelivered(claim), dead]);
+        assert_eq!(since.redelivery(Some(claim), claim + 5), Redelivery::Done);
+        let running = fold(&[
+            DeliveryEvent::Answered {
+                attempt: attempt(None, None),
+                next: NextStep::Dead,
+            },
+            redelivered(claim + 1),
+        ]);
+        assert_eq!(running.redelivery(Some(claim), claim + 5), Redelivery::Done);
+        // Asked without a claim's time, a queued one is refused.
+        assert_eq!(
+            running.redelivery(None, claim + 5),
+            Redelivery::NotFinal(DeliveryStatus::Queued)
+        );
+        assert_eq!(
+            since.redelivery(None, claim + 5),
+            Redelivery::Record(redelivered(claim + 5), queued_at(claim + 5))
+        );
     }
 }

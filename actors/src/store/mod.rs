@@ -267,10 +267,11 @@ impl From<std::io::Error> for StoreError {
     }
 }
 
-/// A database error with what the server said (tokio-postgres shows only "db error").
+/// A database error with what the server said, on one line (tokio-postgres shows only "db
+/// error").
 fn postgres_detail(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
-        Some(said) => format!("{e}: {said}"),
+        Some(said) => format!("{e}: {}: {}", said.severity(), said.message()),
         None => e.to_string(),
     }
 }

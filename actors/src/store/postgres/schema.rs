@@ -180,17 +180,23 @@ async fn backfill_urls(tx: &Transaction<'_>) -> Result<(), StoreError> {
     let rows = tx
         .query("SELECT id, log FROM idem_deliveries WHERE url IS NULL", &[])
         .await?;
-    for row in rows {
-        let id: &str = row.try_get(0)?;
+    let (mut ids, mut urls) = (
+        Vec::with_capacity(rows.len()),
+        Vec::with_capacity(rows.len()),
+    );
+    for row in &rows {
         let Some(DeliveryEvent::Created(record)) = codec::decode_first(row.try_get(1)?)? else {
             return Err(StoreError::Malformed("idem_deliveries"));
         };
-        tx.execute(
-            "UPDATE idem_deliveries SET url = $2 WHERE id = $1",
-            &[&id, &record.url],
-        )
-        .await?;
+        ids.push(row.try_get::<_, &str>(0)?);
+        urls.push(record.url);
     }
+    tx.execute(
+        "UPDATE idem_deliveries d SET url = u.url \
+         FROM unnest($1::text[], $2::text[]) AS u(id, url) WHERE d.id = u.id",
+        &[&ids, &urls],
+    )
+    .await?;
     tx.batch_execute("ALTER TABLE idem_deliveries ALTER COLUMN url SET NOT NULL")
         .await?;
     Ok(())

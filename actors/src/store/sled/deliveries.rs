@@ -205,17 +205,21 @@ impl SledStore {
             return Ok(());
         }
         let (id, to) = (&write.id, write.to);
-        // The new index entries first: a crash part-way leaves a delivery findable twice (and
-        // the stale entry is ignored), never not at all.
+        let was_queued = write.from.map(|from| from.status) == Some(DeliveryStatus::Queued);
+        let is_queued = to.status == DeliveryStatus::Queued;
+        let queued = queued_key(&write.tenant, &write.url, id);
+        // The queued count's entry goes before the records that move a delivery out of the
+        // queue, and after those that move it in: a crash part-way counts a delivery too few
+        // times until it leaves the queue, never too many for ever.
+        if was_queued && !is_queued {
+            self.queued.remove(queued.as_slice())?;
+        }
+        // The new listing and queue entries first: a crash part-way leaves a delivery findable
+        // twice (and the stale entry is ignored), never not at all.
         self.by_status
             .insert(status_key(&write.tenant, to.status, id), &[])?;
         if let Some(due) = to.due_ms {
             self.due.insert(time_key(due, id), &[])?;
-        }
-        let was_queued = write.from.map(|from| from.status) == Some(DeliveryStatus::Queued);
-        let queued = queued_key(&write.tenant, &write.url, id);
-        if to.status == DeliveryStatus::Queued && !was_queued {
-            self.queued.insert(queued.as_slice(), &[])?;
         }
         for (n, event) in write.events.iter().enumerate() {
             if let DeliveryEvent::Created(record) = event {
@@ -227,6 +231,9 @@ impl SledStore {
                 codec::encode(event)?,
             )?;
         }
+        if is_queued && !was_queued {
+            self.queued.insert(queued, &[])?;
+        }
         if let Some(from) = write.from {
             if from.status != to.status {
                 self.by_status
@@ -234,9 +241,6 @@ impl SledStore {
             }
             if let Some(due) = from.due_ms.filter(|d| Some(*d) != to.due_ms) {
                 self.due.remove(time_key(due, id))?;
-            }
-            if was_queued && to.status != DeliveryStatus::Queued {
-                self.queued.remove(queued)?;
             }
         }
         Ok(())

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use idem_schemas::{DeliveryEvent, DeliveryStatus};
 
-use super::keys::{delivery_key, queued_key, split_status_key, status_byte};
+use super::keys::{delivery_key, queued_key, split_status_key, status_byte, status_key};
 use crate::codec;
 use crate::store::StoreError;
 
@@ -92,19 +92,29 @@ fn check(db: &::sled::Db) -> Result<(), StoreError> {
 
 /// Upgrades a directory of an older format in place. Format 7 kept the decisions' expiry index,
 /// which this format sweeps without; formats 7 and 8 lack the queued index, built here from the
-/// listing. The mark goes last: sled recovers its log in order, so a directory marked with this
-/// format holds the whole upgrade, and a crash before the mark upgrades again (each step may run
-/// twice).
+/// deliveries listed as queued and under no other status (a crash part-way through a move
+/// leaves a delivery listed under both: not counted, it is counted too few times until it
+/// leaves the queue, never too many for ever). The mark goes last: sled recovers its log in
+/// order, so a directory marked with this format holds the whole upgrade, and a crash before
+/// the mark upgrades again (each step may run twice).
 fn upgrade(db: &::sled::Db, from: u8) -> Result<(), StoreError> {
     if from == 7 {
         db.drop_tree("decision_expiry")?;
     }
     let deliveries = db.open_tree("deliveries")?;
+    let listing = db.open_tree("delivery_status")?;
     let queued = db.open_tree("delivery_queued")?;
-    for key in db.open_tree("delivery_status")?.iter().keys() {
+    for key in listing.iter().keys() {
         let key = key?;
-        let (_, status, id) = split_status_key(&key)?;
+        let (tenant, status, id) = split_status_key(&key)?;
         if status != status_byte(DeliveryStatus::Queued) {
+            continue;
+        }
+        let mut elsewhere = DeliveryStatus::ALL
+            .into_iter()
+            .filter(|&other| other != DeliveryStatus::Queued)
+            .map(|other| listing.contains_key(status_key(tenant, other, id)));
+        if elsewhere.any(|listed| !matches!(listed, Ok(false))) {
             continue;
         }
         let Some(first) = deliveries.get(delivery_key(id, 0))? else {
@@ -113,7 +123,7 @@ fn upgrade(db: &::sled::Db, from: u8) -> Result<(), StoreError> {
         let DeliveryEvent::Created(record) = codec::decode(&first)? else {
             return Err(StoreError::Malformed("deliveries"));
         };
-        queued.insert(queued_key(&record.tenant, &record.url, id), &[])?;
+        queued.insert(queued_key(tenant, &record.url, id), &[])?;
     }
     db.insert(FORMAT_KEY, &[FORMAT])?;
     Ok(())

@@ -12,7 +12,7 @@ use idem_schemas::{
 };
 
 use super::format::{FORMAT_KEY, SEGMENT_BYTES};
-use super::keys::{claim_key, log_key, log_prefix};
+use super::keys::{claim_key, log_key, log_prefix, status_key};
 use super::{SledStore, FORMAT};
 use crate::store::{
     ClaimId, ClaimStore, DecisionStore, DeliveryWrite, LogHead, Placement, Store, StoreError, Unit,
@@ -404,17 +404,47 @@ fn a_data_directory_of_another_format_is_refused() {
 async fn a_format_8_directory_is_upgraded_in_place_and_counts_its_queued_deliveries() {
     let dir = tempfile::tempdir().expect("tempdir");
     let at = now_ms();
+    let queued = delivery("msg_dead", at).to;
+    let died = DeliveryWrite {
+        first_seq: 1,
+        events: vec![DeliveryEvent::HeldTooLong { at_ms: at }],
+        from: Some(queued),
+        to: Placement {
+            status: DeliveryStatus::Dead,
+            due_ms: None,
+        },
+        ..delivery("msg_dead", at)
+    };
+    let elsewhere = DeliveryWrite {
+        tenant: "globex".into(),
+        ..delivery("msg_g", at)
+    };
     {
         let store = open(dir.path());
-        let unit = Unit::new().write_deliveries(vec![delivery("msg_1", at), delivery("msg_2", at)]);
-        store.apply(unit).expect("apply");
+        let deliveries = vec![
+            delivery("msg_1", at),
+            delivery("msg_2", at),
+            delivery("msg_dead", at),
+            elsewhere,
+        ];
+        store
+            .apply(Unit::new().write_deliveries(deliveries))
+            .expect("apply");
+        store
+            .apply(Unit::new().write_deliveries(vec![died]))
+            .expect("apply");
         store.db.flush().expect("flush");
     }
-    // Marked 8, without the queued index format 8 did not have.
+    // Marked 8, without the queued index format 8 did not have, and with the stale listing
+    // entry a crash could leave of a delivery that has moved on.
     {
         let db = sled_at(dir.path(), SEGMENT_BYTES);
         db.insert(FORMAT_KEY, &[8]).expect("mark");
         assert!(db.drop_tree("delivery_queued").expect("drop"));
+        db.open_tree("delivery_status")
+            .expect("tree")
+            .insert(status_key("acme", DeliveryStatus::Queued, "msg_dead"), &[])
+            .expect("insert");
         db.flush().expect("flush");
     }
     let store = open(dir.path());
@@ -425,6 +455,8 @@ async fn a_format_8_directory_is_upgraded_in_place_and_counts_its_queued_deliver
     let counts = store.read_queued_by_endpoint("acme").expect("count");
     assert_eq!(counts.get("http://127.0.0.1:9/"), Some(&2), "{counts:?}");
     assert_eq!(counts.len(), 1, "{counts:?}");
+    let theirs = store.read_queued_by_endpoint("globex").expect("count");
+    assert_eq!(theirs.get("http://127.0.0.1:9/"), Some(&1), "{theirs:?}");
 }
 
 #[tokio::test]
