@@ -775,7 +775,7 @@ mod tests {
         let claim = T + 100;
 
         // Dead: redelivered, with or without a claim's time.
-        let once = fold(&[dead.clone()]);
+        let once = fold(std::slice::from_ref(&dead));
         let made = Redelivery::Record(redelivered(claim + 5), queued_at(claim + 5));
         assert_eq!(once.redelivery(None, claim + 5), made);
         assert_eq!(once.redelivery(Some(claim), claim + 5), made);
