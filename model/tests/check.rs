@@ -99,6 +99,21 @@ fn counterexample(scenario: Scenario, sabotage: Sabotage, property: &'static str
         .finish_when(HasDiscoveries::AnyOf([property].into()))
         .spawn_bfs()
         .join();
+    steps(&checker, property, |before, action| before.describe(action))
+}
+
+/// The path `checker` found that breaks `property`, each step described by `describe` from the
+/// state it was taken in.
+fn steps<M>(
+    checker: &impl Checker<M>,
+    property: &'static str,
+    describe: impl Fn(&M::State, &M::Action) -> String,
+) -> Vec<String>
+where
+    M: Model,
+    M::State: Clone + std::fmt::Debug + PartialEq,
+    M::Action: Clone + std::fmt::Debug + PartialEq,
+{
     let path = checker
         .discovery(property)
         .unwrap_or_else(|| panic!("the sabotage breaks {property:?}"));
@@ -106,7 +121,7 @@ fn counterexample(scenario: Scenario, sabotage: Sabotage, property: &'static str
     path.into_actions()
         .iter()
         .zip(&states)
-        .map(|(action, before)| before.describe(action))
+        .map(|(action, before)| describe(before, action))
         .collect()
 }
 
@@ -259,15 +274,9 @@ fn bulk(
 /// The counterexample to `property` of the bulk redelivery under `sabotage`, as described steps.
 fn bulk_counterexample(sabotage: BulkSabotage, property: &'static str) -> Vec<String> {
     let checker = bulk(BulkBounds::CRASHING, Some(sabotage), Some(property));
-    let path = checker
-        .discovery(property)
-        .unwrap_or_else(|| panic!("the sabotage breaks {property:?}"));
-    let states = path.clone().into_states();
-    path.into_actions()
-        .iter()
-        .zip(&states)
-        .map(|(action, before)| checker.model().describe(before, action))
-        .collect()
+    steps(&checker, property, |before, action| {
+        checker.model().describe(before, action)
+    })
 }
 
 #[test]

@@ -207,12 +207,12 @@ impl SledStore {
         let (id, to) = (&write.id, write.to);
         let was_queued = write.from.map(|from| from.status) == Some(DeliveryStatus::Queued);
         let is_queued = to.status == DeliveryStatus::Queued;
-        let queued = queued_key(&write.tenant, &write.url, id);
+        let queued = || queued_key(&write.tenant, &write.url, id);
         // The queued count's entry goes before the records that move a delivery out of the
         // queue, and after those that move it in: a crash part-way counts a delivery too few
         // times until it leaves the queue, never too many for ever.
         if was_queued && !is_queued {
-            self.queued.remove(queued.as_slice())?;
+            self.queued.remove(queued())?;
         }
         // The new listing and queue entries first: a crash part-way leaves a delivery findable
         // twice (and the stale entry is ignored), never not at all.
@@ -232,7 +232,7 @@ impl SledStore {
             )?;
         }
         if is_queued && !was_queued {
-            self.queued.insert(queued, &[])?;
+            self.queued.insert(queued(), &[])?;
         }
         if let Some(from) = write.from {
             if from.status != to.status {

@@ -400,6 +400,16 @@ fn a_data_directory_of_another_format_is_refused() {
     assert_eq!(refusal(six.path()), "format 6");
 }
 
+/// The store in `dir`, opened and marked with this format.
+fn upgraded(dir: &Path) -> Arc<SledStore> {
+    let store = open(dir);
+    assert_eq!(
+        store.db.get(FORMAT_KEY).expect("get").as_deref(),
+        Some(&[FORMAT][..])
+    );
+    store
+}
+
 #[tokio::test]
 async fn a_format_8_directory_is_upgraded_in_place_and_counts_its_queued_deliveries() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -447,11 +457,7 @@ async fn a_format_8_directory_is_upgraded_in_place_and_counts_its_queued_deliver
             .expect("insert");
         db.flush().expect("flush");
     }
-    let store = open(dir.path());
-    assert_eq!(
-        store.db.get(FORMAT_KEY).expect("get").as_deref(),
-        Some(&[FORMAT][..])
-    );
+    let store = upgraded(dir.path());
     let counts = store.read_queued_by_endpoint("acme").expect("count");
     assert_eq!(counts.get("http://127.0.0.1:9/"), Some(&2), "{counts:?}");
     assert_eq!(counts.len(), 1, "{counts:?}");
@@ -478,11 +484,7 @@ async fn a_format_7_directory_is_upgraded_in_place_and_keeps_its_claims() {
             .expect("insert");
         db.flush().expect("flush");
     }
-    let store = open(dir.path());
-    assert_eq!(
-        store.db.get(FORMAT_KEY).expect("get").as_deref(),
-        Some(&[FORMAT][..])
-    );
+    let store = upgraded(dir.path());
     assert!(!store
         .db
         .tree_names()
