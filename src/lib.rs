@@ -10,3 +10,4 @@ pub mod prefer;
 pub mod receive;
 pub mod serve;
 pub mod source;
+pub mod transmitter;

@@ -84,6 +84,7 @@ pub async fn run(
         .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| ServeError::Http(std::io::Error::other(e)))?;
+    let ssf = crate::transmitter::Secrets::new(|purpose| engine.derived_key(purpose));
     let app = Arc::new(App {
         live,
         limiter: Default::default(),
@@ -91,6 +92,8 @@ pub async fn run(
         engine,
         stats: crate::http::stats::Tally::new(idem_schemas::timefmt::now_ms()),
         sources: crate::source::runtime::Sources::new(outbound.clone()),
+        listening: addr,
+        ssf,
     });
     let pollers = tokio::spawn(http::sources::poll::run(app.clone(), outbound));
     on_listen(addr);

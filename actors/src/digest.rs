@@ -80,7 +80,18 @@ impl Digester {
 
     /// The `subject_hash` of a subject (hex).
     pub fn subject(&self, tenant: &str, subject: &str) -> String {
-        idem_schemas::lower_hex(&self.digest(b"idem/subject/v1", tenant, subject.as_bytes()))
+        idem_schemas::lower_hex(&self.subject_bytes(tenant, subject))
+    }
+
+    /// The digest behind a subject's `subject_hash`.
+    pub fn subject_bytes(&self, tenant: &str, subject: &str) -> [u8; 32] {
+        self.digest(b"idem/subject/v1", tenant, subject.as_bytes())
+    }
+
+    /// A key for `purpose` (a domain of its own), derived from `key_secret`: the same on every
+    /// node that shares the secret, and no digest's.
+    pub fn derived_key(&self, purpose: &[u8]) -> [u8; 32] {
+        self.digest(purpose, "", &[])
     }
 
     /// The fingerprint of a request body: of its RFC 8785 canonical form, so a retry that

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{
     DecidedAction, Decision, DecisionRecord, DecisionView, DeliveryStatus, DeliveryView,
-    StoredResponse,
+    StoredResponse, Stream,
 };
 
 use crate::claim::{first_response, ClaimContext, ClaimError, Claims, Reply, Submission};
@@ -445,6 +445,37 @@ impl Engine {
         .await
         .map_err(|e| StoreError::from(std::io::Error::other(e)))??;
         self.read().await
+    }
+
+    /// The keyed digest of `subject` (as a signal names it) that a stream keeps.
+    pub fn subject_digest(&self, tenant: &str, subject: &str) -> [u8; 32] {
+        self.digester.subject_bytes(tenant, subject)
+    }
+
+    /// A key for `purpose`, derived from `key_secret` (see [`Digester::derived_key`]).
+    pub fn derived_key(&self, purpose: &[u8]) -> [u8; 32] {
+        self.digester.derived_key(purpose)
+    }
+
+    /// `tenant`'s Shared Signals stream `id`, if it exists.
+    pub async fn stream(&self, tenant: &str, id: &str) -> Result<Option<Stream>, StoreError> {
+        self.store.stream(tenant, id).await
+    }
+
+    /// `tenant`'s Shared Signals streams, by id.
+    pub async fn streams(&self, tenant: &str) -> Result<Vec<Stream>, StoreError> {
+        self.store.streams(tenant).await
+    }
+
+    /// Writes `stream` over the version before it (see [`crate::store::StreamStore::put_stream`]); whether
+    /// it was written, durably.
+    pub async fn put_stream(&self, tenant: &str, stream: &Stream) -> Result<bool, StoreError> {
+        self.store.put_stream(tenant, stream).await
+    }
+
+    /// Removes `tenant`'s stream `id`, durably; whether it was there.
+    pub async fn delete_stream(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
+        self.store.delete_stream(tenant, id).await
     }
 
     /// Takes or keeps this node's lease on `job`, which one node at a time runs: its fencing

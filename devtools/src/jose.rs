@@ -123,6 +123,37 @@ impl SigningKey {
     }
 }
 
+/// The fixture RSA key's PKCS#8 PEM, for a transmitter idem plays.
+pub fn rsa_pem() -> &'static str {
+    RSA_PEM
+}
+
+/// A new P-256 key as PKCS#8 PEM, for a transmitter idem plays.
+pub fn ec_pem() -> String {
+    let rng = SystemRandom::new();
+    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&signature::ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
+        .expect("P-256 key");
+    let body = STANDARD.encode(pkcs8.as_ref());
+    let lines: Vec<&str> = body
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).expect("base64 is ASCII"))
+        .collect();
+    format!(
+        "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
+        lines.join("\n")
+    )
+}
+
+/// The RFC 7638 thumbprint of a public JWK (RSA or EC), base64url.
+pub fn thumbprint(jwk: &Value) -> String {
+    let members: Value = match jwk["kty"].as_str() {
+        Some("RSA") => json!({"e": jwk["e"], "kty": "RSA", "n": jwk["n"]}),
+        _ => json!({"crv": jwk["crv"], "kty": jwk["kty"], "x": jwk["x"], "y": jwk["y"]}),
+    };
+    b64(ring::digest::digest(&ring::digest::SHA256, members.to_string().as_bytes()).as_ref())
+}
+
 /// A JWK Set of `keys`.
 pub fn jwk_set(keys: &[&SigningKey]) -> Value {
     json!({"keys": keys.iter().map(|k| k.jwk()).collect::<Vec<_>>()})

@@ -16,12 +16,14 @@ pub mod wire;
 pub use hex::lower_hex;
 pub use stored::{
     ActionOutcome, AttemptRecord, Claim, ClaimEvent, Decision, DecisionRecord, DeliveryEvent,
-    DeliveryRecord, NextStep, PlannedDelivery, RecordedAction, StoredResponse, SubjectLink,
+    DeliveryRecord, NextStep, PlannedDelivery, RecordedAction, StoredResponse, Stream,
+    StreamMethod, StreamState, SubjectLink,
 };
 pub use wire::{
-    ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DeadReason,
-    DecidedAction, DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryStatus,
-    DeliveryView, EndpointList, EndpointState, EndpointView, NamedSource, OktaVerification,
-    PollStatus, Problem, RedeliverRequest, Redelivered, SetError, SignalRequest, SourceList,
-    SourceReceipt, SourceStatus, StreamStatus, TenantStats, Verdict, VerificationStatus,
+    AccessToken, ActionResult, ActionStatus, AttemptView, AuthorizationScheme, CallbackData,
+    CallbackEnvelope, DeadReason, DecidedAction, DecisionPage, DecisionResponse, DecisionView,
+    DeliveryPage, DeliveryStatus, DeliveryView, EndpointList, EndpointState, EndpointView,
+    NamedSource, OAuthError, OktaVerification, PollStatus, Problem, RedeliverRequest, Redelivered,
+    SetError, SignalRequest, SourceList, SourceReceipt, SourceStatus, StreamConfig, StreamDelivery,
+    StreamStatus, StreamStatusBody, TenantStats, TransmitterMetadata, Verdict, VerificationStatus,
 };

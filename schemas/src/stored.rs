@@ -318,6 +318,59 @@ pub enum DeliveryEvent {
     },
 }
 
+/// A Shared Signals stream a receiver made at its tenant's transmitter (SSF §8.1.1), as stored:
+/// what the receiver chose and what has happened to it. What the transmitter derives (`iss`,
+/// `aud`, `events_delivered`, a poll stream's URL) is not stored: it follows the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stream {
+    /// `st_…`: random, unique in the tenant.
+    pub id: String,
+    /// The receiver (its OAuth `client_id`) that made it and alone sees it.
+    pub receiver: String,
+    /// Bumped by every change: a change is written only over the version it was made from.
+    pub version: u64,
+    /// When it was made, unix milliseconds.
+    pub created_at_ms: u64,
+    /// Pushed to the receiver (RFC 8935) or polled by it (RFC 8936).
+    pub method: StreamMethod,
+    /// Where a push stream's SETs go.
+    pub endpoint_url: Option<String>,
+    /// A push stream's `authorization_header`, sealed under a key derived from `key_secret`.
+    pub authorization: Option<Vec<u8>>,
+    /// The event types the receiver asked for.
+    pub events_requested: Vec<String>,
+    /// The receiver's description.
+    pub description: Option<String>,
+    /// Enabled, paused or disabled (SSF §8.1.2).
+    pub state: StreamState,
+    /// Why it was last set, as the receiver said.
+    pub reason: Option<String>,
+    /// Keyed digests of the subjects removed from it (every other subject is included).
+    pub removed_subjects: Vec<[u8; 32]>,
+    /// When a verification was last asked for, unix milliseconds.
+    pub verified_at_ms: Option<u64>,
+}
+
+/// How a stream's SETs reach its receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StreamMethod {
+    /// `urn:ietf:rfc:8935`: POSTed to the receiver.
+    Push,
+    /// `urn:ietf:rfc:8936`: the receiver polls for them.
+    Poll,
+}
+
+/// A stream's status (SSF §8.1.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StreamState {
+    /// SETs are sent.
+    Enabled,
+    /// SETs are held, then sent in order once enabled.
+    Paused,
+    /// SETs are neither sent nor held.
+    Disabled,
+}
+
 /// Ids and digests as they are stored: the bytes behind their lowercase hex, after a `dec_` or
 /// `msg_` prefix if they have one (every id and digest idem makes), or else the text as it is.
 /// A 64-digit subject digest takes 34 bytes instead of 65, an id 19 instead of 37: the claim log

@@ -495,3 +495,100 @@ pub struct DecisionPage {
     /// Pass as `after` to get the next page; null on the last page.
     pub next_after: Option<String>,
 }
+
+/// `GET /.well-known/ssf-configuration/ssf/{tenant}`: a tenant's transmitter metadata (SSF
+/// §7.1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TransmitterMetadata {
+    /// `1_0`.
+    pub spec_version: String,
+    /// `{public_url}/ssf/{tenant}`: every SET's `iss`.
+    pub issuer: String,
+    /// The JWK Set of the keys SETs are signed with.
+    pub jwks_uri: String,
+    /// `urn:ietf:rfc:8935` (push) and `urn:ietf:rfc:8936` (poll).
+    pub delivery_methods_supported: Vec<String>,
+    /// Streams: create, read, update, replace, delete.
+    pub configuration_endpoint: String,
+    /// A stream's status.
+    pub status_endpoint: String,
+    /// Adds a subject to a stream.
+    pub add_subject_endpoint: String,
+    /// Removes a subject from a stream.
+    pub remove_subject_endpoint: String,
+    /// `[{"spec_urn": "urn:ietf:rfc:6749"}]`: OAuth 2.0 tokens from `POST /ssf/{tenant}/token`.
+    pub authorization_schemes: Vec<AuthorizationScheme>,
+    /// `ALL`: a stream includes every subject until one is removed.
+    pub default_subjects: String,
+}
+
+/// An authorization scheme of a transmitter (SSF §7.1.1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AuthorizationScheme {
+    /// The scheme's specification.
+    pub spec_urn: String,
+}
+
+/// `POST /ssf/{tenant}/token`: an access token (RFC 6749 §5.1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AccessToken {
+    /// The Bearer token for the stream management API.
+    pub access_token: String,
+    /// `Bearer`.
+    pub token_type: String,
+    /// Seconds it is good for.
+    pub expires_in: u64,
+}
+
+/// An OAuth 2.0 error (RFC 6749 §5.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct OAuthError {
+    /// `invalid_request`, `invalid_client` or `unsupported_grant_type`.
+    pub error: String,
+    /// What is wrong, in English.
+    pub error_description: String,
+}
+
+/// A stream's configuration as its receiver reads it (SSF §8.1.1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StreamConfig {
+    /// `st_…`, the transmitter's.
+    pub stream_id: String,
+    /// The tenant's issuer.
+    pub iss: String,
+    /// The receiver's configured audience.
+    pub aud: String,
+    /// Every event type this transmitter sends: CAEP's and RISC's.
+    pub events_supported: Vec<String>,
+    /// The event types the receiver asked for.
+    pub events_requested: Vec<String>,
+    /// Those of them this transmitter sends.
+    pub events_delivered: Vec<String>,
+    /// How SETs reach the receiver.
+    pub delivery: StreamDelivery,
+    /// The receiver's description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// A stream's delivery method. The push `authorization_header` a receiver sends is kept sealed
+/// and never read back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StreamDelivery {
+    /// `urn:ietf:rfc:8935` (push) or `urn:ietf:rfc:8936` (poll).
+    pub method: String,
+    /// Push: the receiver's URL; poll: where the receiver polls.
+    pub endpoint_url: Option<String>,
+}
+
+/// A stream's status (SSF §8.1.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StreamStatusBody {
+    /// The stream.
+    pub stream_id: String,
+    /// `enabled`, `paused` or `disabled`.
+    pub status: String,
+    /// Why, as the receiver said when it set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}

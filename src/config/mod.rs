@@ -7,6 +7,7 @@
 mod bounded;
 mod engine;
 mod sources;
+mod ssf;
 mod tenants;
 
 use std::collections::{BTreeMap, HashMap};

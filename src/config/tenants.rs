@@ -12,8 +12,10 @@ use serde::Deserialize;
 
 use super::bounded::{duration, invalid, is_name, number, secrets, OneOrMany, SecretText};
 use super::sources::{self, RawSource};
+use super::ssf::RawSsf;
 use super::ConfigError;
 use crate::source::Source;
+use crate::transmitter::Transmitter;
 
 /// The fewest characters an `api_key` may have.
 const MIN_API_KEY: usize = 16;
@@ -35,6 +37,8 @@ pub struct Tenant {
     pub rate_limit: Option<u32>,
     /// Providers' webhooks taken as they are sent, by source name.
     pub sources: HashMap<String, Source>,
+    /// The tenant as a Shared Signals transmitter, if it is one.
+    pub ssf: Option<Transmitter>,
 }
 
 impl std::fmt::Debug for Tenant {
@@ -47,6 +51,7 @@ impl std::fmt::Debug for Tenant {
             .field("playbooks", &self.playbooks)
             .field("rate_limit", &self.rate_limit)
             .field("sources", &self.sources)
+            .field("ssf", &self.ssf)
             .finish()
     }
 }
@@ -63,6 +68,7 @@ pub(super) struct RawTenant {
     playbooks: BTreeMap<String, RawPlaybook>,
     #[serde(default)]
     sources: BTreeMap<String, RawSource>,
+    ssf: Option<RawSsf>,
 }
 
 /// A playbook as written.
@@ -150,6 +156,10 @@ pub(super) fn tenants(
             }
             sources.insert(source.name.clone(), source);
         }
+        let ssf = t
+            .ssf
+            .map(|raw| super::ssf::transmitter(&format!("{key}.ssf"), raw))
+            .transpose()?;
         tenants.insert(
             name.clone(),
             Tenant {
@@ -160,6 +170,7 @@ pub(super) fn tenants(
                 playbooks,
                 rate_limit,
                 sources,
+                ssf,
             },
         );
     }

@@ -16,6 +16,7 @@ pub mod ratelimit;
 pub mod server;
 pub mod sources;
 pub mod stats;
+pub mod transmitter;
 
 use std::sync::Arc;
 
@@ -61,6 +62,10 @@ pub struct App {
     pub stats: stats::Tally,
     /// Each source's keys and status on this node.
     pub sources: crate::source::runtime::Sources,
+    /// The address this node listens on.
+    pub listening: std::net::SocketAddr,
+    /// The keys the transmitters derive from `key_secret`.
+    pub ssf: crate::transmitter::Secrets,
 }
 
 /// The router of the whole service.
@@ -84,6 +89,32 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .route("/v1/sources", get(sources::list))
         .route("/v1/sources/{tenant}/{source}/status", get(sources::status))
+        .route(
+            "/.well-known/ssf-configuration/ssf/{tenant}",
+            get(transmitter::discovery::metadata),
+        )
+        .route("/ssf/{tenant}/jwks", get(transmitter::discovery::jwks))
+        .route("/ssf/{tenant}/token", post(transmitter::token::issue))
+        .route(
+            "/ssf/{tenant}/streams",
+            get(transmitter::streams::read)
+                .post(transmitter::streams::create)
+                .patch(transmitter::streams::update)
+                .put(transmitter::streams::replace)
+                .delete(transmitter::streams::delete),
+        )
+        .route(
+            "/ssf/{tenant}/streams/status",
+            get(transmitter::streams::status).post(transmitter::streams::set_status),
+        )
+        .route(
+            "/ssf/{tenant}/streams/subjects:add",
+            post(transmitter::streams::add_subject),
+        )
+        .route(
+            "/ssf/{tenant}/streams/subjects:remove",
+            post(transmitter::streams::remove_subject),
+        )
         .route("/console", get(console::page))
         .route("/console/{asset}", get(console::asset))
         .route("/healthz", get(healthz))

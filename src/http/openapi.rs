@@ -5,11 +5,12 @@
 #![allow(dead_code)]
 
 use idem_schemas::{
-    ActionResult, ActionStatus, AttemptView, CallbackData, CallbackEnvelope, DeadReason,
-    DecidedAction, DecisionPage, DecisionResponse, DecisionView, DeliveryPage, DeliveryStatus,
-    DeliveryView, EndpointList, EndpointState, EndpointView, NamedSource, OktaVerification,
-    PollStatus, Problem, RedeliverRequest, Redelivered, SetError, SignalRequest, SourceList,
-    SourceReceipt, SourceStatus, StreamStatus, TenantStats, Verdict, VerificationStatus,
+    AccessToken, ActionResult, ActionStatus, AttemptView, AuthorizationScheme, CallbackData,
+    CallbackEnvelope, DeadReason, DecidedAction, DecisionPage, DecisionResponse, DecisionView,
+    DeliveryPage, DeliveryStatus, DeliveryView, EndpointList, EndpointState, EndpointView,
+    NamedSource, OAuthError, OktaVerification, PollStatus, Problem, RedeliverRequest, Redelivered,
+    SetError, SignalRequest, SourceList, SourceReceipt, SourceStatus, StreamConfig, StreamDelivery,
+    StreamStatus, StreamStatusBody, TenantStats, TransmitterMetadata, Verdict, VerificationStatus,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ObjectBuilder, Type};
@@ -300,6 +301,213 @@ fn source_status() {}
 )]
 fn list_sources() {}
 
+#[utoipa::path(
+    get,
+    path = "/.well-known/ssf-configuration/ssf/{tenant}",
+    tag = "shared signals out",
+    summary = "The tenant's Shared Signals transmitter metadata (SSF §7.1)",
+    description = "Only for a tenant with `[tenants.<t>.ssf]`. Its issuer is `{public_url}/ssf/{tenant}` (`public_url` defaults to `http://{listen}`).",
+    params(("tenant" = String, Path, description = "The tenant")),
+    responses(
+        (status = 200, body = TransmitterMetadata),
+        (status = 404, description = "not-found: no such tenant, or it is not a transmitter", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
+fn ssf_metadata() {}
+
+#[utoipa::path(
+    get,
+    path = "/ssf/{tenant}/jwks",
+    tag = "shared signals out",
+    summary = "The public keys the tenant's SETs are signed with",
+    description = "Every configured key as a public JWK with `kid` (its RFC 7638 thumbprint), `alg` (RS256 or ES256) and `use: sig`; the first signs. Rotate by adding a key second, waiting for receivers to fetch the set, moving it first, then removing the old one.",
+    params(("tenant" = String, Path, description = "The tenant")),
+    responses(
+        (status = 200, description = "A JWK Set", body = Object, content_type = "application/jwk-set+json"),
+        (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
+fn ssf_jwks() {}
+
+#[utoipa::path(
+    post,
+    path = "/ssf/{tenant}/token",
+    tag = "shared signals out",
+    summary = "An access token for a receiver (OAuth 2.0 client credentials)",
+    description = "RFC 6749 §4.4: `grant_type=client_credentials`, the receiver authenticated by `client_secret_basic` or `client_secret_post` (not both) with its `client_id` (its name under `[tenants.<t>.ssf.receivers]`) and `client_secret`. The token is good on every node sharing `key_secret` for `token_lifetime` (default 1 hour), and no longer once the receiver's secret changes.",
+    params(("tenant" = String, Path, description = "The tenant")),
+    request_body(description = "`grant_type=client_credentials`, and `client_id` and `client_secret` unless sent as Basic credentials", content_type = "application/x-www-form-urlencoded", content = String),
+    responses(
+        (status = 200, body = AccessToken, headers(("Cache-Control" = String, description = "`no-store`"))),
+        (status = 400, description = "invalid_request or unsupported_grant_type", body = OAuthError),
+        (status = 401, description = "invalid_client", body = OAuthError, headers(("WWW-Authenticate" = String, description = "`Basic realm=\"idem\"` when the client sent Basic credentials, or none"))),
+        (status = 404, description = "no transmitter here", body = OAuthError),
+    ),
+)]
+fn ssf_token() {}
+
+#[utoipa::path(
+    post,
+    path = "/ssf/{tenant}/streams",
+    tag = "shared signals out",
+    summary = "Create a stream (SSF §8.1.1.1)",
+    description = "The body's `delivery` (`method` push `urn:ietf:rfc:8935` with the receiver's `endpoint_url` and optional `authorization_header`, or poll `urn:ietf:rfc:8936`), `events_requested` and `description` are taken; transmitter properties in it are ignored. The stream is enabled and includes every subject. A receiver has at most 64 streams. The `authorization_header` is stored sealed under a key derived from `key_secret` and never read back.",
+    params(("tenant" = String, Path, description = "The tenant")),
+    request_body(content = Object, content_type = "application/json"),
+    responses(
+        (status = 201, body = StreamConfig),
+        (status = 400, description = "invalid-stream or malformed-json", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no valid access token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "too-many-streams", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "unavailable: the store", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("receiver" = []))
+)]
+fn ssf_create_stream() {}
+
+#[utoipa::path(
+    get,
+    path = "/ssf/{tenant}/streams",
+    tag = "shared signals out",
+    summary = "Read a stream, or list the receiver's streams (SSF §8.1.1.2)",
+    params(
+        ("tenant" = String, Path, description = "The tenant"),
+        ("stream_id" = Option<String>, Query, description = "One stream; without it, every stream of the receiver (an array)"),
+    ),
+    responses(
+        (status = 200, body = StreamConfig, description = "The stream, or an array of them without stream_id"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found: no such stream of this receiver's", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("receiver" = []))
+)]
+fn ssf_read_streams() {}
+
+#[utoipa::path(
+    patch,
+    path = "/ssf/{tenant}/streams",
+    tag = "shared signals out",
+    summary = "Update a stream: what the body names (SSF §8.1.1.3)",
+    params(("tenant" = String, Path, description = "The tenant")),
+    request_body(content = Object, content_type = "application/json", description = "`stream_id` and any of `delivery`, `events_requested`, `description`"),
+    responses(
+        (status = 200, body = StreamConfig),
+        (status = 400, description = "invalid-stream or malformed-json", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("receiver" = []))
+)]
+fn ssf_update_stream() {}
+
+#[utoipa::path(
+    put,
+    path = "/ssf/{tenant}/streams",
+    tag = "shared signals out",
+    summary = "Replace a stream's receiver-supplied properties (SSF §8.1.1.4)",
+    params(("tenant" = String, Path, description = "The tenant")),
+    request_body(content = Object, content_type = "application/json", description = "`stream_id`, `delivery`, and `events_requested` and `description` (reset when left out)"),
+    responses(
+        (status = 200, body = StreamConfig),
+        (status = 400, description = "invalid-stream or malformed-json", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("receiver" = []))
+)]
+fn ssf_replace_stream() {}
+
+#[utoipa::path(
+    delete,
+    path = "/ssf/{tenant}/streams",
+    tag = "shared signals out",
+    summary = "Delete a stream (SSF §8.1.1.5)",
+    params(
+        ("tenant" = String, Path, description = "The tenant"),
+        ("stream_id" = String, Query, description = "The stream"),
+    ),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "invalid-query: no stream_id", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("receiver" = []))
+)]
+fn ssf_delete_stream() {}
+
+#[utoipa::path(
+    get,
+    path = "/ssf/{tenant}/streams/status",
+    tag = "shared signals out",
+    summary = "A stream's status (SSF §8.1.2.1)",
+    params(
+        ("tenant" = String, Path, description = "The tenant"),
+        ("stream_id" = String, Query, description = "The stream"),
+    ),
+    responses(
+        (status = 200, body = StreamStatusBody),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("receiver" = []))
+)]
+fn ssf_stream_status() {}
+
+#[utoipa::path(
+    post,
+    path = "/ssf/{tenant}/streams/status",
+    tag = "shared signals out",
+    summary = "Set a stream's status (SSF §8.1.2.2)",
+    params(("tenant" = String, Path, description = "The tenant")),
+    request_body(content = StreamStatusBody, content_type = "application/json"),
+    responses(
+        (status = 200, body = StreamStatusBody),
+        (status = 400, description = "invalid-stream: a status other than enabled, paused, disabled", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("receiver" = []))
+)]
+fn ssf_set_stream_status() {}
+
+#[utoipa::path(
+    post,
+    path = "/ssf/{tenant}/streams/subjects:add",
+    tag = "shared signals out",
+    summary = "Include a subject in a stream again (SSF §8.1.3.2)",
+    description = "`{\"stream_id\", \"subject\"}`: the subject an RFC 9493 subject identifier, digested in the canonical form sources digest subjects in (emails lower-cased), or a string as signals name it. Streams include every subject unless removed; only the digest is stored.",
+    params(("tenant" = String, Path, description = "The tenant")),
+    request_body(content = Object, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Included"),
+        (status = 400, description = "invalid-stream", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("receiver" = []))
+)]
+fn ssf_add_subject() {}
+
+#[utoipa::path(
+    post,
+    path = "/ssf/{tenant}/streams/subjects:remove",
+    tag = "shared signals out",
+    summary = "Leave a subject out of a stream (SSF §8.1.3.3)",
+    description = "As subjects:add; a stream has at most 10,000 subjects removed.",
+    params(("tenant" = String, Path, description = "The tenant")),
+    request_body(content = Object, content_type = "application/json"),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = 400, description = "invalid-stream", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("receiver" = []))
+)]
+fn ssf_remove_subject() {}
+
 #[utoipa::path(get, path = "/healthz", tag = "operator", responses(
     (status = 200, description = "Serving: the store made a probe durable just now", body = String, content_type = "text/plain"),
     (status = 503, description = "The store cannot write (a failed disk, an unreachable database): the reason", body = Problem, content_type = "application/problem+json"),
@@ -319,7 +527,9 @@ fn openapi() {}
     paths(
         post_signals, get_decision, list_decisions, get_delivery, list_deliveries, redeliver,
         redeliver_matching, list_endpoints, stats, post_source, get_source, source_status, list_sources, console,
-        console_asset, healthz, metrics, openapi
+        console_asset, ssf_metadata, ssf_jwks, ssf_token, ssf_create_stream, ssf_read_streams,
+        ssf_update_stream, ssf_replace_stream, ssf_delete_stream, ssf_stream_status,
+        ssf_set_stream_status, ssf_add_subject, ssf_remove_subject, healthz, metrics, openapi
     ),
     components(schemas(
         SignalRequest, DecisionResponse, ActionResult, ActionStatus, Verdict, Problem,
@@ -327,7 +537,9 @@ fn openapi() {}
         DeadReason,
         DecisionView, DecisionPage, DecidedAction, EndpointList, EndpointView, EndpointState,
         RedeliverRequest, Redelivered, SourceReceipt, OktaVerification, TenantStats, SetError,
-        SourceStatus, VerificationStatus, StreamStatus, PollStatus, SourceList, NamedSource
+        SourceStatus, VerificationStatus, StreamStatus, PollStatus, SourceList, NamedSource,
+        TransmitterMetadata, AuthorizationScheme, AccessToken, OAuthError, StreamConfig,
+        StreamDelivery, StreamStatusBody
     )),
     modifiers(&Extras)
 )]
@@ -343,6 +555,17 @@ impl Modify for Extras {
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        components.add_security_scheme(
+            "receiver",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "A Shared Signals receiver's access token from POST /ssf/{tenant}/token",
+                    ))
+                    .build(),
+            ),
         );
         let uris: Vec<String> = Kind::ALL.iter().map(|k| k.uri()).collect();
         components.schemas.insert(

@@ -52,6 +52,10 @@ pub enum Kind {
     SourceUnauthenticated,
     /// A source's delivery does not have its provider's shape.
     InvalidEvents,
+    /// A Shared Signals stream request is not valid.
+    InvalidStream,
+    /// The receiver has as many streams as it may.
+    TooManyStreams,
     /// The route exists, not with this method.
     MethodNotAllowed,
     /// The service is overloaded or shutting down.
@@ -62,7 +66,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind (for documentation and tests).
-    pub const ALL: [Kind; 25] = [
+    pub const ALL: [Kind; 27] = [
         Kind::InvalidIdempotencyKey,
         Kind::RepeatedHeader,
         Kind::UnsupportedMediaType,
@@ -85,6 +89,8 @@ impl Kind {
         Kind::InvalidFilter,
         Kind::SourceUnauthenticated,
         Kind::InvalidEvents,
+        Kind::InvalidStream,
+        Kind::TooManyStreams,
         Kind::MethodNotAllowed,
         Kind::Unavailable,
         Kind::Internal,
@@ -179,6 +185,16 @@ impl Kind {
                 S::BAD_REQUEST,
                 "invalid-events",
                 "Body is not the provider's delivery",
+            ),
+            Kind::InvalidStream => (
+                S::BAD_REQUEST,
+                "invalid-stream",
+                "Body is not a valid stream request",
+            ),
+            Kind::TooManyStreams => (
+                S::CONFLICT,
+                "too-many-streams",
+                "Receiver has as many streams as it may",
             ),
             Kind::MethodNotAllowed => (
                 S::METHOD_NOT_ALLOWED,

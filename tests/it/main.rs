@@ -32,4 +32,5 @@ mod refusals;
 mod reload;
 mod sources;
 mod ssf;
+mod transmitter;
 mod waiting;

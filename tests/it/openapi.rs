@@ -41,11 +41,18 @@ async fn openapi_covers_every_endpoint_and_agrees_with_the_schema_files() {
     assert_eq!(
         paths,
         [
+            "/.well-known/ssf-configuration/ssf/{tenant}",
             "/console",
             "/console/{asset}",
             "/healthz",
             "/metrics",
             "/openapi.json",
+            "/ssf/{tenant}/jwks",
+            "/ssf/{tenant}/streams",
+            "/ssf/{tenant}/streams/status",
+            "/ssf/{tenant}/streams/subjects:add",
+            "/ssf/{tenant}/streams/subjects:remove",
+            "/ssf/{tenant}/token",
             "/v1/decisions",
             "/v1/decisions/{id}",
             "/v1/deliveries",
@@ -60,6 +67,10 @@ async fn openapi_covers_every_endpoint_and_agrees_with_the_schema_files() {
             "/v1/stats"
         ]
     );
+    let streams = &doc["paths"]["/ssf/{tenant}/streams"];
+    for method in ["get", "post", "patch", "put", "delete"] {
+        assert!(streams.get(method).is_some(), "{method} streams documented");
+    }
     let sources = &doc["paths"]["/v1/sources/{tenant}/{source}"];
     for (method, status) in [
         ("post", "200"),

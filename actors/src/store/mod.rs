@@ -3,9 +3,11 @@
 //! claim or the one that already holds the key, and an append to a generation that is no longer
 //! the key's current one is refused as fenced, so a stale writer can never overwrite a newer
 //! one. A delivery store keeps each callback's log, the durable retry queue and the tenant's
-//! listing. An endpoint store keeps each endpoint's breaker. Writes are made in a [`Unit`] of work, which the store applies and makes durable as
-//! a whole (its group commit batches many units into one sync) before it reports what the unit
-//! came to. `sled` is the embedded implementation.
+//! listing. An endpoint store keeps each endpoint's breaker; a stream store, the Shared Signals
+//! streams receivers made. Writes are made in a [`Unit`] of work, which the store applies and
+//! makes durable as a whole (its group commit batches many units into one sync) before it
+//! reports what the unit came to. `sled` is the embedded implementation, `postgres` the one
+//! several nodes share.
 
 pub(crate) mod postgres;
 pub mod rule;
@@ -15,7 +17,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use idem_schemas::{ClaimEvent, DecisionRecord, DeliveryEvent, DeliveryRecord, DeliveryStatus};
+use idem_schemas::{
+    ClaimEvent, DecisionRecord, DeliveryEvent, DeliveryRecord, DeliveryStatus, Stream,
+};
 
 use crate::breaker::{EndpointEvent, EndpointHealth, EndpointId, Noted};
 use crate::codec::CodecError;
@@ -456,6 +460,24 @@ pub trait LeaseStore: Send + Sync {
     fn lease<'a>(&'a self, job: &'a str) -> Read<'a, Option<u64>>;
 }
 
+/// The Shared Signals streams receivers made at each tenant's transmitter. A change is written
+/// only over the version it was made from, so two nodes changing one stream at once cannot both
+/// win; each write is durable when it returns.
+pub trait StreamStore: Send + Sync {
+    /// `tenant`'s stream `id`, if it exists.
+    fn stream<'a>(&'a self, tenant: &'a str, id: &'a str) -> Read<'a, Option<Stream>>;
+
+    /// `tenant`'s streams, by id.
+    fn streams<'a>(&'a self, tenant: &'a str) -> Read<'a, Vec<Stream>>;
+
+    /// Writes `stream`: a new one at version 1 if no stream has its id, otherwise over the
+    /// stored one only if that is at the version before. Whether it was written.
+    fn put_stream<'a>(&'a self, tenant: &'a str, stream: &'a Stream) -> Read<'a, bool>;
+
+    /// Removes `tenant`'s stream `id`; whether it was there.
+    fn delete_stream<'a>(&'a self, tenant: &'a str, id: &'a str) -> Read<'a, bool>;
+}
+
 /// Endpoint health, shared by every node of the store (see [`crate::breaker`]).
 pub trait EndpointStore: Send + Sync {
     /// Applies `event` to the health of `tenant`'s endpoint `url` atomically, by the store's
@@ -508,7 +530,9 @@ pub enum ClaimNews {
 }
 
 /// A store: claims, deliveries, and the commit that makes a unit durable.
-pub trait Store: ClaimStore + DeliveryStore + DecisionStore + EndpointStore + LeaseStore {
+pub trait Store:
+    ClaimStore + DeliveryStore + DecisionStore + EndpointStore + LeaseStore + StreamStore
+{
     /// Tells the other nodes that this one has requests waiting for the claim `id`, held by the
     /// node of epoch `holder` (nothing to tell on a store of one process).
     fn ask_holder(&self, id: &ClaimId, holder: u64);

@@ -54,6 +54,7 @@ pub fn stored(config_path: &Path, data_dir: &Path) -> Vec<(String, Vec<u8>)> {
         for (table, text, bytes) in [
             ("idem_claims", "tenant", "digest || log"),
             ("idem_deliveries", "id || ' ' || tenant", "log"),
+            ("idem_ssf_streams", "id || ' ' || tenant", "record"),
         ] {
             let rows = client
                 .query(&format!("SELECT {text}, {bytes} FROM {table}"), &[])

@@ -101,6 +101,16 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX IF NOT EXISTS idem_deliveries_queued ON idem_deliveries (tenant, url)
         WHERE status = 0;
     "#,
+    // 7: the Shared Signals streams receivers made, one row each, written over its version.
+    r#"
+    CREATE TABLE IF NOT EXISTS idem_ssf_streams (
+        tenant  text   NOT NULL,
+        id      text   NOT NULL,
+        version bigint NOT NULL,
+        record  bytea  NOT NULL,
+        PRIMARY KEY (tenant, id)
+    );
+    "#,
 ];
 
 /// The schema that added deliveries' URLs.

@@ -12,6 +12,7 @@ mod deliveries;
 mod endpoints;
 mod format;
 mod keys;
+mod streams;
 #[cfg(test)]
 mod tests;
 
@@ -49,6 +50,8 @@ pub struct SledStore {
     by_subject: ::sled::Tree,
     /// Each endpoint's health, by tenant and URL.
     endpoints: ::sled::Tree,
+    /// Shared Signals streams, by tenant and id.
+    streams: ::sled::Tree,
     commits: GroupCommit,
     /// Held (shared) while a unit that writes delivery logs is applied, and (alone) while the
     /// retry queue is read: a delivery's queue entry goes in before its records (so that a
@@ -75,6 +78,7 @@ impl SledStore {
             decisions: db.open_tree("decisions")?,
             by_subject: db.open_tree("decisions_by_subject")?,
             endpoints: db.open_tree("endpoints")?,
+            streams: db.open_tree("ssf_streams")?,
             commits: GroupCommit::start(db.clone(), dir)?,
             applying: RwLock::new(()),
             in_flight_timeout_ms: in_flight_timeout.as_millis() as u64,

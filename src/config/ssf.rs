@@ -1,0 +1,105 @@
+//! `[tenants.<t>.ssf]`: the tenant as a Shared Signals transmitter. Its signing keys are read
+//! from their PEM files here (a bad one is an error naming the file), so a reload (SIGHUP) reads
+//! them again; its receivers each have a client secret (literal, file or environment) and an
+//! audience.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::bounded::{duration, invalid, is_name, SecretText};
+use super::ConfigError;
+use crate::transmitter::keys::SigningKey;
+use crate::transmitter::{Receiver, Transmitter};
+
+/// The fewest characters a receiver's client secret may have.
+const MIN_CLIENT_SECRET: usize = 16;
+
+/// `[tenants.<t>.ssf]` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSsf {
+    #[serde(default)]
+    signing_keys: Vec<PathBuf>,
+    token_lifetime: Option<String>,
+    #[serde(default)]
+    receivers: BTreeMap<String, RawReceiver>,
+}
+
+/// `[tenants.<t>.ssf.receivers.<client_id>]` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReceiver {
+    client_secret: Option<SecretText>,
+    audience: Option<String>,
+}
+
+/// The transmitter written under `key`.
+pub(super) fn transmitter(key: &str, raw: RawSsf) -> Result<Transmitter, ConfigError> {
+    if raw.signing_keys.is_empty() {
+        return Err(invalid(
+            format!("{key}.signing_keys"),
+            "is required: at least one PKCS#8 PEM file (RSA of 2048 bits or more, or P-256)",
+        ));
+    }
+    let mut keys: Vec<Arc<SigningKey>> = Vec::new();
+    for path in &raw.signing_keys {
+        let signing = SigningKey::read(path).map_err(|e| {
+            invalid(
+                format!("{key}.signing_keys"),
+                format!("{}: {e}", path.display()),
+            )
+        })?;
+        if keys.iter().any(|k| k.kid() == signing.kid()) {
+            return Err(invalid(
+                format!("{key}.signing_keys"),
+                format!("{} is listed twice", path.display()),
+            ));
+        }
+        keys.push(Arc::new(signing));
+    }
+    let mut receivers = BTreeMap::new();
+    for (client_id, r) in raw.receivers {
+        let rkey = format!("{key}.receivers.{client_id}");
+        if !is_name(&client_id) {
+            return Err(invalid(
+                &rkey,
+                "a receiver's client_id is 1 to 64 of [A-Za-z0-9_-]",
+            ));
+        }
+        let client_secret = r
+            .client_secret
+            .map(|s| s.resolve(&format!("{rkey}.client_secret")))
+            .transpose()?
+            .ok_or_else(|| invalid(format!("{rkey}.client_secret"), "is required"))?;
+        if client_secret.chars().count() < MIN_CLIENT_SECRET {
+            return Err(invalid(
+                format!("{rkey}.client_secret"),
+                format!("is shorter than {MIN_CLIENT_SECRET} characters: use a long random secret"),
+            ));
+        }
+        let audience = r
+            .audience
+            .filter(|a| !a.is_empty())
+            .ok_or_else(|| invalid(format!("{rkey}.audience"), "is required"))?;
+        receivers.insert(
+            client_id,
+            Receiver {
+                client_secret,
+                audience,
+            },
+        );
+    }
+    Ok(Transmitter {
+        keys,
+        receivers,
+        token_lifetime: duration(
+            &format!("{key}.token_lifetime"),
+            raw.token_lifetime.as_deref(),
+            Duration::from_secs(3600),
+        )?,
+    })
+}

@@ -1,0 +1,72 @@
+//! The Shared Signals transmitter's HTTP side (SSF 1.0): a tenant's metadata and JWK Set
+//! (`discovery`), the OAuth token endpoint its receivers authenticate at (`token`), and stream
+//! management (`streams`), each call of which carries a token of one receiver and sees that
+//! receiver's streams only. A tenant without `[tenants.<t>.ssf]` has none of these (404).
+
+pub mod discovery;
+pub mod streams;
+pub mod token;
+
+use axum::http::HeaderMap;
+use idem_schemas::timefmt::now_ms;
+
+use crate::config::Tenant;
+use crate::http::problem::{ApiError, Kind};
+use crate::http::{App, Live};
+use crate::transmitter::Transmitter;
+
+/// The tenant the path names and its transmitter, or 404.
+fn find<'l>(live: &'l Live, tenant: &str) -> Result<(&'l Tenant, &'l Transmitter), ApiError> {
+    live.config
+        .tenants
+        .get(tenant)
+        .and_then(|t| t.ssf.as_ref().map(|ssf| (t, ssf)))
+        .ok_or_else(|| ApiError::new(Kind::NotFound, "no Shared Signals transmitter here"))
+}
+
+/// How others reach this idem: `public_url`, or the address it listens on.
+fn base_url(app: &App, live: &Live) -> String {
+    match &live.config.public_url {
+        Some(url) => url.clone(),
+        None => format!("http://{}", app.listening),
+    }
+}
+
+/// The tenant's issuer: `{base}/ssf/{tenant}`.
+fn issuer(app: &App, live: &Live, tenant: &str) -> String {
+    format!("{}/ssf/{tenant}", base_url(app, live))
+}
+
+/// The receiver whose access token the `Authorization: Bearer` header carries, or 401.
+fn receiver(
+    app: &App,
+    tenant: &Tenant,
+    ssf: &Transmitter,
+    headers: &HeaderMap,
+) -> Result<String, ApiError> {
+    let unauthorized = |detail: &str| ApiError::new(Kind::Unauthorized, detail);
+    let token = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .ok_or_else(|| {
+            unauthorized(&format!(
+                "send Authorization: Bearer <an access token from POST /ssf/{}/token>",
+                tenant.name
+            ))
+        })?;
+    crate::transmitter::token::check(
+        &app.ssf.token_key,
+        token,
+        &tenant.name,
+        now_ms(),
+        |receiver| {
+            ssf.receivers
+                .get(receiver)
+                .map(|r| r.client_secret.as_str())
+        },
+    )
+    .map_err(|e| unauthorized(&e.to_string()))
+}

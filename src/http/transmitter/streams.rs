@@ -1,0 +1,406 @@
+//! Stream management (SSF §8.1) under `/ssf/{tenant}/streams`: create, read or list, update,
+//! replace and delete a stream; read and set its status; add and remove subjects. Each call
+//! carries a receiver's token and reaches that receiver's streams only (another's is as missing
+//! as a missing one). A change is made from the stored version and written over it alone,
+//! durably, before it is answered; one that lost a race with another node is made again from
+//! what that node wrote.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use idem_schemas::timefmt::now_ms;
+use idem_schemas::{Stream, StreamConfig};
+use ring::rand::{SecureRandom, SystemRandom};
+use serde_json::Value;
+
+use super::{base_url, find, issuer, receiver};
+use crate::config::Tenant;
+use crate::http::problem::{ApiError, Kind};
+use crate::http::query;
+use crate::http::{App, Live};
+use crate::transmitter::stream::{self, Context, Refused};
+use crate::transmitter::Transmitter;
+
+/// The most streams one receiver may have.
+pub const MAX_STREAMS: usize = 64;
+/// The largest request body, in bytes.
+const MAX_BODY: usize = 64 * 1024;
+/// How often a change is made again after losing a race to another writer.
+const ATTEMPTS: usize = 5;
+
+/// Who is asking, of which tenant.
+struct Caller {
+    live: Arc<Live>,
+    tenant: String,
+    receiver: String,
+}
+
+impl Caller {
+    fn authenticate(app: &App, tenant: &str, headers: &HeaderMap) -> Result<Self, ApiError> {
+        let live = app.live.load_full();
+        let (t, ssf) = find(&live, tenant)?;
+        let receiver = receiver(app, t, ssf, headers)?;
+        Ok(Caller {
+            tenant: t.name.clone(),
+            live: live.clone(),
+            receiver,
+        })
+    }
+
+    fn parts(&self) -> (&Tenant, &Transmitter) {
+        let tenant = &self.live.config.tenants[&self.tenant];
+        match &tenant.ssf {
+            Some(ssf) => (tenant, ssf),
+            None => unreachable!("authenticated against this tenant's transmitter"),
+        }
+    }
+
+    /// The stream's configuration as this receiver reads it.
+    fn view(&self, app: &App, stream: &Stream) -> StreamConfig {
+        let (_, ssf) = self.parts();
+        let issuer = issuer(app, &self.live, &self.tenant);
+        let poll_base = format!("{}/ssf/{}/streams", base_url(app, &self.live), self.tenant);
+        let audience = ssf
+            .receivers
+            .get(&self.receiver)
+            .map(|r| r.audience.as_str())
+            .unwrap_or_default();
+        stream::view(
+            stream,
+            &Context {
+                issuer: &issuer,
+                audience,
+                poll_base: &poll_base,
+            },
+        )
+    }
+
+    /// This receiver's stream `id`, or 404.
+    async fn stream(&self, app: &App, id: &str) -> Result<Stream, ApiError> {
+        app.engine
+            .stream(&self.tenant, id)
+            .await
+            .map_err(unavailable)?
+            .filter(|s| s.receiver == self.receiver)
+            .ok_or_else(|| ApiError::new(Kind::NotFound, format!("no stream {id:?}")))
+    }
+
+    /// Changes this receiver's stream `id` by `change` (none: nothing to write), over the
+    /// stored version; what it is then.
+    async fn change(
+        &self,
+        app: &App,
+        id: &str,
+        change: impl Fn(&Stream) -> Result<Option<Stream>, ApiError>,
+    ) -> Result<Stream, ApiError> {
+        for _ in 0..ATTEMPTS {
+            let stored = self.stream(app, id).await?;
+            let Some(next) = change(&stored)? else {
+                return Ok(stored);
+            };
+            if app
+                .engine
+                .put_stream(&self.tenant, &next)
+                .await
+                .map_err(unavailable)?
+            {
+                return Ok(next);
+            }
+        }
+        Err(ApiError::new(
+            Kind::Unavailable,
+            "the stream is being changed by others; retry",
+        ))
+    }
+
+    fn seal(&self, app: &App, id: &str, header: &str) -> Result<Vec<u8>, Refused> {
+        app.ssf
+            .sealer
+            .seal(&owner(&self.tenant, id), header.as_bytes())
+            .map_err(|e| Refused(e.to_string()))
+    }
+}
+
+/// What a stream's sealed authorization header is bound to.
+pub fn owner(tenant: &str, stream_id: &str) -> Vec<u8> {
+    format!("{tenant}/{stream_id}").into_bytes()
+}
+
+fn unavailable(e: idem_actors::StoreError) -> ApiError {
+    tracing::error!(error = %e, "the store failed on a stream");
+    ApiError::new(Kind::Unavailable, "the store cannot be reached; retry")
+}
+
+fn invalid(e: Refused) -> ApiError {
+    ApiError::new(Kind::InvalidStream, e.0)
+}
+
+/// The JSON object a request carries.
+fn json_body(body: &Bytes) -> Result<Value, ApiError> {
+    if body.len() > MAX_BODY {
+        return Err(ApiError::new(
+            Kind::PayloadTooLarge,
+            format!("a stream request is at most {MAX_BODY} bytes"),
+        ));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::new(Kind::MalformedJson, format!("the body is not JSON: {e}")))
+}
+
+/// The `stream_id` a request body names.
+fn body_stream_id(body: &Value) -> Result<String, ApiError> {
+    body.get("stream_id")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| ApiError::new(Kind::InvalidStream, "stream_id is required"))
+}
+
+/// The `stream_id` a query names (required unless `optional`).
+fn query_stream_id(q: &query::Query, optional: bool) -> Result<Option<String>, ApiError> {
+    query::only(q, &["stream_id"])?;
+    match q.get("stream_id") {
+        Some(id) => Ok(Some(id.clone())),
+        None if optional => Ok(None),
+        None => Err(query::invalid("stream_id is required")),
+    }
+}
+
+/// A new stream id: `st_` and 128 random bits.
+fn new_id() -> Result<String, ApiError> {
+    let mut bytes = [0u8; 16];
+    SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| ApiError::new(Kind::Internal, "no randomness for a stream id"))?;
+    Ok(format!("st_{}", idem_schemas::lower_hex(&bytes)))
+}
+
+/// `POST /ssf/{tenant}/streams`: 201 with the new stream.
+pub async fn create(
+    State(app): State<Arc<App>>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let caller = Caller::authenticate(&app, &tenant, &headers)?;
+    let asked = stream::asked(&json_body(&body)?).map_err(invalid)?;
+    let mine = app
+        .engine
+        .streams(&caller.tenant)
+        .await
+        .map_err(unavailable)?
+        .into_iter()
+        .filter(|s| s.receiver == caller.receiver)
+        .count();
+    if mine >= MAX_STREAMS {
+        return Err(ApiError::new(
+            Kind::TooManyStreams,
+            format!("a receiver has at most {MAX_STREAMS} streams: delete one first"),
+        ));
+    }
+    let id = new_id()?;
+    let made = stream::create(id.clone(), &caller.receiver, now_ms(), asked, |h| {
+        caller.seal(&app, &id, h)
+    })
+    .map_err(invalid)?;
+    if !app
+        .engine
+        .put_stream(&caller.tenant, &made)
+        .await
+        .map_err(unavailable)?
+    {
+        return Err(ApiError::new(Kind::Internal, "a new stream id was taken"));
+    }
+    Ok((StatusCode::CREATED, Json(caller.view(&app, &made))).into_response())
+}
+
+/// `GET /ssf/{tenant}/streams[?stream_id=]`: one stream, or all of the receiver's.
+pub async fn read(
+    State(app): State<Arc<App>>,
+    Path(tenant): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = Caller::authenticate(&app, &tenant, &headers)?;
+    match query_stream_id(&q, true)? {
+        Some(id) => {
+            let stream = caller.stream(&app, &id).await?;
+            Ok(Json(caller.view(&app, &stream)).into_response())
+        }
+        None => {
+            let streams: Vec<StreamConfig> = app
+                .engine
+                .streams(&caller.tenant)
+                .await
+                .map_err(unavailable)?
+                .iter()
+                .filter(|s| s.receiver == caller.receiver)
+                .map(|s| caller.view(&app, s))
+                .collect();
+            Ok(Json(streams).into_response())
+        }
+    }
+}
+
+/// `PATCH` (`whole` false) or `PUT` (`whole` true) `/ssf/{tenant}/streams`.
+async fn change(
+    app: Arc<App>,
+    tenant: String,
+    headers: HeaderMap,
+    body: Bytes,
+    whole: bool,
+) -> Result<Response, ApiError> {
+    let caller = Caller::authenticate(&app, &tenant, &headers)?;
+    let body = json_body(&body)?;
+    let id = body_stream_id(&body)?;
+    let asked = stream::asked(&body).map_err(invalid)?;
+    let changed = caller
+        .change(&app, &id, |stored| {
+            stream::change(stored, asked.clone(), whole, |h| caller.seal(&app, &id, h))
+                .map(Some)
+                .map_err(invalid)
+        })
+        .await?;
+    Ok(Json(caller.view(&app, &changed)).into_response())
+}
+
+/// `PATCH /ssf/{tenant}/streams`: changes what the body names.
+pub async fn update(
+    State(app): State<Arc<App>>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    change(app, tenant, headers, body, false).await
+}
+
+/// `PUT /ssf/{tenant}/streams`: replaces every receiver-supplied property.
+pub async fn replace(
+    State(app): State<Arc<App>>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    change(app, tenant, headers, body, true).await
+}
+
+/// `DELETE /ssf/{tenant}/streams?stream_id=`: 204.
+pub async fn delete(
+    State(app): State<Arc<App>>,
+    Path(tenant): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = Caller::authenticate(&app, &tenant, &headers)?;
+    let id = query_stream_id(&q, false)?.unwrap_or_default();
+    caller.stream(&app, &id).await?;
+    app.engine
+        .delete_stream(&caller.tenant, &id)
+        .await
+        .map_err(unavailable)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `GET /ssf/{tenant}/streams/status?stream_id=`.
+pub async fn status(
+    State(app): State<Arc<App>>,
+    Path(tenant): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = Caller::authenticate(&app, &tenant, &headers)?;
+    let id = query_stream_id(&q, false)?.unwrap_or_default();
+    let stream = caller.stream(&app, &id).await?;
+    Ok(Json(stream::status_view(&stream)).into_response())
+}
+
+/// `POST /ssf/{tenant}/streams/status {"stream_id", "status", "reason"}`.
+pub async fn set_status(
+    State(app): State<Arc<App>>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let caller = Caller::authenticate(&app, &tenant, &headers)?;
+    let body = json_body(&body)?;
+    let id = body_stream_id(&body)?;
+    let state = body
+        .get("status")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::new(Kind::InvalidStream, "status is required"))
+        .and_then(|s| stream::state(s).map_err(invalid))?;
+    let reason = match body.get("reason") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(r)) if r.len() <= 1024 => Some(r.clone()),
+        Some(_) => {
+            return Err(ApiError::new(
+                Kind::InvalidStream,
+                "reason must be a string of at most 1024 bytes",
+            ))
+        }
+    };
+    let changed = caller
+        .change(&app, &id, |stored| {
+            Ok(Some(stream::with_state(stored, state, reason.clone())))
+        })
+        .await?;
+    Ok(Json(stream::status_view(&changed)).into_response())
+}
+
+/// `POST /ssf/{tenant}/streams/subjects:add` (200) and `…:remove` (204): `{"stream_id",
+/// "subject"}`, the subject digested as signals' subjects are.
+async fn subject(
+    app: Arc<App>,
+    tenant: String,
+    headers: HeaderMap,
+    body: Bytes,
+    remove: bool,
+) -> Result<Response, ApiError> {
+    let caller = Caller::authenticate(&app, &tenant, &headers)?;
+    let body = json_body(&body)?;
+    let id = body_stream_id(&body)?;
+    let subject = body
+        .get("subject")
+        .and_then(crate::source::subject::of)
+        .ok_or_else(|| {
+            ApiError::new(
+                Kind::InvalidStream,
+                "subject must be a subject identifier (RFC 9493) or a non-empty string",
+            )
+        })?;
+    let digest = app.engine.subject_digest(&caller.tenant, &subject);
+    caller
+        .change(&app, &id, |stored| {
+            stream::with_subject(stored, digest, remove).map_err(invalid)
+        })
+        .await?;
+    Ok(if remove {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        StatusCode::OK.into_response()
+    })
+}
+
+/// `POST /ssf/{tenant}/streams/subjects:add`.
+pub async fn add_subject(
+    State(app): State<Arc<App>>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    subject(app, tenant, headers, body, false).await
+}
+
+/// `POST /ssf/{tenant}/streams/subjects:remove`.
+pub async fn remove_subject(
+    State(app): State<Arc<App>>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    subject(app, tenant, headers, body, true).await
+}

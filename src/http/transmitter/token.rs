@@ -1,0 +1,193 @@
+//! `POST /ssf/{tenant}/token`: OAuth 2.0 client credentials (RFC 6749 §4.4) for the tenant's
+//! receivers, authenticated by `client_secret_basic` or `client_secret_post` (one, not both),
+//! the secret compared in constant time. The answer is a Bearer token (RFC 6750) that any node
+//! checks; refusals are RFC 6749 §5.2's JSON errors.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Form, Json};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use idem_schemas::timefmt::now_ms;
+use idem_schemas::{AccessToken, OAuthError};
+use percent_encoding::percent_decode_str;
+use subtle::ConstantTimeEq;
+
+use super::find;
+use crate::http::App;
+use crate::transmitter::token;
+
+/// A refusal, answered as an RFC 6749 §5.2 error.
+struct Refusal {
+    status: StatusCode,
+    error: &'static str,
+    description: String,
+    /// Answered with `WWW-Authenticate: Basic` (the client tried Basic).
+    basic: bool,
+}
+
+impl Refusal {
+    fn request(description: impl Into<String>) -> Self {
+        Refusal {
+            status: StatusCode::BAD_REQUEST,
+            error: "invalid_request",
+            description: description.into(),
+            basic: false,
+        }
+    }
+
+    fn client(basic: bool) -> Self {
+        Refusal {
+            status: StatusCode::UNAUTHORIZED,
+            error: "invalid_client",
+            description: "unknown client or wrong secret".into(),
+            basic,
+        }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let body = OAuthError {
+            error: self.error.to_string(),
+            error_description: self.description,
+        };
+        let mut response = (self.status, Json(body)).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if self.basic {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"idem\""),
+            );
+        }
+        response
+    }
+}
+
+/// `client_id` and `client_secret` from an `Authorization: Basic` header (each form-encoded,
+/// RFC 6749 §2.3.1).
+fn basic(headers: &HeaderMap) -> Result<Option<(String, String)>, Refusal> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let malformed = || Refusal::request("the Authorization header is not Basic credentials");
+    let encoded = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
+        .map(|(_, c)| c.trim())
+        .ok_or_else(malformed)?;
+    let decoded = STANDARD
+        .decode(encoded)
+        .ok()
+        .and_then(|d| String::from_utf8(d).ok())
+        .ok_or_else(malformed)?;
+    let (id, secret) = decoded.split_once(':').ok_or_else(malformed)?;
+    let form_decoded = |s: &str| {
+        percent_decode_str(&s.replace('+', " "))
+            .decode_utf8()
+            .map(|s| s.into_owned())
+            .map_err(|_| malformed())
+    };
+    Ok(Some((form_decoded(id)?, form_decoded(secret)?)))
+}
+
+/// The token endpoint.
+pub async fn issue(
+    State(app): State<Arc<App>>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    form: Result<Form<Vec<(String, String)>>, FormRejection>,
+) -> Response {
+    match grant(&app, &tenant, &headers, form) {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn grant(
+    app: &App,
+    tenant: &str,
+    headers: &HeaderMap,
+    form: Result<Form<Vec<(String, String)>>, FormRejection>,
+) -> Result<Response, Refusal> {
+    let live = app.live.load_full();
+    let (tenant, ssf) = find(&live, tenant).map_err(|_| Refusal {
+        status: StatusCode::NOT_FOUND,
+        error: "invalid_request",
+        description: "no Shared Signals transmitter here".into(),
+        basic: false,
+    })?;
+    let Form(fields) =
+        form.map_err(|_| Refusal::request("send an application/x-www-form-urlencoded body"))?;
+    let field = |name: &str| -> Result<Option<&str>, Refusal> {
+        let mut values = fields.iter().filter(|(k, _)| k == name).map(|(_, v)| v);
+        match (values.next(), values.next()) {
+            (Some(_), Some(_)) => Err(Refusal::request(format!("{name} is sent twice"))),
+            (value, _) => Ok(value.map(String::as_str)),
+        }
+    };
+    match field("grant_type")? {
+        Some("client_credentials") => {}
+        Some(_) => {
+            return Err(Refusal {
+                status: StatusCode::BAD_REQUEST,
+                error: "unsupported_grant_type",
+                description: "only client_credentials is granted".into(),
+                basic: false,
+            })
+        }
+        None => return Err(Refusal::request("grant_type is required")),
+    }
+    let from_basic = basic(headers)?;
+    let posted = (field("client_id")?, field("client_secret")?);
+    let (client_id, secret, is_basic) = match (from_basic, posted) {
+        (Some(_), (_, Some(_))) => {
+            return Err(Refusal::request(
+                "authenticate by Basic or by client_secret in the body, not both",
+            ))
+        }
+        (Some((id, secret)), _) => (id, secret, true),
+        (None, (Some(id), Some(secret))) => (id.to_string(), secret.to_string(), false),
+        (None, _) => {
+            return Err(Refusal {
+                status: StatusCode::UNAUTHORIZED,
+                error: "invalid_client",
+                description: "send client credentials (Basic, or client_id and client_secret)"
+                    .into(),
+                basic: true,
+            })
+        }
+    };
+    let receiver = ssf
+        .receivers
+        .get(&client_id)
+        .ok_or(Refusal::client(is_basic))?;
+    if !bool::from(receiver.client_secret.as_bytes().ct_eq(secret.as_bytes())) {
+        return Err(Refusal::client(is_basic));
+    }
+    let lifetime = ssf.token_lifetime;
+    let access_token = token::issue(
+        &app.ssf.token_key,
+        &tenant.name,
+        &client_id,
+        &receiver.client_secret,
+        now_ms().saturating_add(lifetime.as_millis() as u64),
+    );
+    let mut response = Json(AccessToken {
+        access_token,
+        token_type: "Bearer".into(),
+        expires_in: lifetime.as_secs(),
+    })
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}

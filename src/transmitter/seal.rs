@@ -1,0 +1,84 @@
+//! Sealing what idem must keep but not in clear (a push stream's `authorization_header`):
+//! AES-256-GCM under a key derived from `key_secret`, a random nonce per seal, bound to what it
+//! belongs to by its associated data, so a sealed value moved to another record does not open.
+
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use ring::rand::{SecureRandom, SystemRandom};
+
+/// A sealed value that does not open: another key, another record, or altered.
+#[derive(Debug, thiserror::Error)]
+#[error("a sealed value does not open under this key_secret")]
+pub struct Unsealable;
+
+/// Seals and opens under one key.
+pub struct Sealer {
+    key: LessSafeKey,
+    rng: SystemRandom,
+}
+
+impl Sealer {
+    /// A sealer under `key`.
+    pub fn new(key: [u8; 32]) -> Sealer {
+        let key = match UnboundKey::new(&AES_256_GCM, &key) {
+            Ok(key) => LessSafeKey::new(key),
+            // A 32-byte key is what AES-256-GCM takes.
+            Err(_) => unreachable!("AES-256-GCM takes a 32-byte key"),
+        };
+        Sealer {
+            key,
+            rng: SystemRandom::new(),
+        }
+    }
+
+    /// `plain` sealed for `owner`: nonce ‖ ciphertext ‖ tag.
+    pub fn seal(&self, owner: &[u8], plain: &[u8]) -> Result<Vec<u8>, Unsealable> {
+        let mut nonce = [0u8; NONCE_LEN];
+        self.rng.fill(&mut nonce).map_err(|_| Unsealable)?;
+        let mut out = plain.to_vec();
+        self.key
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(owner),
+                &mut out,
+            )
+            .map_err(|_| Unsealable)?;
+        let mut sealed = nonce.to_vec();
+        sealed.extend_from_slice(&out);
+        Ok(sealed)
+    }
+
+    /// What [`Sealer::seal`] sealed for `owner`.
+    pub fn open(&self, owner: &[u8], sealed: &[u8]) -> Result<Vec<u8>, Unsealable> {
+        let (nonce, rest) = sealed.split_at_checked(NONCE_LEN).ok_or(Unsealable)?;
+        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| Unsealable)?;
+        let mut buffer = rest.to_vec();
+        let plain = self
+            .key
+            .open_in_place(nonce, Aad::from(owner), &mut buffer)
+            .map_err(|_| Unsealable)?;
+        Ok(plain.to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_for_its_owner_only() {
+        let sealer = Sealer::new([7; 32]);
+        let sealed = sealer.seal(b"acme/st_1", b"Bearer abc").expect("seal");
+        assert!(!sealed.windows(10).any(|w| w == b"Bearer abc"));
+        assert_eq!(
+            sealer.open(b"acme/st_1", &sealed).expect("open"),
+            b"Bearer abc"
+        );
+        assert!(sealer.open(b"acme/st_2", &sealed).is_err());
+        assert!(Sealer::new([8; 32]).open(b"acme/st_1", &sealed).is_err());
+        let mut altered = sealed.clone();
+        altered[NONCE_LEN] ^= 1;
+        assert!(sealer.open(b"acme/st_1", &altered).is_err());
+        // Two seals of one value differ (a nonce each).
+        assert_ne!(sealer.seal(b"o", b"v").ok(), sealer.seal(b"o", b"v").ok());
+    }
+}
