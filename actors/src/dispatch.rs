@@ -1,9 +1,11 @@
-//! Making callback attempts. A decision's callbacks are attempted concurrently, each signed with
-//! the tenant's current callback secrets (Standard Webhooks headers) and bounded by a deadline.
-//! The body is the stored envelope, byte for byte; the `webhook-id` is the delivery's id; only
-//! `webhook-timestamp` and the signature belong to the attempt. Redirects are never followed.
-//! Every attempt's end is told to its endpoint's breaker; an inline attempt is made only if its
-//! endpoint admits it (see [`crate::endpoint`]).
+//! Making delivery attempts. A decision's deliveries are attempted concurrently, each bounded by
+//! a deadline. A callback is signed with the tenant's current callback secrets (Standard Webhooks
+//! headers): the body is the stored envelope, byte for byte; the `webhook-id` is the delivery's
+//! id; only `webhook-timestamp` and the signature belong to the attempt. A SET goes to its
+//! stream as the stream is now (RFC 8935: its endpoint, its `authorization_header`), its stored
+//! bytes unsealed; a receiver's 400 `err` is kept in the attempt. Redirects are never followed.
+//! Every attempt's end is told to its endpoint's breaker (a stream's is its own); an inline
+//! attempt is made only if its endpoint admits it (see [`crate::endpoint`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,10 +13,19 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use idem_schemas::signature::{sign_all, Secret};
+use idem_schemas::stored::stream_of;
 use idem_schemas::timefmt::now_ms;
-use idem_schemas::{ActionOutcome, ActionStatus, AttemptRecord, Decision, PlannedDelivery};
+use idem_schemas::{
+    ActionOutcome, ActionStatus, AttemptRecord, Decision, PlannedDelivery, StreamMethod,
+    StreamState,
+};
 
 use crate::endpoint::{Admission, EndpointEvent, Endpoints, Permit};
+use crate::seal::Sealer;
+use crate::store::Store;
+
+/// The most of a receiver's error answer read for its `err`.
+const MAX_ERROR_BODY: usize = 4096;
 
 /// Where the dispatcher finds a tenant's callback secrets (read at every attempt, so a config
 /// reload that rotates them takes effect at once).
@@ -29,6 +40,10 @@ pub struct Dispatcher {
     keyring: Arc<dyn Keyring>,
     inline_timeout: Duration,
     endpoints: Arc<Endpoints>,
+    /// Where a SET's stream is read.
+    store: Arc<dyn Store>,
+    /// Unseals SETs and push credentials.
+    sealer: Arc<Sealer>,
 }
 
 /// Could not build the HTTP client.
@@ -47,11 +62,14 @@ pub fn classify(code: u16) -> ActionStatus {
 
 impl Dispatcher {
     /// A dispatcher whose inline attempts have `inline_timeout` as deadline, admitted by and
-    /// told to `endpoints`.
+    /// told to `endpoints`; SETs' streams are read from `store`, their bytes unsealed by
+    /// `sealer`.
     pub fn new(
         keyring: Arc<dyn Keyring>,
         inline_timeout: Duration,
         endpoints: Arc<Endpoints>,
+        store: Arc<dyn Store>,
+        sealer: Arc<Sealer>,
     ) -> Result<Self, ClientError> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -62,6 +80,8 @@ impl Dispatcher {
             keyring,
             inline_timeout,
             endpoints,
+            store,
+            sealer,
         })
     }
 
@@ -78,6 +98,10 @@ impl Dispatcher {
     pub async fn dispatch(&self, decision: &Decision) -> Vec<ActionOutcome> {
         let started = Instant::now();
         let attempts = decision.deliveries.iter().map(|delivery| async move {
+            // A SET to a paused stream is held back, as one to an open endpoint is.
+            if self.paused(&decision.tenant, &delivery.url).await {
+                return None;
+            }
             let admission = self
                 .endpoints
                 .admit(&decision.tenant, &delivery.url, self.inline_timeout / 2)
@@ -140,25 +164,29 @@ impl Dispatcher {
         deadline: Duration,
     ) -> (ActionStatus, AttemptRecord) {
         let at_ms = now_ms();
-        let timestamp = (at_ms / 1000) as i64;
-        let secrets = self.keyring.callback_secrets(tenant);
-        let mut request = self
-            .client
-            .post(&delivery.url)
-            .timeout(deadline)
-            .header("content-type", "application/json")
-            .header("webhook-id", &delivery.id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .body(delivery.body.clone());
-        if !secrets.is_empty() {
-            let signature = sign_all(&secrets, &delivery.id, timestamp, &delivery.body);
-            request = request.header("webhook-signature", signature);
-        }
+        let is_set = stream_of(&delivery.url).is_some();
+        let request = match stream_of(&delivery.url) {
+            None => self.callback(tenant, delivery, at_ms),
+            Some(stream) => match self.set(tenant, stream, delivery).await {
+                Ok(request) => request,
+                Err((status, error)) => {
+                    tracing::debug!(delivery = %delivery.id, %error, "SET not sent");
+                    let attempt = AttemptRecord {
+                        at_ms,
+                        code: None,
+                        error: Some(error),
+                        latency_ms: 0,
+                        retry_after_ms: None,
+                    };
+                    return (status, attempt);
+                }
+            },
+        };
         let started = Instant::now();
-        let answer = request.send().await;
+        let answer = request.timeout(deadline).send().await;
         let latency_ms = started.elapsed().as_millis() as u64;
         match answer {
-            Ok(response) => {
+            Ok(mut response) => {
                 let code = response.status().as_u16();
                 let status = classify(code);
                 let retry_after_ms = match code {
@@ -169,13 +197,18 @@ impl Dispatcher {
                         .and_then(parse_retry_after),
                     _ => None,
                 };
-                tracing::debug!(delivery = %delivery.id, code, latency_ms, "callback answered");
+                // RFC 8935 §2.3: a refused SET is a 400 naming its `err`.
+                let error = match (is_set, code) {
+                    (true, 400) => set_error(&mut response).await,
+                    _ => None,
+                };
+                tracing::debug!(delivery = %delivery.id, code, latency_ms, "delivery answered");
                 (
                     status,
                     AttemptRecord {
                         at_ms,
                         code: Some(code),
-                        error: None,
+                        error,
                         latency_ms,
                         retry_after_ms,
                     },
@@ -187,7 +220,7 @@ impl Dispatcher {
                 } else {
                     network_error(e)
                 };
-                tracing::debug!(delivery = %delivery.id, %error, latency_ms, "callback failed");
+                tracing::debug!(delivery = %delivery.id, %error, latency_ms, "delivery failed");
                 (
                     ActionStatus::Queued,
                     AttemptRecord {
@@ -201,6 +234,115 @@ impl Dispatcher {
             }
         }
     }
+}
+
+impl Dispatcher {
+    /// Whether `destination` is a stream of `tenant` that is paused now: its SETs are held,
+    /// using up no attempt. A stream that cannot be read is not taken to be paused (its
+    /// attempt finds out).
+    pub async fn paused(&self, tenant: &str, destination: &str) -> bool {
+        let Some(stream) = stream_of(destination) else {
+            return false;
+        };
+        matches!(
+            self.store.stream(tenant, stream).await,
+            Ok(Some(s)) if s.state == StreamState::Paused
+        )
+    }
+
+    /// A callback's request, signed at `at_ms`.
+    fn callback(
+        &self,
+        tenant: &str,
+        delivery: &PlannedDelivery,
+        at_ms: u64,
+    ) -> reqwest::RequestBuilder {
+        let timestamp = (at_ms / 1000) as i64;
+        let secrets = self.keyring.callback_secrets(tenant);
+        let mut request = self
+            .client
+            .post(&delivery.url)
+            .header("content-type", "application/json")
+            .header("webhook-id", &delivery.id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .body(delivery.body.clone());
+        if !secrets.is_empty() {
+            let signature = sign_all(&secrets, &delivery.id, timestamp, &delivery.body);
+            request = request.header("webhook-signature", signature);
+        }
+        request
+    }
+
+    /// A SET's request to stream `stream_id` as it is now, or why none is made: failed for
+    /// good when the stream is gone, disabled or no longer pushed to, or the bytes do not
+    /// open; queued for another attempt when it cannot be read, or was paused since it was
+    /// found not to be.
+    async fn set(
+        &self,
+        tenant: &str,
+        stream_id: &str,
+        delivery: &PlannedDelivery,
+    ) -> Result<reqwest::RequestBuilder, (ActionStatus, String)> {
+        let failed = |why: &str| (ActionStatus::Failed, why.to_string());
+        let stream = match self.store.stream(tenant, stream_id).await {
+            Ok(Some(stream)) => stream,
+            Ok(None) => return Err(failed("the stream was deleted")),
+            Err(e) => {
+                return Err((
+                    ActionStatus::Queued,
+                    format!("the stream cannot be read: {e}"),
+                ))
+            }
+        };
+        match stream.state {
+            StreamState::Enabled => {}
+            StreamState::Paused => {
+                return Err((ActionStatus::Queued, "the stream is paused".into()));
+            }
+            StreamState::Disabled => return Err(failed("the stream is disabled")),
+        }
+        let (StreamMethod::Push, Some(url)) = (stream.method, &stream.endpoint_url) else {
+            return Err(failed("the stream is no longer pushed to"));
+        };
+        let token = self
+            .sealer
+            .open(crate::set::owner(&delivery.id), &delivery.body)
+            .map_err(|_| failed("the SET does not open under this key_secret"))?;
+        let mut request = self
+            .client
+            .post(url)
+            .header("content-type", "application/secevent+jwt")
+            .header("accept", "application/json")
+            .body(token);
+        if let Some(sealed) = &stream.authorization {
+            let header = self
+                .sealer
+                .open(&crate::set::stream_owner(tenant, &stream.id), sealed)
+                .map_err(|_| failed("the stream's authorization_header does not open"))?;
+            request = request.header("authorization", header);
+        }
+        Ok(request)
+    }
+}
+
+/// A receiver's refusal of a SET (RFC 8935 §2.3): `err: description`, from at most
+/// [`MAX_ERROR_BODY`] bytes of its answer.
+async fn set_error(response: &mut reqwest::Response) -> Option<String> {
+    let mut body = Vec::new();
+    while body.len() < MAX_ERROR_BODY {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    let refusal: serde_json::Value = serde_json::from_slice(&body).ok()?;
+    let err = refusal.get("err")?.as_str()?;
+    let description = refusal
+        .get("description")
+        .and_then(|d| d.as_str())
+        .unwrap_or_default();
+    let text = format!("{err}: {description}");
+    Some(text.chars().take(512).collect())
 }
 
 /// `Retry-After` as milliseconds from now: delay-seconds or an HTTP date.

@@ -22,6 +22,7 @@ use crate::digest::Digester;
 use crate::dispatch::{ClientError, Dispatcher, Keyring};
 use crate::endpoint::{EndpointHealth, EndpointId, Endpoints};
 use crate::metrics::Metric;
+use crate::seal::Sealer;
 use crate::settings::Settings;
 use crate::store::{ClaimId, Halted, Node, Store, StoreError, Unit};
 use crate::supervise::RegistryError;
@@ -94,12 +95,17 @@ impl Gauges {
     }
 }
 
+/// What the key that seals SETs and push credentials at rest is derived for.
+pub const SEAL_PURPOSE: &[u8] = b"idem/ssf-seal/v1";
+
 /// The service's core: store, actors and background tasks.
 pub struct Engine {
     store: Arc<dyn Store>,
     epoch: u64,
     settings: Arc<Settings>,
     digester: Digester,
+    /// Seals SETs at rest, under a key derived from `key_secret`.
+    sealer: Arc<Sealer>,
     endpoints: Arc<Endpoints>,
     dispatcher: Arc<Dispatcher>,
     claims: Arc<Claims>,
@@ -137,10 +143,14 @@ impl Engine {
         let endpoints = Arc::new(Endpoints::new(store.clone(), settings.clone()));
         // What the breakers were before a restart holds from the first request on.
         endpoints.refresh().await?;
+        let digester = Digester::new(&settings.idempotency.key_secret);
+        let sealer = Arc::new(Sealer::new(digester.derived_key(SEAL_PURPOSE)));
         let dispatcher = Arc::new(Dispatcher::new(
             keyring,
             settings.delivery.inline_timeout,
             endpoints.clone(),
+            store.clone(),
+            sealer.clone(),
         )?);
         // Actor names are unique per engine: ractor's registry is process-wide.
         let instance = format!("idem-{epoch:x}");
@@ -193,7 +203,8 @@ impl Engine {
         Ok(Engine {
             store,
             epoch,
-            digester: Digester::new(&settings.idempotency.key_secret),
+            digester,
+            sealer,
             settings,
             endpoints,
             dispatcher,
@@ -229,6 +240,11 @@ impl Engine {
     /// The keyed digests of this engine's `key_secret`.
     pub(crate) fn digester(&self) -> &Digester {
         &self.digester
+    }
+
+    /// What seals SETs and push credentials at rest.
+    pub fn sealer(&self) -> &Arc<Sealer> {
+        &self.sealer
     }
 
     /// `tenant`'s endpoints with a stored health, and its queued deliveries by URL, as the
@@ -394,6 +410,8 @@ impl Engine {
             let status = delivery.placement.status;
             actions.push(DecidedAction {
                 name: action.name,
+                stream_id: idem_schemas::stored::stream_of(&delivery.record.url)
+                    .map(str::to_string),
                 delivery_id: action.delivery_id,
                 status,
             });

@@ -33,6 +33,8 @@ mod idle;
 pub mod metrics;
 pub mod playbook;
 mod retry_worker;
+pub mod seal;
+pub mod set;
 pub mod settings;
 pub mod signal;
 pub mod store;

@@ -1,7 +1,7 @@
 //! Playbooks: how a signal becomes a decision. The tenant's playbook for the signal's type gives
-//! the verdict and the callbacks; this module fixes everything about them at once (the decision
-//! id, each callback's id and its envelope bytes with their timestamp), so that whatever runs
-//! again later sends exactly the same thing.
+//! the verdict and the actions (callbacks, and SETs to Shared Signals streams, see `set`); this
+//! module fixes everything about them at once (the decision id, each delivery's id and its bytes
+//! with their timestamp), so that whatever runs again later sends exactly the same thing.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use idem_schemas::timefmt::rfc3339_millis;
 use idem_schemas::{CallbackData, CallbackEnvelope, Decision, PlannedDelivery, Verdict};
-use serde::Deserialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
+
+use crate::set::{self, SetAction, SetContext, SetError};
 
 /// The most actions one playbook may have (each is a callback per decision).
 pub const MAX_ACTIONS: usize = 16;
@@ -28,14 +29,49 @@ pub struct Playbook {
     pub once_per_subject: Option<Duration>,
 }
 
-/// One callback of a playbook.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// One action of a playbook.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Action {
     /// Its name, unique in the playbook.
     pub name: String,
-    /// Where it is POSTed.
-    pub url: String,
+    /// What it does.
+    pub target: Target,
+}
+
+/// What an action does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A signed callback POSTed to this URL.
+    Callback(String),
+    /// A SET to each stream of the tenant's transmitter that asked for its event.
+    Set(SetAction),
+}
+
+impl Action {
+    /// A callback to `url`.
+    pub fn callback(name: &str, url: &str) -> Action {
+        Action {
+            name: name.to_string(),
+            target: Target::Callback(url.to_string()),
+        }
+    }
+
+    /// The URL of a callback action.
+    pub fn url(&self) -> Option<&str> {
+        match &self.target {
+            Target::Callback(url) => Some(url),
+            Target::Set(_) => None,
+        }
+    }
+}
+
+impl Playbook {
+    /// Whether any of its actions is a SET.
+    pub fn sends_sets(&self) -> bool {
+        self.actions
+            .iter()
+            .any(|a| matches!(a.target, Target::Set(_)))
+    }
 }
 
 /// A tenant's playbooks, by signal type.
@@ -49,8 +85,10 @@ pub struct Signal<'a> {
     pub signal_type: &'a str,
     /// The source it came from, if any.
     pub source: Option<&'a str>,
+    /// The subject, as the signal names it (only a SET carries it, sealed).
+    pub subject: &'a str,
     /// Keyed digest of the subject.
-    pub subject_hash: String,
+    pub subject_digest: [u8; 32],
     /// The signal's metadata, echoed in every callback.
     pub metadata: Map<String, Value>,
 }
@@ -72,46 +110,75 @@ pub fn delivery_id(decision_id: &str, action: &str) -> String {
     )
 }
 
-/// Applies `playbook` to `signal` at `now_ms`.
+/// Why a decision could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum DecideError {
+    /// A callback's envelope could not be serialised.
+    #[error("cannot serialise a callback: {0}")]
+    Envelope(#[from] serde_json::Error),
+    /// A SET could not be made.
+    #[error(transparent)]
+    Set(#[from] SetError),
+    /// The playbook has a `set` action and the tenant no transmitter.
+    #[error("a set action, and no transmitter to send it")]
+    NoTransmitter,
+}
+
+/// Applies `playbook` to `signal` at `now_ms`; its `set` actions go to the streams of `sets`.
 pub fn decide(
     playbook: &Playbook,
     signal: Signal<'_>,
+    sets: Option<&SetContext>,
     now_ms: u64,
-) -> Result<Decision, serde_json::Error> {
+) -> Result<Decision, DecideError> {
     let id = format!("dec_{}", uuid::Uuid::now_v7().simple());
     let timestamp = rfc3339_millis(now_ms);
-    let deliveries = playbook
-        .actions
-        .iter()
-        .map(|action| {
-            let envelope = CallbackEnvelope {
-                event_type: format!("decision.{}", playbook.decision.as_str()),
-                timestamp: timestamp.clone(),
-                data: CallbackData {
-                    tenant: signal.tenant.to_string(),
-                    decision_id: id.clone(),
-                    decision: playbook.decision,
+    let subject_hash = idem_schemas::lower_hex(&signal.subject_digest);
+    let mut deliveries = Vec::with_capacity(playbook.actions.len());
+    for action in &playbook.actions {
+        match &action.target {
+            Target::Callback(url) => {
+                let envelope = CallbackEnvelope {
+                    event_type: format!("decision.{}", playbook.decision.as_str()),
+                    timestamp: timestamp.clone(),
+                    data: CallbackData {
+                        tenant: signal.tenant.to_string(),
+                        decision_id: id.clone(),
+                        decision: playbook.decision,
+                        action: action.name.clone(),
+                        signal_type: signal.signal_type.to_string(),
+                        subject_hash: subject_hash.clone(),
+                        metadata: signal.metadata.clone(),
+                    },
+                };
+                deliveries.push(PlannedDelivery {
+                    id: delivery_id(&id, &action.name),
                     action: action.name.clone(),
-                    signal_type: signal.signal_type.to_string(),
-                    subject_hash: signal.subject_hash.clone(),
-                    metadata: signal.metadata.clone(),
-                },
-            };
-            Ok(PlannedDelivery {
-                id: delivery_id(&id, &action.name),
-                action: action.name.clone(),
-                url: action.url.clone(),
-                body: serde_json::to_vec(&envelope)?,
-            })
-        })
-        .collect::<Result<Vec<_>, serde_json::Error>>()?;
+                    url: url.clone(),
+                    body: serde_json::to_vec(&envelope)?,
+                });
+            }
+            Target::Set(set_action) => {
+                let context = sets.ok_or(DecideError::NoTransmitter)?;
+                let of = set::Of {
+                    decision_id: &id,
+                    subject: signal.subject,
+                    subject_digest: &signal.subject_digest,
+                    now_ms,
+                };
+                deliveries.extend(set::plan(context, &of, &action.name, set_action, |key| {
+                    delivery_id(&id, key)
+                })?);
+            }
+        }
+    }
     Ok(Decision {
         id,
         tenant: signal.tenant.to_string(),
         signal_type: signal.signal_type.to_string(),
         source: signal.source.map(str::to_string),
         verdict: playbook.decision,
-        subject_hash: signal.subject_hash,
+        subject_hash,
         created_at_ms: now_ms,
         deliveries,
     })
@@ -127,14 +194,8 @@ mod tests {
         let playbook = Playbook {
             decision: Verdict::StepUp,
             actions: vec![
-                Action {
-                    name: "lock".into(),
-                    url: "http://127.0.0.1:1/lock".into(),
-                },
-                Action {
-                    name: "case".into(),
-                    url: "http://127.0.0.1:1/case".into(),
-                },
+                Action::callback("lock", "http://127.0.0.1:1/lock"),
+                Action::callback("case", "http://127.0.0.1:1/case"),
             ],
             once_per_subject: None,
         };
@@ -144,10 +205,11 @@ mod tests {
             tenant: "acme",
             signal_type: "sim_swap",
             source: None,
-            subject_hash: "abc".into(),
+            subject: "+15550001",
+            subject_digest: [0xab; 32],
             metadata,
         };
-        let d = decide(&playbook, signal, 1_795_888_472_123).expect("decide");
+        let d = decide(&playbook, signal, None, 1_795_888_472_123).expect("decide");
         assert!(d.id.starts_with("dec_"));
         assert_eq!(d.deliveries.len(), 2);
         assert_eq!(d.deliveries[0].id, delivery_id(&d.id, "lock"));

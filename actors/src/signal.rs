@@ -18,8 +18,9 @@ use crate::claim::{ClaimError, DecideError, Reply, Request, Submission, ANY_PAYL
 use crate::digest::Digester;
 use crate::engine::{Engine, EngineError};
 use crate::playbook::{self, Playbook, Playbooks};
+use crate::set::{SetContext, Transmitter};
 use crate::settings::Settings;
-use crate::store::ClaimId;
+use crate::store::{ClaimId, StoreError};
 use crate::supervise::RegistryError;
 
 /// The least a source event's claim lasts (`idempotency.key_ttl` when longer): Stripe retries an
@@ -40,6 +41,8 @@ pub struct Routed<'a> {
     pub signal: SignalRequest,
     /// How it came, and so what it is claimed by.
     pub by: By<'a>,
+    /// The tenant's Shared Signals transmitter, if it has one: where its `set` actions go.
+    pub transmitter: Option<Transmitter>,
 }
 
 /// How a signal came.
@@ -109,6 +112,9 @@ pub enum SignalError {
     /// The decision could not be made.
     #[error(transparent)]
     Decide(#[from] DecideError),
+    /// The playbook sends SETs, and the tenant's streams could not be read (retry).
+    #[error("the streams cannot be read: {0}")]
+    Streams(#[source] StoreError),
     /// A keyless signal's deliveries could not be stored.
     #[error(transparent)]
     Keyless(#[from] EngineError),
@@ -128,6 +134,8 @@ struct Decider {
     tenant: String,
     source: Option<String>,
     signal: SignalRequest,
+    /// Where the playbook's `set` actions go, if it has any.
+    sets: Option<SetContext>,
 }
 
 impl Decider {
@@ -137,10 +145,14 @@ impl Decider {
             tenant: &self.tenant,
             signal_type: &self.signal.signal_type,
             source: self.source.as_deref(),
-            subject_hash: self.digester.subject(&self.tenant, &self.signal.subject),
+            subject: &self.signal.subject,
+            subject_digest: self
+                .digester
+                .subject_bytes(&self.tenant, &self.signal.subject),
             metadata: self.signal.metadata.unwrap_or_default(),
         };
-        playbook::decide(&self.playbook, signal, now_ms).map_err(|e| DecideError(Box::new(e)))
+        playbook::decide(&self.playbook, signal, self.sets.as_ref(), now_ms)
+            .map_err(|e| DecideError(Box::new(e)))
     }
 }
 
@@ -233,6 +245,7 @@ impl Engine {
             playbooks,
             signal,
             by,
+            transmitter,
         } = routed;
         let playbook = playbooks
             .get(&signal.signal_type)
@@ -251,12 +264,22 @@ impl Engine {
             By::Event { source, .. } => Some(source.to_string()),
             By::Request { .. } => None,
         };
+        // The streams as they are now: a stream made after this signal gets nothing of it.
+        let sets = match transmitter {
+            Some(transmitter) if playbook.sends_sets() => Some(SetContext {
+                transmitter,
+                streams: self.streams(tenant).await.map_err(SignalError::Streams)?,
+                sealer: self.sealer().clone(),
+            }),
+            _ => None,
+        };
         let decider = Decider {
             playbook,
             digester: self.digester().clone(),
             tenant: tenant.to_string(),
             source,
             signal,
+            sets,
         };
         let Some(Claimed {
             id,

@@ -24,7 +24,11 @@ pub enum Scenario {
     Claim,
     /// Every request a completed key (1000 keys)
     Replay,
-    /// Every request a new Security Event Token (pre-signed ES256) pushed to an `ssf` source:
+    /// Every request a new key of a playbook whose one action is a Security Event Token (ES256)
+    /// to one push stream: `unique` with a SET in place of its callback; its ratio to `unique`'s
+    /// in the same run
+    Set,
+    /// Every request a new Security Event Token (pre-signed RS256) pushed to an `ssf` source:
     /// signature verification on top of a new claim; its ratio to `unique`'s in the same run
     Ssf,
     /// --storm-keys keys x --storm-copies simultaneous copies, after one unmeasured burst;
@@ -55,6 +59,7 @@ impl Scenario {
             Scenario::Claim => "claim",
             Scenario::Replay => "replay",
             Scenario::Ssf => "ssf",
+            Scenario::Set => "set",
             Scenario::Storm => "storm",
             Scenario::Window => "window",
             Scenario::Pg => "pg",
@@ -73,6 +78,7 @@ impl Scenario {
                 | Scenario::Claim
                 | Scenario::Replay
                 | Scenario::Ssf
+                | Scenario::Set
                 | Scenario::Storm
         )
     }

@@ -59,7 +59,8 @@ pub struct Figures {
     /// `claim`'s (or the store's own ceiling, `sled`'s) requests/s over the `redis` anchor's in
     /// the same run.
     anchor_ratio: Option<f64>,
-    /// `ssf`'s requests/s over `unique`'s in the same run: a pushed SET against a keyed signal.
+    /// `ssf`'s (or `set`'s) requests/s over `unique`'s in the same run: a pushed SET against a
+    /// keyed signal (or a decision sent as a SET against one sent as a callback).
     unique_ratio: Option<f64>,
     /// p50, p90, p99 and max latency, in ms.
     latency_ms: [f64; 4],
@@ -94,12 +95,12 @@ impl Figures {
     }
 
     /// A `claim` (or `sled`) row's figures with its ratio to the `redis` anchor's requests/s in
-    /// the same run, and an `ssf` row's with its ratio to `unique`'s, if both ran.
+    /// the same run, and an `ssf` or `set` row's with its ratio to `unique`'s, if both ran.
     pub fn against_anchor(mut self, redis: Option<f64>, unique: Option<f64>) -> Figures {
         if self.name.starts_with("claim") || self.name == "sled" {
             self.anchor_ratio = redis.map(|r| self.rate / r);
         }
-        if self.name.starts_with("ssf") {
+        if self.name.starts_with("ssf") || self.name.starts_with("set") {
             self.unique_ratio = unique.map(|u| self.rate / u);
         }
         self

@@ -3,6 +3,7 @@
 //! `--callgrind`), and a fast in-process receiver for its callbacks. Also reads the server's peak
 //! RSS and the data directory's size on disk.
 
+use crate::scenario::SESSION_REVOKED;
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
@@ -48,6 +49,13 @@ pub fn fresh_database() -> Result<String, String> {
     devtools::postgres::fresh_database(LOCAL, "idem_bench")
 }
 
+/// The `set` scenario's receiver: its `client_id` and secret at the bench tenant's transmitter.
+pub const SET_RECEIVER: &str = "bench";
+/// Its client secret.
+pub const SET_RECEIVER_SECRET: &str = "bench-receiver-secret-0001";
+/// The signal type whose playbook sends a SET.
+pub const SET_TYPE: &str = "sim_swap_set";
+
 /// A fresh idem on a temp dir `dir` and `store` (a `[store]` section: empty for sled), calling
 /// `receiver`; `key_ttl` for the window scenario. With a non-empty `wrapper` (a program and its
 /// arguments), idem runs as that program's last argument.
@@ -60,6 +68,9 @@ pub fn start_idem(
     wrapper: &[OsString],
 ) -> Result<Idem, String> {
     let data = dir.join("data");
+    // The transmitter's signing key: ES256, whose signature costs a fraction of RS256's.
+    let key = dir.join("transmitter.pem");
+    std::fs::write(&key, devtools::jose::ec_pem()).map_err(|e| format!("the key: {e}"))?;
     let config = format!(
         r#"
 listen = "127.0.0.1:0"
@@ -82,6 +93,15 @@ actions = [ {{ name = "lock_account", url = "http://{receiver}/lock" }} ]
 [tenants.acme.playbooks.noop]
 decision = "allow"
 actions = []
+# The set scenario's: one SET to each stream that asks for it (the bench receiver's one).
+[tenants.acme.playbooks.{SET_TYPE}]
+decision = "deny"
+actions = [ {{ name = "revoke", set = "{SESSION_REVOKED}", subject_format = "phone_number" }} ]
+[tenants.acme.ssf]
+signing_keys = ["{key}"]
+[tenants.acme.ssf.receivers.{SET_RECEIVER}]
+client_secret = "{SET_RECEIVER_SECRET}"
+audience = "https://receiver.bench.example"
 # The ssf scenario's transmitter: its JWK Set is the file it writes before idem starts.
 [tenants.acme.sources.tx]
 kind = "ssf"
@@ -100,6 +120,7 @@ actions = [ {{ name = "lock_account", url = "http://{receiver}/lock" }} ]
 "#,
         data = data.display(),
         jwks = dir.join("jwks.json").display(),
+        key = key.display(),
     );
     Idem::start(binary, dir, &data, &config, wrapper).map_err(|e| e.to_string())
 }

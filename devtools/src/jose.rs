@@ -181,3 +181,53 @@ pub fn hs256_with(kid: &str, secret: &[u8], claims: &Value) -> String {
     mac.update(input.as_bytes());
     format!("{input}.{}", b64(&mac.finalize().into_bytes()))
 }
+
+/// The header and claims of a compact JWS `token` whose signature verifies under the key of
+/// `jwks` its `kid` names, with that key's algorithm (RS256 or ES256): a receiver's check of a
+/// SET, independent of the transmitter that signed it.
+pub fn verify(token: &str, jwks: &Value) -> Result<(Value, Value), String> {
+    let unb64 = |part: &str| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(part)
+            .map_err(|e| format!("not base64url: {e}"))
+    };
+    let mut parts = token.split('.');
+    let (Some(header), Some(claims), Some(signature), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err("not a compact JWS".into());
+    };
+    let header_json: Value =
+        serde_json::from_slice(&unb64(header)?).map_err(|e| format!("header: {e}"))?;
+    let key = jwks["keys"]
+        .as_array()
+        .and_then(|keys| keys.iter().find(|k| k["kid"] == header_json["kid"]))
+        .ok_or("no key with the token's kid")?;
+    let input = format!("{header}.{claims}");
+    let signature = unb64(signature)?;
+    let field = |name: &str| unb64(key[name].as_str().unwrap_or_default());
+    match (header_json["alg"].as_str(), key["kty"].as_str()) {
+        (Some("RS256"), Some("RSA")) => ring::rsa::PublicKeyComponents {
+            n: field("n")?,
+            e: field("e")?,
+        }
+        .verify(
+            &signature::RSA_PKCS1_2048_8192_SHA256,
+            input.as_bytes(),
+            &signature,
+        )
+        .map_err(|_| "the RS256 signature does not verify".to_string())?,
+        (Some("ES256"), Some("EC")) => {
+            let mut point = vec![4];
+            point.extend(field("x")?);
+            point.extend(field("y")?);
+            signature::UnparsedPublicKey::new(&signature::ECDSA_P256_SHA256_FIXED, &point)
+                .verify(input.as_bytes(), &signature)
+                .map_err(|_| "the ES256 signature does not verify".to_string())?
+        }
+        (alg, kty) => return Err(format!("alg {alg:?} does not fit a {kty:?} key")),
+    }
+    let claims: Value =
+        serde_json::from_slice(&unb64(claims)?).map_err(|e| format!("claims: {e}"))?;
+    Ok((header_json, claims))
+}

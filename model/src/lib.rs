@@ -643,10 +643,7 @@ impl ClaimModel {
         settings.idempotency.in_flight_timeout = IN_FLIGHT_TIMEOUT;
         let playbook = Playbook {
             decision: Verdict::Deny,
-            actions: vec![Callback {
-                name: "lock_account".into(),
-                url: "http://receiver/lock".into(),
-            }],
+            actions: vec![Callback::callback("lock_account", "http://receiver/lock")],
             once_per_subject: (scenario == Scenario::Subject).then_some(WINDOW),
         };
         let digester = Digester::new(b"the model's key secret");

@@ -42,10 +42,19 @@ pub struct PlannedDelivery {
     pub id: String,
     /// The playbook action's name.
     pub action: String,
-    /// The action's URL.
+    /// Its destination: the action's URL, or for a Security Event Token the stream it goes to,
+    /// `ssf:{stream_id}` (see [`stream_of`]).
     pub url: String,
-    /// The serialised `CallbackEnvelope`.
+    /// What it sends: the serialised `CallbackEnvelope`, or a SET sealed at rest.
     pub body: Vec<u8>,
+}
+
+/// The scheme of a destination that is a Shared Signals stream rather than a URL.
+pub const STREAM_SCHEME: &str = "ssf:";
+
+/// The stream a delivery's destination names, if it is a SET's.
+pub fn stream_of(destination: &str) -> Option<&str> {
+    destination.strip_prefix(STREAM_SCHEME)
 }
 
 /// The claim itself: who holds it, until when, for which payload, and its decision.
@@ -150,6 +159,7 @@ impl Decision {
             .iter()
             .map(|d| ActionResult {
                 name: d.action.clone(),
+                stream_id: stream_of(&d.url).map(str::to_string),
                 delivery_id: d.id.clone(),
                 status: outcomes
                     .iter()

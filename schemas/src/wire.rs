@@ -71,7 +71,10 @@ pub enum ActionStatus {
 pub struct ActionResult {
     /// The action's name in the playbook.
     pub name: String,
-    /// The delivery's id, also its `webhook-id`.
+    /// For a `set` action, the stream this SET goes to (one entry per stream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_id: Option<String>,
+    /// The delivery's id: a callback's `webhook-id`, a SET's `jti`.
     pub delivery_id: String,
     /// The outcome of the inline attempt.
     pub status: ActionStatus,
@@ -434,7 +437,10 @@ pub struct OktaVerification {
 pub struct DecidedAction {
     /// The action's name in the playbook.
     pub name: String,
-    /// The delivery's id, also its `webhook-id`.
+    /// For a `set` action, the stream this SET goes to (one entry per stream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_id: Option<String>,
+    /// The delivery's id: a callback's `webhook-id`, a SET's `jti`.
     pub delivery_id: String,
     /// Where the delivery stands now.
     pub status: DeliveryStatus,

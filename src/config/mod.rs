@@ -426,6 +426,65 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
     }
 
     #[test]
+    fn set_actions_need_a_transmitter_and_an_event_it_sends() {
+        const REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
+        let key = std::env::temp_dir().join(format!("idem-config-key-{}.pem", std::process::id()));
+        std::fs::write(
+            &key,
+            include_str!("../../devtools/fixtures/transmitter-rsa.pem"),
+        )
+        .expect("write key");
+        let ssf = format!(
+            "\n[tenants.acme.ssf]\nsigning_keys = [{:?}]\n",
+            key.display().to_string()
+        );
+        let with = |action: &str, ssf: &str| {
+            MINIMAL.replace(
+                r#"actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]"#,
+                &format!("actions = [{action}]"),
+            ) + ssf
+        };
+        let set =
+            format!(r#"{{ name = "revoke", set = "{REVOKED}", subject_format = "phone_number" }}"#);
+        let config = Config::parse(&with(&set, &ssf)).expect("valid");
+        assert!(config.tenants["acme"].playbooks["sim_swap"].sends_sets());
+        for (action, ssf, key) in [
+            (set.clone(), "", "tenants.acme.ssf"),
+            (
+                set.replace(REVOKED, "urn:example:made-up"),
+                ssf.as_str(),
+                "actions[0].set",
+            ),
+            (
+                set.replace("phone_number", "carrier_pigeon"),
+                ssf.as_str(),
+                "actions[0].subject_format",
+            ),
+            (
+                r#"{ name = "both", url = "http://127.0.0.1:9000/x", set = "x" }"#.to_string(),
+                ssf.as_str(),
+                "actions[0]",
+            ),
+            (
+                r#"{ name = "lock", url = "http://127.0.0.1:9000/x", subject_format = "email" }"#
+                    .to_string(),
+                ssf.as_str(),
+                "actions[0].subject_format",
+            ),
+        ] {
+            let e = err(&with(&action, ssf));
+            assert!(e.contains(key) && !e.contains('\n'), "{key}: {e}");
+        }
+        let e = err(&(MINIMAL.to_string()
+            + "\n[tenants.acme.ssf]\nsigning_keys = [\"/nonexistent/k.pem\"]\n"));
+        assert!(
+            e.contains("tenants.acme.ssf.signing_keys") && e.contains("/nonexistent/k.pem"),
+            "{e}"
+        );
+        let _ = std::fs::remove_file(key);
+    }
+
+    #[test]
     fn weak_or_unusable_values_are_refused_by_name() {
         let weak = [
             (

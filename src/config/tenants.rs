@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use idem_actors::playbook::{Action, Playbook, Playbooks, MAX_ACTIONS};
+use idem_actors::playbook::{Action, Playbook, Playbooks, Target, MAX_ACTIONS};
+use idem_actors::set::{SetAction, SubjectFormat, EVENTS_SUPPORTED};
 use idem_schemas::signature::Secret;
 use idem_schemas::Verdict;
 use serde::Deserialize;
@@ -77,8 +78,18 @@ pub(super) struct RawTenant {
 struct RawPlaybook {
     decision: Option<String>,
     #[serde(default)]
-    actions: Vec<Action>,
+    actions: Vec<RawAction>,
     once_per_subject: Option<String>,
+}
+
+/// An action as written: a callback (`url`) or a SET (`set`, with its `subject_format`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAction {
+    name: String,
+    url: Option<String>,
+    set: Option<String>,
+    subject_format: Option<String>,
 }
 
 /// The tenants, by name: at least one.
@@ -128,14 +139,25 @@ pub(super) fn tenants(
         };
         let signing_secrets = secrets(&format!("{key}.signing_secret"), t.signing_secret)?;
         let callback_secrets = secrets(&format!("{key}.callback_secret"), t.callback_secret)?;
+        let ssf = t
+            .ssf
+            .map(|raw| super::ssf::transmitter(&format!("{key}.ssf"), raw))
+            .transpose()?;
         let mut playbooks = Playbooks::new();
         for (signal_type, p) in t.playbooks {
             let pkey = format!("{key}.playbooks.{signal_type}");
             let playbook = self::playbook(&pkey, p)?;
-            if !playbook.actions.is_empty() && callback_secrets.is_empty() {
+            let calls_back = playbook.actions.iter().any(|a| a.url().is_some());
+            if calls_back && callback_secrets.is_empty() {
                 return Err(invalid(
                     format!("{key}.callback_secret"),
-                    "is required when a playbook has actions (callbacks are signed)",
+                    "is required when a playbook has callback actions (callbacks are signed)",
+                ));
+            }
+            if playbook.sends_sets() && ssf.is_none() {
+                return Err(invalid(
+                    format!("{key}.ssf"),
+                    "is required when a playbook has set actions (SETs are signed by its keys)",
                 ));
             }
             playbooks.insert(signal_type, Arc::new(playbook));
@@ -156,10 +178,6 @@ pub(super) fn tenants(
             }
             sources.insert(source.name.clone(), source);
         }
-        let ssf = t
-            .ssf
-            .map(|raw| super::ssf::transmitter(&format!("{key}.ssf"), raw))
-            .transpose()?;
         tenants.insert(
             name.clone(),
             Tenant {
@@ -198,23 +216,17 @@ fn playbook(key: &str, p: RawPlaybook) -> Result<Playbook, ConfigError> {
             format!("at most {MAX_ACTIONS} actions"),
         ));
     }
-    for (n, action) in p.actions.iter().enumerate() {
+    let mut actions = Vec::with_capacity(p.actions.len());
+    for (n, raw) in p.actions.into_iter().enumerate() {
         let akey = format!("{key}.actions[{n}]");
-        if action.name.is_empty() {
-            return Err(invalid(format!("{akey}.name"), "must not be empty"));
-        }
-        if p.actions[..n].iter().any(|a| a.name == action.name) {
+        let action = self::action(&akey, raw)?;
+        if actions.iter().any(|a: &Action| a.name == action.name) {
             return Err(invalid(
                 format!("{akey}.name"),
                 format!("{:?} is used twice in this playbook", action.name),
             ));
         }
-        if !callback_url(&action.url) {
-            return Err(invalid(
-                format!("{akey}.url"),
-                format!("{:?} is not an http(s) URL with a host", action.url),
-            ));
-        }
+        actions.push(action);
     }
     let once_per_subject = match p.once_per_subject.as_deref() {
         None => None,
@@ -226,8 +238,63 @@ fn playbook(key: &str, p: RawPlaybook) -> Result<Playbook, ConfigError> {
     };
     Ok(Playbook {
         decision,
-        actions: p.actions,
+        actions,
         once_per_subject,
+    })
+}
+
+/// The action written under `key`.
+fn action(key: &str, raw: RawAction) -> Result<Action, ConfigError> {
+    if raw.name.is_empty() {
+        return Err(invalid(format!("{key}.name"), "must not be empty"));
+    }
+    let target = match (raw.url, raw.set) {
+        (Some(url), None) => {
+            if raw.subject_format.is_some() {
+                return Err(invalid(
+                    format!("{key}.subject_format"),
+                    "is for set actions only",
+                ));
+            }
+            if !callback_url(&url) {
+                return Err(invalid(
+                    format!("{key}.url"),
+                    format!("{url:?} is not an http(s) URL with a host"),
+                ));
+            }
+            Target::Callback(url)
+        }
+        (None, Some(event)) => {
+            if !EVENTS_SUPPORTED.contains(&event.as_str()) {
+                return Err(invalid(
+                    format!("{key}.set"),
+                    format!("{event:?} is not a CAEP or RISC event type idem sends"),
+                ));
+            }
+            let subject_format = match raw.subject_format.as_deref() {
+                None => SubjectFormat::Opaque,
+                Some(name) => SubjectFormat::parse(name).ok_or_else(|| {
+                    invalid(
+                        format!("{key}.subject_format"),
+                        format!("{name:?} is not one of email, phone_number, opaque"),
+                    )
+                })?,
+            };
+            Target::Set(SetAction {
+                event,
+                subject_format,
+            })
+        }
+        _ => {
+            return Err(invalid(
+                key,
+                "an action has either a url (a callback) or a set (a Security Event Token)",
+            ))
+        }
+    };
+    Ok(Action {
+        name: raw.name,
+        target,
     })
 }
 

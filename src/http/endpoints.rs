@@ -31,7 +31,7 @@ pub fn configured(tenant: &Tenant) -> impl Iterator<Item = &str> {
     tenant
         .playbooks
         .values()
-        .flat_map(|p| p.actions.iter().map(|a| a.url.as_str()))
+        .flat_map(|p| p.actions.iter().filter_map(|a| a.url()))
 }
 
 /// `GET /v1/endpoints`.

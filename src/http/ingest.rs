@@ -109,6 +109,7 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
     let span = tracing::debug_span!("signal", tenant = %tenant.name, keyed = key.is_some());
     let wait = crate::prefer::wait(headers)
         .and_then(|seconds| crate::prefer::applied(seconds, config.engine.idempotency.max_wait));
+    let transmitter = crate::http::transmitter::for_signal(app, &live, tenant, &signal);
     let routed = Routed {
         tenant: &tenant.name,
         playbooks: &tenant.playbooks,
@@ -118,6 +119,7 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
             body: &value,
             wait,
         },
+        transmitter,
     };
     let outcome = app.engine.signal(routed).instrument(span).await;
     if !matches!(outcome, Err(SignalError::NoPlaybook(_))) {
@@ -195,6 +197,13 @@ fn answer(
         )),
         Err(e @ (SignalError::Decide(_) | SignalError::Keyless(_))) => {
             Err(ApiError::new(Kind::Internal, e.to_string()))
+        }
+        Err(SignalError::Streams(e)) => {
+            tracing::error!(%tenant, error = %e, "the streams could not be read");
+            Err(ApiError::new(
+                Kind::Unavailable,
+                "the tenant's Shared Signals streams could not be read; retry with the same key",
+            ))
         }
         Err(SignalError::Claim(e)) => {
             tracing::error!(%tenant, error = %e, "claim failed");

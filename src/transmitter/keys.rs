@@ -192,6 +192,12 @@ impl SigningKey {
     }
 }
 
+impl idem_actors::set::SetSigner for SigningKey {
+    fn sign(&self, claims: &Value) -> Result<String, String> {
+        SigningKey::sign(self, "secevent+jwt", claims).map_err(|e| e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

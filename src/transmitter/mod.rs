@@ -1,11 +1,10 @@
 //! idem as a Shared Signals transmitter (SSF 1.0): each tenant with `[tenants.<t>.ssf]` has an
 //! issuer, signing keys published as a JWK Set (`keys`), receivers that authenticate with OAuth
 //! client credentials for short-lived tokens any node can check (`token`), and the streams those
-//! receivers manage (`stream`, the rules; the store keeps them). What must be kept but not in
-//! clear is sealed under a key derived from `key_secret` (`seal`).
+//! receivers manage (`stream`, the rules; the store keeps them). A push stream's credential is
+//! sealed under a key derived from `key_secret` (the engine's sealer, which seals SETs too).
 
 pub mod keys;
-pub mod seal;
 pub mod stream;
 pub mod token;
 
@@ -44,19 +43,16 @@ impl std::fmt::Debug for Receiver {
     }
 }
 
-/// The keys every node derives from `key_secret` for its transmitters.
+/// The key every node derives from `key_secret` to sign its transmitters' access tokens.
 pub struct Secrets {
-    /// Seals what is stored but not in clear.
-    pub sealer: seal::Sealer,
     /// Signs access tokens.
     pub token_key: [u8; 32],
 }
 
 impl Secrets {
-    /// The keys `derive` gives for each purpose (the engine's [`idem_actors::Engine::derived_key`]).
+    /// The key `derive` gives (the engine's [`idem_actors::Engine::derived_key`]).
     pub fn new(derive: impl Fn(&[u8]) -> [u8; 32]) -> Secrets {
         Secrets {
-            sealer: seal::Sealer::new(derive(b"idem/ssf-seal/v1")),
             token_key: derive(b"idem/ssf-token/v1"),
         }
     }

@@ -4,6 +4,7 @@
 //! transmitter-supplied ones in a request are ignored, as §8.1.1 says; `events_delivered` is
 //! what was requested among the events this transmitter sends.
 
+use idem_actors::set::{events_delivered, EVENTS_SUPPORTED};
 use idem_schemas::{
     Stream, StreamConfig, StreamDelivery, StreamMethod, StreamState, StreamStatusBody,
 };
@@ -13,31 +14,6 @@ use serde_json::{Map, Value};
 pub const PUSH: &str = "urn:ietf:rfc:8935";
 /// RFC 8936: poll.
 pub const POLL: &str = "urn:ietf:rfc:8936";
-
-/// The event types a stream can carry: CAEP 1.0's and RISC's.
-pub const EVENTS_SUPPORTED: &[&str] = &[
-    "https://schemas.openid.net/secevent/caep/event-type/session-revoked",
-    "https://schemas.openid.net/secevent/caep/event-type/token-claims-change",
-    "https://schemas.openid.net/secevent/caep/event-type/credential-change",
-    "https://schemas.openid.net/secevent/caep/event-type/assurance-level-change",
-    "https://schemas.openid.net/secevent/caep/event-type/device-compliance-change",
-    "https://schemas.openid.net/secevent/caep/event-type/session-established",
-    "https://schemas.openid.net/secevent/caep/event-type/session-presented",
-    "https://schemas.openid.net/secevent/caep/event-type/risk-level-change",
-    "https://schemas.openid.net/secevent/risc/event-type/account-credential-change-required",
-    "https://schemas.openid.net/secevent/risc/event-type/account-purged",
-    "https://schemas.openid.net/secevent/risc/event-type/account-disabled",
-    "https://schemas.openid.net/secevent/risc/event-type/account-enabled",
-    "https://schemas.openid.net/secevent/risc/event-type/identifier-changed",
-    "https://schemas.openid.net/secevent/risc/event-type/identifier-recycled",
-    "https://schemas.openid.net/secevent/risc/event-type/credential-compromise",
-    "https://schemas.openid.net/secevent/risc/event-type/opt-in",
-    "https://schemas.openid.net/secevent/risc/event-type/opt-out-initiated",
-    "https://schemas.openid.net/secevent/risc/event-type/opt-out-cancelled",
-    "https://schemas.openid.net/secevent/risc/event-type/opt-out-effective",
-    "https://schemas.openid.net/secevent/risc/event-type/recovery-activated",
-    "https://schemas.openid.net/secevent/risc/event-type/recovery-information-changed",
-];
 
 /// The most event types a stream may request.
 const MAX_EVENTS: usize = 64;
@@ -308,21 +284,6 @@ pub fn with_subject(
     Ok(Some(next))
 }
 
-/// Whether `stream` includes the subject whose digest is `subject`.
-pub fn includes(stream: &Stream, subject: &[u8; 32]) -> bool {
-    stream.removed_subjects.binary_search(subject).is_err()
-}
-
-/// The event types of `stream` that this transmitter sends.
-pub fn events_delivered(stream: &Stream) -> Vec<&str> {
-    stream
-        .events_requested
-        .iter()
-        .map(String::as_str)
-        .filter(|e| EVENTS_SUPPORTED.contains(e))
-        .collect()
-}
-
 /// What the transmitter says of a stream besides what is stored.
 pub struct Context<'a> {
     /// The tenant's issuer.
@@ -349,10 +310,7 @@ pub fn view(stream: &Stream, context: &Context<'_>) -> StreamConfig {
         aud: context.audience.to_string(),
         events_supported: EVENTS_SUPPORTED.iter().map(|e| e.to_string()).collect(),
         events_requested: stream.events_requested.clone(),
-        events_delivered: events_delivered(stream)
-            .into_iter()
-            .map(str::to_string)
-            .collect(),
+        events_delivered: events_delivered(stream).map(str::to_string).collect(),
         delivery: StreamDelivery {
             method: method.to_string(),
             endpoint_url,
@@ -373,6 +331,7 @@ pub fn status_view(stream: &Stream) -> StreamStatusBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use idem_actors::set::includes;
     use serde_json::json;
 
     const REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
@@ -406,7 +365,7 @@ mod tests {
         assert_eq!(stream.version, 1);
         assert_eq!(stream.authorization.as_deref(), Some(&b"sealed"[..]));
         assert_eq!(stream.events_requested, [REVOKED, "urn:example:unknown"]);
-        assert_eq!(events_delivered(&stream), [REVOKED]);
+        assert_eq!(events_delivered(&stream).collect::<Vec<_>>(), [REVOKED]);
         let context = Context {
             issuer: "https://idem.example/ssf/acme",
             audience: "https://okta.example",

@@ -56,6 +56,7 @@ async fn retries_follow_each_answer_to_its_end() {
         status: 429,
         delay: Duration::ZERO,
         retry_after: Some(2),
+        body: None,
     };
     receiver.script("/limited", &[limited, status(200)]);
     let r = client

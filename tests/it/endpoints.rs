@@ -366,6 +366,7 @@ async fn retries_wait_each_step_of_the_schedule_from_the_end_of_the_attempt_then
         status: 503,
         delay: Duration::from_millis(200),
         retry_after: None,
+        body: None,
     };
     receiver.script("/notify", &[slow_503]);
     let (action, id) = notify_signal(&client).await;
@@ -427,6 +428,7 @@ async fn a_retry_after_delays_a_retry_but_never_beyond_the_longest_step() {
         status: 503,
         delay: Duration::ZERO,
         retry_after: Some(3600),
+        body: None,
     };
     receiver.script("/notify", &[an_hour_please]);
     let (action, id) = notify_signal(&client).await;
@@ -630,6 +632,7 @@ async fn a_failed_probe_opens_the_endpoint_again_for_a_new_cooldown() {
         status: 503,
         delay: Duration::from_millis(600),
         retry_after: None,
+        body: None,
     };
     receiver.script("/notify", &[status(503), slow_503]);
     let url = receiver.url("/notify");

@@ -27,10 +27,12 @@ const COMPROMISE: &str =
     "https://schemas.openid.net/secevent/risc/event-type/credential-compromise";
 const PUSH_CREDENTIAL: &str = "Bearer okta-push-credential-4711";
 
-/// `acme`, a transmitter with an RSA and a P-256 key and receivers `okta` and `entra`; `beta`,
-/// a transmitter whose tokens last 300 ms, with a receiver also called `okta` with okta's
-/// secret; `gamma`, no transmitter. The keys are written to `dir`.
-fn tenants(dir: &Path) -> String {
+/// `acme`, a transmitter with an RSA and a P-256 key and receivers `okta` and `entra`, whose
+/// `sim_swap` playbook calls `receiver`'s `/lock` and sends a CAEP session-revoked SET naming
+/// the subject as a phone number; `beta`, a transmitter whose tokens last 300 ms, with a
+/// receiver also called `okta` with okta's secret; `gamma`, no transmitter. The keys are written
+/// to `dir`.
+fn tenants(dir: &Path, receiver: &Receiver) -> String {
     let (rsa, ec) = (dir.join("acme-rsa.pem"), dir.join("acme-ec.pem"));
     std::fs::write(&rsa, jose::rsa_pem()).expect("write key");
     std::fs::write(&ec, jose::ec_pem()).expect("write key");
@@ -38,6 +40,14 @@ fn tenants(dir: &Path) -> String {
         r#"
 [tenants.acme]
 api_key = "sk_transmitter_acme_0001"
+callback_secret = "{CALLBACK_SECRET}"
+
+[tenants.acme.playbooks.sim_swap]
+decision = "deny"
+actions = [
+  {{ name = "lock", url = "{lock}" }},
+  {{ name = "revoke", set = "{REVOKED}", subject_format = "phone_number" }},
+]
 
 [tenants.acme.ssf]
 signing_keys = ["{rsa}", "{ec}"]
@@ -66,21 +76,26 @@ api_key = "sk_transmitter_gamma_001"
 "#,
         rsa = rsa.display(),
         ec = ec.display(),
+        lock = receiver.url("/lock"),
     )
 }
 
-/// A config on `store` with `public_url` set.
-fn config(dir: &Path, store: &str) -> String {
+/// Deliveries retried every 300 ms; a paused stream looked at again as often.
+const DELIVERY: &str = "inline_timeout = \"2s\"\nschedule = [\"300ms\", \"300ms\", \"300ms\", \"300ms\", \"300ms\", \"300ms\"]\nbreaker_cooldown = \"300ms\"";
+
+/// A config on `store` with `public_url` set, calling `receiver`.
+fn config(dir: &Path, store: &str, receiver: &Receiver) -> String {
     format!("public_url = \"{PUBLIC_URL}\"\n")
-        + &settings(store, &dir.join("data"), "", "")
-        + &tenants(dir)
+        + &settings(store, &dir.join("data"), "", DELIVERY)
+        + &tenants(dir, receiver)
 }
 
-async fn start() -> (tempfile::TempDir, Idem, Client) {
+async fn start() -> (tempfile::TempDir, Receiver, Idem, Client) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let idem = Idem::start(dir.path(), &config(dir.path(), &store_section()));
+    let receiver = Receiver::start().await;
+    let idem = Idem::start(dir.path(), &config(dir.path(), &store_section(), &receiver));
     let client = Client::new(&idem.base);
-    (dir, idem, client)
+    (dir, receiver, idem, client)
 }
 
 fn form(body: &str) -> Req {
@@ -124,7 +139,7 @@ fn push_stream() -> Value {
 
 #[tokio::test]
 async fn the_metadata_and_jwk_set_name_the_issuer_and_every_key() {
-    let (_dir, _idem, client) = start().await;
+    let (_dir, _receiver, _idem, client) = start().await;
     let r = client
         .send(
             "GET",
@@ -185,7 +200,7 @@ async fn the_metadata_and_jwk_set_name_the_issuer_and_every_key() {
 
 #[tokio::test]
 async fn a_receiver_gets_a_token_by_its_client_credentials_and_nothing_else_does() {
-    let (_dir, _idem, client) = start().await;
+    let (_dir, _receiver, _idem, client) = start().await;
     let basic = |id: &str, secret: &str| {
         form("grant_type=client_credentials").header(
             "authorization",
@@ -305,7 +320,7 @@ async fn a_receiver_gets_a_token_by_its_client_credentials_and_nothing_else_does
 
 #[tokio::test]
 async fn streams_are_managed_by_their_receiver_alone_and_outlive_a_sigkill() {
-    let (dir, idem, client) = start().await;
+    let (dir, _receiver, idem, client) = start().await;
     let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
     let entra = token(&client, "acme", "entra", ENTRA_SECRET).await;
 
@@ -547,7 +562,7 @@ async fn streams_are_managed_by_their_receiver_alone_and_outlive_a_sigkill() {
 
 #[tokio::test]
 async fn a_bad_stream_request_is_refused_and_changes_nothing() {
-    let (_dir, _idem, client) = start().await;
+    let (_dir, _receiver, _idem, client) = start().await;
     let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
     let r = call(&client, "POST", "streams", &okta, push_stream()).await;
     let id = r.json()["stream_id"].as_str().expect("id").to_string();
@@ -691,7 +706,8 @@ async fn a_bad_stream_request_is_refused_and_changes_nothing() {
 #[tokio::test]
 async fn two_nodes_share_streams_and_tokens_and_concurrent_changes_lose_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = config(dir.path(), &on_postgres(&fresh_database()));
+    let receiver = Receiver::start().await;
+    let config = config(dir.path(), &on_postgres(&fresh_database()), &receiver);
     let nodes: Vec<(Idem, Client)> = (0..2)
         .map(|n| {
             let node_dir = dir.path().join(format!("node{n}"));
@@ -790,4 +806,331 @@ async fn two_nodes_share_streams_and_tokens_and_concurrent_changes_lose_nothing(
         assert_eq!(r.json()["description"], "a39");
         assert_eq!(r.json()["events_requested"], json!([REVOKED, COMPROMISE]));
     }
+}
+
+const PHONE: &str = "+15550007777";
+const ACME_KEY: &str = "Bearer sk_transmitter_acme_0001";
+
+/// `acme`'s `sim_swap` about `subject` under `key`.
+async fn sim_swap_signal(client: &Client, subject: &str, key: &str) -> Resp {
+    let req = Req::new(&sim_swap(subject))
+        .header("authorization", ACME_KEY)
+        .key(key);
+    client.signal(req).await
+}
+
+/// A push stream of `token`'s receiver to `url`, requesting `events`; its id.
+async fn push_to(client: &Client, token: &str, url: &str, events: Value) -> String {
+    let body = json!({
+        "delivery": {"method": PUSH, "endpoint_url": url,
+                     "authorization_header": PUSH_CREDENTIAL},
+        "events_requested": events,
+    });
+    let r = call(client, "POST", "streams", token, body).await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    r.json()["stream_id"].as_str().expect("id").to_string()
+}
+
+/// `acme`'s delivery `id` as the deliveries API shows it.
+async fn acme_delivery(client: &Client, id: &str) -> Value {
+    let req = Req::new("").header("authorization", ACME_KEY);
+    let r = client
+        .send("GET", &format!("/v1/deliveries/{id}"), req)
+        .await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    r.json()
+}
+
+/// The SET `received` carried, verified against `acme`'s JWK Set by the tests' own JOSE.
+async fn verified(client: &Client, received: &Received) -> (Value, Value) {
+    let jwks = client
+        .send("GET", "/ssf/acme/jwks", Req::new(""))
+        .await
+        .json();
+    let token = std::str::from_utf8(&received.body).expect("a SET is text");
+    jose::verify(token, &jwks).unwrap_or_else(|e| panic!("the SET does not verify: {e}"))
+}
+
+#[tokio::test]
+async fn a_decision_sends_one_set_to_each_stream_that_asked_for_it_with_the_same_bytes_each_time() {
+    let (dir, receiver, idem, client) = start().await;
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    let entra = token(&client, "acme", "entra", ENTRA_SECRET).await;
+    receiver.script("/okta", &[status(503), status(202)]);
+    let asked = push_to(&client, &okta, &receiver.url("/okta"), json!([REVOKED])).await;
+    // Streams that get nothing of it: another event, the subject removed, disabled, polled.
+    push_to(
+        &client,
+        &okta,
+        &receiver.url("/okta-risc"),
+        json!([COMPROMISE]),
+    )
+    .await;
+    let removed = push_to(&client, &entra, &receiver.url("/entra"), json!([REVOKED])).await;
+    let r = call(
+        &client,
+        "POST",
+        "streams/subjects:remove",
+        &entra,
+        json!({"stream_id": removed, "subject": PHONE}),
+    )
+    .await;
+    assert_eq!(r.status, 204);
+    let disabled = push_to(
+        &client,
+        &entra,
+        &receiver.url("/entra-off"),
+        json!([REVOKED]),
+    )
+    .await;
+    let r = call(
+        &client,
+        "POST",
+        "streams/status",
+        &entra,
+        json!({"stream_id": disabled, "status": "disabled"}),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let r = call(
+        &client,
+        "POST",
+        "streams",
+        &okta,
+        json!({"delivery": {"method": POLL}, "events_requested": [REVOKED]}),
+    )
+    .await;
+    assert_eq!(r.status, 201);
+
+    let first = sim_swap_signal(&client, PHONE, "swap-1").await;
+    assert_eq!(first.status, 201, "{}", text(&first));
+    let response = first.json();
+    let decision_id = response["decision_id"]
+        .as_str()
+        .expect("decision")
+        .to_string();
+    let actions = response["actions"].as_array().expect("actions").clone();
+    assert_eq!(actions.len(), 2, "the callback and one SET: {actions:?}");
+    assert_eq!(actions[0]["name"], "lock");
+    assert!(actions[0].get("stream_id").is_none());
+    assert_eq!(actions[1]["name"], "revoke");
+    assert_eq!(actions[1]["stream_id"], asked);
+    let set_id = actions[1]["delivery_id"].as_str().expect("id").to_string();
+
+    // The first attempt got a 503, the retry a 202: the same bytes both times.
+    let sent = exactly(&receiver, "/okta", 2).await;
+    assert_eq!(sent[0].body, sent[1].body, "a retry sends the same bytes");
+    for received in &sent {
+        assert_eq!(received.header("content-type"), "application/secevent+jwt");
+        assert_eq!(received.header("accept"), "application/json");
+        assert_eq!(received.header("authorization"), PUSH_CREDENTIAL);
+        assert_eq!(
+            received.header("webhook-signature"),
+            "",
+            "a SET is not a callback"
+        );
+    }
+    let (header, claims) = verified(&client, &sent[0]).await;
+    let jwks = client
+        .send("GET", "/ssf/acme/jwks", Req::new(""))
+        .await
+        .json();
+    assert_eq!(header["typ"], "secevent+jwt");
+    assert_eq!(header["alg"], "RS256");
+    assert_eq!(header["kid"], jwks["keys"][0]["kid"], "the first key signs");
+    assert_eq!(claims["iss"], format!("{PUBLIC_URL}/ssf/acme"));
+    assert_eq!(claims["aud"], "https://okta.example.test");
+    assert_eq!(claims["jti"], set_id);
+    assert_eq!(claims["txn"], decision_id);
+    assert_eq!(
+        claims["sub_id"],
+        json!({"format": "phone_number", "phone_number": PHONE})
+    );
+    let event = &claims["events"][REVOKED];
+    assert_eq!(event["initiating_entity"], "policy");
+    assert!(event["event_timestamp"].is_u64(), "{claims}");
+    assert!(claims["iat"].is_u64());
+    let delivery = eventually(
+        Duration::from_secs(10),
+        || acme_delivery(&client, &set_id),
+        |d| d["status"] == "delivered",
+    )
+    .await;
+    assert_eq!(delivery["url"], format!("ssf:{asked}"));
+    assert_eq!(delivery["attempts"][0]["status_code"], 503);
+
+    // The decision shows the SET's stream; a retry of the signal sends nothing again.
+    let req = Req::new("").header("authorization", ACME_KEY);
+    let view = client
+        .send("GET", &format!("/v1/decisions/{decision_id}"), req)
+        .await
+        .json();
+    assert_eq!(view["actions"][1]["stream_id"], asked);
+    assert_eq!(view["actions"][1]["status"], "delivered");
+    let again = sim_swap_signal(&client, PHONE, "swap-1").await;
+    assert_replay_of(&again, &first, "the same key");
+    exactly(&receiver, "/okta", 2).await;
+    for quiet in ["/okta-risc", "/entra", "/entra-off"] {
+        assert!(receiver.seen_on(quiet).is_empty(), "{quiet} got a SET");
+    }
+
+    // The SET names the subject; the store holds neither it nor the SET in clear.
+    let config_path = idem.kill();
+    let held = stored(&config_path, &dir.path().join("data"));
+    assert_subject_not_held(&held, PHONE);
+    assert!(held
+        .iter()
+        .all(|(_, bytes)| !contains(bytes, &sent[0].body[..40])));
+}
+
+#[tokio::test]
+async fn a_set_the_receiver_refuses_fails_with_its_err_kept() {
+    let (_dir, receiver, _idem, client) = start().await;
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    receiver.script(
+        "/okta",
+        &[refuse_set(
+            r#"{"err":"invalid_audience","description":"not this receiver"}"#,
+        )],
+    );
+    push_to(&client, &okta, &receiver.url("/okta"), json!([REVOKED])).await;
+    let r = sim_swap_signal(&client, "+15550008888", "refused-1").await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let set_id = r.json()["actions"][1]["delivery_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let delivery = eventually(
+        Duration::from_secs(10),
+        || acme_delivery(&client, &set_id),
+        |d| d["status"] != "queued",
+    )
+    .await;
+    assert_eq!(delivery["status"], "failed", "a 400 is final: {delivery}");
+    assert_eq!(delivery["attempts"][0]["status_code"], 400);
+    assert_eq!(
+        delivery["attempts"][0]["error"],
+        "invalid_audience: not this receiver"
+    );
+    exactly(&receiver, "/okta", 1).await;
+}
+
+#[tokio::test]
+async fn a_set_queued_at_a_sigkill_is_sent_after_the_restart_with_the_same_jti_and_bytes() {
+    let (_dir, receiver, idem, client) = start().await;
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    receiver.answer("/okta", 503, Duration::ZERO);
+    push_to(&client, &okta, &receiver.url("/okta"), json!([REVOKED])).await;
+    let r = sim_swap_signal(&client, "+15550009999", "killed-1").await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let set_id = r.json()["actions"][1]["delivery_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let before = eventually(
+        Duration::from_secs(10),
+        || async { receiver.seen_on("/okta") },
+        |seen| !seen.is_empty(),
+    )
+    .await;
+    let config_path = idem.kill();
+    receiver.answer("/okta", 202, Duration::ZERO);
+    let idem = Idem::start_with(config_path, &[]);
+    let client = Client::new(&idem.base);
+    let delivery = eventually(
+        Duration::from_secs(15),
+        || acme_delivery(&client, &set_id),
+        |d| d["status"] == "delivered",
+    )
+    .await;
+    assert_eq!(delivery["status"], "delivered");
+    let sent = receiver.seen_on("/okta");
+    assert!(sent.len() >= 2, "{sent:?}");
+    for received in &sent {
+        assert_eq!(
+            received.body, before[0].body,
+            "every attempt sends the first bytes"
+        );
+    }
+    let (_, claims) = verified(&client, &sent[sent.len() - 1]).await;
+    assert_eq!(claims["jti"], set_id);
+}
+
+#[tokio::test]
+async fn a_paused_stream_holds_its_sets_until_enabled_and_a_disabled_one_sends_none() {
+    let (_dir, receiver, _idem, client) = start().await;
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    let held = push_to(&client, &okta, &receiver.url("/held"), json!([REVOKED])).await;
+    let set_status = |id: String, status: &'static str| {
+        let (client, okta) = (client.clone(), okta.clone());
+        async move {
+            let body = json!({"stream_id": id, "status": status});
+            let r = call(&client, "POST", "streams/status", &okta, body).await;
+            assert_eq!(r.status, 200, "{}", text(&r));
+        }
+    };
+    set_status(held.clone(), "paused").await;
+    let r = sim_swap_signal(&client, "+15550001212", "paused-1").await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    assert_eq!(r.json()["actions"][1]["status"], "queued");
+    let set_id = r.json()["actions"][1]["delivery_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    // Held a few cooldowns, with no attempt made.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(
+        receiver.seen_on("/held").is_empty(),
+        "a paused stream got a SET"
+    );
+    let delivery = acme_delivery(&client, &set_id).await;
+    assert_eq!(
+        (
+            delivery["status"].as_str(),
+            delivery["attempts_total"].as_u64()
+        ),
+        (Some("queued"), Some(0))
+    );
+    set_status(held, "enabled").await;
+    let delivery = eventually(
+        Duration::from_secs(10),
+        || acme_delivery(&client, &set_id),
+        |d| d["status"] == "delivered",
+    )
+    .await;
+    assert_eq!(delivery["attempts_total"], 1);
+    exactly(&receiver, "/held", 1).await;
+
+    // A stream disabled while its SET waits for a retry: the SET is not sent again.
+    receiver.answer("/off", 503, Duration::ZERO);
+    let off = push_to(&client, &okta, &receiver.url("/off"), json!([REVOKED])).await;
+    let r = sim_swap_signal(&client, "+15550001313", "disabled-1").await;
+    let set_id = r.json()["actions"]
+        .as_array()
+        .and_then(|a| a.iter().find(|a| a["stream_id"] == off.as_str()))
+        .and_then(|a| a["delivery_id"].as_str())
+        .expect("a SET to the stream to be disabled")
+        .to_string();
+    eventually(
+        Duration::from_secs(10),
+        || async { receiver.seen_on("/off") },
+        |s| !s.is_empty(),
+    )
+    .await;
+    set_status(off.clone(), "disabled").await;
+    let delivery = eventually(
+        Duration::from_secs(10),
+        || acme_delivery(&client, &set_id),
+        |d| d["status"] != "queued",
+    )
+    .await;
+    assert_eq!(delivery["status"], "failed", "{delivery}");
+    let attempts = delivery["attempts"].as_array().expect("attempts");
+    assert_eq!(
+        attempts[attempts.len() - 1]["error"],
+        "the stream is disabled"
+    );
+    let sent = receiver.seen_on("/off").len();
+    tokio::time::sleep(LATE).await;
+    assert_eq!(receiver.seen_on("/off").len(), sent);
 }

@@ -212,16 +212,19 @@ impl DeliveryActorState {
             Some(_) => self.ctx.settings.delivery.inline_timeout / 2,
             None => self.ctx.settings.delivery.inline_timeout,
         };
-        let admission = self
-            .ctx
-            .dispatcher
-            .endpoints()
-            .admit(&record.tenant, &record.url, wait)
-            .await;
+        let dispatcher = &self.ctx.dispatcher;
+        let admission = if dispatcher.paused(&record.tenant, &record.url).await {
+            // A SET to a paused stream: held, and looked at again a cooldown later.
+            let cooldown = self.ctx.settings.delivery.breaker_cooldown;
+            Admission::Held(now_ms() + cooldown.as_millis() as u64)
+        } else {
+            let endpoints = dispatcher.endpoints();
+            endpoints.admit(&record.tenant, &record.url, wait).await
+        };
         let permit = match admission {
             Admission::Go(permit) => permit,
-            // Its endpoint is open: it waits until a probe may go, using up no attempt, and
-            // for no longer than `max_hold` since its first hold.
+            // Its endpoint is open (or its stream paused): it waits until a probe may go, using
+            // up no attempt, and for no longer than `max_hold` since its first hold.
             Admission::Held(until_ms) => {
                 let max_hold = self.ctx.settings.delivery.max_hold();
                 return match self.delivery.hold(until_ms, now_ms(), max_hold) {
@@ -232,7 +235,7 @@ impl DeliveryActorState {
                         Ok(())
                     }
                     Hold::GiveUp(event, to) => {
-                        tracing::warn!(delivery = %entry.id, ?max_hold, "delivery dead: its endpoint stayed open longer than max_hold");
+                        tracing::warn!(delivery = %entry.id, ?max_hold, "delivery dead: its endpoint stayed open (or its stream paused) longer than max_hold");
                         self.record(event, to, lease).await
                     }
                 };

@@ -65,6 +65,7 @@ async fn post(engine: &Engine, playbooks: &Playbooks, body: &Value) -> Outcome {
             body,
             wait: None,
         },
+        transmitter: None,
     };
     engine.signal(routed).await.expect("an outcome")
 }

@@ -8,8 +8,11 @@ mod keyless;
 mod pg;
 mod redis;
 mod replay;
+mod set;
 mod sled;
 mod ssf;
+
+pub use set::SESSION_REVOKED;
 mod storm;
 mod unique;
 mod window;
@@ -133,6 +136,7 @@ pub async fn run_scenarios(
                 Scenario::Claim => unique::run(&ctx, Scenario::Claim).await?,
                 Scenario::Replay => replay::run(&ctx).await?,
                 Scenario::Ssf => ssf::run(&ctx).await?,
+                Scenario::Set => set::run(&ctx).await?,
                 Scenario::Storm => storm::run(&ctx).await?,
                 Scenario::Window => window::run(&ctx, extra).await?,
                 Scenario::Pg => pg::run(&ctx).await?,
@@ -163,6 +167,7 @@ pub async fn run_scenarios(
 pub async fn instructions(
     scenario: Scenario,
     idem: &Idem,
+    receiver: SocketAddr,
     counters: &Counters,
     requests: u64,
 ) -> Result<Measured, String> {
@@ -174,6 +179,7 @@ pub async fn instructions(
         }
         Scenario::Replay => replay::instructions(idem, http, counters, requests).await,
         Scenario::Ssf => ssf::instructions(idem, http, counters, requests).await,
+        Scenario::Set => set::instructions(idem, receiver, http, counters, requests).await,
         Scenario::Storm => storm::instructions(idem, counters).await,
         Scenario::Window | Scenario::Pg | Scenario::Redis | Scenario::Sled | Scenario::Ceiling => {
             Err(format!("--callgrind does not measure {}", scenario.name()))
@@ -223,7 +229,14 @@ pub async fn measure_instructions(
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let (idem, counters) = callgrind::start(binary, dir.path(), receiver)?;
         let started = Instant::now();
-        let measured = instructions(scenario, &idem, &counters, args.callgrind_requests).await?;
+        let measured = instructions(
+            scenario,
+            &idem,
+            receiver,
+            &counters,
+            args.callgrind_requests,
+        )
+        .await?;
         let (instructions, files) = counters.dump().await?;
         if let Some(keep) = &args.callgrind_keep {
             callgrind::keep_dumps(&files, keep, scenario.name())?;

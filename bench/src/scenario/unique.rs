@@ -53,7 +53,13 @@ pub async fn instructions(
 }
 
 /// Signal `n` of `kind` under its own key, `u-<run_id>-<n>`; its status.
-async fn request(http: reqwest::Client, url: String, kind: &str, run_id: u64, n: u64) -> u16 {
+pub(super) async fn request(
+    http: reqwest::Client,
+    url: String,
+    kind: &str,
+    run_id: u64,
+    n: u64,
+) -> u16 {
     let key = format!("u-{run_id}-{n}");
     signal(&http, &url, kind, n, Some(&key)).await.0
 }

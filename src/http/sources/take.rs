@@ -95,19 +95,23 @@ pub async fn claim(
     metadata.insert("source".into(), Value::from(source.name.clone()));
     metadata.insert("event_id".into(), Value::from(prepared.event_id));
     metadata.insert("event_type".into(), Value::from(prepared.event_type));
+    let signal = SignalRequest {
+        signal_type: prepared.route.signal_type.clone(),
+        subject: prepared.subject,
+        occurred_at: None,
+        metadata: Some(metadata),
+    };
+    let live = app.live.load();
+    let transmitter = crate::http::transmitter::for_signal(app, &live, tenant, &signal);
     let routed = Routed {
         tenant: &tenant.name,
         playbooks: &tenant.playbooks,
-        signal: SignalRequest {
-            signal_type: prepared.route.signal_type.clone(),
-            subject: prepared.subject,
-            occurred_at: None,
-            metadata: Some(metadata),
-        },
+        signal,
         by: By::Event {
             source: &source.name,
             id: &prepared.claim_key,
         },
+        transmitter,
     };
     let outcome = app.engine.signal(routed).await;
     if !matches!(outcome, Err(SignalError::NoPlaybook(_))) {

@@ -7,8 +7,12 @@ pub mod discovery;
 pub mod streams;
 pub mod token;
 
+use std::sync::Arc;
+
 use axum::http::HeaderMap;
+use idem_actors::set::{self, SetSigner};
 use idem_schemas::timefmt::now_ms;
+use idem_schemas::SignalRequest;
 
 use crate::config::Tenant;
 use crate::http::problem::{ApiError, Kind};
@@ -35,6 +39,31 @@ fn base_url(app: &App, live: &Live) -> String {
 /// The tenant's issuer: `{base}/ssf/{tenant}`.
 fn issuer(app: &App, live: &Live, tenant: &str) -> String {
     format!("{}/ssf/{tenant}", base_url(app, live))
+}
+
+/// The transmitter a signal's `set` actions go to: `tenant`'s, when the playbook of the
+/// signal's type has any.
+pub fn for_signal(
+    app: &App,
+    live: &Live,
+    tenant: &Tenant,
+    signal: &SignalRequest,
+) -> Option<set::Transmitter> {
+    let ssf = tenant.ssf.as_ref()?;
+    let playbook = tenant.playbooks.get(&signal.signal_type)?;
+    if !playbook.sends_sets() {
+        return None;
+    }
+    let signer: Arc<dyn SetSigner> = ssf.keys.first()?.clone();
+    Some(set::Transmitter {
+        issuer: issuer(app, live, &tenant.name),
+        signer,
+        audiences: ssf
+            .receivers
+            .iter()
+            .map(|(id, r)| (id.clone(), r.audience.clone()))
+            .collect(),
+    })
 }
 
 /// The receiver whose access token the `Authorization: Bearer` header carries, or 401.

@@ -25,6 +25,7 @@ use crate::http::query;
 use crate::http::{App, Live};
 use crate::transmitter::stream::{self, Context, Refused};
 use crate::transmitter::Transmitter;
+use idem_actors::set::stream_owner;
 
 /// The most streams one receiver may have.
 pub const MAX_STREAMS: usize = 64;
@@ -119,16 +120,11 @@ impl Caller {
     }
 
     fn seal(&self, app: &App, id: &str, header: &str) -> Result<Vec<u8>, Refused> {
-        app.ssf
-            .sealer
-            .seal(&owner(&self.tenant, id), header.as_bytes())
+        app.engine
+            .sealer()
+            .seal(&stream_owner(&self.tenant, id), header.as_bytes())
             .map_err(|e| Refused(e.to_string()))
     }
-}
-
-/// What a stream's sealed authorization header is bound to.
-pub fn owner(tenant: &str, stream_id: &str) -> Vec<u8> {
-    format!("{tenant}/{stream_id}").into_bytes()
 }
 
 fn unavailable(e: idem_actors::StoreError) -> ApiError {

@@ -45,12 +45,14 @@ impl Received {
 }
 
 /// How the receiver answers a path: a status, after an optional delay, with an optional
-/// `Retry-After`.
+/// `Retry-After` and JSON body.
 #[derive(Clone, Copy)]
 pub struct Answer {
     pub status: u16,
     pub delay: Duration,
     pub retry_after: Option<u64>,
+    /// A JSON body, if any.
+    pub body: Option<&'static str>,
 }
 
 /// `status` at once.
@@ -59,6 +61,15 @@ pub fn status(status: u16) -> Answer {
         status,
         delay: Duration::ZERO,
         retry_after: None,
+        body: None,
+    }
+}
+
+/// `400` with RFC 8935's error body naming `err`, as a receiver refuses a SET.
+pub fn refuse_set(body: &'static str) -> Answer {
+    Answer {
+        body: Some(body),
+        ..status(400)
     }
 }
 
@@ -68,6 +79,7 @@ pub fn hang(delay: Duration) -> Answer {
         status: 200,
         delay,
         retry_after: None,
+        body: None,
     }
 }
 
@@ -119,6 +131,7 @@ impl Receiver {
                 status,
                 delay,
                 retry_after: None,
+                body: None,
             }],
         );
     }
@@ -188,7 +201,15 @@ async fn receive(
     };
     tokio::time::sleep(answer.delay).await;
     let code = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
-    let mut response = code.into_response();
+    let mut response = match answer.body {
+        Some(body) => (
+            code,
+            [("content-type", "application/json")],
+            body.to_string(),
+        )
+            .into_response(),
+        None => code.into_response(),
+    };
     if let Some(secs) = answer.retry_after {
         response
             .headers_mut()

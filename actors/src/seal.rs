@@ -1,6 +1,7 @@
-//! Sealing what idem must keep but not in clear (a push stream's `authorization_header`):
-//! AES-256-GCM under a key derived from `key_secret`, a random nonce per seal, bound to what it
-//! belongs to by its associated data, so a sealed value moved to another record does not open.
+//! Sealing what idem must keep but not in clear (a Security Event Token, which names its
+//! subject; a push stream's `authorization_header`): AES-256-GCM under a key derived from
+//! `key_secret`, a random nonce per seal, bound to what it belongs to by its associated data, so
+//! a sealed value moved to another record does not open.
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use ring::rand::{SecureRandom, SystemRandom};

@@ -1,0 +1,312 @@
+//! `set` actions: a decision's action that becomes one Security Event Token (RFC 8417) per stream
+//! of the tenant's transmitter that delivers its event type and includes the subject, with no
+//! I/O. Each SET's `jti` is its delivery id, derived from the decision and the (action, stream)
+//! pair as a callback's `webhook-id` is, so it is the same however often it is computed; its
+//! bytes are signed once, when the decision is made, and sealed: every attempt, after any crash,
+//! on any node, sends those bytes. Its destination is the stream (`ssf:{stream_id}`), whose
+//! endpoint and credential are read when each attempt is made.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use idem_schemas::stored::STREAM_SCHEME;
+use idem_schemas::{PlannedDelivery, Stream, StreamMethod, StreamState};
+use serde_json::{json, Map, Value};
+
+use crate::seal::Sealer;
+
+/// The event types a stream can carry: CAEP 1.0's and RISC's.
+pub const EVENTS_SUPPORTED: &[&str] = &[
+    "https://schemas.openid.net/secevent/caep/event-type/session-revoked",
+    "https://schemas.openid.net/secevent/caep/event-type/token-claims-change",
+    "https://schemas.openid.net/secevent/caep/event-type/credential-change",
+    "https://schemas.openid.net/secevent/caep/event-type/assurance-level-change",
+    "https://schemas.openid.net/secevent/caep/event-type/device-compliance-change",
+    "https://schemas.openid.net/secevent/caep/event-type/session-established",
+    "https://schemas.openid.net/secevent/caep/event-type/session-presented",
+    "https://schemas.openid.net/secevent/caep/event-type/risk-level-change",
+    "https://schemas.openid.net/secevent/risc/event-type/account-credential-change-required",
+    "https://schemas.openid.net/secevent/risc/event-type/account-purged",
+    "https://schemas.openid.net/secevent/risc/event-type/account-disabled",
+    "https://schemas.openid.net/secevent/risc/event-type/account-enabled",
+    "https://schemas.openid.net/secevent/risc/event-type/identifier-changed",
+    "https://schemas.openid.net/secevent/risc/event-type/identifier-recycled",
+    "https://schemas.openid.net/secevent/risc/event-type/credential-compromise",
+    "https://schemas.openid.net/secevent/risc/event-type/opt-in",
+    "https://schemas.openid.net/secevent/risc/event-type/opt-out-initiated",
+    "https://schemas.openid.net/secevent/risc/event-type/opt-out-cancelled",
+    "https://schemas.openid.net/secevent/risc/event-type/opt-out-effective",
+    "https://schemas.openid.net/secevent/risc/event-type/recovery-activated",
+    "https://schemas.openid.net/secevent/risc/event-type/recovery-information-changed",
+];
+
+/// CAEP's event types, whose events carry `event_timestamp` and `initiating_entity`.
+const CAEP: &str = "https://schemas.openid.net/secevent/caep/event-type/";
+
+/// How a `set` action names the signal's subject in its SETs (RFC 9493), when the signal did
+/// not come with a subject identifier of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubjectFormat {
+    /// `{"format": "email", "email": …}`.
+    Email,
+    /// `{"format": "phone_number", "phone_number": …}`.
+    PhoneNumber,
+    /// `{"format": "opaque", "id": …}`.
+    Opaque,
+}
+
+impl SubjectFormat {
+    /// The format `name` names.
+    pub fn parse(name: &str) -> Option<SubjectFormat> {
+        match name {
+            "email" => Some(SubjectFormat::Email),
+            "phone_number" => Some(SubjectFormat::PhoneNumber),
+            "opaque" => Some(SubjectFormat::Opaque),
+            _ => None,
+        }
+    }
+}
+
+/// A `set` action of a playbook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetAction {
+    /// The event type its SETs carry.
+    pub event: String,
+    /// How they name the subject.
+    pub subject_format: SubjectFormat,
+}
+
+/// Signs a SET's claims with the transmitter's signing key: a compact JWS, `typ`
+/// `secevent+jwt`, with the key's `kid`.
+pub trait SetSigner: Send + Sync {
+    /// The signed token.
+    fn sign(&self, claims: &Value) -> Result<String, String>;
+}
+
+/// A tenant's transmitter as a decision sees it.
+#[derive(Clone)]
+pub struct Transmitter {
+    /// Every SET's `iss`.
+    pub issuer: String,
+    /// The signing key.
+    pub signer: Arc<dyn SetSigner>,
+    /// Each receiver's audience, by `client_id`: its streams' `aud`.
+    pub audiences: HashMap<String, String>,
+}
+
+/// What a decision's `set` actions need: the transmitter, its streams as they were when the
+/// signal came, and the key that seals each SET.
+pub struct SetContext {
+    /// The transmitter.
+    pub transmitter: Transmitter,
+    /// The tenant's streams.
+    pub streams: Vec<Stream>,
+    /// Seals each SET at rest.
+    pub sealer: Arc<Sealer>,
+}
+
+/// Why a SET could not be made.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot make a Security Event Token: {0}")]
+pub struct SetError(pub String);
+
+/// The event types of `stream` that this transmitter sends.
+pub fn events_delivered(stream: &Stream) -> impl Iterator<Item = &str> {
+    stream
+        .events_requested
+        .iter()
+        .map(String::as_str)
+        .filter(|e| EVENTS_SUPPORTED.contains(e))
+}
+
+/// Whether `stream` gets a SET of `event` about the subject whose digest is `subject`: it
+/// delivers the event, includes the subject, is not disabled, and is pushed to.
+pub fn gets(stream: &Stream, event: &str, subject: &[u8; 32]) -> bool {
+    stream.state != StreamState::Disabled
+        && stream.method == StreamMethod::Push
+        && events_delivered(stream).any(|e| e == event)
+        && includes(stream, subject)
+}
+
+/// Whether `stream` includes the subject whose digest is `subject`: every one not removed.
+pub fn includes(stream: &Stream, subject: &[u8; 32]) -> bool {
+    stream.removed_subjects.binary_search(subject).is_err()
+}
+
+/// The subject identifier a SET names the subject by: the signal's own, when its subject is
+/// an identifier object in its canonical JSON (a signal that came as a SET), else `subject` in
+/// `format`.
+pub fn sub_id(subject: &str, format: SubjectFormat) -> Value {
+    if let Ok(Value::Object(id)) = serde_json::from_str::<Value>(subject) {
+        if id.get("format").is_some_and(Value::is_string) {
+            return Value::Object(id);
+        }
+    }
+    match format {
+        SubjectFormat::Email => json!({"format": "email", "email": subject}),
+        SubjectFormat::PhoneNumber => {
+            json!({"format": "phone_number", "phone_number": subject})
+        }
+        SubjectFormat::Opaque => json!({"format": "opaque", "id": subject}),
+    }
+}
+
+/// The owner a SET's sealed bytes are bound to: its delivery.
+pub fn owner(delivery_id: &str) -> &[u8] {
+    delivery_id.as_bytes()
+}
+
+/// The owner a push stream's sealed `authorization_header` is bound to: the stream.
+pub fn stream_owner(tenant: &str, stream_id: &str) -> Vec<u8> {
+    format!("{tenant}/{stream_id}").into_bytes()
+}
+
+/// The decision a SET is of.
+pub struct Of<'a> {
+    /// Its id, each SET's `txn`.
+    pub decision_id: &'a str,
+    /// The subject, as the signal names it.
+    pub subject: &'a str,
+    /// Its keyed digest, which streams remove subjects by.
+    pub subject_digest: &'a [u8; 32],
+    /// When it was made, unix milliseconds.
+    pub now_ms: u64,
+}
+
+/// The SETs of `action` (named `name`) of the decision `of`: one per stream that gets it and
+/// whose receiver is configured, in stream order. `delivery_id` derives a delivery's id from
+/// what names it in the decision (for a SET, the action and the stream).
+pub fn plan(
+    context: &SetContext,
+    of: &Of<'_>,
+    name: &str,
+    action: &SetAction,
+    delivery_id: impl Fn(&str) -> String,
+) -> Result<Vec<PlannedDelivery>, SetError> {
+    let now_s = of.now_ms / 1000;
+    let mut event = Map::new();
+    if action.event.starts_with(CAEP) {
+        event.insert("event_timestamp".into(), Value::from(now_s));
+        event.insert("initiating_entity".into(), Value::from("policy"));
+    }
+    // A stream whose receiver is no longer configured gets nothing: no one can read it.
+    let mut streams: Vec<(&Stream, &String)> = context
+        .streams
+        .iter()
+        .filter(|s| gets(s, &action.event, of.subject_digest))
+        .filter_map(|s| Some((s, context.transmitter.audiences.get(&s.receiver)?)))
+        .collect();
+    streams.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+    streams
+        .into_iter()
+        .map(|(stream, audience)| {
+            let id = delivery_id(&format!("{name}\u{0}{}", stream.id));
+            let claims = json!({
+                "iss": context.transmitter.issuer,
+                "aud": audience,
+                "iat": now_s,
+                "jti": id,
+                "txn": of.decision_id,
+                "sub_id": sub_id(of.subject, action.subject_format),
+                "events": { action.event.as_str(): Value::Object(event.clone()) },
+            });
+            let token = context.transmitter.signer.sign(&claims).map_err(SetError)?;
+            let body = context
+                .sealer
+                .seal(owner(&id), token.as_bytes())
+                .map_err(|e| SetError(e.to_string()))?;
+            Ok(PlannedDelivery {
+                id,
+                action: name.to_string(),
+                url: format!("{STREAM_SCHEME}{}", stream.id),
+                body,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
+
+    fn stream(id: &str) -> Stream {
+        Stream {
+            id: id.into(),
+            receiver: "okta".into(),
+            version: 1,
+            created_at_ms: 0,
+            method: StreamMethod::Push,
+            endpoint_url: Some("https://rx.example/ssf".into()),
+            authorization: None,
+            events_requested: vec![REVOKED.into()],
+            description: None,
+            state: StreamState::Enabled,
+            reason: None,
+            removed_subjects: vec![[7; 32]],
+            verified_at_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_subject_is_named_in_the_format_asked_unless_it_is_an_identifier_already() {
+        assert_eq!(
+            sub_id("+15550001", SubjectFormat::PhoneNumber),
+            json!({"format": "phone_number", "phone_number": "+15550001"})
+        );
+        assert_eq!(
+            sub_id("ann@example.com", SubjectFormat::Email),
+            json!({"format": "email", "email": "ann@example.com"})
+        );
+        assert_eq!(
+            sub_id("42", SubjectFormat::Opaque),
+            json!({"format": "opaque", "id": "42"})
+        );
+        // A signal that came as a SET: its subject is its identifier's canonical JSON.
+        let own = r#"{"email":"ann@example.com","format":"email"}"#;
+        assert_eq!(
+            sub_id(own, SubjectFormat::PhoneNumber),
+            json!({"format": "email", "email": "ann@example.com"})
+        );
+        assert_eq!(
+            sub_id(r#"{"no":"format"}"#, SubjectFormat::Opaque),
+            json!({"format": "opaque", "id": r#"{"no":"format"}"#})
+        );
+    }
+
+    #[test]
+    fn a_stream_gets_what_it_asked_for_about_the_subjects_it_includes_while_not_disabled() {
+        let s = stream("st_1");
+        assert!(gets(&s, REVOKED, &[1; 32]));
+        assert!(!gets(&s, REVOKED, &[7; 32]), "a removed subject");
+        let other = "https://schemas.openid.net/secevent/risc/event-type/account-disabled";
+        assert!(!gets(&s, other, &[1; 32]), "an event not asked for");
+        let paused = Stream {
+            state: StreamState::Paused,
+            ..stream("st_2")
+        };
+        assert!(
+            gets(&paused, REVOKED, &[1; 32]),
+            "a paused stream holds its SETs"
+        );
+        let disabled = Stream {
+            state: StreamState::Disabled,
+            ..stream("st_3")
+        };
+        assert!(!gets(&disabled, REVOKED, &[1; 32]));
+        let polled = Stream {
+            method: StreamMethod::Poll,
+            ..stream("st_4")
+        };
+        assert!(
+            !gets(&polled, REVOKED, &[1; 32]),
+            "poll streams are not served"
+        );
+        let unknown = Stream {
+            events_requested: vec!["urn:example:not-ours".into()],
+            ..stream("st_5")
+        };
+        assert!(!gets(&unknown, "urn:example:not-ours", &[1; 32]));
+    }
+}
