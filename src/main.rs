@@ -48,14 +48,22 @@ enum Command {
         #[arg(long)]
         timestamp: Option<i64>,
     },
-    /// Run the reference receiver: verify, deduplicate on webhook-id, print each callback.
+    /// Run the reference receiver: verify, deduplicate on webhook-id (a SET's jti), print each
+    /// callback (and SET).
     Receive {
         /// Address to listen on.
         #[arg(long)]
         listen: std::net::SocketAddr,
         /// The callback secret (`whsec_…`); repeat for rotation.
-        #[arg(long, required = true)]
+        #[arg(long, required_unless_present = "ssf_issuer")]
         secret: Vec<String>,
+        /// Take SETs pushed by this Shared Signals transmitter (its issuer, e.g.
+        /// `http://127.0.0.1:8080/ssf/acme`), verified with the keys its metadata names.
+        #[arg(long, requires = "ssf_audience")]
+        ssf_issuer: Option<String>,
+        /// The audience this receiver's SETs must name (its `audience` at the transmitter).
+        #[arg(long, requires = "ssf_issuer")]
+        ssf_audience: Option<String>,
         /// The file where seen webhook-ids are remembered.
         #[arg(long, default_value = "idem-receive.seen")]
         state: PathBuf,
@@ -126,6 +134,8 @@ fn main() -> ExitCode {
         Command::Receive {
             listen,
             secret,
+            ssf_issuer,
+            ssf_audience,
             state,
             remember,
             tolerance,
@@ -138,6 +148,7 @@ fn main() -> ExitCode {
             let options = idem::receive::Options {
                 listen,
                 secrets,
+                ssf: ssf_issuer.zip(ssf_audience),
                 state,
                 remember,
                 tolerance,

@@ -12,9 +12,11 @@ use idem_schemas::{CallbackData, CallbackEnvelope, Decision, PlannedDelivery, Ve
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::digest::Digester;
 use crate::set::{self, SetAction, SetContext, SetError};
 
-/// The most actions one playbook may have (each is a callback per decision).
+/// The most actions one playbook may have (each a callback, or a SET to each stream that asked
+/// for it, per decision).
 pub const MAX_ACTIONS: usize = 16;
 
 /// A playbook: what a signal type becomes (`[tenants.<t>.playbooks.<type>]`).
@@ -87,8 +89,8 @@ pub struct Signal<'a> {
     pub source: Option<&'a str>,
     /// The subject, as the signal names it (only a SET carries it, sealed).
     pub subject: &'a str,
-    /// Keyed digest of the subject.
-    pub subject_digest: [u8; 32],
+    /// The keyed digests of subjects.
+    pub digester: &'a Digester,
     /// The signal's metadata, echoed in every callback.
     pub metadata: Map<String, Value>,
 }
@@ -133,7 +135,7 @@ pub fn decide(
 ) -> Result<Decision, DecideError> {
     let id = format!("dec_{}", uuid::Uuid::now_v7().simple());
     let timestamp = rfc3339_millis(now_ms);
-    let subject_hash = idem_schemas::lower_hex(&signal.subject_digest);
+    let subject_hash = signal.digester.subject(signal.tenant, signal.subject);
     let mut deliveries = Vec::with_capacity(playbook.actions.len());
     for action in &playbook.actions {
         match &action.target {
@@ -161,9 +163,10 @@ pub fn decide(
             Target::Set(set_action) => {
                 let context = sets.ok_or(DecideError::NoTransmitter)?;
                 let of = set::Of {
+                    tenant: signal.tenant,
                     decision_id: &id,
                     subject: signal.subject,
-                    subject_digest: &signal.subject_digest,
+                    digester: signal.digester,
                     now_ms,
                 };
                 deliveries.extend(set::plan(context, &of, &action.name, set_action, |key| {
@@ -206,7 +209,7 @@ mod tests {
             signal_type: "sim_swap",
             source: None,
             subject: "+15550001",
-            subject_digest: [0xab; 32],
+            digester: &Digester::new(b"a key secret for the playbook test"),
             metadata,
         };
         let d = decide(&playbook, signal, None, 1_795_888_472_123).expect("decide");

@@ -1,33 +1,46 @@
 //! Sealing what idem must keep but not in clear (a Security Event Token, which names its
-//! subject; a push stream's `authorization_header`): AES-256-GCM under a key derived from
-//! `key_secret`, a random nonce per seal, bound to what it belongs to by its associated data, so
-//! a sealed value moved to another record does not open.
+//! subject; a push stream's `authorization_header`): AES-256-GCM under a key of its own owner
+//! (the delivery, the stream), derived from a key that is derived from `key_secret`, with a
+//! random nonce, and bound to that owner by its associated data too, so a sealed value moved to
+//! another record does not open. A key per owner seals a handful of values, far from the number
+//! of random nonces one AES-GCM key may take.
 
+use hmac::{Hmac, Mac};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use ring::rand::{SecureRandom, SystemRandom};
+use sha2::Sha256;
 
 /// A sealed value that does not open: another key, another record, or altered.
 #[derive(Debug, thiserror::Error)]
 #[error("a sealed value does not open under this key_secret")]
 pub struct Unsealable;
 
-/// Seals and opens under one key.
+/// Seals and opens under the keys one key derives.
 pub struct Sealer {
-    key: LessSafeKey,
+    keyed: Hmac<Sha256>,
     rng: SystemRandom,
 }
 
 impl Sealer {
     /// A sealer under `key`.
     pub fn new(key: [u8; 32]) -> Sealer {
-        let key = match UnboundKey::new(&AES_256_GCM, &key) {
-            Ok(key) => LessSafeKey::new(key),
-            // A 32-byte key is what AES-256-GCM takes.
-            Err(_) => unreachable!("AES-256-GCM takes a 32-byte key"),
+        let keyed = match Hmac::<Sha256>::new_from_slice(&key) {
+            Ok(keyed) => keyed,
+            Err(_) => unreachable!("HMAC takes a key of any length"),
         };
         Sealer {
-            key,
+            keyed,
             rng: SystemRandom::new(),
+        }
+    }
+
+    /// `owner`'s own key.
+    fn key(&self, owner: &[u8]) -> LessSafeKey {
+        let mut mac = self.keyed.clone();
+        mac.update(owner);
+        match UnboundKey::new(&AES_256_GCM, &mac.finalize().into_bytes()) {
+            Ok(key) => LessSafeKey::new(key),
+            Err(_) => unreachable!("AES-256-GCM takes a 32-byte key, as HMAC-SHA-256 makes"),
         }
     }
 
@@ -36,7 +49,7 @@ impl Sealer {
         let mut nonce = [0u8; NONCE_LEN];
         self.rng.fill(&mut nonce).map_err(|_| Unsealable)?;
         let mut out = plain.to_vec();
-        self.key
+        self.key(owner)
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
                 Aad::from(owner),
@@ -54,7 +67,7 @@ impl Sealer {
         let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| Unsealable)?;
         let mut buffer = rest.to_vec();
         let plain = self
-            .key
+            .key(owner)
             .open_in_place(nonce, Aad::from(owner), &mut buffer)
             .map_err(|_| Unsealable)?;
         Ok(plain.to_vec())

@@ -9,29 +9,26 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use idem_schemas::canonical::canonical;
 use idem_schemas::stored::STREAM_SCHEME;
 use idem_schemas::{PlannedDelivery, Stream, StreamMethod, StreamState};
 use serde_json::{json, Map, Value};
 
+use crate::digest::Digester;
 use crate::seal::Sealer;
 
-/// The event types a stream can carry: CAEP 1.0's and RISC's.
+/// The event types a stream can carry: CAEP 1.0's and RISC's whose events need nothing but the
+/// subject (and, for CAEP, `event_timestamp` and `initiating_entity`), which a decision has.
 pub const EVENTS_SUPPORTED: &[&str] = &[
     "https://schemas.openid.net/secevent/caep/event-type/session-revoked",
-    "https://schemas.openid.net/secevent/caep/event-type/token-claims-change",
-    "https://schemas.openid.net/secevent/caep/event-type/credential-change",
-    "https://schemas.openid.net/secevent/caep/event-type/assurance-level-change",
-    "https://schemas.openid.net/secevent/caep/event-type/device-compliance-change",
     "https://schemas.openid.net/secevent/caep/event-type/session-established",
     "https://schemas.openid.net/secevent/caep/event-type/session-presented",
-    "https://schemas.openid.net/secevent/caep/event-type/risk-level-change",
     "https://schemas.openid.net/secevent/risc/event-type/account-credential-change-required",
     "https://schemas.openid.net/secevent/risc/event-type/account-purged",
     "https://schemas.openid.net/secevent/risc/event-type/account-disabled",
     "https://schemas.openid.net/secevent/risc/event-type/account-enabled",
     "https://schemas.openid.net/secevent/risc/event-type/identifier-changed",
     "https://schemas.openid.net/secevent/risc/event-type/identifier-recycled",
-    "https://schemas.openid.net/secevent/risc/event-type/credential-compromise",
     "https://schemas.openid.net/secevent/risc/event-type/opt-in",
     "https://schemas.openid.net/secevent/risc/event-type/opt-out-initiated",
     "https://schemas.openid.net/secevent/risc/event-type/opt-out-cancelled",
@@ -119,13 +116,14 @@ pub fn events_delivered(stream: &Stream) -> impl Iterator<Item = &str> {
         .filter(|e| EVENTS_SUPPORTED.contains(e))
 }
 
-/// Whether `stream` gets a SET of `event` about the subject whose digest is `subject`: it
-/// delivers the event, includes the subject, is not disabled, and is pushed to.
-pub fn gets(stream: &Stream, event: &str, subject: &[u8; 32]) -> bool {
+/// Whether `stream` gets a SET of `event` about the subject known by the digests `subject`
+/// (as the signal named it, and as the SET names it): it delivers the event, includes the
+/// subject under either digest, is not disabled, and is pushed to.
+pub fn gets(stream: &Stream, event: &str, subject: &[[u8; 32]]) -> bool {
     stream.state != StreamState::Disabled
         && stream.method == StreamMethod::Push
         && events_delivered(stream).any(|e| e == event)
-        && includes(stream, subject)
+        && subject.iter().all(|digest| includes(stream, digest))
 }
 
 /// Whether `stream` includes the subject whose digest is `subject`: every one not removed.
@@ -163,14 +161,32 @@ pub fn stream_owner(tenant: &str, stream_id: &str) -> Vec<u8> {
 
 /// The decision a SET is of.
 pub struct Of<'a> {
+    /// Its tenant.
+    pub tenant: &'a str,
     /// Its id, each SET's `txn`.
     pub decision_id: &'a str,
     /// The subject, as the signal names it.
     pub subject: &'a str,
-    /// Its keyed digest, which streams remove subjects by.
-    pub subject_digest: &'a [u8; 32],
+    /// The keyed digests of subjects, which streams remove subjects by.
+    pub digester: &'a Digester,
     /// When it was made, unix milliseconds.
     pub now_ms: u64,
+}
+
+/// The digests a stream may have removed the subject of a SET under: the subject as the signal
+/// named it, and the identifier the SET names it by, in the canonical form a receiver's
+/// identifier is digested in (RFC 8785, emails lower-cased).
+fn subject_digests(of: &Of<'_>, sub_id: &Value) -> [[u8; 32]; 2] {
+    let mut id = sub_id.clone();
+    if let Some(email) = id.get_mut("email") {
+        if let Some(lower) = email.as_str().map(str::to_lowercase) {
+            *email = Value::from(lower);
+        }
+    }
+    [
+        of.digester.subject_bytes(of.tenant, of.subject),
+        of.digester.subject_bytes(of.tenant, &canonical(&id)),
+    ]
 }
 
 /// The SETs of `action` (named `name`) of the decision `of`: one per stream that gets it and
@@ -184,6 +200,8 @@ pub fn plan(
     delivery_id: impl Fn(&str) -> String,
 ) -> Result<Vec<PlannedDelivery>, SetError> {
     let now_s = of.now_ms / 1000;
+    let sub_id = sub_id(of.subject, action.subject_format);
+    let digests = subject_digests(of, &sub_id);
     let mut event = Map::new();
     if action.event.starts_with(CAEP) {
         event.insert("event_timestamp".into(), Value::from(now_s));
@@ -193,7 +211,7 @@ pub fn plan(
     let mut streams: Vec<(&Stream, &String)> = context
         .streams
         .iter()
-        .filter(|s| gets(s, &action.event, of.subject_digest))
+        .filter(|s| gets(s, &action.event, &digests))
         .filter_map(|s| Some((s, context.transmitter.audiences.get(&s.receiver)?)))
         .collect();
     streams.sort_by(|a, b| a.0.id.cmp(&b.0.id));
@@ -207,7 +225,7 @@ pub fn plan(
                 "iat": now_s,
                 "jti": id,
                 "txn": of.decision_id,
-                "sub_id": sub_id(of.subject, action.subject_format),
+                "sub_id": sub_id,
                 "events": { action.event.as_str(): Value::Object(event.clone()) },
             });
             let token = context.transmitter.signer.sign(&claims).map_err(SetError)?;
@@ -278,35 +296,42 @@ mod tests {
     #[test]
     fn a_stream_gets_what_it_asked_for_about_the_subjects_it_includes_while_not_disabled() {
         let s = stream("st_1");
-        assert!(gets(&s, REVOKED, &[1; 32]));
-        assert!(!gets(&s, REVOKED, &[7; 32]), "a removed subject");
+        assert!(gets(&s, REVOKED, &[[1; 32], [2; 32]]));
+        assert!(
+            !gets(&s, REVOKED, &[[7; 32], [2; 32]]),
+            "removed as the signal names it"
+        );
+        assert!(
+            !gets(&s, REVOKED, &[[1; 32], [7; 32]]),
+            "removed as the SET names it"
+        );
         let other = "https://schemas.openid.net/secevent/risc/event-type/account-disabled";
-        assert!(!gets(&s, other, &[1; 32]), "an event not asked for");
+        assert!(!gets(&s, other, &[[1; 32]]), "an event not asked for");
         let paused = Stream {
             state: StreamState::Paused,
             ..stream("st_2")
         };
         assert!(
-            gets(&paused, REVOKED, &[1; 32]),
+            gets(&paused, REVOKED, &[[1; 32]]),
             "a paused stream holds its SETs"
         );
         let disabled = Stream {
             state: StreamState::Disabled,
             ..stream("st_3")
         };
-        assert!(!gets(&disabled, REVOKED, &[1; 32]));
+        assert!(!gets(&disabled, REVOKED, &[[1; 32]]));
         let polled = Stream {
             method: StreamMethod::Poll,
             ..stream("st_4")
         };
         assert!(
-            !gets(&polled, REVOKED, &[1; 32]),
+            !gets(&polled, REVOKED, &[[1; 32]]),
             "poll streams are not served"
         );
         let unknown = Stream {
             events_requested: vec!["urn:example:not-ours".into()],
             ..stream("st_5")
         };
-        assert!(!gets(&unknown, "urn:example:not-ours", &[1; 32]));
+        assert!(!gets(&unknown, "urn:example:not-ours", &[[1; 32]]));
     }
 }

@@ -146,9 +146,7 @@ impl Decider {
             signal_type: &self.signal.signal_type,
             source: self.source.as_deref(),
             subject: &self.signal.subject,
-            subject_digest: self
-                .digester
-                .subject_bytes(&self.tenant, &self.signal.subject),
+            digester: &self.digester,
             metadata: self.signal.metadata.unwrap_or_default(),
         };
         playbook::decide(&self.playbook, signal, self.sets.as_ref(), now_ms)

@@ -3,7 +3,6 @@
 //! `--callgrind`), and a fast in-process receiver for its callbacks. Also reads the server's peak
 //! RSS and the data directory's size on disk.
 
-use crate::scenario::SESSION_REVOKED;
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
@@ -13,7 +12,8 @@ use std::process::{Child, Stdio};
 use devtools::postgres::{with_postgres, LOCAL};
 
 use crate::signals::{
-    CALLBACK_SECRET, OPEN_API_KEY, SIGNING_SECRET, SSF_AUDIENCE, SSF_EVENT, SSF_ISSUER,
+    CALLBACK_SECRET, OPEN_API_KEY, SESSION_REVOKED, SET_RECEIVER, SET_RECEIVER_SECRET, SET_TYPE,
+    SIGNING_SECRET, SSF_AUDIENCE, SSF_EVENT, SSF_ISSUER,
 };
 
 /// The store an idem of the bench runs on.
@@ -48,13 +48,6 @@ pub fn fresh_database() -> Result<String, String> {
     })??;
     devtools::postgres::fresh_database(LOCAL, "idem_bench")
 }
-
-/// The `set` scenario's receiver: its `client_id` and secret at the bench tenant's transmitter.
-pub const SET_RECEIVER: &str = "bench";
-/// Its client secret.
-pub const SET_RECEIVER_SECRET: &str = "bench-receiver-secret-0001";
-/// The signal type whose playbook sends a SET.
-pub const SET_TYPE: &str = "sim_swap_set";
 
 /// A fresh idem on a temp dir `dir` and `store` (a `[store]` section: empty for sled), calling
 /// `receiver`; `key_ttl` for the window scenario. With a non-empty `wrapper` (a program and its

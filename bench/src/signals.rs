@@ -10,6 +10,16 @@ pub const SIGNING_SECRET: &str = "whsec_YmVuY2gtc2lnbmluZy1zZWNyZXQ=";
 /// The bench tenant's callback secret (idem signs its callbacks with it).
 pub const CALLBACK_SECRET: &str = "whsec_YmVuY2gtY2FsbGJhY2stc2VjcmV0";
 
+/// The `set` scenario's receiver: its `client_id` at the bench tenant's transmitter.
+pub const SET_RECEIVER: &str = "bench";
+/// Its client secret.
+pub const SET_RECEIVER_SECRET: &str = "bench-receiver-secret-0001";
+/// The signal type whose playbook sends a SET.
+pub const SET_TYPE: &str = "sim_swap_set";
+/// The event type that SET carries, and its stream asks for.
+pub const SESSION_REVOKED: &str =
+    "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
+
 /// The `ssf` scenario's transmitter: the SETs' `iss`, `aud` and event type.
 pub const SSF_ISSUER: &str = "https://transmitter.bench.example/ssf";
 /// The audience the bench's `ssf` source expects.

@@ -375,7 +375,7 @@ pub enum StreamMethod {
 pub enum StreamState {
     /// SETs are sent.
     Enabled,
-    /// SETs are held, then sent in order once enabled.
+    /// SETs are held, then sent once enabled.
     Paused,
     /// SETs are neither sent nor held.
     Disabled,

@@ -193,7 +193,7 @@ impl Config {
                 Duration::from_secs(10),
             )?,
         };
-        Ok(Config {
+        Config {
             listen,
             data_dir,
             public_url,
@@ -201,7 +201,29 @@ impl Config {
             signatures,
             http,
             tenants: tenants::tenants(raw.tenants)?,
-        })
+        }
+        .with_issuers()
+    }
+
+    /// The configuration, if a transmitter's issuer (`{public_url}/ssf/{tenant}`) is one name
+    /// for every node and every receiver: `public_url` is required unless idem listens on a
+    /// loopback address (one machine), and has no path (SSF's metadata is found at the
+    /// URL's root).
+    fn with_issuers(self) -> Result<Config, ConfigError> {
+        if !self.tenants.values().any(|t| t.ssf.is_some()) {
+            return Ok(self);
+        }
+        match &self.public_url {
+            None if !self.listen.ip().is_loopback() => Err(invalid(
+                "public_url",
+                "is required when a tenant is a Shared Signals transmitter: it names the issuer",
+            )),
+            Some(url) if reqwest::Url::parse(url).is_ok_and(|u| u.path() != "/") => Err(invalid(
+                "public_url",
+                "has a path: a Shared Signals transmitter's metadata is found at the URL's root",
+            )),
+            _ => Ok(self),
+        }
     }
 }
 
@@ -475,6 +497,13 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
             let e = err(&with(&action, ssf));
             assert!(e.contains(key) && !e.contains('\n'), "{key}: {e}");
         }
+        // The issuer names one place: public_url, unless idem listens on loopback, at a root.
+        let anywhere = format!("listen = \"0.0.0.0:8080\"\n{}", with(&set, &ssf));
+        assert!(err(&anywhere).contains("public_url"));
+        let named = format!("public_url = \"https://idem.example\"\n{anywhere}");
+        Config::parse(&named).expect("a public_url names the issuer");
+        let under = named.replace("https://idem.example", "https://idem.example/under");
+        assert!(err(&under).contains("public_url"));
         let e = err(&(MINIMAL.to_string()
             + "\n[tenants.acme.ssf]\nsigning_keys = [\"/nonexistent/k.pem\"]\n"));
         assert!(

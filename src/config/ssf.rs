@@ -35,6 +35,8 @@ pub(super) struct RawSsf {
 struct RawReceiver {
     client_secret: Option<SecretText>,
     audience: Option<String>,
+    #[serde(default)]
+    endpoints: Vec<String>,
 }
 
 /// The transmitter written under `key`.
@@ -85,21 +87,45 @@ pub(super) fn transmitter(key: &str, raw: RawSsf) -> Result<Transmitter, ConfigE
             .audience
             .filter(|a| !a.is_empty())
             .ok_or_else(|| invalid(format!("{rkey}.audience"), "is required"))?;
+        let endpoints = r
+            .endpoints
+            .iter()
+            .map(|e| {
+                reqwest::Url::parse(e)
+                    .ok()
+                    .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+                    .filter(|u| u.query().is_none() && u.fragment().is_none())
+                    .ok_or_else(|| {
+                        invalid(
+                            format!("{rkey}.endpoints"),
+                            format!("{e:?} is not an http(s) URL with a host"),
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         receivers.insert(
             client_id,
             Receiver {
                 client_secret,
                 audience,
+                endpoints,
             },
         );
+    }
+    let token_lifetime = duration(
+        &format!("{key}.token_lifetime"),
+        raw.token_lifetime.as_deref(),
+        Duration::from_secs(3600),
+    )?;
+    if token_lifetime < Duration::from_secs(1) {
+        return Err(invalid(
+            format!("{key}.token_lifetime"),
+            "is under a second: a token's expires_in is whole seconds",
+        ));
     }
     Ok(Transmitter {
         keys,
         receivers,
-        token_lifetime: duration(
-            &format!("{key}.token_lifetime"),
-            raw.token_lifetime.as_deref(),
-            Duration::from_secs(3600),
-        )?,
+        token_lifetime,
     })
 }

@@ -55,6 +55,12 @@ fn b64(bytes: &[u8]) -> String {
     URL_SAFE_NO_PAD.encode(bytes)
 }
 
+/// What an RSA key's RFC 7638 thumbprint digests: its required members in lexicographic order,
+/// with no whitespace (base64url needs no escaping).
+fn rsa_thumbprint_input(e: &str, n: &str) -> String {
+    format!(r#"{{"e":"{e}","kty":"RSA","n":"{n}"}}"#)
+}
+
 /// A big-endian integer without leading zero bytes, as a JWK writes it.
 fn unsigned(bytes: &[u8]) -> &[u8] {
     let first = bytes.iter().position(|&b| b != 0).unwrap_or(bytes.len());
@@ -97,7 +103,7 @@ impl SigningKey {
             Ok(rsa) => {
                 let public = PublicKeyComponents::<Vec<u8>>::from(rsa.public());
                 let (e, n) = (b64(unsigned(&public.e)), b64(unsigned(&public.n)));
-                let thumbprint = format!(r#"{{"e":"{e}","kty":"RSA","n":"{n}"}}"#);
+                let thumbprint = rsa_thumbprint_input(&e, &n);
                 let jwk = json!({"kty": "RSA", "e": e, "n": n});
                 (Pair::Rsa(rsa), jwk, thumbprint)
             }
@@ -242,6 +248,14 @@ mod tests {
             .expect("verifies under the published JWK");
         // The same key read again is named the same.
         assert_eq!(SigningKey::from_pem(RSA_PEM).expect("key").kid(), key.kid());
+    }
+
+    #[test]
+    fn an_rsa_thumbprint_is_rfc_7638s() {
+        // RFC 7638 §3.1's example key and thumbprint.
+        let n = "0vx7agoebGcQSuuPiLJXZptN9nndrQmbXEps2aiAFbWhM78LhWx4cbbfAAtVT86zwu1RK7aPFFxuhDR1L6tSoc_BJECPebWKRXjBZCiFV4n3oknjhMstn64tZ_2W-5JsGY4Hc5n9yBXArwl93lqt7_RN5w6Cf0h4QyQ5v-65YGjQR0_FDW2QvzqY368QQMicAtaSqzs8KJZgnYb9c7d0zgdAZHzu6qMQvRL5hajrn1n91CbOpbISD08qNLyrdkt-bFTWhAI4vMQFh6WeZu0fM4lFd2NcRwr3XPksINHaQ-G_xBniIqbw0Ls1jF44-csFCur-kEgU8awapJzKnqDKgw";
+        let digest = Sha256::digest(rsa_thumbprint_input("AQAB", n).as_bytes());
+        assert_eq!(b64(&digest), "NzbLsXh8uDCcd-6MNwXF4W_7noWXFZAfHkxZsRGC9Xs");
     }
 
     #[test]

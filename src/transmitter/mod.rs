@@ -32,6 +32,31 @@ pub struct Receiver {
     pub client_secret: String,
     /// The `aud` of its streams' SETs.
     pub audience: String,
+    /// Where its push streams may send (URL prefixes); none: any https URL.
+    pub endpoints: Vec<reqwest::Url>,
+}
+
+impl Receiver {
+    /// Whether this receiver's streams may push to `url`: under one of its `endpoints` (the
+    /// same scheme and host, the same port where the entry names one, and a path under the
+    /// entry's), or, when it has none, any https URL. idem sends SETs where receivers say, so
+    /// this keeps a receiver from pointing idem at what only idem can reach.
+    pub fn may_push_to(&self, url: &str) -> bool {
+        let Ok(url) = reqwest::Url::parse(url) else {
+            return false;
+        };
+        if self.endpoints.is_empty() {
+            return url.scheme() == "https";
+        }
+        self.endpoints.iter().any(|entry| {
+            entry.scheme() == url.scheme()
+                && entry.host_str() == url.host_str()
+                && entry
+                    .port()
+                    .is_none_or(|port| url.port_or_known_default() == Some(port))
+                && url.path().starts_with(entry.path())
+        })
+    }
 }
 
 impl std::fmt::Debug for Receiver {
@@ -39,6 +64,7 @@ impl std::fmt::Debug for Receiver {
         f.debug_struct("Receiver")
             .field("client_secret", &"..")
             .field("audience", &self.audience)
+            .field("endpoints", &self.endpoints)
             .finish()
     }
 }

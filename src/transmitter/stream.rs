@@ -79,10 +79,14 @@ pub fn asked(body: &Value) -> Result<Asked, Refused> {
         Some(Value::Object(d)) => {
             let method = match text(d, "method")? {
                 Some(PUSH) => StreamMethod::Push,
-                Some(POLL) => StreamMethod::Poll,
+                Some(POLL) => {
+                    return Err(refused(format!(
+                        "poll streams are not offered here: use push, {PUSH}"
+                    )))
+                }
                 Some(other) => {
                     return Err(refused(format!(
-                        "delivery.method {other:?} is not {PUSH} (push) or {POLL} (poll)"
+                        "delivery.method {other:?} is not push, {PUSH}"
                     )))
                 }
                 None => return Err(refused("delivery.method is required")),
@@ -393,9 +397,10 @@ mod tests {
             json!({"delivery": {"method": PUSH, "endpoint_url": "ftp://rx.example/x"}}),
             json!({"delivery": {"method": PUSH, "endpoint_url": "https://rx.example",
                                 "authorization_header": "Bearer a\r\nX-Evil: 1"}}),
-            json!({"delivery": {"method": POLL}, "events_requested": "all"}),
-            json!({"delivery": {"method": POLL}, "events_requested": [1]}),
-            json!({"delivery": {"method": POLL}, "description": 7}),
+            json!({"delivery": {"method": POLL}}),
+            json!({"delivery": {"method": PUSH, "endpoint_url": "https://rx.example/b"}, "events_requested": "all"}),
+            json!({"delivery": {"method": PUSH, "endpoint_url": "https://rx.example/b"}, "events_requested": [1]}),
+            json!({"delivery": {"method": PUSH, "endpoint_url": "https://rx.example/b"}, "description": 7}),
         ] {
             let made = asked(&body).and_then(|a| create("st".into(), "r", 0, a, no_seal));
             assert!(made.is_err(), "{body}");
@@ -424,14 +429,14 @@ mod tests {
         );
         let put = change(
             &patched,
-            asked(&json!({"delivery": {"method": POLL}})).expect("asked"),
+            asked(&json!({"delivery": {"method": PUSH, "endpoint_url": "https://rx.example/b"}}))
+                .expect("asked"),
             true,
             no_seal,
         )
         .expect("put");
         assert_eq!(put.version, 3);
-        assert_eq!(put.method, StreamMethod::Poll);
-        assert_eq!(put.endpoint_url, None);
+        assert_eq!(put.endpoint_url.as_deref(), Some("https://rx.example/b"));
         assert!(put.events_requested.is_empty());
         assert_eq!(put.description, None);
         assert!(change(&put, Asked::default(), true, no_seal).is_err());
@@ -439,7 +444,8 @@ mod tests {
 
     #[test]
     fn a_removed_subject_is_left_out_until_added_again() {
-        let stream = push(json!({"delivery": {"method": POLL}}));
+        let stream =
+            push(json!({"delivery": {"method": PUSH, "endpoint_url": "https://rx.example/b"}}));
         let subject = [9; 32];
         assert!(includes(&stream, &subject));
         let removed = with_subject(&stream, subject, true)

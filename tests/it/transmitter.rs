@@ -23,13 +23,12 @@ const ENTRA_SECRET: &str = "entra-client-secret-0001";
 const PUSH: &str = "urn:ietf:rfc:8935";
 const POLL: &str = "urn:ietf:rfc:8936";
 const REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
-const COMPROMISE: &str =
-    "https://schemas.openid.net/secevent/risc/event-type/credential-compromise";
+const DISABLED: &str = "https://schemas.openid.net/secevent/risc/event-type/account-disabled";
 const PUSH_CREDENTIAL: &str = "Bearer okta-push-credential-4711";
 
 /// `acme`, a transmitter with an RSA and a P-256 key and receivers `okta` and `entra`, whose
 /// `sim_swap` playbook calls `receiver`'s `/lock` and sends a CAEP session-revoked SET naming
-/// the subject as a phone number; `beta`, a transmitter whose tokens last 300 ms, with a
+/// the subject as a phone number; `beta`, a transmitter whose tokens last a second, with a
 /// receiver also called `okta` with okta's secret; `gamma`, no transmitter. The keys are written
 /// to `dir`.
 fn tenants(dir: &Path, receiver: &Receiver) -> String {
@@ -55,21 +54,24 @@ signing_keys = ["{rsa}", "{ec}"]
 [tenants.acme.ssf.receivers.okta]
 client_secret = "{OKTA_SECRET}"
 audience = "https://okta.example.test"
+endpoints = ["http://127.0.0.1", "https://okta.example.test/ssf"]
 
 [tenants.acme.ssf.receivers.entra]
 client_secret = "{ENTRA_SECRET}"
 audience = "https://entra.example.test"
+endpoints = ["http://127.0.0.1"]
 
 [tenants.beta]
 api_key = "sk_transmitter_beta_0001"
 
 [tenants.beta.ssf]
 signing_keys = ["{rsa}"]
-token_lifetime = "300ms"
+token_lifetime = "1s"
 
 [tenants.beta.ssf.receivers.okta]
 client_secret = "{OKTA_SECRET}"
 audience = "https://okta.example.test"
+endpoints = ["http://127.0.0.1", "https://okta.example.test/ssf"]
 
 [tenants.gamma]
 api_key = "sk_transmitter_gamma_001"
@@ -85,9 +87,12 @@ const DELIVERY: &str = "inline_timeout = \"2s\"\nschedule = [\"300ms\", \"300ms\
 
 /// A config on `store` with `public_url` set, calling `receiver`.
 fn config(dir: &Path, store: &str, receiver: &Receiver) -> String {
-    format!("public_url = \"{PUBLIC_URL}\"\n")
-        + &settings(store, &dir.join("data"), "", DELIVERY)
-        + &tenants(dir, receiver)
+    format!("public_url = \"{PUBLIC_URL}\"\n") + &config_here(dir, store, receiver)
+}
+
+/// [`config`] without `public_url`: the issuer is where idem listens.
+fn config_here(dir: &Path, store: &str, receiver: &Receiver) -> String {
+    settings(store, &dir.join("data"), "", DELIVERY) + &tenants(dir, receiver)
 }
 
 async fn start() -> (tempfile::TempDir, Receiver, Idem, Client) {
@@ -153,7 +158,7 @@ async fn the_metadata_and_jwk_set_name_the_issuer_and_every_key() {
     assert_eq!(meta["spec_version"], "1_0");
     assert_eq!(meta["issuer"], issuer);
     assert_eq!(meta["jwks_uri"], format!("{issuer}/jwks"));
-    assert_eq!(meta["delivery_methods_supported"], json!([PUSH, POLL]));
+    assert_eq!(meta["delivery_methods_supported"], json!([PUSH]));
     assert_eq!(meta["configuration_endpoint"], format!("{issuer}/streams"));
     for (name, path) in [
         ("status_endpoint", "status"),
@@ -338,7 +343,7 @@ async fn streams_are_managed_by_their_receiver_alone_and_outlive_a_sigkill() {
     assert_eq!(made["events_delivered"], json!([REVOKED]));
     assert!(made["events_supported"]
         .as_array()
-        .is_some_and(|e| e.contains(&json!(COMPROMISE))));
+        .is_some_and(|e| e.contains(&json!(DISABLED))));
     assert_eq!(made["delivery"]["method"], PUSH);
     assert_eq!(
         made["delivery"]["endpoint_url"],
@@ -347,22 +352,17 @@ async fn streams_are_managed_by_their_receiver_alone_and_outlive_a_sigkill() {
     assert!(made["delivery"].get("authorization_header").is_none());
     assert_eq!(made["description"], "okta's push stream");
 
-    // A poll stream gets its URL from the transmitter.
     let r = call(
         &client,
         "POST",
         "streams",
         &okta,
-        json!({"delivery": {"method": POLL},
-        "events_requested": [COMPROMISE]}),
+        json!({"delivery": {"method": PUSH, "endpoint_url": "http://127.0.0.1:9/second"},
+        "events_requested": [DISABLED]}),
     )
     .await;
     assert_eq!(r.status, 201, "{}", text(&r));
-    let poll_id = r.json()["stream_id"].as_str().expect("id").to_string();
-    assert_eq!(
-        r.json()["delivery"]["endpoint_url"],
-        format!("{PUBLIC_URL}/ssf/acme/streams/{poll_id}/poll")
-    );
+    let second_id = r.json()["stream_id"].as_str().expect("id").to_string();
 
     let r = call(
         &client,
@@ -382,7 +382,7 @@ async fn streams_are_managed_by_their_receiver_alone_and_outlive_a_sigkill() {
         .map(|s| s["stream_id"].as_str().expect("id").to_string())
         .collect();
     listed.sort();
-    let mut both = vec![id.clone(), poll_id.clone()];
+    let mut both = vec![id.clone(), second_id.clone()];
     both.sort();
     assert_eq!(listed, both);
 
@@ -399,7 +399,8 @@ async fn streams_are_managed_by_their_receiver_alone_and_outlive_a_sigkill() {
         (
             "PUT",
             "streams".into(),
-            json!({"stream_id": id, "delivery": {"method": POLL}}),
+            json!({"stream_id": id, "delivery": {"method": PUSH,
+                "endpoint_url": "http://127.0.0.1:9/entra"}}),
         ),
         ("DELETE", format!("streams?stream_id={id}"), json!(null)),
         ("GET", format!("streams/status?stream_id={id}"), json!(null)),
@@ -436,12 +437,13 @@ async fn streams_are_managed_by_their_receiver_alone_and_outlive_a_sigkill() {
         "PUT",
         "streams",
         &okta,
-        json!({"stream_id": poll_id,
-        "delivery": {"method": POLL}, "events_requested": [REVOKED, COMPROMISE]}),
+        json!({"stream_id": second_id,
+        "delivery": {"method": PUSH, "endpoint_url": "http://127.0.0.1:9/replaced"},
+        "events_requested": [REVOKED, DISABLED]}),
     )
     .await;
     assert_eq!(r.status, 200, "{}", text(&r));
-    assert_eq!(r.json()["events_delivered"], json!([REVOKED, COMPROMISE]));
+    assert_eq!(r.json()["events_delivered"], json!([REVOKED, DISABLED]));
     assert!(r.json().get("description").is_none());
 
     // Status, with its reason.
@@ -614,6 +616,29 @@ async fn a_bad_stream_request_is_refused_and_changes_nothing() {
             "invalid-stream",
         ),
         (
+            "POST",
+            "streams",
+            json!({"delivery": {"method": POLL}}),
+            400,
+            "invalid-stream",
+        ),
+        (
+            "PATCH",
+            "streams",
+            json!({"stream_id": id, "delivery": {"method": PUSH,
+            "endpoint_url": "http://10.0.0.1/internal"}}),
+            400,
+            "invalid-stream",
+        ),
+        (
+            "POST",
+            "streams",
+            json!({"delivery": {"method": PUSH,
+            "endpoint_url": "https://okta.example.test/elsewhere"}}),
+            400,
+            "invalid-stream",
+        ),
+        (
             "PUT",
             "streams",
             json!({"stream_id": id}),
@@ -665,14 +690,14 @@ async fn a_bad_stream_request_is_refused_and_changes_nothing() {
     .json();
     assert_eq!(before, after);
 
-    // A receiver has at most 64 streams.
-    for _ in 1..64 {
+    // A receiver has at most 16 streams.
+    for _ in 1..16 {
         let r = call(
             &client,
             "POST",
             "streams",
             &okta,
-            json!({"delivery": {"method": POLL}}),
+            json!({"delivery": {"method": PUSH, "endpoint_url": "http://127.0.0.1:9/n"}}),
         )
         .await;
         assert_eq!(r.status, 201, "{}", text(&r));
@@ -682,17 +707,17 @@ async fn a_bad_stream_request_is_refused_and_changes_nothing() {
         "POST",
         "streams",
         &okta,
-        json!({"delivery": {"method": POLL}}),
+        json!({"delivery": {"method": PUSH, "endpoint_url": "http://127.0.0.1:9/n"}}),
     )
     .await;
-    assert_problem(&r, 409, "too-many-streams", "the 65th stream");
+    assert_problem(&r, 409, "too-many-streams", "the 17th stream");
     let entra = token(&client, "acme", "entra", ENTRA_SECRET).await;
     let r = call(
         &client,
         "POST",
         "streams",
         &entra,
-        json!({"delivery": {"method": POLL}}),
+        json!({"delivery": {"method": PUSH, "endpoint_url": "http://127.0.0.1:9/n"}}),
     )
     .await;
     assert_eq!(
@@ -773,9 +798,9 @@ async fn two_nodes_share_streams_and_tokens_and_concurrent_changes_lose_nothing(
     let events = async {
         for n in 0..40 {
             let events = if n % 2 == 0 {
-                json!([COMPROMISE])
+                json!([DISABLED])
             } else {
-                json!([REVOKED, COMPROMISE])
+                json!([REVOKED, DISABLED])
             };
             let r = call(
                 b,
@@ -804,7 +829,7 @@ async fn two_nodes_share_streams_and_tokens_and_concurrent_changes_lose_nothing(
         )
         .await;
         assert_eq!(r.json()["description"], "a39");
-        assert_eq!(r.json()["events_requested"], json!([REVOKED, COMPROMISE]));
+        assert_eq!(r.json()["events_requested"], json!([REVOKED, DISABLED]));
     }
 }
 
@@ -858,12 +883,13 @@ async fn a_decision_sends_one_set_to_each_stream_that_asked_for_it_with_the_same
     let entra = token(&client, "acme", "entra", ENTRA_SECRET).await;
     receiver.script("/okta", &[status(503), status(202)]);
     let asked = push_to(&client, &okta, &receiver.url("/okta"), json!([REVOKED])).await;
-    // Streams that get nothing of it: another event, the subject removed, disabled, polled.
+    // Streams that get nothing of it: another event, the subject removed (named as the SET
+    // names it), disabled.
     push_to(
         &client,
         &okta,
         &receiver.url("/okta-risc"),
-        json!([COMPROMISE]),
+        json!([DISABLED]),
     )
     .await;
     let removed = push_to(&client, &entra, &receiver.url("/entra"), json!([REVOKED])).await;
@@ -872,7 +898,8 @@ async fn a_decision_sends_one_set_to_each_stream_that_asked_for_it_with_the_same
         "POST",
         "streams/subjects:remove",
         &entra,
-        json!({"stream_id": removed, "subject": PHONE}),
+        json!({"stream_id": removed,
+            "subject": {"format": "phone_number", "phone_number": PHONE}}),
     )
     .await;
     assert_eq!(r.status, 204);
@@ -892,15 +919,6 @@ async fn a_decision_sends_one_set_to_each_stream_that_asked_for_it_with_the_same
     )
     .await;
     assert_eq!(r.status, 200);
-    let r = call(
-        &client,
-        "POST",
-        "streams",
-        &okta,
-        json!({"delivery": {"method": POLL}, "events_requested": [REVOKED]}),
-    )
-    .await;
-    assert_eq!(r.status, 201);
 
     let first = sim_swap_signal(&client, PHONE, "swap-1").await;
     assert_eq!(first.status, 201, "{}", text(&first));
@@ -1133,4 +1151,78 @@ async fn a_paused_stream_holds_its_sets_until_enabled_and_a_disabled_one_sends_n
     let sent = receiver.seen_on("/off").len();
     tokio::time::sleep(LATE).await;
     assert_eq!(receiver.seen_on("/off").len(), sent);
+}
+
+#[tokio::test]
+async fn the_reference_receiver_takes_each_set_once_and_refuses_a_forged_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let idem = Idem::start(
+        dir.path(),
+        &config_here(dir.path(), &store_section(), &receiver),
+    );
+    let client = Client::new(&idem.base);
+    let issuer = format!("{}/ssf/acme", idem.base);
+    let reference = ReceiveProc::start_with(
+        "127.0.0.1:0",
+        &dir.path().join("receive.seen"),
+        &[
+            "--ssf-issuer",
+            &issuer,
+            "--ssf-audience",
+            "https://okta.example.test",
+        ],
+    );
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    // One stream pushes to the reference receiver; another to the test's, which hands what it
+    // gets to the reference receiver twice, as a transmitter's retry would.
+    push_to(
+        &client,
+        &okta,
+        &format!("{}/ssf", reference.base),
+        json!([REVOKED]),
+    )
+    .await;
+    push_to(&client, &okta, &receiver.url("/copy"), json!([REVOKED])).await;
+    let r = sim_swap_signal(&client, PHONE, "reference-1").await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let direct = reference.wait_line("new SET ");
+    assert!(
+        direct.starts_with(&format!("new SET {issuer} msg_")),
+        "{direct}"
+    );
+    assert!(direct.contains(&format!("events={REVOKED}")), "{direct}");
+    assert!(direct.contains(PHONE), "{direct}");
+    let copied = exactly(&receiver, "/copy", 1).await;
+    let send = |body: Vec<u8>| {
+        let url = format!("{}/ssf", reference.base);
+        async move {
+            let response = reqwest::Client::new()
+                .post(url)
+                .header("content-type", "application/secevent+jwt")
+                .body(body)
+                .send()
+                .await
+                .expect("the reference receiver answers");
+            let status = response.status().as_u16();
+            (status, response.text().await.unwrap_or_default())
+        }
+    };
+    assert_eq!(send(copied[0].body.clone()).await.0, 202);
+    let first = reference.wait_line("new SET ");
+    assert_ne!(first, direct, "another stream, another jti");
+    assert_eq!(send(copied[0].body.clone()).await.0, 202);
+    let again = reference.wait_line("duplicate SET ");
+    assert!(
+        again.contains(first.split(' ').nth(3).expect("the jti")),
+        "{again}"
+    );
+    // The same claims under another signature: refused with RFC 8935's err.
+    let mut forged = copied[0].body.clone();
+    let last = forged.len() - 2;
+    forged[last] = if forged[last] == b'A' { b'B' } else { b'A' };
+    let (status, body) = send(forged).await;
+    assert_eq!(status, 400, "{body}");
+    let err: Value = serde_json::from_str(&body).expect("RFC 8935's error");
+    assert_eq!(err["err"], "invalid_key", "{body}");
 }

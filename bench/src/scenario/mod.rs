@@ -12,7 +12,6 @@ mod set;
 mod sled;
 mod ssf;
 
-pub use set::SESSION_REVOKED;
 mod storm;
 mod unique;
 mod window;

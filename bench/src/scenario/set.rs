@@ -12,11 +12,8 @@ use super::unique::request;
 use super::{with_storage_written, Context};
 use crate::callgrind::{self, Counters, Measured};
 use crate::report::Row;
-use crate::server::{Idem, SET_RECEIVER, SET_RECEIVER_SECRET, SET_TYPE};
-
-/// The event type the bench's `set` action sends and its stream asks for.
-pub const SESSION_REVOKED: &str =
-    "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
+use crate::server::Idem;
+use crate::signals::{SESSION_REVOKED, SET_RECEIVER, SET_RECEIVER_SECRET, SET_TYPE};
 
 /// The bench receiver's push stream at `idem`, to `receiver`.
 async fn subscribe(

@@ -27,8 +27,8 @@ use crate::transmitter::stream::{self, Context, Refused};
 use crate::transmitter::Transmitter;
 use idem_actors::set::stream_owner;
 
-/// The most streams one receiver may have.
-pub const MAX_STREAMS: usize = 64;
+/// The most streams one receiver may have: each is a SET per decision it asks for.
+pub const MAX_STREAMS: usize = 16;
 /// The largest request body, in bytes.
 const MAX_BODY: usize = 64 * 1024;
 /// How often a change is made again after losing a race to another writer.
@@ -119,6 +119,24 @@ impl Caller {
         ))
     }
 
+    /// Refuses a push to where this receiver may not send.
+    fn may_push(&self, asked: &stream::Asked) -> Result<(), ApiError> {
+        let (_, ssf) = self.parts();
+        let url = asked
+            .delivery
+            .as_ref()
+            .and_then(|d| d.endpoint_url.as_deref());
+        let allowed = ssf.receivers.get(&self.receiver);
+        match (url, allowed) {
+            (Some(url), Some(receiver)) if !receiver.may_push_to(url) => Err(ApiError::new(
+                Kind::InvalidStream,
+                "delivery.endpoint_url is not among where this receiver's streams may push \
+                 (its endpoints; without them, https URLs)",
+            )),
+            _ => Ok(()),
+        }
+    }
+
     fn seal(&self, app: &App, id: &str, header: &str) -> Result<Vec<u8>, Refused> {
         app.engine
             .sealer()
@@ -184,6 +202,7 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let caller = Caller::authenticate(&app, &tenant, &headers)?;
     let asked = stream::asked(&json_body(&body)?).map_err(invalid)?;
+    caller.may_push(&asked)?;
     let mine = app
         .engine
         .streams(&caller.tenant)
@@ -254,6 +273,7 @@ async fn change(
     let body = json_body(&body)?;
     let id = body_stream_id(&body)?;
     let asked = stream::asked(&body).map_err(invalid)?;
+    caller.may_push(&asked)?;
     let changed = caller
         .change(&app, &id, |stored| {
             stream::change(stored, asked.clone(), whole, |h| caller.seal(&app, &id, h))

@@ -24,10 +24,16 @@ pub struct ReceiveProc {
 impl ReceiveProc {
     /// Starts `idem receive` on `listen` (port 0: a free one), remembering ids in `state`.
     pub fn start(listen: &str, state: &Path) -> ReceiveProc {
+        ReceiveProc::start_with(listen, state, &[])
+    }
+
+    /// [`ReceiveProc::start`] with more arguments (`--ssf-issuer …`).
+    pub fn start_with(listen: &str, state: &Path, args: &[&str]) -> ReceiveProc {
         let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
             .args(["receive", "--listen", listen, "--secret", CALLBACK_SECRET])
             .arg("--state")
             .arg(state)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

@@ -3,7 +3,12 @@
 //! (401 when it fails or the timestamp is stale), deduplicates on `webhook-id` — remembered in an
 //! append-only file for longer than idem's retry horizon, so across its own restarts too —
 //! answers 2xx to a discarded duplicate (so the sender stops retrying), and prints one line per
-//! callback. An id is recorded durably before its effect (the printed line) and the 2xx.
+//! callback. An id is recorded durably before its effect (the printed line) and the 2xx. With
+//! `--ssf-issuer`, it is a Shared Signals receiver too: a pushed SET (RFC 8935) is verified
+//! against its transmitter's keys (`set`), deduplicated on its `iss` and `jti` the same way, and
+//! answered 202, or 400 with RFC 8935's `err`.
+
+mod set;
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -16,9 +21,12 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
 use idem_schemas::signature::{verify, Secret};
 use idem_schemas::timefmt::now_ms;
 use tokio::sync::Mutex;
+
+use crate::source::set::{Err as SetErr, Refusal};
 
 /// How the receiver runs.
 pub struct Options {
@@ -26,6 +34,9 @@ pub struct Options {
     pub listen: SocketAddr,
     /// Accepted signing secrets.
     pub secrets: Vec<Secret>,
+    /// The Shared Signals transmitter SETs are taken from (its issuer and this receiver's
+    /// audience), if any.
+    pub ssf: Option<(String, String)>,
     /// The file of seen ids.
     pub state: PathBuf,
     /// How long an id is remembered.
@@ -85,6 +96,7 @@ impl Seen {
 
 struct Receiver {
     secrets: Vec<Secret>,
+    ssf: Option<Arc<set::Transmitter>>,
     tolerance_secs: u64,
     seen: Mutex<Seen>,
 }
@@ -98,6 +110,9 @@ pub async fn run(
     let seen = Seen::open(&options.state, options.remember)?;
     let receiver = Arc::new(Receiver {
         secrets: options.secrets,
+        ssf: options
+            .ssf
+            .map(|(issuer, audience)| set::Transmitter::new(issuer, audience)),
         tolerance_secs: options.tolerance.as_secs(),
         seen: Mutex::new(seen),
     });
@@ -118,11 +133,79 @@ async fn receive(
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
+) -> Response {
+    let is_set = header(&headers, "content-type")
+        .is_some_and(|t| t.eq_ignore_ascii_case("application/secevent+jwt"));
+    match (&r.ssf, is_set) {
+        (Some(ssf), true) => receive_set(&r, ssf, &body).await,
+        (None, true) => refuse_set(Refusal::new(
+            SetErr::AccessDenied,
+            "this receiver takes no SETs (start it with --ssf-issuer)",
+        )),
+        (_, false) => receive_callback(&r, uri, &headers, &body)
+            .await
+            .into_response(),
+    }
+}
+
+/// RFC 8935's 400 for a refused SET.
+fn refuse_set(refusal: Refusal) -> Response {
+    let body = serde_json::json!({"err": refusal.err.as_str(), "description": refusal.description});
+    (
+        StatusCode::BAD_REQUEST,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// A pushed SET: checked, recorded durably, printed, then 202.
+async fn receive_set(r: &Receiver, ssf: &set::Transmitter, body: &[u8]) -> Response {
+    let Ok(token) = std::str::from_utf8(body) else {
+        return refuse_set(Refusal::new(SetErr::InvalidRequest, "the SET is not text"));
+    };
+    let accepted = match ssf.check(token.trim()).await {
+        Ok(accepted) => accepted,
+        Err(refusal) => {
+            println!(
+                "refused SET ({}: {})",
+                refusal.err.as_str(),
+                refusal.description
+            );
+            return refuse_set(refusal);
+        }
+    };
+    if accepted.id.chars().any(char::is_control) {
+        return refuse_set(Refusal::new(
+            SetErr::InvalidRequest,
+            "a jti of control characters",
+        ));
+    }
+    let fresh = match r.seen.lock().await.record(&format!("set {}", accepted.id)) {
+        Ok(fresh) => fresh,
+        Err(e) => {
+            eprintln!("cannot record {}: {e}", accepted.id);
+            return (StatusCode::SERVICE_UNAVAILABLE, "cannot record the SET\n").into_response();
+        }
+    };
+    match fresh {
+        true => println!("new SET {} {}", accepted.id, accepted.summary),
+        false => println!("duplicate SET {} (discarded)", accepted.id),
+    }
+    StatusCode::ACCEPTED.into_response()
+}
+
+/// A Standard Webhooks callback.
+async fn receive_callback(
+    r: &Receiver,
+    uri: Uri,
+    headers: &HeaderMap,
+    body: &[u8],
 ) -> (StatusCode, &'static str) {
     let (Some(id), Some(ts), Some(sig)) = (
-        header(&headers, "webhook-id"),
-        header(&headers, "webhook-timestamp"),
-        header(&headers, "webhook-signature"),
+        header(headers, "webhook-id"),
+        header(headers, "webhook-timestamp"),
+        header(headers, "webhook-signature"),
     ) else {
         println!("refused {} (unsigned)", uri.path());
         return (
@@ -132,7 +215,7 @@ async fn receive(
     };
     let now = (now_ms() / 1000) as i64;
     // Verify the raw bytes before parsing anything.
-    if let Err(e) = verify(&r.secrets, id, ts, sig, &body, now, r.tolerance_secs) {
+    if let Err(e) = verify(&r.secrets, id, ts, sig, body, now, r.tolerance_secs) {
         println!("refused {id} ({e})");
         return (StatusCode::UNAUTHORIZED, "signature verification failed\n");
     }
@@ -153,7 +236,7 @@ async fn receive(
         println!("duplicate {id} (discarded)");
         return (StatusCode::OK, "duplicate\n");
     }
-    let envelope: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let envelope: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
     let field = |path: &[&str]| {
         path.iter()
             .try_fold(&envelope, |v, k| v.get(k))
