@@ -15,11 +15,10 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 
+from conformance_http import request, wait_for
 from jwcrypto import jwk, jws
 
 API_KEY = "sk_ssf_conformance_key"
@@ -100,22 +99,6 @@ def b64url(data):
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def request(url, body=None, headers=None, method="GET"):
-    req = urllib.request.Request(url, data=body, headers=headers or {}, method=method)
-    try:
-        with urllib.request.urlopen(req) as r:
-            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
-
-
-def wait_for(n, timeout=10):
-    deadline = time.time() + timeout
-    while len(callbacks) < n and time.time() < deadline:
-        time.sleep(0.05)
-    return len(callbacks)
-
-
 def main():
     binary = sys.argv[1]
     transmitter, tx = serve(Transmitter)
@@ -172,7 +155,7 @@ type = "breach"
             status, _, body = push(first)
             check("the same SET again is accepted too: 202, empty", status == 202 and body == b"",
                   f"{status} {body[:200]!r}")
-            n = wait_for(1)
+            n = wait_for(callbacks, 1)
             time.sleep(1)
             check("one callback for the SET sent twice", n == 1 and callbacks == ["/lock"], str(callbacks))
 
@@ -183,7 +166,7 @@ type = "breach"
             status, _, body = push(second)
             check("an ES256 SET signed by jwcrypto is accepted: 202, empty", status == 202 and body == b"",
                   f"{status} {body[:200]!r}")
-            n = wait_for(2)
+            n = wait_for(callbacks, 2)
             check("a second callback for the new jti", n == 2 and callbacks == ["/lock", "/lock"],
                   str(callbacks))
             subject = json.dumps({"format": "email", "email": "alice@example.com"})

@@ -2,8 +2,8 @@
 //! and against PostgreSQL on a fresh database of the local server (which must answer: the
 //! suite never skips), through the store's public seam. Who holds a claim, a stale writer
 //! fenced, a refused start writing nothing of its unit, a take-over, completion, deliveries,
-//! decisions, endpoint health and the leases of jobs run by one node at a time: the rules of
-//! `store::rule` as both backends apply them.
+//! decisions, endpoint health, the leases of jobs run by one node at a time and Shared Signals
+//! streams written over their version: the rules of `store::rule` as both backends apply them.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use idem_actors::Settings;
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{
     Claim, ClaimEvent, Decision, DecisionRecord, DeliveryEvent, DeliveryRecord, DeliveryStatus,
-    StoredResponse, Verdict,
+    StoredResponse, Stream, StreamMethod, StreamState, Verdict,
 };
 
 /// This node's epoch; claims made under another epoch have a holder that is gone.
@@ -704,4 +704,79 @@ async fn a_job_is_leased_to_one_live_node_and_passes_once_it_is_gone() {
         .expect("lease")
         .expect("b takes it over");
     assert!(taken > token, "a new fencing token: {taken} after {token}");
+}
+
+#[tokio::test]
+async fn a_stream_is_written_only_over_the_version_it_was_made_from() {
+    on_each_store(|name, store| async move {
+        let made = Stream {
+            id: "st_1".into(),
+            receiver: "okta".into(),
+            version: 1,
+            created_at_ms: T,
+            method: StreamMethod::Push,
+            endpoint_url: Some("https://rx.example/ssf".into()),
+            authorization: None,
+            events_requested: vec!["urn:example:event".into()],
+            description: None,
+            state: StreamState::Enabled,
+            reason: None,
+            removed_subjects: Vec::new(),
+            verified_at_ms: None,
+        };
+        assert!(
+            store.put_stream("acme", &made).await.expect("put"),
+            "{name}: made"
+        );
+        assert!(
+            !store.put_stream("acme", &made).await.expect("put"),
+            "{name}: a second stream under the same id"
+        );
+        let paused = Stream {
+            version: 2,
+            state: StreamState::Paused,
+            ..made.clone()
+        };
+        let renamed = Stream {
+            version: 2,
+            description: Some("renamed".into()),
+            ..made.clone()
+        };
+        assert!(
+            store.put_stream("acme", &paused).await.expect("put"),
+            "{name}"
+        );
+        assert!(
+            !store.put_stream("acme", &renamed).await.expect("put"),
+            "{name}: a change made from version 1 after version 2 was written"
+        );
+        assert_eq!(
+            store.stream("acme", "st_1").await.expect("read"),
+            Some(paused.clone()),
+            "{name}"
+        );
+        assert_eq!(
+            store.stream("beta", "st_1").await.expect("read"),
+            None,
+            "{name}: another tenant's"
+        );
+        assert_eq!(
+            store.streams("acme").await.expect("list"),
+            vec![paused],
+            "{name}"
+        );
+        assert!(
+            store.delete_stream("acme", "st_1").await.expect("delete"),
+            "{name}"
+        );
+        assert!(
+            !store.delete_stream("acme", "st_1").await.expect("delete"),
+            "{name}: gone"
+        );
+        assert!(
+            store.streams("acme").await.expect("list").is_empty(),
+            "{name}"
+        );
+    })
+    .await;
 }
