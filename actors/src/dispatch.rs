@@ -164,8 +164,8 @@ impl Dispatcher {
         deadline: Duration,
     ) -> (ActionStatus, AttemptRecord) {
         let at_ms = now_ms();
-        let is_set = stream_of(&delivery.url).is_some();
-        let request = match stream_of(&delivery.url) {
+        let stream = stream_of(&delivery.url);
+        let request = match stream {
             None => self.callback(tenant, delivery, at_ms),
             Some(stream) => match self.set(tenant, stream, delivery).await {
                 Ok(request) => request,
@@ -198,8 +198,8 @@ impl Dispatcher {
                     _ => None,
                 };
                 // RFC 8935 §2.3: a refused SET is a 400 naming its `err`.
-                let error = match (is_set, code) {
-                    (true, 400) => set_error(&mut response).await,
+                let error = match (stream, code) {
+                    (Some(_), 400) => set_error(&mut response).await,
                     _ => None,
                 };
                 tracing::debug!(delivery = %delivery.id, code, latency_ms, "delivery answered");
