@@ -122,7 +122,11 @@ impl Engine {
                 match redelivered {
                     Ok(_) => Ok(true),
                     // Moved on meanwhile (redelivered by another request, or expired).
-                    Err(RedeliverError::NotFinal(_) | RedeliverError::NotFound) => Ok(false),
+                    Err(
+                        RedeliverError::NotFinal(_)
+                        | RedeliverError::NotFound
+                        | RedeliverError::Erased,
+                    ) => Ok(false),
                     Err(RedeliverError::Store(e)) => Err(EngineError::from(e)),
                     Err(RedeliverError::Actor(e)) => Err(e.into()),
                 }
@@ -268,6 +272,7 @@ pub fn claim(
                     action: "redeliver".into(),
                     url: String::new(),
                     body: Vec::new(),
+                    key: None,
                 })
                 .collect(),
         },

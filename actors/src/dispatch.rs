@@ -274,8 +274,8 @@ impl Dispatcher {
     }
 
     /// A SET's request to stream `stream_id` as it is now, or why none is made: failed for
-    /// good when the stream is gone, disabled or no longer pushed to, or the bytes do not
-    /// open; queued for another attempt when it cannot be read, or was paused since it was
+    /// good when the stream is gone, disabled or no longer pushed to, or the SET is erased or
+    /// does not open; queued for another attempt when it cannot be read, or was paused since it was
     /// found not to be.
     async fn set(
         &self,
@@ -304,9 +304,22 @@ impl Dispatcher {
         let (StreamMethod::Push, Some(url)) = (stream.method, &stream.endpoint_url) else {
             return Err(failed("the stream is no longer pushed to"));
         };
-        let token = self
-            .sealer
-            .open(crate::set::owner(&delivery.id), &delivery.body)
+        // The key rides with a decision being made; every later attempt reads it.
+        let kept = match &delivery.key {
+            Some(key) => Ok(Some(key.clone())),
+            None => self.store.set_key(&delivery.id).await,
+        };
+        let key = match kept {
+            Ok(Some(key)) => key,
+            Ok(None) => return Err(failed("the SET is erased: its delivery ended")),
+            Err(e) => {
+                return Err((
+                    ActionStatus::Queued,
+                    format!("the SET's key cannot be read: {e}"),
+                ))
+            }
+        };
+        let token = crate::set::open(&self.sealer, &delivery.id, &key, &delivery.body)
             .map_err(|_| failed("the SET does not open under this key_secret"))?;
         let mut request = self
             .client

@@ -283,6 +283,7 @@ impl Engine {
         self.store
             .commit(
                 Unit::new()
+                    .keep_set_keys(crate::set::keys(decision))
                     .write_deliveries(logs.writes)
                     .record_decision(record),
             )

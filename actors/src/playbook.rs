@@ -158,6 +158,7 @@ pub fn decide(
                     action: action.name.clone(),
                     url: url.clone(),
                     body: serde_json::to_vec(&envelope)?,
+                    key: None,
                 });
             }
             Target::Set(set_action) => {

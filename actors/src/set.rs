@@ -2,8 +2,9 @@
 //! of the tenant's transmitter that delivers its event type and includes the subject, with no
 //! I/O. Each SET's `jti` is its delivery id, derived from the decision and the (action, stream)
 //! pair as a callback's `webhook-id` is, so it is the same however often it is computed; its
-//! bytes are signed once, when the decision is made, and sealed: every attempt, after any crash,
-//! on any node, sends those bytes. Its destination is the stream (`ssf:{stream_id}`), whose
+//! bytes are signed once, when the decision is made, and sealed under a key of its own: every
+//! attempt, after any crash, on any node, sends those bytes, until its delivery ends and the key
+//! is erased. Its destination is the stream (`ssf:{stream_id}`), whose
 //! endpoint and credential are read when each attempt is made.
 
 use std::collections::HashMap;
@@ -11,11 +12,12 @@ use std::sync::Arc;
 
 use idem_schemas::canonical::canonical;
 use idem_schemas::stored::STREAM_SCHEME;
-use idem_schemas::{PlannedDelivery, Stream, StreamMethod, StreamState};
+use idem_schemas::{Decision, PlannedDelivery, Stream, StreamMethod, StreamState};
 use serde_json::{json, Map, Value};
 
 use crate::digest::Digester;
 use crate::seal::Sealer;
+use crate::store::SetKey;
 
 /// The event types a stream can carry: CAEP 1.0's and RISC's whose events need nothing but the
 /// subject (and, for CAEP, `event_timestamp` and `initiating_entity`), which a decision has.
@@ -154,6 +156,33 @@ pub fn owner(delivery_id: &str) -> &[u8] {
     delivery_id.as_bytes()
 }
 
+/// The SET of the delivery `delivery_id`, from its sealed `body` and the `wrapped` key it is
+/// sealed under.
+pub fn open(
+    sealer: &Sealer,
+    delivery_id: &str,
+    wrapped: &[u8],
+    body: &[u8],
+) -> Result<Vec<u8>, crate::seal::Unsealable> {
+    let key = sealer.open(owner(delivery_id), wrapped)?;
+    let key: [u8; 32] = key.try_into().map_err(|_| crate::seal::Unsealable)?;
+    sealer.open_under(&key, owner(delivery_id), body)
+}
+
+/// The keys of `decision`'s SETs, as they ride with it while it is made (none once it was read
+/// back from the claim's log: they were kept when it was first claimed).
+pub fn keys(decision: &Decision) -> Vec<SetKey> {
+    let planned = decision.deliveries.iter();
+    planned
+        .filter_map(|d| {
+            Some(SetKey {
+                delivery: d.id.clone(),
+                wrapped: d.key.clone()?,
+            })
+        })
+        .collect()
+}
+
 /// The owner a push stream's sealed `authorization_header` is bound to: the stream.
 pub fn stream_owner(tenant: &str, stream_id: &str) -> Vec<u8> {
     format!("{tenant}/{stream_id}").into_bytes()
@@ -229,15 +258,19 @@ pub fn plan(
                 "events": { action.event.as_str(): Value::Object(event.clone()) },
             });
             let token = context.transmitter.signer.sign(&claims).map_err(SetError)?;
-            let body = context
-                .sealer
-                .seal(owner(&id), token.as_bytes())
-                .map_err(|e| SetError(e.to_string()))?;
+            let sealing = |e: crate::seal::Unsealable| SetError(e.to_string());
+            let sealer = &context.sealer;
+            let key = sealer.fresh_key().map_err(sealing)?;
+            let body = sealer
+                .seal_under(&key, owner(&id), token.as_bytes())
+                .map_err(sealing)?;
+            let key = sealer.seal(owner(&id), &key).map_err(sealing)?;
             Ok(PlannedDelivery {
                 id,
                 action: name.to_string(),
                 url: format!("{STREAM_SCHEME}{}", stream.id),
                 body,
+                key: Some(key),
             })
         })
         .collect()

@@ -515,6 +515,7 @@ impl BulkModel {
             Redelivery::NotFinal(status) => {
                 format!("{who} is refused {delivery}'s redelivery: {status:?}")
             }
+            Redelivery::Erased => format!("{who} is refused {delivery}'s redelivery: erased"),
         }
     }
 

@@ -181,6 +181,7 @@ impl DeliveryModel {
                 action: "lock_account".into(),
                 url: "http://receiver/lock".into(),
                 body: b"dec_1 lock_account".to_vec(),
+                key: None,
             }],
         };
         let outcomes = [ActionOutcome {

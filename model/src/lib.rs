@@ -621,6 +621,7 @@ fn decision(key: usize, generation: u64) -> Decision {
             action: "lock_account".into(),
             url: "http://receiver/lock".into(),
             body: id.into_bytes(),
+            key: None,
         }],
     }
 }

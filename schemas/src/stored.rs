@@ -45,8 +45,15 @@ pub struct PlannedDelivery {
     /// Its destination: the action's URL, or for a Security Event Token the stream it goes to,
     /// `ssf:{stream_id}` (see [`stream_of`]).
     pub url: String,
-    /// What it sends: the serialised `CallbackEnvelope`, or a SET sealed at rest.
+    /// What it sends: the serialised `CallbackEnvelope`, or a SET sealed at rest under a key
+    /// of its own.
     pub body: Vec<u8>,
+    /// A SET's own key, wrapped: while the decision is being made it rides with it to the
+    /// write that starts the claim, which keeps it beside the claim, never in its log, so that
+    /// erasing it when the delivery ends leaves the SET unreadable. Never stored with the
+    /// decision (`None` once read back, and for a callback).
+    #[serde(skip)]
+    pub key: Option<Vec<u8>>,
 }
 
 /// The scheme of a destination that is a Shared Signals stream rather than a URL.

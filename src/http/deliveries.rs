@@ -123,6 +123,12 @@ pub async fn redeliver(
                 status.as_str()
             ),
         )),
+        Err(RedeliverError::Erased) => Err(ApiError::new(
+            Kind::NotRedeliverable,
+            "the delivery is a Security Event Token whose delivery ended: its bytes, which name \
+             the subject, were erased then, so there is nothing to send again"
+                .to_string(),
+        )),
         Err(e) => Err(ApiError::read_failed("the delivery", e)),
     }
 }

@@ -135,7 +135,7 @@ fn list_deliveries() {}
         (status = 202, body = DeliveryView),
         (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "not-redeliverable: the delivery is queued or delivered", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "not-redeliverable: the delivery is queued or delivered, or a SET whose delivery ended (its bytes are erased then)", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "rate-limited: over 10 redelivery requests per second", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))

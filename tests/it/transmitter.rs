@@ -856,6 +856,20 @@ async fn push_to(client: &Client, token: &str, url: &str, events: Value) -> Stri
     r.json()["stream_id"].as_str().expect("id").to_string()
 }
 
+/// The delivery id of the SET a sim swap's response lists second (after its callback).
+fn set_delivery(r: &Resp) -> String {
+    let id = r.json()["actions"][1]["delivery_id"]
+        .as_str()
+        .map(str::to_string);
+    id.unwrap_or_else(|| panic!("no SET: {}", text(r)))
+}
+
+/// `acme`'s delivery `id` once it is no longer queued.
+async fn until_ended(client: &Client, id: &str) -> Value {
+    let ended = |d: &Value| d["status"] != "queued";
+    eventually(Duration::from_secs(10), || acme_delivery(client, id), ended).await
+}
+
 /// `acme`'s delivery `id` as the deliveries API shows it.
 async fn acme_delivery(client: &Client, id: &str) -> Value {
     let req = Req::new("").header("authorization", ACME_KEY);
@@ -992,13 +1006,18 @@ async fn a_decision_sends_one_set_to_each_stream_that_asked_for_it_with_the_same
         assert!(receiver.seen_on(quiet).is_empty(), "{quiet} got a SET");
     }
 
-    // The SET names the subject; the store holds neither it nor the SET in clear.
+    // The SET names the subject; the store holds neither it nor the SET in clear, and its
+    // key is erased now that it was delivered.
     let config_path = idem.kill();
     let held = stored(&config_path, &dir.path().join("data"));
     assert_subject_not_held(&held, PHONE);
     assert!(held
         .iter()
         .all(|(_, bytes)| !contains(bytes, &sent[0].body[..40])));
+    assert!(
+        !set_key_kept(&config_path, &dir.path().join("data"), &set_id).await,
+        "the delivered SET's key is erased"
+    );
 }
 
 #[tokio::test]
@@ -1014,16 +1033,8 @@ async fn a_set_the_receiver_refuses_fails_with_its_err_kept() {
     push_to(&client, &okta, &receiver.url("/okta"), json!([REVOKED])).await;
     let r = sim_swap_signal(&client, "+15550008888", "refused-1").await;
     assert_eq!(r.status, 201, "{}", text(&r));
-    let set_id = r.json()["actions"][1]["delivery_id"]
-        .as_str()
-        .expect("id")
-        .to_string();
-    let delivery = eventually(
-        Duration::from_secs(10),
-        || acme_delivery(&client, &set_id),
-        |d| d["status"] != "queued",
-    )
-    .await;
+    let set_id = set_delivery(&r);
+    let delivery = until_ended(&client, &set_id).await;
     assert_eq!(delivery["status"], "failed", "a 400 is final: {delivery}");
     assert_eq!(delivery["attempts"][0]["status_code"], 400);
     assert_eq!(
@@ -1031,6 +1042,31 @@ async fn a_set_the_receiver_refuses_fails_with_its_err_kept() {
         "invalid_audience: not this receiver"
     );
     exactly(&receiver, "/okta", 1).await;
+    // Its bytes were erased when it failed: there is nothing to redeliver.
+    let req = Req::new("").header("authorization", ACME_KEY);
+    let path = format!("/v1/deliveries/{set_id}/redeliver");
+    let r = client.send("POST", &path, req).await;
+    assert_problem(&r, 409, "not-redeliverable", "a failed SET");
+    assert!(text(&r).contains("erased"), "{}", text(&r));
+    exactly(&receiver, "/okta", 1).await;
+}
+
+#[tokio::test]
+async fn a_keyless_decisions_set_is_retried_with_the_same_bytes_until_delivered() {
+    let (_dir, receiver, _idem, client) = start().await;
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    receiver.script("/okta", &[status(503), status(202)]);
+    push_to(&client, &okta, &receiver.url("/okta"), json!([REVOKED])).await;
+    let req = Req::new(&sim_swap("+15550007777")).header("authorization", ACME_KEY);
+    let r = client.signal(req).await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let set_id = set_delivery(&r);
+    let delivery = until_ended(&client, &set_id).await;
+    assert_eq!(delivery["status"], "delivered", "{delivery}");
+    let sent = exactly(&receiver, "/okta", 2).await;
+    assert_eq!(sent[0].body, sent[1].body, "the retry sends the same bytes");
+    let (_, claims) = verified(&client, &sent[1]).await;
+    assert_eq!(claims["jti"], set_id);
 }
 
 #[tokio::test]
@@ -1041,10 +1077,7 @@ async fn a_set_queued_at_a_sigkill_is_sent_after_the_restart_with_the_same_jti_a
     push_to(&client, &okta, &receiver.url("/okta"), json!([REVOKED])).await;
     let r = sim_swap_signal(&client, "+15550009999", "killed-1").await;
     assert_eq!(r.status, 201, "{}", text(&r));
-    let set_id = r.json()["actions"][1]["delivery_id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let set_id = set_delivery(&r);
     let before = eventually(
         Duration::from_secs(10),
         || async { receiver.seen_on("/okta") },
@@ -1091,10 +1124,7 @@ async fn a_paused_stream_holds_its_sets_until_enabled_and_a_disabled_one_sends_n
     let r = sim_swap_signal(&client, "+15550001212", "paused-1").await;
     assert_eq!(r.status, 201, "{}", text(&r));
     assert_eq!(r.json()["actions"][1]["status"], "queued");
-    let set_id = r.json()["actions"][1]["delivery_id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let set_id = set_delivery(&r);
     // Held a few cooldowns, with no attempt made.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(
@@ -1136,12 +1166,7 @@ async fn a_paused_stream_holds_its_sets_until_enabled_and_a_disabled_one_sends_n
     )
     .await;
     set_status(off.clone(), "disabled").await;
-    let delivery = eventually(
-        Duration::from_secs(10),
-        || acme_delivery(&client, &set_id),
-        |d| d["status"] != "queued",
-    )
-    .await;
+    let delivery = until_ended(&client, &set_id).await;
     assert_eq!(delivery["status"], "failed", "{delivery}");
     let attempts = delivery["attempts"].as_array().expect("attempts");
     assert_eq!(

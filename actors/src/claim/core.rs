@@ -17,6 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use idem_schemas::stored::stream_of;
 use idem_schemas::{
     ActionOutcome, Claim, ClaimEvent, Decision, DecisionRecord, StoredResponse, SubjectLink,
 };
@@ -307,6 +308,8 @@ impl<P> Core<P> {
             decision,
             subject: request.subject,
         };
+        // The keys of its SETs are kept beside the claim, durable with it (see `SetKey`).
+        let keys = crate::set::keys(&claim.decision);
         let inline = !claim.decision.deliveries.is_empty() && !request.queued;
         let unit = if !inline && claim.subject.is_none() {
             // Nothing runs between this decision's claim, recovery point and completion (it has
@@ -330,7 +333,8 @@ impl<P> Core<P> {
             let unit = Unit::new()
                 .write_deliveries(logs.writes)
                 .start_claim(self.id.clone(), events)
-                .record_decision(record);
+                .record_decision(record)
+                .keep_set_keys(keys);
             match request.may_have_run {
                 true => unit.skipping_existing(),
                 false => unit,
@@ -339,7 +343,9 @@ impl<P> Core<P> {
             // The claim, with its decision and every callback body, is durable before any
             // action runs (they start once it is): a crash from here on resumes this decision,
             // never a new one.
-            Unit::new().start_claim(self.id.clone(), vec![ClaimEvent::Claimed(claim)])
+            Unit::new()
+                .start_claim(self.id.clone(), vec![ClaimEvent::Claimed(claim)])
+                .keep_set_keys(keys)
         };
         out.push(Effect::Commit { generation, unit });
         Ok(())
@@ -632,10 +638,16 @@ impl<P> Core<P> {
         // key records the subject's response, and no delivery of its own.
         if let Some((response, deduplicated)) = subject {
             self.deduplicated = deduplicated;
-            let unit = Unit::new().append_claim(
+            let mut unit = Unit::new().append_claim(
                 head.clone(),
                 vec![ClaimEvent::Dispatched { outcomes, response }],
             );
+            // Another decision's actions ran instead: this one's SETs will never be sent.
+            if deduplicated {
+                let sets = claim.decision.deliveries.iter();
+                let sets = sets.filter(|d| stream_of(&d.url).is_some());
+                unit = unit.erase_set_keys(sets.map(|d| d.id.clone()).collect());
+            }
             out.push(Effect::Commit { generation, unit });
             return Ok(());
         }

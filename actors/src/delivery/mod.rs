@@ -122,7 +122,7 @@ pub enum DeliveryMsg {
     /// [`DeliveryState::redelivery`]).
     Redeliver {
         since_ms: Option<u64>,
-        reply: RpcReplyPort<Result<DeliveryView, DeliveryStatus>>,
+        reply: RpcReplyPort<Result<DeliveryView, RedeliverError>>,
     },
     /// Time to check whether the actor has been idle long enough to stop.
     IdleCheck,
@@ -248,6 +248,7 @@ impl DeliveryActorState {
             action: record.action.clone(),
             url: record.url.clone(),
             body: record.body.clone(),
+            key: None,
         };
         let (status, attempt) = self
             .ctx
@@ -357,7 +358,10 @@ impl Actor for DeliveryActor {
                         let _ = reply.send(Ok(state.delivery.view()));
                     }
                     Redelivery::NotFinal(status) => {
-                        let _ = reply.send(Err(status));
+                        let _ = reply.send(Err(RedeliverError::NotFinal(status)));
+                    }
+                    Redelivery::Erased => {
+                        let _ = reply.send(Err(RedeliverError::Erased));
                     }
                 }
             }
@@ -380,6 +384,9 @@ pub enum RedeliverError {
     /// Only failed or dead deliveries may be redelivered.
     #[error("the delivery is {}", .0.as_str())]
     NotFinal(DeliveryStatus),
+    /// A SET's delivery ended and its bytes were erased.
+    #[error("the SET's delivery ended and its bytes were erased")]
+    Erased,
     /// The actor could not take the request.
     #[error(transparent)]
     Actor(#[from] RegistryError),
@@ -469,9 +476,7 @@ impl Deliveries {
             let redeliver = |reply| DeliveryMsg::Redeliver { since_ms, reply };
             match actor.call(redeliver, None).await {
                 Ok(ractor::rpc::CallResult::Success(Ok(view))) => return Ok(view),
-                Ok(ractor::rpc::CallResult::Success(Err(status))) => {
-                    return Err(RedeliverError::NotFinal(status))
-                }
+                Ok(ractor::rpc::CallResult::Success(Err(refused))) => return Err(refused),
                 // Stopped before handling it (a redelivery is idempotent on a queued delivery).
                 _ => tokio::task::yield_now().await,
             }

@@ -5,6 +5,7 @@
 //! what follows an attempt (the schedule's next step, with jitter), and `new_logs` the logs a
 //! decision's inline attempts start, with what to count for them.
 
+use idem_schemas::stored::stream_of;
 use idem_schemas::timefmt::rfc3339_millis;
 use idem_schemas::{
     ActionOutcome, ActionStatus, AttemptRecord, AttemptView, DeadReason, Decision, DeliveryEvent,
@@ -154,6 +155,8 @@ pub enum Redelivery {
     Record(DeliveryEvent, Placement),
     /// Neither failed nor dead: refused.
     NotFinal(DeliveryStatus),
+    /// A SET's whose delivery ended: its bytes are erased, so there is nothing to send.
+    Erased,
 }
 
 impl DeliveryState {
@@ -165,6 +168,11 @@ impl DeliveryState {
         let done = since_ms.is_some_and(|since| self.redelivered_at_ms >= Some(since));
         match self.placement.status {
             _ if done => Redelivery::Done,
+            DeliveryStatus::Failed | DeliveryStatus::Dead
+                if stream_of(&self.record.url).is_some() =>
+            {
+                Redelivery::Erased
+            }
             DeliveryStatus::Failed | DeliveryStatus::Dead => {
                 let at_ms = now_ms.max(since_ms.unwrap_or(0));
                 let to = Placement {
@@ -640,6 +648,7 @@ mod tests {
             action: "lock".into(),
             url: "http://127.0.0.1:9/".into(),
             body: vec![1],
+            key: None,
         }]);
         let logs = new_logs(&decision, &[], &settings());
         assert_eq!(
@@ -664,6 +673,7 @@ mod tests {
             action: format!("action_{n}"),
             url: "http://127.0.0.1:9/".into(),
             body: vec![n],
+            key: None,
         };
         let decision = decision(vec![planned(1), planned(2)]);
         let outcomes = vec![
@@ -809,5 +819,22 @@ mod tests {
             since.redelivery(None, claim + 5),
             Redelivery::Record(redelivered(claim + 5), queued_at(claim + 5))
         );
+    }
+
+    #[test]
+    fn a_set_whose_delivery_ended_is_not_redelivered_its_bytes_being_erased() {
+        let set = DeliveryRecord {
+            url: "ssf:st_1".into(),
+            ..record()
+        };
+        for next in [NextStep::Dead, NextStep::Failed] {
+            let ended = DeliveryEvent::Answered {
+                attempt: attempt(Some(400), None),
+                next,
+            };
+            let state = DeliveryState::fold(vec![DeliveryEvent::Created(set.clone()), ended])
+                .expect("fold");
+            assert_eq!(state.redelivery(None, T + 5), Redelivery::Erased);
+        }
     }
 }

@@ -4,7 +4,8 @@
 //! the key's current one is refused as fenced, so a stale writer can never overwrite a newer
 //! one. A delivery store keeps each callback's log, the durable retry queue and the tenant's
 //! listing. An endpoint store keeps each endpoint's breaker; a stream store, the Shared Signals
-//! streams receivers made. Writes are made in a [`Unit`] of work, which the store applies and
+//! streams receivers made; a SET key store, the key each SET is sealed under until its delivery
+//! ends (a delivery write that ends it erases the key). Writes are made in a [`Unit`] of work, which the store applies and
 //! makes durable as a whole (its group commit batches many units into one sync) before it
 //! reports what the unit came to. `sled` is the embedded implementation, `postgres` the one
 //! several nodes share.
@@ -99,6 +100,16 @@ pub enum ClaimWrite {
     TakeOver(LogHead),
 }
 
+/// The key a SET is sealed under, wrapped (see [`crate::seal`]), kept beside the claim that
+/// made it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SetKey {
+    /// The SET's delivery.
+    pub delivery: String,
+    /// The key, sealed for that delivery.
+    pub wrapped: Vec<u8>,
+}
+
 /// A unit of work: the records one step writes, applied in order (a decision's new delivery
 /// logs before the claim record that names them) and made durable together by one commit.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
@@ -111,6 +122,10 @@ pub struct Unit {
     /// Decisions to keep for lookup, written only if the unit's claim write is (a fenced or
     /// refused one writes none); one kept already is left as it is.
     decisions: Vec<DecisionRecord>,
+    /// SET keys to keep, and the deliveries whose keys to erase (SETs that will never be
+    /// sent), written only if the unit's claim write is.
+    keep_keys: Vec<SetKey>,
+    erase_keys: Vec<String>,
 }
 
 impl Unit {
@@ -155,6 +170,18 @@ impl Unit {
         self
     }
 
+    /// Keeps `keys` until their deliveries end.
+    pub fn keep_set_keys(mut self, keys: Vec<SetKey>) -> Self {
+        self.keep_keys.extend(keys);
+        self
+    }
+
+    /// Erases the keys of the SETs `deliveries`, which will never be sent.
+    pub fn erase_set_keys(mut self, deliveries: Vec<String>) -> Self {
+        self.erase_keys.extend(deliveries);
+        self
+    }
+
     /// New deliveries in this unit that exist already are left as they are (finishing a claim
     /// an earlier process may have half-written).
     pub fn skipping_existing(mut self) -> Self {
@@ -175,6 +202,16 @@ impl Unit {
     /// The decisions it keeps.
     pub fn decisions(&self) -> &[DecisionRecord] {
         &self.decisions
+    }
+
+    /// The SET keys it keeps.
+    pub fn set_keys(&self) -> &[SetKey] {
+        &self.keep_keys
+    }
+
+    /// The deliveries whose SET keys it erases.
+    pub fn erased_set_keys(&self) -> &[String] {
+        &self.erase_keys
     }
 
     /// Whether its new deliveries that exist already are left as they are.
@@ -478,6 +515,21 @@ pub trait StreamStore: Send + Sync {
     fn delete_stream<'a>(&'a self, tenant: &'a str, id: &'a str) -> Read<'a, bool>;
 }
 
+/// The keys SETs are sealed under. A key is kept by the unit that starts its decision's claim
+/// ([`Unit::keep_set_keys`]) and erased by the delivery write that ends its SET (delivered,
+/// failed, dead) or by [`Unit::erase_set_keys`]: from then on the SET's stored bytes do not
+/// open.
+pub trait SetKeyStore: Send + Sync {
+    /// The wrapped key of the SET `delivery`, while it is kept.
+    fn set_key<'a>(&'a self, delivery: &'a str) -> Read<'a, Option<Vec<u8>>>;
+}
+
+/// Whether a delivery write to `url` that moves it to `to` erases its SET key: a SET's whose
+/// delivery ends.
+pub fn ends_set(url: &str, to: DeliveryStatus) -> bool {
+    idem_schemas::stored::stream_of(url).is_some() && to != DeliveryStatus::Queued
+}
+
 /// Endpoint health, shared by every node of the store (see [`crate::breaker`]).
 pub trait EndpointStore: Send + Sync {
     /// Applies `event` to the health of `tenant`'s endpoint `url` atomically, by the store's
@@ -531,7 +583,7 @@ pub enum ClaimNews {
 
 /// A store: claims, deliveries, and the commit that makes a unit durable.
 pub trait Store:
-    ClaimStore + DeliveryStore + DecisionStore + EndpointStore + LeaseStore + StreamStore
+    ClaimStore + DeliveryStore + DecisionStore + EndpointStore + LeaseStore + StreamStore + SetKeyStore
 {
     /// Tells the other nodes that this one has requests waiting for the claim `id`, held by the
     /// node of epoch `holder` (nothing to tell on a store of one process).

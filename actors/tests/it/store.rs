@@ -2,8 +2,8 @@
 //! and against PostgreSQL on a fresh database of the local server (which must answer: the
 //! suite never skips), through the store's public seam. Who holds a claim, a stale writer
 //! fenced, a refused start writing nothing of its unit, a take-over, completion, deliveries,
-//! decisions, endpoint health, the leases of jobs run by one node at a time and Shared Signals
-//! streams written over their version: the rules of `store::rule` as both backends apply them.
+//! decisions, endpoint health, the leases of jobs run by one node at a time, Shared Signals
+//! streams written over their version and SET keys kept until their delivery ends: the rules of `store::rule` as both backends apply them.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use std::time::Duration;
 use idem_actors::breaker::{Circuit, EndpointEvent};
 use idem_actors::settings::Backend;
 use idem_actors::store::{
-    self, ClaimId, ClaimLog, DeliveryWrite, LogHead, Node, Placement, Store, Unit, Written,
+    self, ClaimId, ClaimLog, DeliveryWrite, LogHead, Node, Placement, SetKey, Store, Unit, Written,
 };
 use idem_actors::Settings;
 use idem_schemas::timefmt::now_ms;
@@ -777,6 +777,114 @@ async fn a_stream_is_written_only_over_the_version_it_was_made_from() {
             store.streams("acme").await.expect("list").is_empty(),
             "{name}"
         );
+    })
+    .await;
+}
+
+fn set_key(delivery: &str) -> SetKey {
+    SetKey {
+        delivery: delivery.into(),
+        wrapped: format!("key of {delivery}").into_bytes(),
+    }
+}
+
+async fn key_of(store: &Arc<dyn Store>, delivery: &str) -> Option<Vec<u8>> {
+    store.set_key(delivery).await.expect("read")
+}
+
+#[tokio::test]
+async fn a_sets_key_is_kept_with_its_claim_and_erased_when_its_delivery_ends() {
+    const STREAM: &str = "ssf:st_1";
+    on_each_store(|name, store| async move {
+        let at = now_ms() - 1_000;
+        // Kept by the start that claims the decision, inline (no delivery yet) or queued.
+        let inline = Unit::new()
+            .start_claim(id(20), vec![claimed(at, 3_600_000, EPOCH)])
+            .keep_set_keys(vec![set_key("msg_a"), set_key("msg_b")]);
+        assert!(matches!(commit(&store, inline).await, Written::Claimed(..)));
+        let queued = Unit::new()
+            .write_deliveries(vec![delivery_to("msg_c", at, STREAM)])
+            .start_claim(id(21), vec![claimed(at, 3_600_000, EPOCH)])
+            .keep_set_keys(vec![set_key("msg_c")]);
+        assert!(matches!(commit(&store, queued).await, Written::Claimed(..)));
+        for delivery in ["msg_a", "msg_b", "msg_c"] {
+            let wrapped = format!("key of {delivery}").into_bytes();
+            assert_eq!(key_of(&store, delivery).await, Some(wrapped), "{name}");
+        }
+        // A start that loses keeps none, inline or with its queued deliveries.
+        for unit in [
+            Unit::new().start_claim(id(20), vec![claimed(at + 1, 3_600_000, EPOCH)]),
+            Unit::new()
+                .write_deliveries(vec![delivery_to("msg_lost", at, STREAM)])
+                .start_claim(id(20), vec![claimed(at + 1, 3_600_000, EPOCH)]),
+        ] {
+            let written = commit(&store, unit.keep_set_keys(vec![set_key("msg_lost")])).await;
+            assert!(matches!(written, Written::Held(_)), "{name}: {written:?}");
+            assert_eq!(key_of(&store, "msg_lost").await, None, "{name}");
+        }
+
+        // Delivered inline at once: its new log ends it. Still queued: kept.
+        let delivered = DeliveryWrite {
+            to: Placement {
+                status: DeliveryStatus::Delivered,
+                due_ms: None,
+            },
+            ..delivery_to("msg_a", at, STREAM)
+        };
+        let head = current(&store, &id(20)).await.head;
+        let recovery_point = Unit::new()
+            .write_deliveries(vec![delivered, delivery_to("msg_b", at, STREAM)])
+            .append_claim(head, vec![dispatched()]);
+        assert!(matches!(
+            commit(&store, recovery_point).await,
+            Written::Appended(..)
+        ));
+        assert_eq!(key_of(&store, "msg_a").await, None, "{name}: delivered");
+        assert!(key_of(&store, "msg_b").await.is_some(), "{name}: queued");
+
+        // Dead after a retry: erased; a callback's dead delivery has no key to erase.
+        let due = store.due(now_ms(), 10).await.expect("due");
+        let lease = due.iter().find(|d| d.id == "msg_b").expect("due").lease;
+        let dead = DeliveryWrite {
+            first_seq: 1,
+            lease,
+            events: vec![DeliveryEvent::HeldTooLong { at_ms: at }],
+            from: Some(delivery("msg_b", at).to),
+            to: Placement {
+                status: DeliveryStatus::Dead,
+                due_ms: None,
+            },
+            ..delivery_to("msg_b", at, STREAM)
+        };
+        commit(&store, Unit::new().write_deliveries(vec![dead])).await;
+        assert_eq!(key_of(&store, "msg_b").await, None, "{name}: dead");
+        assert!(key_of(&store, "msg_c").await.is_some(), "{name}");
+
+        // A decision whose SETs will never be sent (another one's actions ran): erased with its
+        // recovery point, unless that append is fenced.
+        let stale = current(&store, &id(21)).await.head;
+        let head = match commit(
+            &store,
+            Unit::new().append_claim(stale.clone(), vec![dispatched()]),
+        )
+        .await
+        {
+            Written::Appended(head, _) => head,
+            other => panic!("{name}: {other:?}"),
+        };
+        let fenced = Unit::new()
+            .append_claim(stale, vec![dispatched()])
+            .erase_set_keys(vec!["msg_c".into()]);
+        assert_eq!(commit(&store, fenced).await, Written::Fenced, "{name}");
+        assert!(key_of(&store, "msg_c").await.is_some(), "{name}: fenced");
+        let erased = Unit::new()
+            .append_claim(head, vec![ClaimEvent::Completed])
+            .erase_set_keys(vec!["msg_c".into()]);
+        assert!(matches!(
+            commit(&store, erased).await,
+            Written::Appended(..)
+        ));
+        assert_eq!(key_of(&store, "msg_c").await, None, "{name}: erased");
     })
     .await;
 }

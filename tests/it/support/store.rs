@@ -97,3 +97,28 @@ fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     }
     out
 }
+
+/// Whether the store of the config at `config_path` (on sled, in `data_dir`; idem stopped)
+/// still keeps the key of the SET `delivery`, read through the store's own seam.
+pub async fn set_key_kept(config_path: &Path, data_dir: &Path, delivery: &str) -> bool {
+    use idem_actors::settings::Backend;
+    let store = match postgres_url(config_path) {
+        Some(url) => Backend::Postgres { url, pool_size: 1 },
+        None => Backend::Sled {
+            data_dir: data_dir.to_path_buf(),
+        },
+    };
+    let settings = idem_actors::Settings {
+        store,
+        ..idem_actors::Settings::default()
+    };
+    let node = idem_actors::store::Node {
+        epoch: 1,
+        settings: std::sync::Arc::new(settings),
+    };
+    let store = idem_actors::store::open(node)
+        .await
+        .expect("the store opens");
+    let key = store.set_key(delivery).await.expect("read the SET key");
+    key.is_some()
+}

@@ -16,6 +16,7 @@ use idem_schemas::DeliveryEvent;
 use tokio::sync::mpsc;
 
 use super::claims::{claim_log, COLUMNS};
+use super::set_keys;
 use crate::codec;
 use crate::store::rule::{self, Fencing};
 use crate::store::{
@@ -212,7 +213,19 @@ async fn commit(
         .filter(|(n, _)| writes_rest(&written, *n))
         .flat_map(|(n, u)| u.deliveries.iter().map(move |d| (n, d, u.skip_existing)))
         .collect();
-    write_deliveries(&tx, &deliveries, &mut written).await?;
+    let made = write_deliveries(&tx, &deliveries, &mut written).await?;
+    let ended = deliveries
+        .iter()
+        .map(|d| d.1)
+        .filter(|w| made.contains(&w.id));
+    set_keys::end(&tx, ended).await?;
+    let keys: Vec<&Unit> = units
+        .iter()
+        .enumerate()
+        .filter(|(n, _)| writes_rest(&written, *n))
+        .map(|(_, u)| u)
+        .collect();
+    set_keys::write(&tx, &keys).await?;
 
     // Decisions, kept once each.
     let mut decisions: Vec<&idem_schemas::DecisionRecord> = units
@@ -270,12 +283,14 @@ async fn commit(
 }
 
 /// New delivery logs (left alone where they exist: a take-over may meet an earlier process's),
-/// and records appended to existing ones where their count is the writer's.
+/// and records appended to existing ones where their count is the writer's; the ids of the
+/// deliveries written.
 async fn write_deliveries(
     tx: &deadpool_postgres::Transaction<'_>,
     writes: &[(usize, &DeliveryWrite, bool)],
     written: &mut [Option<Written>],
-) -> Result<(), StoreError> {
+) -> Result<HashSet<String>, StoreError> {
+    let mut made = HashSet::new();
     type Write<'w> = &'w (usize, &'w DeliveryWrite, bool);
     let (mut new, mut appended): (Vec<Write>, Vec<Write>) =
         writes.iter().partition(|(_, w, _)| w.first_seq == 0);
@@ -304,17 +319,20 @@ async fn write_deliveries(
             logs.push(codec::encode_entry(&w.events)?);
             records.push(w.events.len() as i32);
         }
-        super::run(
+        let rows = super::rows(
             tx,
             "INSERT INTO idem_deliveries \
              (id, tenant, url, status, due_ms, expires_at_ms, log, records) \
              SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::int8[], \
-             $6::int8[], $7::bytea[], $8::int4[]) ON CONFLICT (id) DO NOTHING",
+             $6::int8[], $7::bytea[], $8::int4[]) ON CONFLICT (id) DO NOTHING RETURNING id",
             &[
                 &ids, &tenants, &urls, &statuses, &dues, &expiries, &logs, &records,
             ],
         )
         .await?;
+        for row in rows {
+            made.insert(row.try_get(0)?);
+        }
     }
     if !appended.is_empty() {
         let mut ids = Vec::new();
@@ -354,8 +372,9 @@ async fn write_deliveries(
                 written[*n] = Some(Written::Fenced);
             }
         }
+        made.extend(done);
     }
-    Ok(())
+    Ok(made)
 }
 
 /// Takes over the generation at `head` for `node`, if its holder's node is gone or it has been

@@ -15,6 +15,7 @@ mod endpoints;
 mod leases;
 mod news;
 pub mod schema;
+mod set_keys;
 mod streams;
 
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -111,6 +111,13 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (tenant, id)
     );
     "#,
+    // 8: the key each SET is sealed under, by its delivery, until its delivery ends.
+    r#"
+    CREATE TABLE IF NOT EXISTS idem_set_keys (
+        delivery text  PRIMARY KEY,
+        key      bytea NOT NULL
+    );
+    "#,
 ];
 
 /// The schema that added deliveries' URLs.

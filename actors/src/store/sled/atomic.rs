@@ -1,12 +1,12 @@
 //! A claim started together with its queued deliveries (a decision whose callbacks are queued,
-//! `Submission::queued`), written as one sled transaction. Everywhere else a unit relies on
+//! `Submission::queued`) or its SETs' keys, written as one sled transaction. Everywhere else a unit relies on
 //! sled recovering its log in order (what was applied first is durable no later), which is
 //! enough when the claim a unit's deliveries belong to is already durable. Here it is not: a
 //! crash in the middle of the flush could keep the deliveries without the claim, and their
 //! callbacks would go out for a decision the provider's retry then makes again under other
 //! ids. A transaction is recovered whole or not at all.
 
-use idem_schemas::{ClaimEvent, DecisionRecord, DeliveryEvent, DeliveryStatus};
+use idem_schemas::{DeliveryEvent, DeliveryStatus};
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
 use super::keys::{
@@ -15,7 +15,7 @@ use super::keys::{
 };
 use super::SledStore;
 use crate::codec;
-use crate::store::{ClaimId, DeliveryWrite, StoreError, Written};
+use crate::store::{ClaimWrite, StoreError, Unit, Written};
 
 /// The trees the transaction writes, in the order of [`SledStore::start_atomically`]'s list.
 const CLAIMS: usize = 0;
@@ -27,6 +27,7 @@ const DELIVERY_EXPIRY: usize = 5;
 const DECISIONS: usize = 6;
 const BY_SUBJECT: usize = 7;
 const QUEUED: usize = 8;
+const SET_KEYS: usize = 9;
 
 /// One insert: into which tree, the key, the value.
 type Insert = (usize, Vec<u8>, Vec<u8>);
@@ -38,19 +39,17 @@ enum Lost {
 }
 
 impl SledStore {
-    /// Starts a generation of `id` with `events`, writing the new delivery logs `deliveries`
-    /// (those that exist already left alone when `skip_existing`) and keeping `decisions`, all
-    /// in one transaction. The caller found no generation holding the key
+    /// Starts the generation `unit` starts, writing its new delivery logs (those that exist
+    /// already left alone when it skips existing ones), keeping its decisions and keeping its
+    /// SET keys, all in one transaction. The caller found no generation holding the key
     /// ([`SledStore::refuses_start`]); should one have come meanwhile, the start is refused
     /// whole, like any start that loses.
-    pub(super) fn start_atomically(
-        &self,
-        id: ClaimId,
-        events: Vec<ClaimEvent>,
-        deliveries: &[DeliveryWrite],
-        decisions: &[DecisionRecord],
-        skip_existing: bool,
-    ) -> Result<Written, StoreError> {
+    pub(super) fn start_atomically(&self, unit: Unit) -> Result<Written, StoreError> {
+        let skip_existing = unit.skips_existing();
+        let (deliveries, decisions) = (unit.delivery_writes(), unit.decisions());
+        let Some(ClaimWrite::Start(id, events)) = unit.claim_write().cloned() else {
+            return Err(StoreError::NotAClaim);
+        };
         let head = super::claims::first_head(id, &events)?;
         let index_key = claim_key(&head.id);
         let current = self.claims.get(&index_key)?;
@@ -101,6 +100,12 @@ impl SledStore {
             ];
             decision_writes.push((key, inserts));
         }
+        // A start's deliveries are queued, so none ends a SET: its keys are all kept.
+        let key_writes: Vec<Insert> = unit
+            .set_keys()
+            .iter()
+            .map(|k| (SET_KEYS, k.delivery.as_bytes().to_vec(), k.wrapped.clone()))
+            .collect();
         let trees = [
             &self.claims,
             &self.claim_logs,
@@ -111,6 +116,7 @@ impl SledStore {
             &self.decisions,
             &self.by_subject,
             &self.queued,
+            &self.set_keys,
         ];
         let outcome = trees[..].transaction(|t| {
             // The key's one actor is its only writer here; should anything have moved the
@@ -118,7 +124,7 @@ impl SledStore {
             if t[CLAIMS].get(&index_key)? != current {
                 return Err(ConflictableTransactionError::Abort(Lost::Raced));
             }
-            let mut inserts: Vec<&Insert> = claim_writes.iter().collect();
+            let mut inserts: Vec<&Insert> = claim_writes.iter().chain(&key_writes).collect();
             for (exists, writes) in &delivery_writes {
                 if !(skip_existing && t[DELIVERIES].get(exists)?.is_some()) {
                     inserts.extend(writes);

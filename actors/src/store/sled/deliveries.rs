@@ -234,6 +234,7 @@ impl SledStore {
         if is_queued && !was_queued {
             self.queued.insert(queued(), &[])?;
         }
+        self.end_set(write)?;
         if let Some(from) = write.from {
             if from.status != to.status {
                 self.by_status

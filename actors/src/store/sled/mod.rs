@@ -12,6 +12,7 @@ mod deliveries;
 mod endpoints;
 mod format;
 mod keys;
+mod set_keys;
 mod streams;
 #[cfg(test)]
 mod tests;
@@ -52,6 +53,8 @@ pub struct SledStore {
     endpoints: ::sled::Tree,
     /// Shared Signals streams, by tenant and id.
     streams: ::sled::Tree,
+    /// The key each SET is sealed under, by delivery id, until its delivery ends.
+    set_keys: ::sled::Tree,
     commits: GroupCommit,
     /// Held (shared) while a unit that writes delivery logs is applied, and (alone) while the
     /// retry queue is read: a delivery's queue entry goes in before its records (so that a
@@ -79,6 +82,7 @@ impl SledStore {
             by_subject: db.open_tree("decisions_by_subject")?,
             endpoints: db.open_tree("endpoints")?,
             streams: db.open_tree("ssf_streams")?,
+            set_keys: db.open_tree("set_keys")?,
             commits: GroupCommit::start(db.clone(), dir)?,
             applying: RwLock::new(()),
             in_flight_timeout_ms: in_flight_timeout.as_millis() as u64,
@@ -100,7 +104,11 @@ impl SledStore {
             .then(|| self.applying.read().unwrap_or_else(|p| p.into_inner()));
         // A decision's delivery logs go before the claim record that names them (no later
         // durable), so a claim write that is refused is found out before they are written.
-        let carries = !unit.deliveries.is_empty() || !unit.decisions.is_empty();
+        let carries = !unit.deliveries.is_empty()
+            || !unit.decisions.is_empty()
+            || !unit.erase_keys.is_empty();
+        // A start that carries delivery logs or SET keys is one transaction (see `atomic`).
+        let atomic = !unit.deliveries.is_empty() || !unit.keep_keys.is_empty();
         let refused = match &unit.claim {
             // What an append carries is written before it, so its whole rule is asked first;
             // without cargo, its own write is the check of the log's end.
@@ -111,9 +119,7 @@ impl SledStore {
                 };
                 (!granted).then_some(Written::Fenced)
             }
-            Some(ClaimWrite::Start(id, events)) if !unit.deliveries.is_empty() => {
-                self.refuses_start(id, events)?
-            }
+            Some(ClaimWrite::Start(id, events)) if atomic => self.refuses_start(id, events)?,
             _ => None,
         };
         if let Some(refused) = refused.filter(|w| !rule::writes_with(w)) {
@@ -127,24 +133,17 @@ impl SledStore {
                 return Ok(Written::Fenced);
             }
         }
-        // A start that carries delivery logs (a decision whose callbacks are queued) is one
-        // transaction, refused whole should the key be taken meanwhile (see `atomic`).
-        if matches!(unit.claim, Some(ClaimWrite::Start(..))) && !unit.deliveries.is_empty() {
-            let Some(ClaimWrite::Start(id, events)) = unit.claim else {
-                return Err(StoreError::NotAClaim);
-            };
-            return self.start_atomically(
-                id,
-                events,
-                &unit.deliveries,
-                &unit.decisions,
-                unit.skip_existing,
-            );
+        // A start that carries delivery logs (a decision whose callbacks are queued) or SET keys
+        // is one transaction, refused whole should the key be taken meanwhile (see `atomic`).
+        if matches!(unit.claim, Some(ClaimWrite::Start(..))) && atomic {
+            return self.start_atomically(unit);
         }
+        // A SET's key before its delivery, so the delivery is never found without it.
+        self.keep_set_keys(&unit)?;
         for write in &unit.deliveries {
             self.write_delivery(write, unit.skip_existing)?;
         }
-        let written = match unit.claim {
+        let written = match unit.claim.clone() {
             None => Written::Nothing,
             Some(ClaimWrite::Start(id, events)) => self.start_claim(id, events)?,
             Some(ClaimWrite::Append(head, events)) => self.append_claim(head, events)?,
@@ -160,6 +159,7 @@ impl SledStore {
             for decision in &unit.decisions {
                 self.keep_decision(decision)?;
             }
+            self.erase_set_keys(&unit)?;
         }
         Ok(written)
     }
