@@ -4,7 +4,8 @@ reads the transmitter's metadata and JWK Set, gets a token with its client crede
 a push stream to its own HTTP server, and verifies every Security Event Token a real
 `idem serve` (the binary given as argv[1]) pushes for a SIM swap: the signature under the key
 its `kid` names, the JOSE header, `iss`, `aud`, `jti`, `txn`, `sub_id`, the CAEP event, the
-RFC 8935 headers, and one SET however often the signal is retried. Prints `N passed, M failed`
+RFC 8935 headers, and one SET however often the signal is retried; then it verifies its stream
+(SSF 8.1.4) and checks the verification SET. Prints `N passed, M failed`
 and exits non-zero on a failure."""
 
 import base64
@@ -27,6 +28,7 @@ CLIENT_SECRET = "okta-client-secret-conformance"
 AUDIENCE = "https://okta.example/ssf"
 PUSH_AUTH = "Bearer push-credential-for-idem"
 REVOKED = "https://schemas.openid.net/secevent/caep/event-type/session-revoked"
+VERIFICATION = "https://schemas.openid.net/secevent/ssf/event-type/verification"
 PHONE = "+447700900999"
 results = {"passed": 0, "failed": 0}
 received = []
@@ -173,6 +175,29 @@ endpoints = ["http://127.0.0.1"]
             check("the CAEP event: event_timestamp and initiating_entity",
                   isinstance(event.get("event_timestamp"), int)
                   and event.get("initiating_entity") == "policy", str(claims))
+
+            # 5. The stream verified (SSF 8.1.4): a verification SET echoing the state.
+            stream_id = made.get("stream_id")
+            asked = json.dumps({"stream_id": stream_id, "state": "conformance-state"}).encode()
+            status, _, body = request(meta.get("verification_endpoint", ""), asked, bearer, "POST")
+            check("a verification is asked for (204)", status == 204, f"{status} {body[:200]!r}")
+            wait_for(received, 2)
+            verification = {}
+            if len(received) >= 2:
+                parsed = jws.JWS()
+                parsed.deserialize(received[1][1])
+                try:
+                    parsed.verify(keys.get_key(parsed.jose_header.get("kid")), alg="ES256")
+                    verification = json_decode(parsed.payload)
+                except Exception as e:
+                    print(f"     {e}")
+            check("the verification SET verifies, names the stream and echoes the state",
+                  verification.get("sub_id") == {"format": "opaque", "id": stream_id}
+                  and verification.get("aud") == AUDIENCE
+                  and verification.get("events", {}).get(VERIFICATION) == {"state": "conformance-state"},
+                  str(verification))
+            status, _, _ = request(meta.get("verification_endpoint", ""), asked, bearer, "POST")
+            check("another at once is 429", status == 429, str(status))
         finally:
             idem.terminate()
             idem.wait(timeout=10)

@@ -23,6 +23,7 @@ use idem_schemas::{
 use crate::endpoint::{Admission, EndpointEvent, Endpoints, Permit};
 use crate::seal::Sealer;
 use crate::store::Store;
+use crate::stream_event::about_the_stream;
 
 /// The most of a receiver's error answer read for its `err`.
 const MAX_ERROR_BODY: usize = 4096;
@@ -99,7 +100,7 @@ impl Dispatcher {
         let started = Instant::now();
         let attempts = decision.deliveries.iter().map(|delivery| async move {
             // A SET to a paused stream is held back, as one to an open endpoint is.
-            if self.paused(&decision.tenant, &delivery.url).await {
+            if self.paused(&decision.tenant, delivery).await {
                 return None;
             }
             let admission = self
@@ -237,13 +238,16 @@ impl Dispatcher {
 }
 
 impl Dispatcher {
-    /// Whether `destination` is a stream of `tenant` that is paused now: its SETs are held,
-    /// using up no attempt. A stream that cannot be read is not taken to be paused (its
-    /// attempt finds out).
-    pub async fn paused(&self, tenant: &str, destination: &str) -> bool {
-        let Some(stream) = stream_of(destination) else {
+    /// Whether `delivery` is a SET of a decision to a stream of `tenant` that is paused now:
+    /// such SETs are held, using up no attempt. A stream that cannot be read is not taken to be
+    /// paused (its attempt finds out); a stream's events about itself are never held.
+    pub async fn paused(&self, tenant: &str, delivery: &PlannedDelivery) -> bool {
+        let Some(stream) = stream_of(&delivery.url) else {
             return false;
         };
+        if about_the_stream(&delivery.action) {
+            return false;
+        }
         matches!(
             self.store.stream(tenant, stream).await,
             Ok(Some(s)) if s.state == StreamState::Paused
@@ -295,6 +299,7 @@ impl Dispatcher {
             }
         };
         match stream.state {
+            _ if about_the_stream(&delivery.action) => {}
             StreamState::Enabled => {}
             StreamState::Paused => {
                 return Err((ActionStatus::Queued, "the stream is paused".into()));

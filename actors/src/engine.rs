@@ -1,10 +1,11 @@
 //! The engine: the one handle the HTTP front uses. Built once from its settings, it owns the
 //! store, the claim and delivery actor families, the retry worker and the sweeper, and stops
 //! them in order. Its operations are the service's: submit a keyed signal (to its claim actor),
-//! process a keyless one, read, list and redeliver a tenant's deliveries, sweep. Everything the
+//! process a keyless one, tell a stream of itself, read, list and redeliver a tenant's
+//! deliveries, sweep. Everything the
 //! service makes durable is made durable below this handle, each thing in one place: a claim and
 //! its recovery point in the claim actor, an attempt in the delivery actor, a keyless signal's
-//! deliveries in [`Engine::keyless`], and what the deliveries API shows in [`Engine::read`].
+//! deliveries in [`Engine::keyless`], a stream's own SETs in [`Engine::tell_stream`], and what the deliveries API shows in [`Engine::read`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,19 +13,23 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{
-    DecidedAction, Decision, DecisionRecord, DecisionView, DeliveryStatus, DeliveryView,
-    StoredResponse, Stream,
+    DecidedAction, Decision, DecisionRecord, DecisionView, DeliveryRecord, DeliveryStatus,
+    DeliveryView, StoredResponse, Stream,
 };
 
 use crate::claim::{first_response, ClaimContext, ClaimError, Claims, Reply, Submission};
-use crate::delivery::{new_logs, Deliveries, DeliveryContext, DeliveryError, RedeliverError};
+use crate::delivery::{
+    new_logs, queued_log, Deliveries, DeliveryContext, DeliveryError, RedeliverError,
+};
 use crate::digest::Digester;
 use crate::dispatch::{ClientError, Dispatcher, Keyring};
 use crate::endpoint::{EndpointHealth, EndpointId, Endpoints};
 use crate::metrics::Metric;
 use crate::seal::Sealer;
+use crate::set;
 use crate::settings::Settings;
-use crate::store::{ClaimId, Halted, Node, Store, StoreError, Unit};
+use crate::store::{ClaimId, Halted, Node, SetKey, Store, StoreError, Unit};
+use crate::stream_event::{self, StreamEvent};
 use crate::supervise::RegistryError;
 
 /// How long `/healthz` waits for the store's probe to become durable.
@@ -42,6 +47,9 @@ pub enum EngineError {
     /// The actors could not start.
     #[error(transparent)]
     Actors(#[from] RegistryError),
+    /// A SET could not be made.
+    #[error(transparent)]
+    Set(#[from] set::SetError),
     /// The callback client could not be built.
     #[error(transparent)]
     Client(#[from] ClientError),
@@ -289,6 +297,55 @@ impl Engine {
             )
             .await?;
         Ok(first_response(decision, &outcomes)?)
+    }
+
+    /// Tells `tenant`'s stream `stream_id` (whose receiver's audience is `audience`) of
+    /// `event` by a SET of `transmitter`'s, queued, due at once, and durable before this
+    /// returns; its delivery id.
+    pub async fn tell_stream(
+        &self,
+        tenant: &str,
+        transmitter: &set::Transmitter,
+        audience: &str,
+        stream_id: &str,
+        event: &StreamEvent,
+    ) -> Result<String, EngineError> {
+        let now = now_ms();
+        let id = format!("msg_{}", uuid::Uuid::now_v7().simple());
+        let planned = stream_event::set(
+            transmitter,
+            &self.sealer,
+            audience,
+            stream_id,
+            event,
+            id.clone(),
+            now,
+        )?;
+        let retention = self.settings.delivery_retention().as_millis() as u64;
+        let record = DeliveryRecord {
+            id: planned.id.clone(),
+            tenant: tenant.to_string(),
+            decision_id: String::new(),
+            action: planned.action.clone(),
+            url: planned.url.clone(),
+            body: planned.body.clone(),
+            created_at_ms: now,
+            expires_at_ms: now + retention,
+        };
+        Metric::Moved {
+            from: None,
+            to: Some(DeliveryStatus::Queued),
+        }
+        .count();
+        let keys = SetKey {
+            delivery: id.clone(),
+            wrapped: planned.key.unwrap_or_default(),
+        };
+        let unit = Unit::new()
+            .keep_set_keys(vec![keys])
+            .write_deliveries(vec![queued_log(record)]);
+        self.store.commit(unit).await?;
+        Ok(id)
     }
 
     /// `tenant`'s delivery `id` (another tenant's is as missing as a missing one).

@@ -38,6 +38,7 @@ pub mod set;
 pub mod settings;
 pub mod signal;
 pub mod store;
+pub mod stream_event;
 mod supervise;
 mod sweeper;
 

@@ -258,22 +258,34 @@ pub fn plan(
                 "events": { action.event.as_str(): Value::Object(event.clone()) },
             });
             let token = context.transmitter.signer.sign(&claims).map_err(SetError)?;
-            let sealing = |e: crate::seal::Unsealable| SetError(e.to_string());
-            let sealer = &context.sealer;
-            let key = sealer.fresh_key().map_err(sealing)?;
-            let body = sealer
-                .seal_under(&key, owner(&id), token.as_bytes())
-                .map_err(sealing)?;
-            let key = sealer.seal(owner(&id), &key).map_err(sealing)?;
-            Ok(PlannedDelivery {
-                id,
-                action: name.to_string(),
-                url: format!("{STREAM_SCHEME}{}", stream.id),
-                body,
-                key: Some(key),
-            })
+            let url = format!("{STREAM_SCHEME}{}", stream.id);
+            sealed(&context.sealer, id, name, url, &token)
         })
         .collect()
+}
+
+/// The delivery of the SET `token` under `id`, for action `name`, to `url`: sealed under a
+/// fresh key, which rides with it wrapped.
+pub fn sealed(
+    sealer: &Sealer,
+    id: String,
+    name: &str,
+    url: String,
+    token: &str,
+) -> Result<PlannedDelivery, SetError> {
+    let sealing = |e: crate::seal::Unsealable| SetError(e.to_string());
+    let key = sealer.fresh_key().map_err(sealing)?;
+    let body = sealer
+        .seal_under(&key, owner(&id), token.as_bytes())
+        .map_err(sealing)?;
+    let key = sealer.seal(owner(&id), &key).map_err(sealing)?;
+    Ok(PlannedDelivery {
+        id,
+        action: name.to_string(),
+        url,
+        body,
+        key: Some(key),
+    })
 }
 
 #[cfg(test)]

@@ -522,6 +522,8 @@ pub struct TransmitterMetadata {
     pub add_subject_endpoint: String,
     /// Removes a subject from a stream.
     pub remove_subject_endpoint: String,
+    /// Asks for a verification event on a stream.
+    pub verification_endpoint: String,
     /// `[{"spec_urn": "urn:ietf:rfc:6749"}]`: OAuth 2.0 tokens from `POST /ssf/{tenant}/token`.
     pub authorization_schemes: Vec<AuthorizationScheme>,
     /// `ALL`: a stream includes every subject until one is removed.
@@ -575,6 +577,8 @@ pub struct StreamConfig {
     /// The receiver's description.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// How many seconds must pass between two verifications the receiver asks for.
+    pub min_verification_interval: u64,
 }
 
 /// A stream's delivery method. The push `authorization_header` a receiver sends is kept sealed

@@ -25,6 +25,7 @@ pub(super) struct RawSsf {
     #[serde(default)]
     signing_keys: Vec<PathBuf>,
     token_lifetime: Option<String>,
+    min_verification_interval: Option<String>,
     #[serde(default)]
     receivers: BTreeMap<String, RawReceiver>,
 }
@@ -123,9 +124,15 @@ pub(super) fn transmitter(key: &str, raw: RawSsf) -> Result<Transmitter, ConfigE
             "is under a second: a token's expires_in is whole seconds",
         ));
     }
+    let min_verification_interval = duration(
+        &format!("{key}.min_verification_interval"),
+        raw.min_verification_interval.as_deref(),
+        Duration::from_secs(15),
+    )?;
     Ok(Transmitter {
         keys,
         receivers,
         token_lifetime,
+        min_verification_interval,
     })
 }

@@ -115,6 +115,10 @@ pub fn router(app: Arc<App>) -> Router {
             "/ssf/{tenant}/streams/subjects:remove",
             post(transmitter::streams::remove_subject),
         )
+        .route(
+            "/ssf/{tenant}/streams/verify",
+            post(transmitter::streams::verify),
+        )
         .route("/console", get(console::page))
         .route("/console/{asset}", get(console::asset))
         .route("/healthz", get(healthz))

@@ -460,6 +460,7 @@ fn ssf_stream_status() {}
     path = "/ssf/{tenant}/streams/status",
     tag = "shared signals out",
     summary = "Set a stream's status (SSF §8.1.2.2)",
+    description = "A change of status sends the stream a stream-updated SET (`status`, `reason`), delivered whatever the status: before its SETs are held (paused) or dropped (disabled), and when they flow again.",
     params(("tenant" = String, Path, description = "The tenant")),
     request_body(content = StreamStatusBody, content_type = "application/json"),
     responses(
@@ -508,6 +509,25 @@ fn ssf_add_subject() {}
 )]
 fn ssf_remove_subject() {}
 
+#[utoipa::path(
+    post,
+    path = "/ssf/{tenant}/streams/verify",
+    tag = "shared signals out",
+    summary = "Ask for a verification event on a stream (SSF §8.1.4.2)",
+    description = "`{\"stream_id\", \"state\"}`: a verification SET echoing `state`, with `sub_id` `{\"format\": \"opaque\", \"id\": <stream_id>}`, is queued for the stream and delivered whatever its status. At most one per `min_verification_interval`.",
+    params(("tenant" = String, Path, description = "The tenant")),
+    request_body(content = Object, content_type = "application/json"),
+    responses(
+        (status = 204, description = "The verification SET is queued"),
+        (status = 400, description = "invalid-stream", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "rate-limited: sooner than min_verification_interval after the last verification; Retry-After says when", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("receiver" = []))
+)]
+fn ssf_verify() {}
+
 #[utoipa::path(get, path = "/healthz", tag = "operator", responses(
     (status = 200, description = "Serving: the store made a probe durable just now", body = String, content_type = "text/plain"),
     (status = 503, description = "The store cannot write (a failed disk, an unreachable database): the reason", body = Problem, content_type = "application/problem+json"),
@@ -529,7 +549,7 @@ fn openapi() {}
         redeliver_matching, list_endpoints, stats, post_source, get_source, source_status, list_sources, console,
         console_asset, ssf_metadata, ssf_jwks, ssf_token, ssf_create_stream, ssf_read_streams,
         ssf_update_stream, ssf_replace_stream, ssf_delete_stream, ssf_stream_status,
-        ssf_set_stream_status, ssf_add_subject, ssf_remove_subject, healthz, metrics, openapi
+        ssf_set_stream_status, ssf_add_subject, ssf_remove_subject, ssf_verify, healthz, metrics, openapi
     ),
     components(schemas(
         SignalRequest, DecisionResponse, ActionResult, ActionStatus, Verdict, Problem,

@@ -23,6 +23,8 @@ pub struct Transmitter {
     pub receivers: BTreeMap<String, Receiver>,
     /// How long an access token is good for.
     pub token_lifetime: Duration,
+    /// How soon after one verification of a stream another may be asked for.
+    pub min_verification_interval: Duration,
 }
 
 /// A receiver that may manage streams. Its `Debug` leaves the secret out.

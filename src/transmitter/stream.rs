@@ -4,7 +4,10 @@
 //! transmitter-supplied ones in a request are ignored, as §8.1.1 says; `events_delivered` is
 //! what was requested among the events this transmitter sends.
 
+use std::time::Duration;
+
 use idem_actors::set::{events_delivered, EVENTS_SUPPORTED};
+use idem_actors::stream_event::status_name;
 use idem_schemas::{
     Stream, StreamConfig, StreamDelivery, StreamMethod, StreamState, StreamStatusBody,
 };
@@ -243,15 +246,6 @@ pub fn state(name: &str) -> Result<StreamState, Refused> {
     }
 }
 
-/// The API's name for a status.
-pub fn state_name(state: StreamState) -> &'static str {
-    match state {
-        StreamState::Enabled => "enabled",
-        StreamState::Paused => "paused",
-        StreamState::Disabled => "disabled",
-    }
-}
-
 /// `stream` with its status set.
 pub fn with_state(stream: &Stream, state: StreamState, reason: Option<String>) -> Stream {
     let mut next = stream.clone();
@@ -259,6 +253,21 @@ pub fn with_state(stream: &Stream, state: StreamState, reason: Option<String>) -
     next.state = state;
     next.reason = reason;
     next
+}
+
+/// `stream` verified at `now_ms`, or, sooner than `interval` after its last verification, the
+/// whole seconds until it may be.
+pub fn verified(stream: &Stream, now_ms: u64, interval: Duration) -> Result<Stream, u64> {
+    if let Some(at) = stream.verified_at_ms {
+        let allowed = at.saturating_add(interval.as_millis() as u64);
+        if now_ms < allowed {
+            return Err((allowed - now_ms).div_ceil(1000));
+        }
+    }
+    let mut next = stream.clone();
+    next.version += 1;
+    next.verified_at_ms = Some(now_ms);
+    Ok(next)
 }
 
 /// `stream` with the subject whose digest is `subject` removed (`remove`) or included again;
@@ -296,6 +305,8 @@ pub struct Context<'a> {
     pub audience: &'a str,
     /// Where a poll stream is polled (the stream's id appended).
     pub poll_base: &'a str,
+    /// How soon after one verification another may be asked for.
+    pub min_verification_interval: Duration,
 }
 
 /// The stream's configuration as the receiver reads it (§8.1.1). The authorization header is
@@ -320,6 +331,7 @@ pub fn view(stream: &Stream, context: &Context<'_>) -> StreamConfig {
             endpoint_url,
         },
         description: stream.description.clone(),
+        min_verification_interval: context.min_verification_interval.as_secs(),
     }
 }
 
@@ -327,7 +339,7 @@ pub fn view(stream: &Stream, context: &Context<'_>) -> StreamConfig {
 pub fn status_view(stream: &Stream) -> StreamStatusBody {
     StreamStatusBody {
         stream_id: stream.id.clone(),
-        status: state_name(stream.state).to_string(),
+        status: status_name(stream.state).to_string(),
         reason: stream.reason.clone(),
     }
 }
@@ -374,6 +386,7 @@ mod tests {
             issuer: "https://idem.example/ssf/acme",
             audience: "https://okta.example",
             poll_base: "https://idem.example/ssf/acme/streams",
+            min_verification_interval: Duration::from_secs(15),
         };
         let view = serde_json::to_value(view(&stream, &context)).expect("json");
         assert_eq!(view["iss"], "https://idem.example/ssf/acme");

@@ -25,6 +25,8 @@ const POLL: &str = "urn:ietf:rfc:8936";
 const REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 const DISABLED: &str = "https://schemas.openid.net/secevent/risc/event-type/account-disabled";
 const PUSH_CREDENTIAL: &str = "Bearer okta-push-credential-4711";
+const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-type/verification";
+const STREAM_UPDATED: &str = "https://schemas.openid.net/secevent/ssf/event-type/stream-updated";
 
 /// `acme`, a transmitter with an RSA and a P-256 key and receivers `okta` and `entra`, whose
 /// `sim_swap` playbook calls `receiver`'s `/lock` and sends a CAEP session-revoked SET naming
@@ -1002,9 +1004,11 @@ async fn a_decision_sends_one_set_to_each_stream_that_asked_for_it_with_the_same
     let again = sim_swap_signal(&client, PHONE, "swap-1").await;
     assert_replay_of(&again, &first, "the same key");
     exactly(&receiver, "/okta", 2).await;
-    for quiet in ["/okta-risc", "/entra", "/entra-off"] {
+    for quiet in ["/okta-risc", "/entra"] {
         assert!(receiver.seen_on(quiet).is_empty(), "{quiet} got a SET");
     }
+    let told = events(&client, &receiver.seen_on("/entra-off")).await;
+    assert_eq!(told, vec![updated("disabled", None)], "only of its status");
 
     // The SET names the subject; the store holds neither it nor the SET in clear, and its
     // key is erased now that it was delivered.
@@ -1120,6 +1124,7 @@ async fn a_paused_stream_holds_its_sets_until_enabled_and_a_disabled_one_sends_n
             assert_eq!(r.status, 200, "{}", text(&r));
         }
     };
+    // The stream is told of its pause, though its other SETs are held from then on.
     set_status(held.clone(), "paused").await;
     let r = sim_swap_signal(&client, "+15550001212", "paused-1").await;
     assert_eq!(r.status, 201, "{}", text(&r));
@@ -1127,10 +1132,8 @@ async fn a_paused_stream_holds_its_sets_until_enabled_and_a_disabled_one_sends_n
     let set_id = set_delivery(&r);
     // Held a few cooldowns, with no attempt made.
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert!(
-        receiver.seen_on("/held").is_empty(),
-        "a paused stream got a SET"
-    );
+    let told = events(&client, &receiver.seen_on("/held")).await;
+    assert_eq!(told, vec![updated("paused", None)], "while paused");
     let delivery = acme_delivery(&client, &set_id).await;
     assert_eq!(
         (
@@ -1139,7 +1142,7 @@ async fn a_paused_stream_holds_its_sets_until_enabled_and_a_disabled_one_sends_n
         ),
         (Some("queued"), Some(0))
     );
-    set_status(held, "enabled").await;
+    set_status(held.clone(), "enabled").await;
     let delivery = eventually(
         Duration::from_secs(10),
         || acme_delivery(&client, &set_id),
@@ -1147,10 +1150,18 @@ async fn a_paused_stream_holds_its_sets_until_enabled_and_a_disabled_one_sends_n
     )
     .await;
     assert_eq!(delivery["attempts_total"], 1);
-    exactly(&receiver, "/held", 1).await;
+    let told = events(&client, &exactly(&receiver, "/held", 3).await).await;
+    assert_eq!(told[0], updated("paused", None));
+    // Once enabled, the stream is told so, and the held SET goes (both due at once).
+    assert!(told[1..].contains(&updated("enabled", None)), "{told:?}");
+    assert!(told[1..].iter().any(|(t, _)| t == REVOKED), "{told:?}");
+    // The same status again changes nothing, and tells nothing.
+    set_status(held, "enabled").await;
+    exactly(&receiver, "/held", 3).await;
 
-    // A stream disabled while its SET waits for a retry: the SET is not sent again.
-    receiver.answer("/off", 503, Duration::ZERO);
+    // A stream disabled while its SET waits for a retry: the SET is not sent again, and the
+    // stream is told why.
+    receiver.script("/off", &[status(503), status(202)]);
     let off = push_to(&client, &okta, &receiver.url("/off"), json!([REVOKED])).await;
     let r = sim_swap_signal(&client, "+15550001313", "disabled-1").await;
     let set_id = r.json()["actions"]
@@ -1165,7 +1176,9 @@ async fn a_paused_stream_holds_its_sets_until_enabled_and_a_disabled_one_sends_n
         |s| !s.is_empty(),
     )
     .await;
-    set_status(off.clone(), "disabled").await;
+    let body = json!({"stream_id": off, "status": "disabled", "reason": "offboarded"});
+    let r = call(&client, "POST", "streams/status", &okta, body).await;
+    assert_eq!(r.status, 200, "{}", text(&r));
     let delivery = until_ended(&client, &set_id).await;
     assert_eq!(delivery["status"], "failed", "{delivery}");
     let attempts = delivery["attempts"].as_array().expect("attempts");
@@ -1173,9 +1186,104 @@ async fn a_paused_stream_holds_its_sets_until_enabled_and_a_disabled_one_sends_n
         attempts[attempts.len() - 1]["error"],
         "the stream is disabled"
     );
-    let sent = receiver.seen_on("/off").len();
-    tokio::time::sleep(LATE).await;
-    assert_eq!(receiver.seen_on("/off").len(), sent);
+    let told = events(&client, &exactly(&receiver, "/off", 2).await).await;
+    assert_eq!(told[0].0, REVOKED, "the first attempt, before: {told:?}");
+    assert_eq!(told[1], updated("disabled", Some("offboarded")));
+}
+
+/// A stream-updated event of `status` and `reason`, as [`events`] lists it.
+fn updated(status: &str, reason: Option<&str>) -> (String, Value) {
+    let mut event = json!({ "status": status });
+    if let Some(reason) = reason {
+        event["reason"] = json!(reason);
+    }
+    (STREAM_UPDATED.to_string(), event)
+}
+
+/// Each received SET's (verified) event type and event.
+async fn events(client: &Client, received: &[Received]) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    for r in received {
+        let (_, claims) = verified(client, r).await;
+        let events = claims["events"].as_object().expect("events");
+        let (event_type, event) = events.iter().next().expect("an event");
+        out.push((event_type.clone(), event.clone()));
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_receiver_verifies_its_own_stream_at_most_once_an_interval() {
+    let (_dir, receiver, _idem, client) = start().await;
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    let entra = token(&client, "acme", "entra", ENTRA_SECRET).await;
+    // Paused: its decisions' SETs are held, a verification is not.
+    let id = push_to(&client, &okta, &receiver.url("/verify"), json!([REVOKED])).await;
+    let body = json!({"stream_id": id, "status": "paused"});
+    assert_eq!(
+        call(&client, "POST", "streams/status", &okta, body)
+            .await
+            .status,
+        200
+    );
+    let metadata = client
+        .send(
+            "GET",
+            "/.well-known/ssf-configuration/ssf/acme",
+            Req::new(""),
+        )
+        .await
+        .json();
+    assert_eq!(
+        metadata["verification_endpoint"],
+        format!("{PUBLIC_URL}/ssf/acme/streams/verify")
+    );
+
+    let body = json!({"stream_id": id, "state": "a7f3"});
+    let r = call(&client, "POST", "streams/verify", &entra, body.clone()).await;
+    assert_problem(&r, 404, "not-found", "another receiver's stream");
+    let r = call(
+        &client,
+        "POST",
+        "streams/verify",
+        &okta,
+        json!({"stream_id": id, "state": 7}),
+    )
+    .await;
+    assert_problem(&r, 400, "invalid-stream", "a state that is not a string");
+    let r = call(&client, "POST", "streams/verify", &okta, body.clone()).await;
+    assert_eq!(r.status, 204, "{}", text(&r));
+    let again = call(&client, "POST", "streams/verify", &okta, body).await;
+    assert_problem(&again, 429, "rate-limited", "sooner than the interval");
+    let wait: u64 = again
+        .header("retry-after")
+        .and_then(|w| w.parse().ok())
+        .expect("Retry-After");
+    assert!((1..=15).contains(&wait), "{wait}");
+
+    let mut sent = exactly(&receiver, "/verify", 2).await;
+    // Both are due at once: either may come first.
+    let told = events(&client, &sent).await;
+    if told[0].0 == VERIFICATION {
+        sent.swap(0, 1);
+    }
+    let (header, claims) = verified(&client, &sent[1]).await;
+    assert_eq!(header["typ"], "secevent+jwt");
+    assert_eq!(claims["iss"], format!("{PUBLIC_URL}/ssf/acme"));
+    assert_eq!(claims["aud"], "https://okta.example.test");
+    assert_eq!(claims["sub_id"], json!({"format": "opaque", "id": id}));
+    assert_eq!(claims["events"][VERIFICATION], json!({"state": "a7f3"}));
+    let told = events(&client, &sent).await;
+    assert_eq!(told[0], updated("paused", None));
+    let stream = call(
+        &client,
+        "GET",
+        &format!("streams?stream_id={id}"),
+        &okta,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(stream.json()["min_verification_interval"], 15);
 }
 
 #[tokio::test]

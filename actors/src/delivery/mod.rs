@@ -26,7 +26,7 @@ use crate::metrics::Metric;
 use crate::settings::Settings;
 use crate::store::{DeliveryWrite, Placement, Store, StoreError, Timed, Unit, Written};
 use crate::supervise::{Family, RegistryError};
-pub use state::{new_logs, DeliveryState, Hold, InvalidDeliveryLog, NewLogs};
+pub use state::{new_logs, queued_log, DeliveryState, Hold, InvalidDeliveryLog, NewLogs};
 use state::{outcome_label, placement, Redelivery};
 
 /// What delivery actors share.
@@ -213,7 +213,14 @@ impl DeliveryActorState {
             None => self.ctx.settings.delivery.inline_timeout,
         };
         let dispatcher = &self.ctx.dispatcher;
-        let admission = if dispatcher.paused(&record.tenant, &record.url).await {
+        let planned = PlannedDelivery {
+            id: record.id.clone(),
+            action: record.action.clone(),
+            url: record.url.clone(),
+            body: record.body.clone(),
+            key: None,
+        };
+        let admission = if dispatcher.paused(&record.tenant, &planned).await {
             // A SET to a paused stream: held, and looked at again a cooldown later.
             let cooldown = self.ctx.settings.delivery.breaker_cooldown;
             Admission::Held(now_ms() + cooldown.as_millis() as u64)
@@ -242,13 +249,6 @@ impl DeliveryActorState {
             }
             // No place among its endpoint's attempts at once: still due, woken again.
             Admission::Busy => return Ok(()),
-        };
-        let planned = PlannedDelivery {
-            id: record.id.clone(),
-            action: record.action.clone(),
-            url: record.url.clone(),
-            body: record.body.clone(),
-            key: None,
         };
         let (status, attempt) = self
             .ctx

@@ -360,36 +360,31 @@ pub fn new_logs(decision: &Decision, outcomes: &[ActionOutcome], settings: &Sett
             created_at_ms: decision.created_at_ms,
             expires_at_ms: decision.created_at_ms + retention,
         };
-        let (events, to) = match outcomes.iter().find(|o| o.delivery_id == planned.id) {
-            Some(outcome) => {
-                let next = settings.delivery.next_step(
-                    &planned.id,
-                    outcome.status,
-                    1,
-                    &outcome.attempt,
-                    outcome.attempt.at_ms + outcome.attempt.latency_ms,
-                );
-                logs.counts.push(Metric::Attempt {
-                    number: 1,
-                    outcome: outcome_label(next),
-                });
-                let answered = DeliveryEvent::Answered {
-                    attempt: outcome.attempt.clone(),
-                    next,
-                };
-                (
-                    vec![DeliveryEvent::Created(record), answered],
-                    placement(next),
-                )
-            }
-            None => {
-                let to = Placement {
-                    status: DeliveryStatus::Queued,
-                    due_ms: Some(record.created_at_ms),
-                };
-                (vec![DeliveryEvent::Created(record)], to)
-            }
+        let Some(outcome) = outcomes.iter().find(|o| o.delivery_id == planned.id) else {
+            logs.counts.push(Metric::Moved {
+                from: None,
+                to: Some(DeliveryStatus::Queued),
+            });
+            logs.writes.push(queued_log(record));
+            continue;
         };
+        let next = settings.delivery.next_step(
+            &planned.id,
+            outcome.status,
+            1,
+            &outcome.attempt,
+            outcome.attempt.at_ms + outcome.attempt.latency_ms,
+        );
+        logs.counts.push(Metric::Attempt {
+            number: 1,
+            outcome: outcome_label(next),
+        });
+        let answered = DeliveryEvent::Answered {
+            attempt: outcome.attempt.clone(),
+            next,
+        };
+        let events = vec![DeliveryEvent::Created(record), answered];
+        let to = placement(next);
         logs.counts.push(Metric::Moved {
             from: None,
             to: Some(to.status),
@@ -406,6 +401,24 @@ pub fn new_logs(decision: &Decision, outcomes: &[ActionOutcome], settings: &Sett
         });
     }
     logs
+}
+
+/// A new log of `record`, queued, due when it was made, with no attempt: a delivery held back
+/// from its inline attempt, or one made with none.
+pub fn queued_log(record: DeliveryRecord) -> DeliveryWrite {
+    DeliveryWrite {
+        tenant: record.tenant.clone(),
+        id: record.id.clone(),
+        url: record.url.clone(),
+        lease: None,
+        first_seq: 0,
+        from: None,
+        to: Placement {
+            status: DeliveryStatus::Queued,
+            due_ms: Some(record.created_at_ms),
+        },
+        events: vec![DeliveryEvent::Created(record)],
+    }
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ pub async fn metadata(
         status_endpoint: format!("{streams}/status"),
         add_subject_endpoint: format!("{streams}/subjects:add"),
         remove_subject_endpoint: format!("{streams}/subjects:remove"),
+        verification_endpoint: format!("{streams}/verify"),
         configuration_endpoint: streams,
         authorization_schemes: vec![AuthorizationScheme {
             spec_urn: "urn:ietf:rfc:6749".into(),

@@ -1,6 +1,6 @@
 //! The Shared Signals transmitter's HTTP side (SSF 1.0): a tenant's metadata and JWK Set
 //! (`discovery`), the OAuth token endpoint its receivers authenticate at (`token`), and stream
-//! management (`streams`), each call of which carries a token of one receiver and sees that
+//! management and verification (`streams`), each call of which carries a token of one receiver and sees that
 //! receiver's streams only. A tenant without `[tenants.<t>.ssf]` has none of these (404).
 
 pub mod discovery;
@@ -49,11 +49,16 @@ pub fn for_signal(
     tenant: &Tenant,
     signal: &SignalRequest,
 ) -> Option<set::Transmitter> {
-    let ssf = tenant.ssf.as_ref()?;
     let playbook = tenant.playbooks.get(&signal.signal_type)?;
     if !playbook.sends_sets() {
         return None;
     }
+    signing(app, live, tenant)
+}
+
+/// `tenant`'s transmitter as its SETs are made with it, if it has one.
+fn signing(app: &App, live: &Live, tenant: &Tenant) -> Option<set::Transmitter> {
+    let ssf = tenant.ssf.as_ref()?;
     let signer: Arc<dyn SetSigner> = ssf.keys.first()?.clone();
     Some(set::Transmitter {
         issuer: issuer(app, live, &tenant.name),

@@ -1,5 +1,6 @@
 //! Stream management (SSF §8.1) under `/ssf/{tenant}/streams`: create, read or list, update,
-//! replace and delete a stream; read and set its status; add and remove subjects. Each call
+//! replace and delete a stream; read and set its status (a change of which the stream is told
+//! by a stream-updated SET); add and remove subjects; ask for a verification SET. Each call
 //! carries a receiver's token and reaches that receiver's streams only (another's is as missing
 //! as a missing one). A change is made from the stored version and written over it alone,
 //! durably, before it is answered; one that lost a race with another node is made again from
@@ -26,6 +27,8 @@ use crate::http::{App, Live};
 use crate::transmitter::stream::{self, Context, Refused};
 use crate::transmitter::Transmitter;
 use idem_actors::set::stream_owner;
+use idem_actors::stream_event::StreamEvent;
+use idem_actors::EngineError;
 
 /// The most streams one receiver may have: each is a SET per decision it asks for.
 pub const MAX_STREAMS: usize = 16;
@@ -77,8 +80,33 @@ impl Caller {
                 issuer: &issuer,
                 audience,
                 poll_base: &poll_base,
+                min_verification_interval: ssf.min_verification_interval,
             },
         )
+    }
+
+    /// Tells this receiver's stream `id` of `event` by a SET, queued durably.
+    async fn tell(&self, app: &App, id: &str, event: StreamEvent) -> Result<(), ApiError> {
+        let (tenant, ssf) = self.parts();
+        let transmitter = super::signing(app, &self.live, tenant)
+            .ok_or_else(|| ApiError::new(Kind::Internal, "the transmitter has no signing key"))?;
+        let audience = ssf
+            .receivers
+            .get(&self.receiver)
+            .map(|r| r.audience.as_str())
+            .unwrap_or_default();
+        match app
+            .engine
+            .tell_stream(&self.tenant, &transmitter, audience, id, &event)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(EngineError::Store(e)) => Err(unavailable(e)),
+            Err(e) => {
+                tracing::error!(error = %e, stream = id, "a stream's own SET was not made");
+                Err(ApiError::new(Kind::Internal, "the SET could not be made"))
+            }
+        }
     }
 
     /// This receiver's stream `id`, or 404.
@@ -92,17 +120,17 @@ impl Caller {
     }
 
     /// Changes this receiver's stream `id` by `change` (none: nothing to write), over the
-    /// stored version; what it is then.
+    /// stored version; what it was changed from, and what it is then.
     async fn change(
         &self,
         app: &App,
         id: &str,
         change: impl Fn(&Stream) -> Result<Option<Stream>, ApiError>,
-    ) -> Result<Stream, ApiError> {
+    ) -> Result<(Stream, Stream), ApiError> {
         for _ in 0..ATTEMPTS {
             let stored = self.stream(app, id).await?;
             let Some(next) = change(&stored)? else {
-                return Ok(stored);
+                return Ok((stored.clone(), stored));
             };
             if app
                 .engine
@@ -110,7 +138,7 @@ impl Caller {
                 .await
                 .map_err(unavailable)?
             {
-                return Ok(next);
+                return Ok((stored, next));
             }
         }
         Err(ApiError::new(
@@ -172,6 +200,18 @@ fn body_stream_id(body: &Value) -> Result<String, ApiError> {
         .and_then(Value::as_str)
         .map(str::to_string)
         .ok_or_else(|| ApiError::new(Kind::InvalidStream, "stream_id is required"))
+}
+
+/// The optional string member `name` of a request body, of at most 1024 bytes.
+fn short_text(body: &Value, name: &str) -> Result<Option<String>, ApiError> {
+    match body.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.len() <= 1024 => Ok(Some(s.clone())),
+        Some(_) => Err(ApiError::new(
+            Kind::InvalidStream,
+            format!("{name} must be a string of at most 1024 bytes"),
+        )),
+    }
 }
 
 /// The `stream_id` a query names (required unless `optional`).
@@ -274,7 +314,7 @@ async fn change(
     let id = body_stream_id(&body)?;
     let asked = stream::asked(&body).map_err(invalid)?;
     caller.may_push(&asked)?;
-    let changed = caller
+    let (_, changed) = caller
         .change(&app, &id, |stored| {
             stream::change(stored, asked.clone(), whole, |h| caller.seal(&app, &id, h))
                 .map(Some)
@@ -349,22 +389,62 @@ pub async fn set_status(
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::new(Kind::InvalidStream, "status is required"))
         .and_then(|s| stream::state(s).map_err(invalid))?;
-    let reason = match body.get("reason") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(r)) if r.len() <= 1024 => Some(r.clone()),
-        Some(_) => {
-            return Err(ApiError::new(
-                Kind::InvalidStream,
-                "reason must be a string of at most 1024 bytes",
-            ))
-        }
-    };
-    let changed = caller
+    let reason = short_text(&body, "reason")?;
+    let (was, changed) = caller
         .change(&app, &id, |stored| {
             Ok(Some(stream::with_state(stored, state, reason.clone())))
         })
         .await?;
+    // Its SETs are held while it is paused and dropped while disabled, but the stream-updated
+    // SET goes whatever its state: the receiver learns why the others stop, or that they
+    // start again.
+    if was.state != state {
+        let reason = changed.reason.clone();
+        let updated = StreamEvent::Updated {
+            status: state,
+            reason,
+        };
+        caller.tell(&app, &id, updated).await?;
+    }
     Ok(Json(stream::status_view(&changed)).into_response())
+}
+
+/// `POST /ssf/{tenant}/streams/verify {"stream_id", "state"}`: 204 once a verification SET
+/// with that `state` is queued for the stream; 429 sooner than `min_verification_interval`
+/// after the last one.
+pub async fn verify(
+    State(app): State<Arc<App>>,
+    Path(tenant): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let caller = Caller::authenticate(&app, &tenant, &headers)?;
+    let body = json_body(&body)?;
+    let id = body_stream_id(&body)?;
+    let state = short_text(&body, "state")?;
+    let interval = caller.parts().1.min_verification_interval;
+    let now = now_ms();
+    // Recorded on the stream over its version: of two nodes asked at once, one verifies.
+    caller
+        .change(&app, &id, |stored| {
+            stream::verified(stored, now, interval)
+                .map(Some)
+                .map_err(|wait| {
+                    ApiError::new(
+                        Kind::RateLimited,
+                        format!(
+                            "a stream is verified at most once every {} s; retry after {wait} s",
+                            interval.as_secs()
+                        ),
+                    )
+                    .retry_after(wait)
+                })
+        })
+        .await?;
+    caller
+        .tell(&app, &id, StreamEvent::Verification { state })
+        .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// `POST /ssf/{tenant}/streams/subjects:add` (200) and `…:remove` (204): `{"stream_id",
