@@ -47,6 +47,15 @@ pub struct Dispatcher {
     sealer: Arc<Sealer>,
 }
 
+/// Why a SET waits rather than being attempted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Its push stream is paused: looked at again a cooldown later.
+    Paused,
+    /// Its stream is polled: it waits for the receiver's acknowledgement.
+    Polled,
+}
+
 /// Could not build the HTTP client.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot build the callback HTTP client: {0}")]
@@ -99,8 +108,9 @@ impl Dispatcher {
     pub async fn dispatch(&self, decision: &Decision) -> Vec<ActionOutcome> {
         let started = Instant::now();
         let attempts = decision.deliveries.iter().map(|delivery| async move {
-            // A SET to a paused stream is held back, as one to an open endpoint is.
-            if self.paused(&decision.tenant, delivery).await {
+            // A SET to a paused stream is held back, as one to an open endpoint is; one to a
+            // poll stream waits to be polled.
+            if self.waits(&decision.tenant, delivery).await.is_some() {
                 return None;
             }
             let admission = self
@@ -238,20 +248,22 @@ impl Dispatcher {
 }
 
 impl Dispatcher {
-    /// Whether `delivery` is a SET of a decision to a stream of `tenant` that is paused now:
-    /// such SETs are held, using up no attempt. A stream that cannot be read is not taken to be
-    /// paused (its attempt finds out); a stream's events about itself are never held.
-    pub async fn paused(&self, tenant: &str, delivery: &PlannedDelivery) -> bool {
-        let Some(stream) = stream_of(&delivery.url) else {
-            return false;
+    /// Why `delivery`, a SET to a stream of `tenant`, is not to be attempted now, if it is
+    /// not: its stream is a poll stream (not disabled), where it waits to be polled, or it is
+    /// paused, which holds its decisions' SETs (not the stream's events about itself), using up
+    /// no attempt. A stream that cannot be read is taken to be neither (its attempt finds out).
+    pub async fn waits(&self, tenant: &str, delivery: &PlannedDelivery) -> Option<Wait> {
+        let stream = stream_of(&delivery.url)?;
+        let Ok(Some(stream)) = self.store.stream(tenant, stream).await else {
+            return None;
         };
-        if about_the_stream(&delivery.action) {
-            return false;
+        let own = about_the_stream(&delivery.action);
+        match (stream.method, stream.state) {
+            (_, StreamState::Disabled) if !own => None,
+            (StreamMethod::Poll, _) => Some(Wait::Polled),
+            (StreamMethod::Push, StreamState::Paused) if !own => Some(Wait::Paused),
+            _ => None,
         }
-        matches!(
-            self.store.stream(tenant, stream).await,
-            Ok(Some(s)) if s.state == StreamState::Paused
-        )
     }
 
     /// A callback's request, signed at `at_ms`.

@@ -11,10 +11,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use idem_schemas::stored::STREAM_SCHEME;
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{
     DecidedAction, Decision, DecisionRecord, DecisionView, DeliveryRecord, DeliveryStatus,
-    DeliveryView, StoredResponse, Stream,
+    DeliveryView, StoredResponse, Stream, StreamState,
 };
 
 use crate::claim::{first_response, ClaimContext, ClaimError, Claims, Reply, Submission};
@@ -29,7 +30,7 @@ use crate::seal::Sealer;
 use crate::set;
 use crate::settings::Settings;
 use crate::store::{ClaimId, Halted, Node, SetKey, Store, StoreError, Unit};
-use crate::stream_event::{self, StreamEvent};
+use crate::stream_event::{self, about_the_stream, StreamEvent};
 use crate::supervise::RegistryError;
 
 /// How long `/healthz` waits for the store's probe to become durable.
@@ -500,6 +501,68 @@ impl Engine {
             return Err(RedeliverError::NotFound);
         }
         self.deliveries.redeliver(id, None).await
+    }
+
+    /// The SETs waiting in `tenant`'s poll stream `stream_id`, oldest first, at most `limit`,
+    /// each as (`jti`, token), and whether more wait. While the stream is paused or disabled
+    /// only its events about itself are handed out.
+    pub async fn waiting_sets(
+        &self,
+        tenant: &str,
+        stream: &Stream,
+        limit: usize,
+    ) -> Result<(Vec<(String, Vec<u8>)>, bool), EngineError> {
+        let url = format!("{STREAM_SCHEME}{}", stream.id);
+        let ids = self.store.queued_to(tenant, &url, limit + 1).await?;
+        let more = ids.len() > limit;
+        let mut sets = Vec::with_capacity(limit.min(ids.len()));
+        for id in ids.into_iter().take(limit) {
+            let Some(delivery) = self.deliveries.load(&id).await? else {
+                continue;
+            };
+            let record = &delivery.record;
+            if stream.state != StreamState::Enabled && !about_the_stream(&record.action) {
+                continue;
+            }
+            // Gone meanwhile (answered, or dead): its key is erased with its end.
+            let Some(key) = self.store.set_key(&id).await? else {
+                continue;
+            };
+            match set::open(&self.sealer, &id, &key, &record.body) {
+                Ok(token) => sets.push((id, token)),
+                Err(e) => {
+                    tracing::error!(delivery = %id, error = %e, "a waiting SET does not open")
+                }
+            }
+        }
+        Ok((sets, more))
+    }
+
+    /// Answers `tenant`'s SET `id` as a receiver polling the stream `stream_id` did: acknowledged
+    /// (`refusal` none) or reported in `setErrs`. Whether that answered a SET waiting there;
+    /// durable before this returns.
+    pub async fn answer_polled(
+        &self,
+        tenant: &str,
+        stream_id: &str,
+        id: &str,
+        refusal: Option<String>,
+    ) -> Result<bool, EngineError> {
+        let url = format!("{STREAM_SCHEME}{stream_id}");
+        let waiting = self
+            .deliveries
+            .load(id)
+            .await?
+            .is_some_and(|d| d.record.tenant == tenant && d.record.url == url);
+        if !waiting {
+            return Ok(false);
+        }
+        match self.deliveries.polled(id, &url, refusal).await {
+            Ok(answered) => Ok(answered),
+            Err(RedeliverError::Store(e)) => Err(e.into()),
+            Err(RedeliverError::Actor(e)) => Err(e.into()),
+            Err(_) => Ok(false),
+        }
     }
 
     /// Returns once every write made before it is durable. A delivery's record is in the store

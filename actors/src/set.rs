@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use idem_schemas::canonical::canonical;
 use idem_schemas::stored::STREAM_SCHEME;
-use idem_schemas::{Decision, PlannedDelivery, Stream, StreamMethod, StreamState};
+use idem_schemas::{Decision, PlannedDelivery, Stream, StreamState};
 use serde_json::{json, Map, Value};
 
 use crate::digest::Digester;
@@ -120,10 +120,9 @@ pub fn events_delivered(stream: &Stream) -> impl Iterator<Item = &str> {
 
 /// Whether `stream` gets a SET of `event` about the subject known by the digests `subject`
 /// (as the signal named it, and as the SET names it): it delivers the event, includes the
-/// subject under either digest, is not disabled, and is pushed to.
+/// subject under either digest, and is not disabled.
 pub fn gets(stream: &Stream, event: &str, subject: &[[u8; 32]]) -> bool {
     stream.state != StreamState::Disabled
-        && stream.method == StreamMethod::Push
         && events_delivered(stream).any(|e| e == event)
         && subject.iter().all(|digest| includes(stream, digest))
 }
@@ -291,6 +290,7 @@ pub fn sealed(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use idem_schemas::StreamMethod;
 
     const REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 
@@ -369,10 +369,7 @@ mod tests {
             method: StreamMethod::Poll,
             ..stream("st_4")
         };
-        assert!(
-            !gets(&polled, REVOKED, &[[1; 32]]),
-            "poll streams are not served"
-        );
+        assert!(gets(&polled, REVOKED, &[[1; 32]]), "a poll stream too");
         let unknown = Stream {
             events_requested: vec!["urn:example:not-ours".into()],
             ..stream("st_5")

@@ -119,6 +119,10 @@ pub fn router(app: Arc<App>) -> Router {
             "/ssf/{tenant}/streams/verify",
             post(transmitter::streams::verify),
         )
+        .route(
+            "/ssf/{tenant}/streams/{stream_id}/poll",
+            post(transmitter::poll::poll),
+        )
         .route("/console", get(console::page))
         .route("/console/{asset}", get(console::asset))
         .route("/healthz", get(healthz))

@@ -528,6 +528,24 @@ fn ssf_remove_subject() {}
 )]
 fn ssf_verify() {}
 
+#[utoipa::path(
+    post,
+    path = "/ssf/{tenant}/streams/{stream_id}/poll",
+    tag = "shared signals out",
+    summary = "Poll a poll stream's SETs (RFC 8936)",
+    description = "`{\"maxEvents\", \"returnImmediately\", \"ack\": [jti], \"setErrs\": {jti: {\"err\", \"description\"}}}`, every member optional. Acknowledged SETs are delivered and reported ones failed, durably, before the answer `{\"sets\": {jti: token}, \"moreAvailable\"}` lists what waits, oldest first, at most `maxEvents` (100 at most, and by default). A SET handed out and not acknowledged is handed out again. Unless `returnImmediately`, an empty answer waits up to 20 s for a SET.",
+    params(("tenant" = String, Path, description = "The tenant"), ("stream_id" = String, Path, description = "The poll stream")),
+    request_body(content = Object, content_type = "application/json"),
+    responses(
+        (status = 200, body = Object, description = "`{\"sets\": {jti: token}}`, with `\"moreAvailable\": true` when more wait"),
+        (status = 400, description = "invalid-stream: a malformed request, or a push stream", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("receiver" = []))
+)]
+fn ssf_poll() {}
+
 #[utoipa::path(get, path = "/healthz", tag = "operator", responses(
     (status = 200, description = "Serving: the store made a probe durable just now", body = String, content_type = "text/plain"),
     (status = 503, description = "The store cannot write (a failed disk, an unreachable database): the reason", body = Problem, content_type = "application/problem+json"),
@@ -549,7 +567,7 @@ fn openapi() {}
         redeliver_matching, list_endpoints, stats, post_source, get_source, source_status, list_sources, console,
         console_asset, ssf_metadata, ssf_jwks, ssf_token, ssf_create_stream, ssf_read_streams,
         ssf_update_stream, ssf_replace_stream, ssf_delete_stream, ssf_stream_status,
-        ssf_set_stream_status, ssf_add_subject, ssf_remove_subject, ssf_verify, healthz, metrics, openapi
+        ssf_set_stream_status, ssf_add_subject, ssf_remove_subject, ssf_verify, ssf_poll, healthz, metrics, openapi
     ),
     components(schemas(
         SignalRequest, DecisionResponse, ActionResult, ActionStatus, Verdict, Problem,

@@ -82,14 +82,10 @@ pub fn asked(body: &Value) -> Result<Asked, Refused> {
         Some(Value::Object(d)) => {
             let method = match text(d, "method")? {
                 Some(PUSH) => StreamMethod::Push,
-                Some(POLL) => {
-                    return Err(refused(format!(
-                        "poll streams are not offered here: use push, {PUSH}"
-                    )))
-                }
+                Some(POLL) => StreamMethod::Poll,
                 Some(other) => {
                     return Err(refused(format!(
-                        "delivery.method {other:?} is not push, {PUSH}"
+                        "delivery.method {other:?} is neither push, {PUSH}, nor poll, {POLL}"
                     )))
                 }
                 None => return Err(refused("delivery.method is required")),
@@ -410,7 +406,6 @@ mod tests {
             json!({"delivery": {"method": PUSH, "endpoint_url": "ftp://rx.example/x"}}),
             json!({"delivery": {"method": PUSH, "endpoint_url": "https://rx.example",
                                 "authorization_header": "Bearer a\r\nX-Evil: 1"}}),
-            json!({"delivery": {"method": POLL}}),
             json!({"delivery": {"method": PUSH, "endpoint_url": "https://rx.example/b"}, "events_requested": "all"}),
             json!({"delivery": {"method": PUSH, "endpoint_url": "https://rx.example/b"}, "events_requested": [1]}),
             json!({"delivery": {"method": PUSH, "endpoint_url": "https://rx.example/b"}, "description": 7}),

@@ -26,6 +26,7 @@ mod metrics;
 mod once_per_subject;
 mod openapi;
 mod payloads;
+mod poll_streams;
 mod postgres;
 mod receive;
 mod refusals;

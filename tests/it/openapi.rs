@@ -53,6 +53,7 @@ async fn openapi_covers_every_endpoint_and_agrees_with_the_schema_files() {
             "/ssf/{tenant}/streams/subjects:add",
             "/ssf/{tenant}/streams/subjects:remove",
             "/ssf/{tenant}/streams/verify",
+            "/ssf/{tenant}/streams/{stream_id}/poll",
             "/ssf/{tenant}/token",
             "/v1/decisions",
             "/v1/decisions/{id}",

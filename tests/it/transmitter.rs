@@ -17,12 +17,13 @@ use serde_json::{json, Value};
 
 use crate::support::*;
 
-const PUBLIC_URL: &str = "https://idem.example.test";
-const OKTA_SECRET: &str = "okta-client-secret-0001";
-const ENTRA_SECRET: &str = "entra-client-secret-0001";
+pub(crate) const PUBLIC_URL: &str = "https://idem.example.test";
+pub(crate) const OKTA_SECRET: &str = "okta-client-secret-0001";
+pub(crate) const ENTRA_SECRET: &str = "entra-client-secret-0001";
 const PUSH: &str = "urn:ietf:rfc:8935";
-const POLL: &str = "urn:ietf:rfc:8936";
-const REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
+pub(crate) const POLL: &str = "urn:ietf:rfc:8936";
+pub(crate) const REVOKED: &str =
+    "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 const DISABLED: &str = "https://schemas.openid.net/secevent/risc/event-type/account-disabled";
 const PUSH_CREDENTIAL: &str = "Bearer okta-push-credential-4711";
 const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-type/verification";
@@ -97,7 +98,7 @@ fn config_here(dir: &Path, store: &str, receiver: &Receiver) -> String {
     settings(store, &dir.join("data"), "", DELIVERY) + &tenants(dir, receiver)
 }
 
-async fn start() -> (tempfile::TempDir, Receiver, Idem, Client) {
+pub(crate) async fn start() -> (tempfile::TempDir, Receiver, Idem, Client) {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
     let idem = Idem::start(dir.path(), &config(dir.path(), &store_section(), &receiver));
@@ -112,7 +113,7 @@ fn form(body: &str) -> Req {
 }
 
 /// A token of `client_id` at `tenant`, by `client_secret_post`.
-async fn token(client: &Client, tenant: &str, client_id: &str, secret: &str) -> String {
+pub(crate) async fn token(client: &Client, tenant: &str, client_id: &str, secret: &str) -> String {
     let r = client
         .send(
             "POST",
@@ -130,7 +131,13 @@ async fn token(client: &Client, tenant: &str, client_id: &str, secret: &str) -> 
 }
 
 /// A call to the stream management API of `acme` with `token`.
-async fn call(client: &Client, method: &str, path: &str, token: &str, body: Value) -> Resp {
+pub(crate) async fn call(
+    client: &Client,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Value,
+) -> Resp {
     let req = Req::new(&body.to_string()).header("authorization", &format!("Bearer {token}"));
     client.send(method, &format!("/ssf/acme/{path}"), req).await
 }
@@ -160,7 +167,7 @@ async fn the_metadata_and_jwk_set_name_the_issuer_and_every_key() {
     assert_eq!(meta["spec_version"], "1_0");
     assert_eq!(meta["issuer"], issuer);
     assert_eq!(meta["jwks_uri"], format!("{issuer}/jwks"));
-    assert_eq!(meta["delivery_methods_supported"], json!([PUSH]));
+    assert_eq!(meta["delivery_methods_supported"], json!([PUSH, POLL]));
     assert_eq!(meta["configuration_endpoint"], format!("{issuer}/streams"));
     for (name, path) in [
         ("status_endpoint", "status"),
@@ -620,7 +627,7 @@ async fn a_bad_stream_request_is_refused_and_changes_nothing() {
         (
             "POST",
             "streams",
-            json!({"delivery": {"method": POLL}}),
+            json!({"delivery": {"method": "urn:example:carrier-pigeon"}}),
             400,
             "invalid-stream",
         ),
@@ -835,11 +842,11 @@ async fn two_nodes_share_streams_and_tokens_and_concurrent_changes_lose_nothing(
     }
 }
 
-const PHONE: &str = "+15550007777";
-const ACME_KEY: &str = "Bearer sk_transmitter_acme_0001";
+pub(crate) const PHONE: &str = "+15550007777";
+pub(crate) const ACME_KEY: &str = "Bearer sk_transmitter_acme_0001";
 
 /// `acme`'s `sim_swap` about `subject` under `key`.
-async fn sim_swap_signal(client: &Client, subject: &str, key: &str) -> Resp {
+pub(crate) async fn sim_swap_signal(client: &Client, subject: &str, key: &str) -> Resp {
     let req = Req::new(&sim_swap(subject))
         .header("authorization", ACME_KEY)
         .key(key);
@@ -859,7 +866,7 @@ async fn push_to(client: &Client, token: &str, url: &str, events: Value) -> Stri
 }
 
 /// The delivery id of the SET a sim swap's response lists second (after its callback).
-fn set_delivery(r: &Resp) -> String {
+pub(crate) fn set_delivery(r: &Resp) -> String {
     let id = r.json()["actions"][1]["delivery_id"]
         .as_str()
         .map(str::to_string);
@@ -867,13 +874,13 @@ fn set_delivery(r: &Resp) -> String {
 }
 
 /// `acme`'s delivery `id` once it is no longer queued.
-async fn until_ended(client: &Client, id: &str) -> Value {
+pub(crate) async fn until_ended(client: &Client, id: &str) -> Value {
     let ended = |d: &Value| d["status"] != "queued";
     eventually(Duration::from_secs(10), || acme_delivery(client, id), ended).await
 }
 
 /// `acme`'s delivery `id` as the deliveries API shows it.
-async fn acme_delivery(client: &Client, id: &str) -> Value {
+pub(crate) async fn acme_delivery(client: &Client, id: &str) -> Value {
     let req = Req::new("").header("authorization", ACME_KEY);
     let r = client
         .send("GET", &format!("/v1/deliveries/{id}"), req)
@@ -883,7 +890,7 @@ async fn acme_delivery(client: &Client, id: &str) -> Value {
 }
 
 /// The SET `received` carried, verified against `acme`'s JWK Set by the tests' own JOSE.
-async fn verified(client: &Client, received: &Received) -> (Value, Value) {
+pub(crate) async fn verified(client: &Client, received: &Received) -> (Value, Value) {
     let jwks = client
         .send("GET", "/ssf/acme/jwks", Req::new(""))
         .await

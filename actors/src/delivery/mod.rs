@@ -18,7 +18,7 @@ use idem_schemas::timefmt::now_ms;
 use idem_schemas::{DeliveryEvent, DeliveryStatus, DeliveryView, PlannedDelivery};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::dispatch::Dispatcher;
+use crate::dispatch::{Dispatcher, Wait};
 use crate::endpoint::Admission;
 use crate::failpoint;
 use crate::idle::IdleTimer;
@@ -124,6 +124,13 @@ pub enum DeliveryMsg {
         since_ms: Option<u64>,
         reply: RpcReplyPort<Result<DeliveryView, RedeliverError>>,
     },
+    /// A poll receiver acknowledged this SET (`refusal` none) or reported it in `setErrs`,
+    /// polling the stream whose destination is `url`: whether that answered it.
+    Polled {
+        url: String,
+        refusal: Option<String>,
+        reply: RpcReplyPort<bool>,
+    },
     /// Time to check whether the actor has been idle long enough to stop.
     IdleCheck,
 }
@@ -220,13 +227,19 @@ impl DeliveryActorState {
             body: record.body.clone(),
             key: None,
         };
-        let admission = if dispatcher.paused(&record.tenant, &planned).await {
+        let admission = match dispatcher.waits(&record.tenant, &planned).await {
             // A SET to a paused stream: held, and looked at again a cooldown later.
-            let cooldown = self.ctx.settings.delivery.breaker_cooldown;
-            Admission::Held(now_ms() + cooldown.as_millis() as u64)
-        } else {
-            let endpoints = dispatcher.endpoints();
-            endpoints.admit(&record.tenant, &record.url, wait).await
+            Some(Wait::Paused) => {
+                let cooldown = self.ctx.settings.delivery.breaker_cooldown;
+                Admission::Held(now_ms() + cooldown.as_millis() as u64)
+            }
+            // A SET to a poll stream: held until the receiver acknowledges it, or dead after
+            // `max_hold` (one record, not a look every cooldown).
+            Some(Wait::Polled) => Admission::Held(u64::MAX),
+            None => {
+                let endpoints = dispatcher.endpoints();
+                endpoints.admit(&record.tenant, &record.url, wait).await
+            }
         };
         let permit = match admission {
             Admission::Go(permit) => permit,
@@ -365,6 +378,26 @@ impl Actor for DeliveryActor {
                     }
                 }
             }
+            DeliveryMsg::Polled {
+                url,
+                refusal,
+                reply,
+            } => {
+                if state.ctx.store.leases_due() {
+                    state.reread().await?;
+                }
+                // As a redelivery: written at the log's end as this actor read it, fenced if
+                // another node wrote since (the caller asks a fresh actor again).
+                match state.delivery.polled(&url, refusal, now_ms()) {
+                    Some((event, to)) => {
+                        state.record(event, to, None).await?;
+                        let _ = reply.send(true);
+                    }
+                    None => {
+                        let _ = reply.send(false);
+                    }
+                }
+            }
         }
         state.idle.touch(&myself);
         if state.delivery.placement.due_ms.is_none() {
@@ -478,6 +511,30 @@ impl Deliveries {
                 Ok(ractor::rpc::CallResult::Success(Ok(view))) => return Ok(view),
                 Ok(ractor::rpc::CallResult::Success(Err(refused))) => return Err(refused),
                 // Stopped before handling it (a redelivery is idempotent on a queued delivery).
+                _ => tokio::task::yield_now().await,
+            }
+        }
+        Err(RegistryError::Unavailable.into())
+    }
+
+    /// Answers the SET `id` as a poll receiver did, polling the stream whose destination is
+    /// `url` (see [`DeliveryState::polled`]): whether that answered it, durably.
+    pub async fn polled(
+        &self,
+        id: &str,
+        url: &str,
+        refusal: Option<String>,
+    ) -> Result<bool, RedeliverError> {
+        for _ in 0..MAX_ROUNDS {
+            let actor = self.actor(id).await?;
+            let polled = |reply| DeliveryMsg::Polled {
+                url: url.to_string(),
+                refusal: refusal.clone(),
+                reply,
+            };
+            match actor.call(polled, None).await {
+                Ok(ractor::rpc::CallResult::Success(answered)) => return Ok(answered),
+                // Stopped before handling it (an answer is idempotent: a second one is none).
                 _ => tokio::task::yield_now().await,
             }
         }

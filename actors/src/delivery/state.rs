@@ -302,6 +302,32 @@ impl DeliveryState {
         Hold::Move(until_ms.min(deadline))
     }
 
+    /// What a poll receiver's answer about this SET does at `now_ms` (RFC 8936): acknowledged
+    /// (`refusal` none), it is delivered; reported in `setErrs`, it is failed with that error.
+    /// Only a queued SET to `url`, the stream polled, is answered; any other `jti` is nothing.
+    pub fn polled(
+        &self,
+        url: &str,
+        refusal: Option<String>,
+        now_ms: u64,
+    ) -> Option<(DeliveryEvent, Placement)> {
+        if self.record.url != url || self.placement.status != DeliveryStatus::Queued {
+            return None;
+        }
+        let next = match refusal {
+            None => NextStep::Delivered,
+            Some(_) => NextStep::Failed,
+        };
+        let attempt = AttemptRecord {
+            at_ms: now_ms,
+            code: None,
+            error: refusal,
+            latency_ms: 0,
+            retry_after_ms: None,
+        };
+        Some((DeliveryEvent::Answered { attempt, next }, placement(next)))
+    }
+
     /// As the tenant API shows it.
     pub fn view(&self) -> DeliveryView {
         DeliveryView {

@@ -555,6 +555,15 @@ pub trait EndpointStore: Send + Sync {
         tenant: &'a str,
     ) -> Read<'a, std::collections::HashMap<String, u64>>;
 
+    /// The ids of `tenant`'s queued deliveries to `url`, oldest first, at most `limit` (what a
+    /// poll stream has waiting).
+    fn queued_to<'a>(
+        &'a self,
+        tenant: &'a str,
+        url: &'a str,
+        limit: usize,
+    ) -> Read<'a, Vec<String>>;
+
     /// How many nodes are alive on the store (this one included).
     fn live_nodes(&self) -> Read<'_, usize>;
 }

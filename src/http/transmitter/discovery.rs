@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::{find, issuer};
 use crate::http::problem::ApiError;
 use crate::http::App;
-use crate::transmitter::stream::PUSH;
+use crate::transmitter::stream::{POLL, PUSH};
 
 /// The transmitter's metadata.
 pub async fn metadata(
@@ -26,7 +26,7 @@ pub async fn metadata(
     Ok(Json(TransmitterMetadata {
         spec_version: "1_0".into(),
         jwks_uri: format!("{issuer}/jwks"),
-        delivery_methods_supported: vec![PUSH.into()],
+        delivery_methods_supported: vec![PUSH.into(), POLL.into()],
         status_endpoint: format!("{streams}/status"),
         add_subject_endpoint: format!("{streams}/subjects:add"),
         remove_subject_endpoint: format!("{streams}/subjects:remove"),

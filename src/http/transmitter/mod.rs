@@ -1,9 +1,10 @@
 //! The Shared Signals transmitter's HTTP side (SSF 1.0): a tenant's metadata and JWK Set
 //! (`discovery`), the OAuth token endpoint its receivers authenticate at (`token`), and stream
-//! management and verification (`streams`), each call of which carries a token of one receiver and sees that
+//! management and verification (`streams`), and polling a poll stream (`poll`), each call of which carries a token of one receiver and sees that
 //! receiver's streams only. A tenant without `[tenants.<t>.ssf]` has none of these (404).
 
 pub mod discovery;
+pub mod poll;
 pub mod streams;
 pub mod token;
 

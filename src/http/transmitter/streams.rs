@@ -38,14 +38,18 @@ const MAX_BODY: usize = 64 * 1024;
 const ATTEMPTS: usize = 5;
 
 /// Who is asking, of which tenant.
-struct Caller {
+pub(super) struct Caller {
     live: Arc<Live>,
-    tenant: String,
+    pub(super) tenant: String,
     receiver: String,
 }
 
 impl Caller {
-    fn authenticate(app: &App, tenant: &str, headers: &HeaderMap) -> Result<Self, ApiError> {
+    pub(super) fn authenticate(
+        app: &App,
+        tenant: &str,
+        headers: &HeaderMap,
+    ) -> Result<Self, ApiError> {
         let live = app.live.load_full();
         let (t, ssf) = find(&live, tenant)?;
         let receiver = receiver(app, t, ssf, headers)?;
@@ -110,7 +114,7 @@ impl Caller {
     }
 
     /// This receiver's stream `id`, or 404.
-    async fn stream(&self, app: &App, id: &str) -> Result<Stream, ApiError> {
+    pub(super) async fn stream(&self, app: &App, id: &str) -> Result<Stream, ApiError> {
         app.engine
             .stream(&self.tenant, id)
             .await
@@ -173,7 +177,7 @@ impl Caller {
     }
 }
 
-fn unavailable(e: idem_actors::StoreError) -> ApiError {
+pub(super) fn unavailable(e: idem_actors::StoreError) -> ApiError {
     tracing::error!(error = %e, "the store failed on a stream");
     ApiError::new(Kind::Unavailable, "the store cannot be reached; retry")
 }
@@ -183,7 +187,7 @@ fn invalid(e: Refused) -> ApiError {
 }
 
 /// The JSON object a request carries.
-fn json_body(body: &Bytes) -> Result<Value, ApiError> {
+pub(super) fn json_body(body: &Bytes) -> Result<Value, ApiError> {
     if body.len() > MAX_BODY {
         return Err(ApiError::new(
             Kind::PayloadTooLarge,

@@ -109,6 +109,25 @@ impl EndpointStore for PgStore {
         })
     }
 
+    fn queued_to<'a>(
+        &'a self,
+        tenant: &'a str,
+        url: &'a str,
+        limit: usize,
+    ) -> Read<'a, Vec<String>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let rows = super::rows(
+                &client,
+                "SELECT id FROM idem_deliveries WHERE tenant = $1 AND url = $2 AND status = 0 \
+                 ORDER BY id LIMIT $3",
+                &[&tenant, &url, &(limit as i64)],
+            )
+            .await?;
+            rows.iter().map(|row| Ok(row.try_get(0)?)).collect()
+        })
+    }
+
     fn live_nodes(&self) -> Read<'_, usize> {
         Box::pin(async move {
             let client = self.client().await?;

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use idem_schemas::timefmt::now_ms;
 
-use super::keys::{split_queued_key, tenant_prefix};
+use super::keys::{queued_key, split_queued_key, tenant_prefix};
 use super::SledStore;
 use crate::breaker::{EndpointEvent, EndpointHealth, EndpointId, Noted};
 use crate::codec;
@@ -144,6 +144,28 @@ impl EndpointStore for SledStore {
                 .usable()
                 .and_then(|()| self.read_queued_by_endpoint(tenant)),
         ))
+    }
+
+    fn queued_to<'a>(
+        &'a self,
+        tenant: &'a str,
+        url: &'a str,
+        limit: usize,
+    ) -> Read<'a, Vec<String>> {
+        let prefix = queued_key(tenant, url, "");
+        let read = self.commits.usable().and_then(|()| {
+            self.queued
+                .scan_prefix(&prefix)
+                .keys()
+                .take(limit)
+                .map(|key| {
+                    let key = key?;
+                    let id = key.get(prefix.len()..).unwrap_or_default();
+                    Ok(String::from_utf8_lossy(id).into_owned())
+                })
+                .collect()
+        });
+        Box::pin(std::future::ready(read))
     }
 
     // One process holds the directory.
