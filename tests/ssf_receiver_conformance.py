@@ -5,7 +5,8 @@ a push stream to its own HTTP server, and verifies every Security Event Token a 
 `idem serve` (the binary given as argv[1]) pushes for a SIM swap: the signature under the key
 its `kid` names, the JOSE header, `iss`, `aud`, `jti`, `txn`, `sub_id`, the CAEP event, the
 RFC 8935 headers, and one SET however often the signal is retried; then it verifies its stream
-(SSF 8.1.4) and checks the verification SET. Prints `N passed, M failed`
+(SSF 8.1.4) and checks the verification SET, and polls a poll stream (RFC 8936) for a SET
+until it acknowledges it. Prints `N passed, M failed`
 and exits non-zero on a failure."""
 
 import base64
@@ -198,6 +199,51 @@ endpoints = ["http://127.0.0.1"]
                   str(verification))
             status, _, _ = request(meta.get("verification_endpoint", ""), asked, bearer, "POST")
             check("another at once is 429", status == 429, str(status))
+
+            # 6. A poll stream (RFC 8936): the SET waits until polled, comes again until
+            # acknowledged, and never after.
+            check("poll delivery is offered",
+                  "urn:ietf:rfc:8936" in meta.get("delivery_methods_supported", []), str(meta))
+            polled = {"delivery": {"method": "urn:ietf:rfc:8936"}, "events_requested": [REVOKED]}
+            status, _, body = request(meta.get("configuration_endpoint", ""),
+                                      json.dumps(polled).encode(), bearer, "POST")
+            poll_stream = json.loads(body) if status == 201 else {}
+            poll_url = poll_stream.get("delivery", {}).get("endpoint_url", "")
+            check("a poll stream is created with the URL to poll",
+                  poll_url.startswith(base), f"{status} {body[:300]!r}")
+            signal = json.dumps({"type": "sim_swap", "subject": PHONE}).encode()
+            posted["Idempotency-Key"] = "swap-conformance-2"
+            status, _, body = request(f"{base}/v1/signals", signal, posted, "POST")
+            actions = json.loads(body).get("actions", []) if status == 201 else []
+            jti = next((a.get("delivery_id") for a in actions
+                        if a.get("stream_id") == poll_stream.get("stream_id")), None)
+            now = json.dumps({"returnImmediately": True}).encode()
+            status, _, body = request(poll_url, now, bearer, "POST")
+            sets = json.loads(body).get("sets", {}) if status == 200 else {}
+            token = sets.get(jti, "")
+            claims = {}
+            if token:
+                parsed = jws.JWS()
+                parsed.deserialize(token)
+                try:
+                    parsed.verify(keys.get_key(parsed.jose_header.get("kid")), alg="ES256")
+                    claims = json_decode(parsed.payload)
+                except Exception as e:
+                    print(f"     {e}")
+            check("the poll hands out the decision's SET, verified",
+                  list(sets) == [jti] and claims.get("jti") == jti
+                  and claims.get("sub_id") == {"format": "phone_number", "phone_number": PHONE},
+                  f"{status} {body[:300]!r}")
+            status, _, body = request(poll_url, now, bearer, "POST")
+            again = json.loads(body).get("sets", {}) if status == 200 else {}
+            check("unacknowledged, it comes again with the same bytes", again == sets, str(again))
+            ack = json.dumps({"ack": [jti], "returnImmediately": True}).encode()
+            status, _, body = request(poll_url, ack, bearer, "POST")
+            after = json.loads(body).get("sets") if status == 200 else None
+            status, _, body = request(poll_url, now, bearer, "POST")
+            later = json.loads(body).get("sets") if status == 200 else None
+            check("acknowledged, it is never handed out again", after == {} and later == {},
+                  f"{after} {later}")
         finally:
             idem.terminate()
             idem.wait(timeout=10)
