@@ -95,6 +95,7 @@ signing_keys = ["{key}"]
 [tenants.acme.ssf.receivers.{SET_RECEIVER}]
 client_secret = "{SET_RECEIVER_SECRET}"
 audience = "https://receiver.bench.example"
+endpoints = ["http://127.0.0.1"]
 # The ssf scenario's transmitter: its JWK Set is the file it writes before idem starts.
 [tenants.acme.sources.tx]
 kind = "ssf"

@@ -107,8 +107,8 @@ impl SledStore {
         let carries = !unit.deliveries.is_empty()
             || !unit.decisions.is_empty()
             || !unit.erase_keys.is_empty();
-        // A start that carries delivery logs or SET keys is one transaction (see `atomic`).
-        let atomic = !unit.deliveries.is_empty() || !unit.keep_keys.is_empty();
+        // A start that carries delivery logs is one transaction (see `atomic`).
+        let atomic = !unit.deliveries.is_empty();
         let refused = match &unit.claim {
             // What an append carries is written before it, so its whole rule is asked first;
             // without cargo, its own write is the check of the log's end.
@@ -119,7 +119,9 @@ impl SledStore {
                 };
                 (!granted).then_some(Written::Fenced)
             }
-            Some(ClaimWrite::Start(id, events)) if atomic => self.refuses_start(id, events)?,
+            Some(ClaimWrite::Start(id, events)) if atomic || !unit.keep_keys.is_empty() => {
+                self.refuses_start(id, events)?
+            }
             _ => None,
         };
         if let Some(refused) = refused.filter(|w| !rule::writes_with(w)) {
@@ -133,8 +135,10 @@ impl SledStore {
                 return Ok(Written::Fenced);
             }
         }
-        // A start that carries delivery logs (a decision whose callbacks are queued) or SET keys
-        // is one transaction, refused whole should the key be taken meanwhile (see `atomic`).
+        // A start that carries delivery logs (a decision whose callbacks are queued) is one
+        // transaction, refused whole should the key be taken meanwhile (see `atomic`). One that
+        // carries only SET keys writes them before its claim record, as delivery logs go before
+        // theirs: should the start lose after all, a key is left that opens nothing kept.
         if matches!(unit.claim, Some(ClaimWrite::Start(..))) && atomic {
             return self.start_atomically(unit);
         }
