@@ -160,11 +160,15 @@ impl Dispatcher {
             .await;
         let at_ms = attempt.at_ms;
         let event = match status {
-            ActionStatus::Delivered => EndpointEvent::Succeeded { at_ms },
-            ActionStatus::Failed => EndpointEvent::Refused { at_ms },
-            ActionStatus::Queued => EndpointEvent::Failed { at_ms },
+            ActionStatus::Delivered => Some(EndpointEvent::Succeeded { at_ms }),
+            ActionStatus::Failed => Some(EndpointEvent::Refused { at_ms }),
+            ActionStatus::Queued => Some(EndpointEvent::Failed { at_ms }),
+            // Not sent: nothing to tell of the endpoint.
+            ActionStatus::Dropped => None,
         };
-        self.endpoints.answered(permit, event).await;
+        if let Some(event) = event {
+            self.endpoints.answered(permit, event).await;
+        }
         (status, attempt)
     }
 
@@ -316,7 +320,9 @@ impl Dispatcher {
             StreamState::Paused => {
                 return Err((ActionStatus::Queued, "the stream is paused".into()));
             }
-            StreamState::Disabled => return Err(failed("the stream is disabled")),
+            StreamState::Disabled => {
+                return Err((ActionStatus::Dropped, "the stream is disabled".into()))
+            }
         }
         let (StreamMethod::Push, Some(url)) = (stream.method, &stream.endpoint_url) else {
             return Err(failed("the stream is no longer pushed to"));

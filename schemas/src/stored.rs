@@ -282,6 +282,8 @@ pub enum NextStep {
     Failed,
     /// Every attempt of the series failed with a retryable error.
     Dead,
+    /// A SET's stream was disabled: it is not sent.
+    Dropped,
 }
 
 impl NextStep {
@@ -292,6 +294,7 @@ impl NextStep {
             NextStep::Delivered => DeliveryStatus::Delivered,
             NextStep::Failed => DeliveryStatus::Failed,
             NextStep::Dead => DeliveryStatus::Dead,
+            NextStep::Dropped => DeliveryStatus::Dropped,
         }
     }
 

@@ -63,6 +63,8 @@ pub enum ActionStatus {
     Queued,
     /// A terminal answer (4xx other than 429, 3xx): not retried.
     Failed,
+    /// A Security Event Token whose stream was disabled: not sent.
+    Dropped,
 }
 
 /// One action of a decision, as reported in the response.
@@ -161,6 +163,8 @@ pub enum DeliveryStatus {
     Failed,
     /// Every attempt failed with a retryable error, or its endpoint stayed open too long.
     Dead,
+    /// A Security Event Token whose stream was disabled before it was sent: never sent.
+    Dropped,
 }
 
 /// Why a delivery is dead.
@@ -175,11 +179,12 @@ pub enum DeadReason {
 
 impl DeliveryStatus {
     /// Every status, in index order.
-    pub const ALL: [DeliveryStatus; 4] = [
+    pub const ALL: [DeliveryStatus; 5] = [
         DeliveryStatus::Queued,
         DeliveryStatus::Delivered,
         DeliveryStatus::Failed,
         DeliveryStatus::Dead,
+        DeliveryStatus::Dropped,
     ];
 
     /// The name used in JSON and query strings.
@@ -189,6 +194,7 @@ impl DeliveryStatus {
             DeliveryStatus::Delivered => "delivered",
             DeliveryStatus::Failed => "failed",
             DeliveryStatus::Dead => "dead",
+            DeliveryStatus::Dropped => "dropped",
         }
     }
 

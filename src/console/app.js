@@ -11,7 +11,7 @@ const REFRESH_MS = 2000;
 const TIMEOUT_MS = 10000;
 const BULK_TIMEOUT_MS = 600000;
 const PAGE = 50;
-const STATUSES = ['queued', 'delivered', 'failed', 'dead'];
+const STATUSES = ['queued', 'delivered', 'failed', 'dead', 'dropped'];
 const REFUSED = 'The key was refused; sign in again.';
 
 const state = {
@@ -387,6 +387,7 @@ const NO_DELIVERIES = {
   delivered: 'No delivered callbacks yet.',
   failed: 'No failed callbacks: none was refused by its receiver (4xx).',
   dead: 'No dead callbacks: none ran out of retries.',
+  dropped: 'Nothing dropped: no Security Event Token found its stream disabled.',
 };
 
 /** One row of the deliveries table; columns depend on the tab. */

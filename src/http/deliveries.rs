@@ -67,7 +67,7 @@ pub async fn list(
         None => None,
         Some(s) => Some(DeliveryStatus::parse(s).ok_or_else(|| {
             query::invalid(format!(
-                "status {s:?} is not one of queued, delivered, failed, dead"
+                "status {s:?} is not one of queued, delivered, failed, dead, dropped"
             ))
         })?),
     };

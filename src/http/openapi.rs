@@ -113,7 +113,7 @@ fn get_delivery() {}
     summary = "A page of the tenant's deliveries",
     params(
         ("status" = Option<DeliveryStatus>, Query, description = "Only deliveries with this status"),
-        ("after" = Option<String>, Query, pattern = r"^(queued|delivered|failed|dead):.+$", description = "The `next_after` of the previous page"),
+        ("after" = Option<String>, Query, pattern = r"^(queued|delivered|failed|dead|dropped):.+$", description = "The `next_after` of the previous page"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1 to 500 (default 50)"),
     ),
     responses(

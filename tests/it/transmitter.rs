@@ -1187,12 +1187,24 @@ async fn a_paused_stream_holds_its_sets_until_enabled_and_a_disabled_one_sends_n
     let r = call(&client, "POST", "streams/status", &okta, body).await;
     assert_eq!(r.status, 200, "{}", text(&r));
     let delivery = until_ended(&client, &set_id).await;
-    assert_eq!(delivery["status"], "failed", "{delivery}");
+    assert_eq!(delivery["status"], "dropped", "{delivery}");
     let attempts = delivery["attempts"].as_array().expect("attempts");
     assert_eq!(
         attempts[attempts.len() - 1]["error"],
         "the stream is disabled"
     );
+    let req = Req::new("").header("authorization", ACME_KEY);
+    let listed = client
+        .send("GET", "/v1/deliveries?status=dropped", req)
+        .await
+        .json();
+    let ids: Vec<&str> = listed["data"]
+        .as_array()
+        .expect("a page")
+        .iter()
+        .filter_map(|d| d["id"].as_str())
+        .collect();
+    assert_eq!(ids, [set_id.as_str()], "listed as dropped: {listed}");
     let told = events(&client, &exactly(&receiver, "/off", 2).await).await;
     assert_eq!(told[0].0, REVOKED, "the first attempt, before: {told:?}");
     assert_eq!(told[1], updated("disabled", Some("offboarded")));

@@ -39,6 +39,7 @@ impl Delivery {
         match status {
             ActionStatus::Delivered => NextStep::Delivered,
             ActionStatus::Failed => NextStep::Failed,
+            ActionStatus::Dropped => NextStep::Dropped,
             ActionStatus::Queued => {
                 let Some(step) = self.schedule.get(series_attempts as usize - 1) else {
                     return NextStep::Dead;
@@ -69,6 +70,7 @@ pub fn outcome_label(next: NextStep) -> &'static str {
         NextStep::Delivered => "delivered",
         NextStep::Failed => "failed",
         NextStep::Dead => "dead",
+        NextStep::Dropped => "dropped",
     }
 }
 

@@ -350,6 +350,9 @@ pub fn subject_bytes(subject_hash: &str) -> Vec<u8> {
     idem_schemas::hex::decode(subject_hash).unwrap_or_else(|| subject_hash.as_bytes().to_vec())
 }
 
+/// How many deliveries have each status, in [`DeliveryStatus::ALL`] order.
+pub type StatusCounts = [u64; DeliveryStatus::ALL.len()];
+
 /// A delivery status as stored: its place in [`DeliveryStatus::ALL`].
 pub fn status_number(status: DeliveryStatus) -> u8 {
     match status {
@@ -357,6 +360,7 @@ pub fn status_number(status: DeliveryStatus) -> u8 {
         DeliveryStatus::Delivered => 1,
         DeliveryStatus::Failed => 2,
         DeliveryStatus::Dead => 3,
+        DeliveryStatus::Dropped => 4,
     }
 }
 
@@ -485,7 +489,7 @@ pub trait DeliveryStore: Send + Sync {
 
     /// How many deliveries have each status, in [`DeliveryStatus::ALL`] order (read once at
     /// start, for the gauges, which then follow each write).
-    fn count_by_status(&self) -> Read<'_, [u64; 4]>;
+    fn count_by_status(&self) -> Read<'_, StatusCounts>;
 }
 
 /// Jobs that one node at a time runs (polling a source), by lease.

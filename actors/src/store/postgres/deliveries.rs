@@ -6,7 +6,7 @@ use idem_schemas::{DeliveryEvent, DeliveryRecord, DeliveryStatus};
 
 use super::PgStore;
 use crate::codec;
-use crate::store::{status_number, DeliveryStore, Read, StoreError, Timed};
+use crate::store::{status_number, DeliveryStore, Read, StatusCounts, StoreError, Timed};
 
 /// A stored status number back into its status.
 fn status(number: i16) -> Result<DeliveryStatus, StoreError> {
@@ -209,7 +209,7 @@ impl DeliveryStore for PgStore {
         })
     }
 
-    fn count_by_status(&self) -> Read<'_, [u64; 4]> {
+    fn count_by_status(&self) -> Read<'_, StatusCounts> {
         Box::pin(async move {
             let client = self.client().await?;
             let rows = super::rows(
@@ -218,7 +218,7 @@ impl DeliveryStore for PgStore {
                 &[],
             )
             .await?;
-            let mut counts = [0; 4];
+            let mut counts = StatusCounts::default();
             for row in rows {
                 let n = status_number(status(row.try_get(0)?)?) as usize;
                 counts[n] = row.try_get::<_, i64>(1)? as u64;

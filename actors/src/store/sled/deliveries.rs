@@ -13,7 +13,7 @@ use super::SledStore;
 use crate::codec;
 use std::future::ready;
 
-use crate::store::{DeliveryStore, DeliveryWrite, Read, StoreError, Timed};
+use crate::store::{DeliveryStore, DeliveryWrite, Read, StatusCounts, StoreError, Timed};
 
 impl SledStore {
     /// A delivery's log, if it exists.
@@ -160,8 +160,8 @@ impl SledStore {
     }
 
     /// Deliveries by status, in `DeliveryStatus::ALL` order.
-    fn read_counts(&self) -> Result<[u64; 4], StoreError> {
-        let mut counts = [0; 4];
+    fn read_counts(&self) -> Result<StatusCounts, StoreError> {
+        let mut counts = StatusCounts::default();
         for key in self.by_status.iter().keys() {
             let key = key?;
             let tenant_len = key.first().copied().unwrap_or(0) as usize;
@@ -348,7 +348,7 @@ impl DeliveryStore for SledStore {
         Box::pin(ready(self.read_oldest_queued()))
     }
 
-    fn count_by_status(&self) -> Read<'_, [u64; 4]> {
+    fn count_by_status(&self) -> Read<'_, StatusCounts> {
         Box::pin(ready(self.read_counts()))
     }
 }
