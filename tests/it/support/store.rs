@@ -41,7 +41,8 @@ pub fn fresh_database() -> String {
 }
 
 /// Everything the store of the config at `config_path` holds, as (where, bytes): every file of
-/// its data directory `data_dir` on sled, every row's columns on PostgreSQL.
+/// its data directory `data_dir` on sled; on PostgreSQL, every row of every table as `pg_dump`
+/// writes them, each `bytea` value decoded from its hex.
 pub fn stored(config_path: &Path, data_dir: &Path) -> Vec<(String, Vec<u8>)> {
     let Some(url) = postgres_url(config_path) else {
         return files_under(data_dir)
@@ -49,26 +50,37 @@ pub fn stored(config_path: &Path, data_dir: &Path) -> Vec<(String, Vec<u8>)> {
             .map(|(path, bytes)| (path.display().to_string(), bytes))
             .collect();
     };
-    with_postgres(&url, |client| async move {
-        let mut out = Vec::new();
-        for (table, text, bytes) in [
-            ("idem_claims", "tenant", "digest || log"),
-            ("idem_deliveries", "id || ' ' || tenant", "log"),
-            ("idem_ssf_streams", "id || ' ' || tenant", "record"),
-        ] {
-            let rows = client
-                .query(&format!("SELECT {text}, {bytes} FROM {table}"), &[])
-                .await
-                .expect("read the table");
-            for row in rows {
-                let text: String = row.get(0);
-                let mut bytes: Vec<u8> = row.get(1);
-                bytes.extend_from_slice(text.as_bytes());
-                out.push((table.to_string(), bytes));
-            }
+    let dump = std::process::Command::new("pg_dump")
+        .args(["--data-only", "--no-owner", &url])
+        .output()
+        .unwrap_or_else(|e| panic!("pg_dump must run for this test: {e}"));
+    assert!(
+        dump.status.success(),
+        "pg_dump: {}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    let (text, binary) = split_bytea(&dump.stdout);
+    vec![("pg_dump".into(), text), ("pg_dump bytea".into(), binary)]
+}
+
+/// A `pg_dump`'s text without its `bytea` values (`\\x` and hex digits), and those values
+/// decoded, one after another.
+fn split_bytea(dump: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let (mut text, mut binary) = (Vec::new(), Vec::new());
+    let mut rest = dump;
+    while let Some(at) = rest.windows(3).position(|w| w == b"\\\\x") {
+        text.extend_from_slice(&rest[..at]);
+        let hex = &rest[at + 3..];
+        let digits = hex.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+        for pair in hex[..digits - digits % 2].chunks(2) {
+            let pair = std::str::from_utf8(pair).unwrap_or("00");
+            binary.push(u8::from_str_radix(pair, 16).unwrap_or(0));
         }
-        out
-    })
+        binary.push(b'\n');
+        rest = &hex[digits..];
+    }
+    text.extend_from_slice(rest);
+    (text, binary)
 }
 
 /// The database URL of the config at `config_path`; none when it is on sled.
@@ -121,4 +133,12 @@ pub async fn set_key_kept(config_path: &Path, data_dir: &Path, delivery: &str) -
         .expect("the store opens");
     let key = store.set_key(delivery).await.expect("read the SET key");
     key.is_some()
+}
+
+#[test]
+fn a_dumps_bytea_values_are_read_as_the_bytes_they_hold() {
+    let dump = b"1\tacme\t\\\\x2b3135\t\\\\x41\n";
+    let (text, binary) = split_bytea(dump);
+    assert_eq!(text, b"1\tacme\t\t\n");
+    assert_eq!(binary, b"+15\nA\n");
 }
