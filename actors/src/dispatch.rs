@@ -2,8 +2,8 @@
 //! a deadline. A callback is signed with the tenant's current callback secrets (Standard Webhooks
 //! headers): the body is the stored envelope, byte for byte; the `webhook-id` is the delivery's
 //! id; only `webhook-timestamp` and the signature belong to the attempt. A SET goes to its
-//! stream as the stream is now (RFC 8935: its endpoint, its `authorization_header`), its stored
-//! bytes unsealed; a receiver's 400 `err` is kept in the attempt. Redirects are never followed.
+//! stream as it is read just before the attempt (RFC 8935: its endpoint, its
+//! `authorization_header`), once per attempt, its stored bytes unsealed; a receiver's 400 `err` is kept in the attempt. Redirects are never followed.
 //! Every attempt's end is told to its endpoint's breaker (a stream's is its own); an inline
 //! attempt is made only if its endpoint admits it (see [`crate::endpoint`]).
 
@@ -16,7 +16,7 @@ use idem_schemas::signature::{sign_all, Secret};
 use idem_schemas::stored::stream_of;
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{
-    ActionOutcome, ActionStatus, AttemptRecord, Decision, PlannedDelivery, StreamMethod,
+    ActionOutcome, ActionStatus, AttemptRecord, Decision, PlannedDelivery, Stream, StreamMethod,
     StreamState,
 };
 
@@ -45,6 +45,18 @@ pub struct Dispatcher {
     store: Arc<dyn Store>,
     /// Unseals SETs and push credentials.
     sealer: Arc<Sealer>,
+}
+
+/// Whether a delivery is attempted now.
+// Made and taken apart once per attempt, never kept: boxing the stream would cost an
+// allocation per attempt to save bytes on the stack.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Readiness {
+    /// Attempted; a SET with its stream as read (none: to be read by the attempt).
+    Go(Option<Stream>),
+    /// Not now.
+    Wait(Wait),
 }
 
 /// Why a SET waits rather than being attempted.
@@ -110,9 +122,9 @@ impl Dispatcher {
         let attempts = decision.deliveries.iter().map(|delivery| async move {
             // A SET to a paused stream is held back, as one to an open endpoint is; one to a
             // poll stream waits to be polled.
-            if self.waits(&decision.tenant, delivery).await.is_some() {
+            let Readiness::Go(stream) = self.readiness(&decision.tenant, delivery).await else {
                 return None;
-            }
+            };
             let admission = self
                 .endpoints
                 .admit(&decision.tenant, &delivery.url, self.inline_timeout / 2)
@@ -127,7 +139,14 @@ impl Dispatcher {
                 return None;
             }
             let (status, attempt) = self
-                .attempt(&decision.tenant, &decision.id, delivery, left, &permit)
+                .attempt(
+                    &decision.tenant,
+                    &decision.id,
+                    delivery,
+                    stream,
+                    left,
+                    &permit,
+                )
                 .await;
             Some(ActionOutcome {
                 delivery_id: delivery.id.clone(),
@@ -150,12 +169,13 @@ impl Dispatcher {
         tenant: &str,
         decision_id: &str,
         delivery: &PlannedDelivery,
+        stream: Option<Stream>,
         deadline: Duration,
         permit: &Permit,
     ) -> (ActionStatus, AttemptRecord) {
         let span = tracing::debug_span!("attempt", tenant, decision = decision_id, delivery = %delivery.id);
         let (status, attempt) = self
-            .attempt_once(tenant, delivery, deadline)
+            .attempt_once(tenant, delivery, stream, deadline)
             .instrument(span)
             .await;
         let at_ms = attempt.at_ms;
@@ -176,13 +196,14 @@ impl Dispatcher {
         &self,
         tenant: &str,
         delivery: &PlannedDelivery,
+        read: Option<Stream>,
         deadline: Duration,
     ) -> (ActionStatus, AttemptRecord) {
         let at_ms = now_ms();
         let stream = stream_of(&delivery.url);
         let request = match stream {
             None => self.callback(tenant, delivery, at_ms),
-            Some(stream) => match self.set(tenant, stream, delivery).await {
+            Some(stream) => match self.set(tenant, stream, read, delivery).await {
                 Ok(request) => request,
                 Err((status, error)) => {
                     tracing::debug!(delivery = %delivery.id, %error, "SET not sent");
@@ -252,21 +273,25 @@ impl Dispatcher {
 }
 
 impl Dispatcher {
-    /// Why `delivery`, a SET to a stream of `tenant`, is not to be attempted now, if it is
-    /// not: its stream is a poll stream (not disabled), where it waits to be polled, or it is
-    /// paused, which holds its decisions' SETs (not the stream's events about itself), using up
-    /// no attempt. A stream that cannot be read is taken to be neither (its attempt finds out).
-    pub async fn waits(&self, tenant: &str, delivery: &PlannedDelivery) -> Option<Wait> {
-        let stream = stream_of(&delivery.url)?;
+    /// Whether `delivery` is to be attempted now: a callback is; a SET to a stream of
+    /// `tenant` waits while its stream is a poll stream (not disabled), where it waits to be
+    /// polled, or is paused, which holds its decisions' SETs (not the stream's events about
+    /// itself), using up no attempt. A SET to be attempted carries its stream as read here, so
+    /// that the attempt reads it no second time; one whose stream cannot be read carries none
+    /// (its attempt finds out).
+    pub async fn readiness(&self, tenant: &str, delivery: &PlannedDelivery) -> Readiness {
+        let Some(stream) = stream_of(&delivery.url) else {
+            return Readiness::Go(None);
+        };
         let Ok(Some(stream)) = self.store.stream(tenant, stream).await else {
-            return None;
+            return Readiness::Go(None);
         };
         let own = about_the_stream(&delivery.action);
         match (stream.method, stream.state) {
-            (_, StreamState::Disabled) if !own => None,
-            (StreamMethod::Poll, _) => Some(Wait::Polled),
-            (StreamMethod::Push, StreamState::Paused) if !own => Some(Wait::Paused),
-            _ => None,
+            (_, StreamState::Disabled) if !own => Readiness::Go(Some(stream)),
+            (StreamMethod::Poll, _) => Readiness::Wait(Wait::Polled),
+            (StreamMethod::Push, StreamState::Paused) if !own => Readiness::Wait(Wait::Paused),
+            _ => Readiness::Go(Some(stream)),
         }
     }
 
@@ -301,10 +326,15 @@ impl Dispatcher {
         &self,
         tenant: &str,
         stream_id: &str,
+        read: Option<Stream>,
         delivery: &PlannedDelivery,
     ) -> Result<reqwest::RequestBuilder, (ActionStatus, String)> {
         let failed = |why: &str| (ActionStatus::Failed, why.to_string());
-        let stream = match self.store.stream(tenant, stream_id).await {
+        let stored = match read {
+            Some(stream) => Ok(Some(stream)),
+            None => self.store.stream(tenant, stream_id).await,
+        };
+        let stream = match stored {
             Ok(Some(stream)) => stream,
             Ok(None) => return Err(failed("the stream was deleted")),
             Err(e) => {

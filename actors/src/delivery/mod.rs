@@ -18,7 +18,7 @@ use idem_schemas::timefmt::now_ms;
 use idem_schemas::{DeliveryEvent, DeliveryStatus, DeliveryView, PlannedDelivery};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::dispatch::{Dispatcher, Wait};
+use crate::dispatch::{Dispatcher, Readiness, Wait};
 use crate::endpoint::Admission;
 use crate::failpoint;
 use crate::idle::IdleTimer;
@@ -227,16 +227,18 @@ impl DeliveryActorState {
             body: record.body.clone(),
             key: None,
         };
-        let admission = match dispatcher.waits(&record.tenant, &planned).await {
+        let mut stream = None;
+        let admission = match dispatcher.readiness(&record.tenant, &planned).await {
             // A SET to a paused stream: held, and looked at again a cooldown later.
-            Some(Wait::Paused) => {
+            Readiness::Wait(Wait::Paused) => {
                 let cooldown = self.ctx.settings.delivery.breaker_cooldown;
                 Admission::Held(now_ms() + cooldown.as_millis() as u64)
             }
             // A SET to a poll stream: held until the receiver acknowledges it, or dead after
             // `max_hold` (one record, not a look every cooldown).
-            Some(Wait::Polled) => Admission::Held(u64::MAX),
-            None => {
+            Readiness::Wait(Wait::Polled) => Admission::Held(u64::MAX),
+            Readiness::Go(read) => {
+                stream = read;
                 let endpoints = dispatcher.endpoints();
                 endpoints.admit(&record.tenant, &record.url, wait).await
             }
@@ -270,6 +272,7 @@ impl DeliveryActorState {
                 &record.tenant,
                 &record.decision_id,
                 &planned,
+                stream,
                 self.ctx.settings.delivery.inline_timeout,
                 &permit,
             )
