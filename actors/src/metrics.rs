@@ -133,7 +133,7 @@ impl Metric {
 }
 
 /// Sets the delivery gauges from the store's counts, in [`DeliveryStatus::ALL`] order.
-pub fn count_deliveries(counts: crate::store::StatusCounts) {
+pub fn count_deliveries(counts: [u64; DeliveryStatus::ALL.len()]) {
     for (status, count) in DeliveryStatus::ALL.iter().zip(counts) {
         DELIVERIES
             .with_label_values(&[status.as_str()])
