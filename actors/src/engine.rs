@@ -20,7 +20,7 @@ use idem_schemas::{
 
 use crate::claim::{first_response, ClaimContext, ClaimError, Claims, Reply, Submission};
 use crate::delivery::{
-    new_logs, queued_log, Deliveries, DeliveryContext, DeliveryError, RedeliverError,
+    new_logs, queued_log, Deliveries, DeliveryContext, DeliveryError, PollAnswer, RedeliverError,
 };
 use crate::digest::Digester;
 use crate::dispatch::{ClientError, Dispatcher, Keyring};
@@ -32,6 +32,9 @@ use crate::settings::Settings;
 use crate::store::{ClaimId, Halted, Node, SetKey, Store, StoreError, Unit};
 use crate::stream_event::{self, about_the_stream, StreamEvent};
 use crate::supervise::RegistryError;
+
+/// How many waiting SETs a poll stream's disabling drops at once.
+pub const DROPPED_AT_ONCE: usize = 1000;
 
 /// How long `/healthz` waits for the store's probe to become durable.
 pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -538,15 +541,14 @@ impl Engine {
         Ok((sets, more))
     }
 
-    /// Answers `tenant`'s SET `id` as a receiver polling the stream `stream_id` did: acknowledged
-    /// (`refusal` none) or reported in `setErrs`. Whether that answered a SET waiting there;
-    /// durable before this returns.
+    /// Gives `answer` to `tenant`'s SET `id`, waiting in the poll stream `stream_id`. Whether
+    /// that answered a SET waiting there; durable before this returns.
     pub async fn answer_polled(
         &self,
         tenant: &str,
         stream_id: &str,
         id: &str,
-        refusal: Option<String>,
+        answer: PollAnswer,
     ) -> Result<bool, EngineError> {
         let url = format!("{STREAM_SCHEME}{stream_id}");
         let waiting = self
@@ -557,12 +559,26 @@ impl Engine {
         if !waiting {
             return Ok(false);
         }
-        match self.deliveries.polled(id, &url, refusal).await {
+        match self.deliveries.polled(id, &url, answer).await {
             Ok(answered) => Ok(answered),
             Err(RedeliverError::Store(e)) => Err(e.into()),
             Err(RedeliverError::Actor(e)) => Err(e.into()),
             Err(_) => Ok(false),
         }
+    }
+
+    /// Drops the SETs of decisions waiting in `tenant`'s poll stream `stream_id`, which was
+    /// disabled (up to [`DROPPED_AT_ONCE`] of them; any more are dropped when their hold ends).
+    /// How many it dropped.
+    pub async fn drop_polled(&self, tenant: &str, stream_id: &str) -> Result<usize, EngineError> {
+        let url = format!("{STREAM_SCHEME}{stream_id}");
+        let ids = self.store.queued_to(tenant, &url, DROPPED_AT_ONCE).await?;
+        let mut dropped = 0;
+        for id in ids {
+            let answer = PollAnswer::Dropped;
+            dropped += usize::from(self.answer_polled(tenant, stream_id, &id, answer).await?);
+        }
+        Ok(dropped)
     }
 
     /// Returns once every write made before it is durable. A delivery's record is in the store

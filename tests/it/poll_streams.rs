@@ -2,7 +2,8 @@
 //! creates a poll stream, polls its SETs (verified with the test's own JOSE code), gets an
 //! unacknowledged SET again with the same bytes, after a SIGKILL too, acknowledges it (then it
 //! is delivered and never handed out again), reports one in `setErrs` (failed with its `err`),
-//! waits in a long poll for a SET that comes meanwhile, and is handed at most `maxEvents`.
+//! waits in a long poll for a SET that comes meanwhile, is handed at most `maxEvents`, and on
+//! disabling the stream finds its SETs dropped and only the stream-updated SET left.
 
 use std::time::Duration;
 
@@ -167,4 +168,25 @@ async fn a_poll_reports_errors_waits_for_a_set_and_hands_out_at_most_max_events(
     let (sets, more) = poll(&client, &okta, &id, ack).await;
     assert_eq!(sets.iter().map(|s| &s.0).collect::<Vec<_>>(), [&second]);
     assert!(more);
+}
+
+#[tokio::test]
+async fn disabling_a_poll_stream_drops_its_waiting_sets_and_tells_it_so() {
+    let (_dir, _receiver, _idem, client) = start().await;
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    let id = poll_stream(&client, &okta).await;
+    let jti = set_delivery(&sim_swap_signal(&client, "+15550007878", "dropped-poll").await);
+    let body = json!({"stream_id": id, "status": "disabled"});
+    let r = call(&client, "POST", "streams/status", &okta, body).await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    let d = acme_delivery(&client, &jti).await;
+    assert_eq!(d["status"], "dropped", "at once: {d}");
+    // What is left to poll is the stream's own news.
+    let (sets, _) = poll(&client, &okta, &id, NOW()).await;
+    assert_eq!(sets.len(), 1, "{sets:?}");
+    let claims = claims_of(&client, &sets[0].1).await;
+    assert_eq!(
+        claims["events"]["https://schemas.openid.net/secevent/ssf/event-type/stream-updated"],
+        json!({"status": "disabled"})
+    );
 }

@@ -26,7 +26,9 @@ use crate::metrics::Metric;
 use crate::settings::Settings;
 use crate::store::{DeliveryWrite, Placement, Store, StoreError, Timed, Unit, Written};
 use crate::supervise::{Family, RegistryError};
-pub use state::{new_logs, queued_log, DeliveryState, Hold, InvalidDeliveryLog, NewLogs};
+pub use state::{
+    new_logs, queued_log, DeliveryState, Hold, InvalidDeliveryLog, NewLogs, PollAnswer,
+};
 use state::{outcome_label, placement, Redelivery};
 
 /// What delivery actors share.
@@ -124,11 +126,11 @@ pub enum DeliveryMsg {
         since_ms: Option<u64>,
         reply: RpcReplyPort<Result<DeliveryView, RedeliverError>>,
     },
-    /// A poll receiver acknowledged this SET (`refusal` none) or reported it in `setErrs`,
-    /// polling the stream whose destination is `url`: whether that answered it.
+    /// `answer` to this SET, waiting in the poll stream whose destination is `url`: whether
+    /// that answered it.
     Polled {
         url: String,
-        refusal: Option<String>,
+        answer: PollAnswer,
         reply: RpcReplyPort<bool>,
     },
     /// Time to check whether the actor has been idle long enough to stop.
@@ -381,17 +383,13 @@ impl Actor for DeliveryActor {
                     }
                 }
             }
-            DeliveryMsg::Polled {
-                url,
-                refusal,
-                reply,
-            } => {
+            DeliveryMsg::Polled { url, answer, reply } => {
                 if state.ctx.store.leases_due() {
                     state.reread().await?;
                 }
                 // As a redelivery: written at the log's end as this actor read it, fenced if
                 // another node wrote since (the caller asks a fresh actor again).
-                match state.delivery.polled(&url, refusal, now_ms()) {
+                match state.delivery.polled(&url, answer, now_ms()) {
                     Some((event, to)) => {
                         state.record(event, to, None).await?;
                         let _ = reply.send(true);
@@ -520,19 +518,19 @@ impl Deliveries {
         Err(RegistryError::Unavailable.into())
     }
 
-    /// Answers the SET `id` as a poll receiver did, polling the stream whose destination is
-    /// `url` (see [`DeliveryState::polled`]): whether that answered it, durably.
+    /// Gives `answer` to the SET `id`, waiting in the poll stream whose destination is `url`
+    /// (see [`DeliveryState::polled`]): whether that answered it, durably.
     pub async fn polled(
         &self,
         id: &str,
         url: &str,
-        refusal: Option<String>,
+        answer: PollAnswer,
     ) -> Result<bool, RedeliverError> {
         for _ in 0..MAX_ROUNDS {
             let actor = self.actor(id).await?;
             let polled = |reply| DeliveryMsg::Polled {
                 url: url.to_string(),
-                refusal: refusal.clone(),
+                answer: answer.clone(),
                 reply,
             };
             match actor.call(polled, None).await {

@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::metrics::Metric;
 use crate::settings::{Delivery, Settings};
 use crate::store::{DeliveryWrite, Placement};
+use crate::stream_event::about_the_stream;
 
 /// How many attempts a delivery's state keeps (the most recent; the total is counted).
 pub const KEPT_ATTEMPTS: usize = 100;
@@ -304,26 +305,28 @@ impl DeliveryState {
         Hold::Move(until_ms.min(deadline))
     }
 
-    /// What a poll receiver's answer about this SET does at `now_ms` (RFC 8936): acknowledged
-    /// (`refusal` none), it is delivered; reported in `setErrs`, it is failed with that error.
-    /// Only a queued SET to `url`, the stream polled, is answered; any other `jti` is nothing.
+    /// What `answer` does at `now_ms` to this SET waiting in a poll stream (RFC 8936). Only a
+    /// queued SET to `url`, the stream polled, is answered (any other `jti` is nothing), and a
+    /// stream's own events are never dropped.
     pub fn polled(
         &self,
         url: &str,
-        refusal: Option<String>,
+        answer: PollAnswer,
         now_ms: u64,
     ) -> Option<(DeliveryEvent, Placement)> {
         if self.record.url != url || self.placement.status != DeliveryStatus::Queued {
             return None;
         }
-        let next = match refusal {
-            None => NextStep::Delivered,
-            Some(_) => NextStep::Failed,
+        let (next, error) = match answer {
+            PollAnswer::Acknowledged => (NextStep::Delivered, None),
+            PollAnswer::Refused(error) => (NextStep::Failed, Some(error)),
+            PollAnswer::Dropped if about_the_stream(&self.record.action) => return None,
+            PollAnswer::Dropped => (NextStep::Dropped, Some("the stream is disabled".into())),
         };
         let attempt = AttemptRecord {
             at_ms: now_ms,
             code: None,
-            error: refusal,
+            error,
             latency_ms: 0,
             retry_after_ms: None,
         };
@@ -429,6 +432,17 @@ pub fn new_logs(decision: &Decision, outcomes: &[ActionOutcome], settings: &Sett
         });
     }
     logs
+}
+
+/// What becomes of a SET waiting in a poll stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PollAnswer {
+    /// Its receiver acknowledged it: delivered.
+    Acknowledged,
+    /// Its receiver reported it in `setErrs`: failed with this `err: description`.
+    Refused(String),
+    /// Its stream was disabled: dropped.
+    Dropped,
 }
 
 /// A new log of `record`, queued, due when it was made, with no attempt: a delivery held back

@@ -12,6 +12,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use idem_actors::delivery::PollAnswer;
 use idem_schemas::{Stream, StreamMethod};
 use serde_json::{Map, Value};
 use tokio::time::Instant;
@@ -120,11 +121,11 @@ pub async fn poll(
     }
     // Each answer is durable before this one is: an acknowledged SET is never handed out
     // again, whatever happens next.
-    let answers = asked.ack.iter().map(|id| (id, None));
-    let answers = answers.chain(asked.errors.iter().map(|(id, e)| (id, Some(e.clone()))));
-    for (id, refusal) in answers {
+    let acked = asked.ack.iter().map(|id| (id, PollAnswer::Acknowledged));
+    let refused = (asked.errors.iter()).map(|(id, e)| (id, PollAnswer::Refused(e.clone())));
+    for (id, answer) in acked.chain(refused) {
         app.engine
-            .answer_polled(&caller.tenant, &stream.id, id, refusal)
+            .answer_polled(&caller.tenant, &stream.id, id, answer)
             .await
             .map_err(engine_error)?;
     }

@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idem_schemas::timefmt::now_ms;
-use idem_schemas::{Stream, StreamConfig};
+use idem_schemas::{Stream, StreamConfig, StreamMethod, StreamState};
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::Value;
 
@@ -409,6 +409,12 @@ pub async fn set_status(
             reason,
         };
         caller.tell(&app, &id, updated).await?;
+    }
+    // A poll stream's waiting SETs are dropped now, as a push stream's are at their next look.
+    if state == StreamState::Disabled && was.state != state && was.method == StreamMethod::Poll {
+        if let Err(e) = app.engine.drop_polled(&caller.tenant, &id).await {
+            tracing::error!(error = %e, stream = %id, "a disabled poll stream's SETs wait for their hold to end");
+        }
     }
     Ok(Json(stream::status_view(&changed)).into_response())
 }
