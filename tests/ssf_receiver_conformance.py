@@ -40,6 +40,18 @@ def check(name, ok, detail=""):
     print(f"{'ok  ' if ok else 'FAIL'} {name} {detail if not ok else ''}")
 
 
+def verified_claims(token, keys):
+    """The claims of `token`, verified by jwcrypto under the key its `kid` names; {} if not."""
+    parsed = jws.JWS()
+    try:
+        parsed.deserialize(token)
+        parsed.verify(keys.get_key(parsed.jose_header.get("kid")), alg="ES256")
+        return json_decode(parsed.payload)
+    except Exception as e:  # jwcrypto raises its own InvalidJWSSignature
+        print(f"     {e}")
+        return {}
+
+
 class Receiver(http.server.BaseHTTPRequestHandler):
     """The provider's push endpoint: keeps each SET with its headers, answers 202."""
 
@@ -183,15 +195,7 @@ endpoints = ["http://127.0.0.1"]
             status, _, body = request(meta.get("verification_endpoint", ""), asked, bearer, "POST")
             check("a verification is asked for (204)", status == 204, f"{status} {body[:200]!r}")
             wait_for(received, 2)
-            verification = {}
-            if len(received) >= 2:
-                parsed = jws.JWS()
-                parsed.deserialize(received[1][1])
-                try:
-                    parsed.verify(keys.get_key(parsed.jose_header.get("kid")), alg="ES256")
-                    verification = json_decode(parsed.payload)
-                except Exception as e:
-                    print(f"     {e}")
+            verification = verified_claims(received[1][1], keys) if len(received) >= 2 else {}
             check("the verification SET verifies, names the stream and echoes the state",
                   verification.get("sub_id") == {"format": "opaque", "id": stream_id}
                   and verification.get("aud") == AUDIENCE
@@ -220,16 +224,7 @@ endpoints = ["http://127.0.0.1"]
             now = json.dumps({"returnImmediately": True}).encode()
             status, _, body = request(poll_url, now, bearer, "POST")
             sets = json.loads(body).get("sets", {}) if status == 200 else {}
-            token = sets.get(jti, "")
-            claims = {}
-            if token:
-                parsed = jws.JWS()
-                parsed.deserialize(token)
-                try:
-                    parsed.verify(keys.get_key(parsed.jose_header.get("kid")), alg="ES256")
-                    claims = json_decode(parsed.payload)
-                except Exception as e:
-                    print(f"     {e}")
+            claims = verified_claims(sets[jti], keys) if jti in sets else {}
             check("the poll hands out the decision's SET, verified",
                   list(sets) == [jti] and claims.get("jti") == jti
                   and claims.get("sub_id") == {"format": "phone_number", "phone_number": PHONE},

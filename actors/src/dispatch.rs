@@ -55,16 +55,9 @@ pub struct Dispatcher {
 pub enum Readiness {
     /// Attempted; a SET with its stream as read (none: to be read by the attempt).
     Go(Option<Stream>),
-    /// Not now.
-    Wait(Wait),
-}
-
-/// Why a SET waits rather than being attempted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wait {
-    /// Its push stream is paused: looked at again a cooldown later.
+    /// A SET whose push stream is paused: looked at again a cooldown later.
     Paused,
-    /// Its stream is polled: it waits for the receiver's acknowledgement.
+    /// A SET whose stream is polled: it waits for the receiver's acknowledgement.
     Polled,
 }
 
@@ -289,8 +282,8 @@ impl Dispatcher {
         let own = about_the_stream(&delivery.action);
         match (stream.method, stream.state) {
             (_, StreamState::Disabled) if !own => Readiness::Go(Some(stream)),
-            (StreamMethod::Poll, _) => Readiness::Wait(Wait::Polled),
-            (StreamMethod::Push, StreamState::Paused) if !own => Readiness::Wait(Wait::Paused),
+            (StreamMethod::Poll, _) => Readiness::Polled,
+            (StreamMethod::Push, StreamState::Paused) if !own => Readiness::Paused,
             _ => Readiness::Go(Some(stream)),
         }
     }

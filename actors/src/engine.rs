@@ -2,10 +2,10 @@
 //! store, the claim and delivery actor families, the retry worker and the sweeper, and stops
 //! them in order. Its operations are the service's: submit a keyed signal (to its claim actor),
 //! process a keyless one, tell a stream of itself, read, list and redeliver a tenant's
-//! deliveries, sweep. Everything the
-//! service makes durable is made durable below this handle, each thing in one place: a claim and
-//! its recovery point in the claim actor, an attempt in the delivery actor, a keyless signal's
-//! deliveries in [`Engine::keyless`], a stream's own SETs in [`Engine::tell_stream`], and what the deliveries API shows in [`Engine::read`].
+//! deliveries, sweep. Everything the service makes durable is made durable below this handle,
+//! each thing in one place: a claim and its recovery point in the claim actor, an attempt in the
+//! delivery actor, a keyless signal's deliveries in [`Engine::keyless`], a stream's own SETs in
+//! [`Engine::tell_stream`], and what the deliveries API shows in [`Engine::read`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,13 +14,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use idem_schemas::stored::STREAM_SCHEME;
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{
-    DecidedAction, Decision, DecisionRecord, DecisionView, DeliveryRecord, DeliveryStatus,
-    DeliveryView, StoredResponse, Stream, StreamState,
+    DecidedAction, Decision, DecisionRecord, DecisionView, DeliveryStatus, DeliveryView,
+    StoredResponse, Stream, StreamState,
 };
 
 use crate::claim::{first_response, ClaimContext, ClaimError, Claims, Reply, Submission};
 use crate::delivery::{
-    new_logs, queued_log, Deliveries, DeliveryContext, DeliveryError, PollAnswer, RedeliverError,
+    new_logs, queued_log, record_of, Deliveries, DeliveryContext, DeliveryError, PollAnswer,
+    RedeliverError,
 };
 use crate::digest::Digester;
 use crate::dispatch::{ClientError, Dispatcher, Keyring};
@@ -29,7 +30,7 @@ use crate::metrics::Metric;
 use crate::seal::Sealer;
 use crate::set;
 use crate::settings::Settings;
-use crate::store::{ClaimId, Halted, Node, SetKey, Store, StoreError, Unit};
+use crate::store::{ClaimId, Halted, Node, Store, StoreError, Unit};
 use crate::stream_event::{self, about_the_stream, StreamEvent};
 use crate::supervise::RegistryError;
 
@@ -325,28 +326,15 @@ impl Engine {
             id.clone(),
             now,
         )?;
-        let retention = self.settings.delivery_retention().as_millis() as u64;
-        let record = DeliveryRecord {
-            id: planned.id.clone(),
-            tenant: tenant.to_string(),
-            decision_id: String::new(),
-            action: planned.action.clone(),
-            url: planned.url.clone(),
-            body: planned.body.clone(),
-            created_at_ms: now,
-            expires_at_ms: now + retention,
-        };
+        // Of no decision: its record's decision id is empty.
+        let record = record_of(tenant, "", &planned, now, &self.settings);
         Metric::Moved {
             from: None,
             to: Some(DeliveryStatus::Queued),
         }
         .count();
-        let keys = SetKey {
-            delivery: id.clone(),
-            wrapped: planned.key.unwrap_or_default(),
-        };
         let unit = Unit::new()
-            .keep_set_keys(vec![keys])
+            .keep_set_keys(set::key_of(&planned).into_iter().collect())
             .write_deliveries(vec![queued_log(record)]);
         self.store.commit(unit).await?;
         Ok(id)

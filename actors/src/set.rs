@@ -171,15 +171,15 @@ pub fn open(
 /// The keys of `decision`'s SETs, as they ride with it while it is made (none once it was read
 /// back from the claim's log: they were kept when it was first claimed).
 pub fn keys(decision: &Decision) -> Vec<SetKey> {
-    let planned = decision.deliveries.iter();
-    planned
-        .filter_map(|d| {
-            Some(SetKey {
-                delivery: d.id.clone(),
-                wrapped: d.key.clone()?,
-            })
-        })
-        .collect()
+    decision.deliveries.iter().filter_map(key_of).collect()
+}
+
+/// The key of the SET `planned`, as it rides with it while it is made.
+pub fn key_of(planned: &PlannedDelivery) -> Option<SetKey> {
+    Some(SetKey {
+        delivery: planned.id.clone(),
+        wrapped: planned.key.clone()?,
+    })
 }
 
 /// The owner a push stream's sealed `authorization_header` is bound to: the stream.

@@ -18,7 +18,7 @@ use idem_schemas::timefmt::now_ms;
 use idem_schemas::{DeliveryEvent, DeliveryStatus, DeliveryView, PlannedDelivery};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::dispatch::{Dispatcher, Readiness, Wait};
+use crate::dispatch::{Dispatcher, Readiness};
 use crate::endpoint::Admission;
 use crate::failpoint;
 use crate::idle::IdleTimer;
@@ -27,7 +27,7 @@ use crate::settings::Settings;
 use crate::store::{DeliveryWrite, Placement, Store, StoreError, Timed, Unit, Written};
 use crate::supervise::{Family, RegistryError};
 pub use state::{
-    new_logs, queued_log, DeliveryState, Hold, InvalidDeliveryLog, NewLogs, PollAnswer,
+    new_logs, queued_log, record_of, DeliveryState, Hold, InvalidDeliveryLog, NewLogs, PollAnswer,
 };
 use state::{outcome_label, placement, Redelivery};
 
@@ -232,13 +232,13 @@ impl DeliveryActorState {
         let mut stream = None;
         let admission = match dispatcher.readiness(&record.tenant, &planned).await {
             // A SET to a paused stream: held, and looked at again a cooldown later.
-            Readiness::Wait(Wait::Paused) => {
+            Readiness::Paused => {
                 let cooldown = self.ctx.settings.delivery.breaker_cooldown;
                 Admission::Held(now_ms() + cooldown.as_millis() as u64)
             }
             // A SET to a poll stream: held until the receiver acknowledges it, or dead after
             // `max_hold` (one record, not a look every cooldown).
-            Readiness::Wait(Wait::Polled) => Admission::Held(u64::MAX),
+            Readiness::Polled => Admission::Held(u64::MAX),
             Readiness::Go(read) => {
                 stream = read;
                 let endpoints = dispatcher.endpoints();

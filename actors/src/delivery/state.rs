@@ -9,7 +9,7 @@ use idem_schemas::stored::stream_of;
 use idem_schemas::timefmt::rfc3339_millis;
 use idem_schemas::{
     ActionOutcome, ActionStatus, AttemptRecord, AttemptView, DeadReason, Decision, DeliveryEvent,
-    DeliveryRecord, DeliveryStatus, DeliveryView, NextStep,
+    DeliveryRecord, DeliveryStatus, DeliveryView, NextStep, PlannedDelivery,
 };
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -375,22 +375,13 @@ pub struct NewLogs {
 /// without an outcome was held back (its endpoint open, or busy, or its callbacks queued): it is
 /// created queued, due at once, with no attempt.
 pub fn new_logs(decision: &Decision, outcomes: &[ActionOutcome], settings: &Settings) -> NewLogs {
-    let retention = settings.delivery_retention().as_millis() as u64;
     let mut logs = NewLogs {
         writes: Vec::with_capacity(decision.deliveries.len()),
         counts: Vec::with_capacity(2 * decision.deliveries.len()),
     };
     for planned in &decision.deliveries {
-        let record = DeliveryRecord {
-            id: planned.id.clone(),
-            tenant: decision.tenant.clone(),
-            decision_id: decision.id.clone(),
-            action: planned.action.clone(),
-            url: planned.url.clone(),
-            body: planned.body.clone(),
-            created_at_ms: decision.created_at_ms,
-            expires_at_ms: decision.created_at_ms + retention,
-        };
+        let (tenant, made_at) = (&decision.tenant, decision.created_at_ms);
+        let record = record_of(tenant, &decision.id, planned, made_at, settings);
         let Some(outcome) = outcomes.iter().find(|o| o.delivery_id == planned.id) else {
             logs.counts.push(Metric::Moved {
                 from: None,
@@ -443,6 +434,28 @@ pub enum PollAnswer {
     Refused(String),
     /// Its stream was disabled: dropped.
     Dropped,
+}
+
+/// The record of `tenant`'s delivery `planned`, of the decision `decision_id` (empty: of
+/// none), made at `made_at_ms` and kept for the delivery retention.
+pub fn record_of(
+    tenant: &str,
+    decision_id: &str,
+    planned: &PlannedDelivery,
+    made_at_ms: u64,
+    settings: &Settings,
+) -> DeliveryRecord {
+    let retention = settings.delivery_retention().as_millis() as u64;
+    DeliveryRecord {
+        id: planned.id.clone(),
+        tenant: tenant.to_string(),
+        decision_id: decision_id.to_string(),
+        action: planned.action.clone(),
+        url: planned.url.clone(),
+        body: planned.body.clone(),
+        created_at_ms: made_at_ms,
+        expires_at_ms: made_at_ms + retention,
+    }
 }
 
 /// A new log of `record`, queued, due when it was made, with no attempt: a delivery held back

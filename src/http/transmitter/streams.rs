@@ -409,11 +409,12 @@ pub async fn set_status(
             reason,
         };
         caller.tell(&app, &id, updated).await?;
-    }
-    // A poll stream's waiting SETs are dropped now, as a push stream's are at their next look.
-    if state == StreamState::Disabled && was.state != state && was.method == StreamMethod::Poll {
-        if let Err(e) = app.engine.drop_polled(&caller.tenant, &id).await {
-            tracing::error!(error = %e, stream = %id, "a disabled poll stream's SETs wait for their hold to end");
+        // A poll stream's waiting SETs are dropped now, as a push stream's are at their next
+        // look.
+        if state == StreamState::Disabled && was.method == StreamMethod::Poll {
+            if let Err(e) = app.engine.drop_polled(&caller.tenant, &id).await {
+                tracing::error!(error = %e, stream = %id, "a disabled poll stream's SETs wait for their hold to end");
+            }
         }
     }
     Ok(Json(stream::status_view(&changed)).into_response())
