@@ -6,13 +6,16 @@ a push stream to its own HTTP server, and verifies every Security Event Token a 
 its `kid` names, the JOSE header, `iss`, `aud`, `jti`, `txn`, `sub_id`, the CAEP event, the
 RFC 8935 headers, and one SET however often the signal is retried; then it verifies its stream
 (SSF 8.1.4) and checks the verification SET, and polls a poll stream (RFC 8936) for a SET
-until it acknowledges it. Prints `N passed, M failed`
-and exits non-zero on a failure."""
+until it acknowledges it. Last, with idem stopped, it looks for the subject it used in every file
+of the data directory, or with `postgres` as argv[2] (idem on a fresh database of the local
+server, 127.0.0.1:5432, user postgres) in a `pg_dump` of it, `bytea` values decoded: it must be
+in none. Prints `N passed, M failed` and exits non-zero on a failure."""
 
 import base64
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -65,8 +68,36 @@ class Receiver(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def stored(tmp, database):
+    """What the store holds: every file of the data directory, or the database's dump with
+    each `bytea` value decoded from its hex."""
+    if database is None:
+        held = []
+        for root, _, files in os.walk(os.path.join(tmp, "data")):
+            for name in files:
+                with open(os.path.join(root, name), "rb") as f:
+                    held.append(f.read())
+        return held
+    dump = subprocess.run(["pg_dump", "--data-only", "--no-owner", database],
+                          capture_output=True, check=True).stdout
+    decoded = [bytes.fromhex(h.decode()) for h in re.findall(rb"\\\\x((?:[0-9a-f]{2})*)", dump)]
+    return [dump] + decoded
+
+
+def fresh_database():
+    """A new database on the local server (dropped at the end by `scripts/test`'s sweep)."""
+    name = f"idem_test_conformance_{os.getpid()}"
+    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc",
+                    f"DROP DATABASE IF EXISTS {name}"], check=True)
+    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc",
+                    f"CREATE DATABASE {name}"], check=True)
+    return f"postgres://postgres@127.0.0.1:5432/{name}"
+
+
 def main():
     binary = sys.argv[1]
+    database = fresh_database() if sys.argv[2:] == ["postgres"] else None
+    store = f'[store]\nbackend = "postgres"\nurl = "{database}"\n' if database else ""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     push_url = f"http://127.0.0.1:{server.server_address[1]}/ssf/events"
@@ -80,6 +111,7 @@ def main():
             f.write(f"""
 listen = "127.0.0.1:0"
 data_dir = "{tmp}/data"
+{store}
 [idempotency]
 key_secret = "ssf-receiver-conformance-key-secret-0123"
 [tenants.acme]
@@ -243,6 +275,17 @@ endpoints = ["http://127.0.0.1"]
             idem.terminate()
             idem.wait(timeout=10)
             server.shutdown()
+
+        # 7. The subject reached the receiver in clear; the store never held it so (where the
+        # stream it went to is found, so the search looks where the store writes).
+        held = stored(tmp, database)
+        where = "the database" if database else "the data directory"
+        stream_id = made.get("stream_id", "").encode()
+        check(f"{where} holds the stream", stream_id and any(stream_id in b for b in held),
+              f"{len(held)} places looked at")
+        check(f"{where} holds no subject in clear",
+              held and not any(PHONE.encode() in b or PHONE[1:].encode() in b for b in held),
+              f"{len(held)} places looked at")
     print(f"{results['passed']} passed, {results['failed']} failed")
     sys.exit(1 if results["failed"] else 0)
 

@@ -14,6 +14,8 @@
 //!    answer counts it accepted twice.
 //! 6. A SET makes exactly one decision per (iss, jti), pushed, polled or both, and every polled
 //!    SET is acknowledged; a CloudEvent makes one per (source, id).
+//! 7. The SETs of decisions to the tenant's own streams: see `streams`. A SET delivered was
+//!    answered 2xx by the receiver or acknowledged by a poll.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -26,6 +28,7 @@ use crate::receiver::Receiver;
 use crate::report::Report;
 use crate::sources::SourceOutcome;
 use crate::ssf::SetOutcome;
+use crate::streams::Run;
 use crate::MAX_RETRIES;
 
 /// The webhook-ids and bodies seen for one (decision, action).
@@ -46,6 +49,7 @@ pub async fn check(
     base: &str,
     outcome: &Outcome,
     sources: &Sources<'_>,
+    transmitted: Run,
     receiver: &Receiver,
 ) -> Report {
     let mut report = Report::default();
@@ -97,11 +101,16 @@ pub async fn check(
 
     // 4. Every delivery of every answered decision, to its end.
     let mut deliveries = BTreeSet::new();
+    // Every stream a decision listed a SET to.
+    let mut named = BTreeSet::new();
     for a in &outcome.answers {
         let v: Value = serde_json::from_slice(&a.body).unwrap_or_default();
         for action in v["actions"].as_array().into_iter().flatten() {
             if let Some(id) = action["delivery_id"].as_str() {
                 deliveries.insert(id.to_string());
+            }
+            if let Some(stream) = action["stream_id"].as_str() {
+                named.insert(stream.to_string());
             }
         }
     }
@@ -147,8 +156,24 @@ pub async fn check(
         views.push((id.clone(), view));
     }
 
-    // 2 and 3. What the receiver saw.
+    // 7. The SETs, once every poll stream's SET was acknowledged (or the deadline passed).
     let seen = receiver.seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let polled = transmitted.poller.finish().await;
+    let mut answered_ok: BTreeSet<String> = BTreeSet::new();
+    crate::streams::check(
+        base,
+        &transmitted.streams,
+        transmitted.pause,
+        &polled,
+        &seen,
+        &named,
+        &mut report,
+        &mut answered_ok,
+    )
+    .await;
+
+    // 2 and 3. What the receiver saw of callbacks.
+    let seen: Vec<_> = seen.into_iter().filter(|c| !c.is_set()).collect();
     let mut per_key: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut per_action: BTreeMap<(String, String), Sightings> = BTreeMap::new();
     for cb in &seen {
@@ -190,11 +215,11 @@ pub async fn check(
         });
     }
 
-    let answered_ok: BTreeSet<&str> = seen
-        .iter()
-        .filter(|c| c.answered_ok)
-        .map(|c| c.webhook_id.as_str())
-        .collect();
+    answered_ok.extend(
+        seen.iter()
+            .filter(|c| c.answered_ok)
+            .map(|c| c.webhook_id.clone()),
+    );
     for (id, view) in views {
         let Some(view) = view else {
             report.expect(false, || format!("{id}: delivery lost (404)"));
@@ -203,8 +228,11 @@ pub async fn check(
         let status = view["status"].as_str().unwrap_or("?").to_string();
         let attempts = view["attempts"].as_array().map_or(0, Vec::len);
         match status.as_str() {
-            "delivered" => report.expect(answered_ok.contains(id.as_str()), || {
-                format!("{id}: delivered, but the receiver never answered it 2xx")
+            "delivered" => report.expect(answered_ok.contains(&id), || {
+                format!(
+                    "{id}: delivered, but the receiver never answered it 2xx (to {})",
+                    view["url"]
+                )
             }),
             "dead" => report.expect(
                 attempts > MAX_RETRIES || view["dead_reason"] == "endpoint_open",

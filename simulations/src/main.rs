@@ -38,7 +38,11 @@
 //! A Shared Signals transmitter (`ssf`) sends `--sets` SETs, pushed, polled or both, re-sent,
 //! rotating its key mid-run: one decision per (iss, jti), every polled SET acknowledged. A
 //! mobile operator (`cloudevents`) sends `--cloudevents` CAMARA SIM swap events in every mode,
-//! re-sent: one decision per (source, id).
+//! re-sent: one decision per (source, id). The tenant is a Shared Signals transmitter too
+//! (`streams`): each `sim_swap` decision also goes as a SET to a push stream, a poll stream
+//! polled through every node, and a stream paused for a while (a disabled one must get none):
+//! one `jti` and one body per (decision, stream), nothing acknowledged handed out again, and
+//! what the pause held sent once it is enabled.
 
 mod check;
 mod clients;
@@ -52,6 +56,7 @@ mod rng;
 mod sources;
 mod ssf;
 mod stored;
+mod streams;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -289,6 +294,7 @@ async fn run(args: Args) -> Result<usize, String> {
         true => Some(Arc::new(Mutex::new(database::Server::serving(5432)?))),
         false => None,
     };
+    let transmitter_config = streams::config(dir.path())?;
     let mut bases = Vec::new();
     let mut nodes = Vec::new();
     // Each node's own route to the database, which a partition cuts (`--partitions`).
@@ -327,6 +333,7 @@ async fn run(args: Args) -> Result<usize, String> {
             format!(
                 r#"
 listen = "127.0.0.1:{port}"
+public_url = "{public_url}"
 data_dir = "{data}"
 {store}
 [idempotency]
@@ -339,14 +346,14 @@ schedule = ["200ms", "200ms", "200ms"]
 breaker_threshold = 2
 breaker_cooldown = "300ms"
 max_in_flight_per_endpoint = 4
-max_hold = "3s"
+max_hold = "5s"
 [tenants.sim]
 api_key = "sk_simulation_key"
 signing_secret = "{SIGNING_SECRET}"
 callback_secret = "{CALLBACK_SECRET}"
 [tenants.sim.playbooks.sim_swap]
 decision = "deny"
-actions = [ {{ name = "lock_account", url = "{recv}/lock" }}, {{ name = "open_case", url = "{recv}/case" }} ]
+actions = [ {{ name = "lock_account", url = "{recv}/lock" }}, {{ name = "open_case", url = "{recv}/case" }}, {revoke} ]
 [tenants.sim.playbooks.port_out]
 decision = "review"
 actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
@@ -383,7 +390,7 @@ secret = "{camara}"
 event = "{swapped}"
 type = "sim_swap"
 subject = "/data/phoneNumber"
-"#,
+{transmitter_config}"#,
                 okta = sources::OKTA_AUTH,
                 tx = transmitter.base,
                 ssf_issuer = ssf::ISSUER,
@@ -394,6 +401,8 @@ subject = "/data/phoneNumber"
                 swapped = cloudevents::SWAPPED,
                 data = node_dir.join("data").display(),
                 key_ttl = key_ttl,
+                public_url = streams::PUBLIC_URL,
+                revoke = streams::action(),
             ),
         )
         .map_err(|e| e.to_string())?;
@@ -452,6 +461,7 @@ subject = "/data/phoneNumber"
             .map_err(|e| e.to_string())?;
     }
     let nodes = Arc::new(Mutex::new(nodes));
+    let streams = streams::create(&bases[0], &recv, args.seed).await?;
 
     // Chaos: faults at random times on random nodes; restart whatever died, with new random
     // failpoints.
@@ -610,11 +620,13 @@ subject = "/data/phoneNumber"
     let source_think = Duration::from_millis(args.seconds * 1000 / batches.len().max(1) as u64);
     let sets = ssf::plan(args.seed, args.sets, &mut rng);
     let operator_events = cloudevents::plan(args.seed, args.cloudevents);
-    let (outcome, source, mut sets, operator) = tokio::join!(
+    let poller = streams::Poller::start(&streams, &bases, args.seed);
+    let (outcome, source, mut sets, operator, pause) = tokio::join!(
         clients::run(&bases, plan, args.clients, args.seed, think),
         sources::run(&bases, events, batches, args.seed, source_think),
         ssf::run(&transmitter, &bases, sets, args.seed, args.seconds),
-        cloudevents::run(&bases, operator_events, args.seed, args.seconds)
+        cloudevents::run(&bases, operator_events, args.seed, args.seconds),
+        streams::pause(&streams, &bases, args.seed, args.seconds)
     );
 
     stop.store(true, Ordering::SeqCst);
@@ -643,6 +655,11 @@ subject = "/data/phoneNumber"
             okta: &source,
             ssf: &sets,
             cloudevents: &operator,
+        },
+        streams::Run {
+            streams,
+            pause,
+            poller,
         },
         &receiver,
     )

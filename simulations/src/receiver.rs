@@ -1,7 +1,8 @@
 //! The fault-injecting receiver: a raw HTTP/1.1 server on loopback standing in for the tenant's
 //! systems. Each callback is verified and recorded, then answered with a seeded fault: 200, 503,
 //! 429 with `Retry-After`, a hang past idem's deadline, a connection reset, or a 200 whose body
-//! trickles in slowly.
+//! trickles in slowly. A Security Event Token pushed to a stream's endpoint (`/ssf/…`) is
+//! recorded the same way, its signature left to the checker (`streams`), which knows the keys.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,6 +24,17 @@ pub struct Callback {
     pub signature_ok: bool,
     /// Whether it was answered 2xx (an effect happened).
     pub answered_ok: bool,
+    /// The request's path.
+    pub path: String,
+    /// When it arrived, in ms since the epoch.
+    pub at_ms: u64,
+}
+
+impl Callback {
+    /// Whether it is a pushed SET rather than a callback.
+    pub fn is_set(&self) -> bool {
+        self.path.starts_with("/ssf/")
+    }
 }
 
 /// The faults, with their weights.
@@ -123,6 +135,11 @@ async fn serve(
         }
     };
     let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let path = head
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
     let header = |name: &str| {
         head.lines()
             .find_map(|l| {
@@ -143,7 +160,8 @@ async fn serve(
     }
     let body = buf[head_end..head_end + length].to_vec();
     let webhook_id = header("webhook-id");
-    let now = idem_schemas::timefmt::now_ms() as i64 / 1000;
+    let now_ms = idem_schemas::timefmt::now_ms();
+    let now = now_ms as i64 / 1000;
     let signature_ok = verify(
         std::slice::from_ref(secret),
         &webhook_id,
@@ -163,6 +181,8 @@ async fn serve(
                 body: body.clone(),
                 signature_ok,
                 answered_ok,
+                path: path.clone(),
+                at_ms: now_ms,
             })
     };
     const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";

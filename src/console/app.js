@@ -330,7 +330,9 @@ function actionSection(action, res) {
       canRedeliver(status) ? redeliverButton(action.delivery_id) : null),
     fields([
       ['Delivery', el('span', { class: 'mono', text: action.delivery_id })],
-      ['URL', v ? el('span', { class: 'mono break', text: v.url }) : null],
+      action.stream_id
+        ? ['Stream', el('span', { class: 'mono', text: action.stream_id })]
+        : ['URL', v ? el('span', { class: 'mono break', text: v.url }) : null],
       ['Attempts', v ? v.attempts_total.toLocaleString() : null],
       ['Next attempt', v && status === 'queued' && v.next_attempt_at ? timeEl(v.next_attempt_at) : null],
       ['Dead because', v && v.dead_reason ? DEAD_REASONS[v.dead_reason] ?? v.dead_reason : null],
@@ -390,12 +392,17 @@ const NO_DELIVERIES = {
   dropped: 'Nothing dropped: no Security Event Token found its stream disabled.',
 };
 
+/** Where a delivery goes: a callback's URL, or the stream a Security Event Token goes to. */
+function destination(url) {
+  return url.startsWith('ssf:') ? `stream ${url.slice(4)}` : url;
+}
+
 /** One row of the deliveries table; columns depend on the tab. */
 function deliveryRow(d, tab) {
   return el('tr', { 'data-id': d.id },
     el('td', { class: 'nowrap' }, timeEl(d.created_at)),
     el('td', { title: d.id, text: d.action }),
-    el('td', { class: 'mono url', title: d.url, text: d.url }),
+    el('td', { class: 'mono url', title: d.url, text: destination(d.url) }),
     el('td', {}, statusBadge(d.status)),
     el('td', { class: 'numeric', text: d.attempts_total.toLocaleString() }),
     el('td', {}, outcome((d.attempts ?? []).at(-1))),
@@ -423,7 +430,7 @@ const deliveriesView = {
   },
   render(r, { rows, next }) {
     if (!rows.length) return [el('p', { id: 'empty', class: 'empty', text: NO_DELIVERIES[r.status] })];
-    const heads = ['Created', 'Action', 'URL', 'Status', 'Attempts', 'Last outcome'];
+    const heads = ['Created', 'Action', 'Destination', 'Status', 'Attempts', 'Last outcome'];
     if (r.status === 'queued') heads.push('Next attempt');
     heads.push('Decision');
     if (canRedeliver(r.status)) heads.push('.Redeliver');

@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use fantoccini::elements::Element;
 use serde_json::json;
 
 use crate::support::browser::Browser;
@@ -81,6 +82,16 @@ async fn post_signal(client: &Client, subject: &str) -> (String, String) {
     )
 }
 
+/// Types `key` into the sign-in form's `field` and submits it.
+async fn submit_key(browser: &Browser, field: &Element, key: &str) {
+    browser.type_into(field, key).await;
+    let submit = browser
+        .find("#signin button[type=submit]")
+        .await
+        .expect("sign-in button");
+    browser.click(&submit).await;
+}
+
 async fn storage(browser: &Browser) -> serde_json::Value {
     browser
         .script(
@@ -114,18 +125,12 @@ async fn an_engineer_follows_a_dead_callback_to_its_redelivery_in_the_console() 
         .await;
     let key = browser.wait_for("#key", "the sign-in form").await;
     shot(&browser, "sign-in").await;
-    browser.type_into(&key, "sk_not_a_key").await;
-    let submit = browser
-        .find("#signin button[type=submit]")
-        .await
-        .expect("sign-in button");
-    browser.click(&submit).await;
+    submit_key(&browser, &key, "sk_not_a_key").await;
     browser
         .wait_text("#signin-error", "a wrong key refused", |t| !t.is_empty())
         .await;
     assert_eq!(storage(&browser).await["session"], json!(null));
-    browser.type_into(&key, API_KEY).await;
-    browser.click(&submit).await;
+    submit_key(&browser, &key, API_KEY).await;
     browser
         .wait_text("#tenant", "signed in", |t| t == "acme")
         .await;
@@ -510,4 +515,74 @@ async fn the_console_is_served_from_the_binary_under_a_strict_policy() {
         .await
         .json();
     assert_eq!(view["source"], json!(null), "{view}");
+}
+
+#[tokio::test]
+async fn a_decisions_security_event_token_shows_the_stream_it_goes_to() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = dir.path().join("acme-ec.pem");
+    std::fs::write(&key, devtools::jose::ec_pem()).expect("write key");
+    let config = settings(&store_section(), &dir.path().join("data"), "", DELIVERY)
+        + &format!(
+            r#"
+[tenants.acme]
+api_key = "{API_KEY}"
+
+[tenants.acme.playbooks.sim_swap]
+decision = "deny"
+actions = [ {{ name = "revoke", set = "{revoked}", subject_format = "phone_number" }} ]
+
+[tenants.acme.ssf]
+signing_keys = ["{key}"]
+[tenants.acme.ssf.receivers.okta]
+client_secret = "okta-console-client-secret"
+audience = "https://okta.example.test"
+"#,
+            revoked = crate::transmitter::REVOKED,
+            key = key.display(),
+        );
+    let idem = Idem::start(dir.path(), &config);
+    let api = Client::new(&idem.base);
+    let token = crate::transmitter::token(&api, "acme", "okta", "okta-console-client-secret").await;
+    let body = json!({"delivery": {"method": crate::transmitter::POLL},
+                      "events_requested": [crate::transmitter::REVOKED]});
+    let r = crate::transmitter::call(&api, "POST", "streams", &token, body).await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let stream = r.json()["stream_id"].as_str().expect("id").to_string();
+    let (decision, jti) = post_signal(&api, "+15550009").await;
+
+    let browser = Browser::start().await;
+    let console = format!("{}/console", idem.base);
+    browser.open(&console).await;
+    let key = browser.wait_for("#key", "the sign-in form").await;
+    submit_key(&browser, &key, API_KEY).await;
+    browser
+        .wait_text("#tenant", "signed in", |t| t == "acme")
+        .await;
+
+    // The decision's SET names its stream where a callback names its URL.
+    browser
+        .open(&format!("{console}#/decisions/{decision}"))
+        .await;
+    let action = format!(".action[data-delivery=\"{jti}\"]");
+    let shown = browser
+        .wait_text(&action, "the SET's action", |t| t.contains(&stream))
+        .await;
+    assert!(
+        shown.contains("Stream") && !shown.contains("URL"),
+        "{shown}"
+    );
+    assert!(shown.contains("queued"), "waiting to be polled: {shown}");
+    // The queued deliveries list it by its stream too.
+    let queued = browser.find("#fig-queued").await.expect("queued figure");
+    browser.click(&queued).await;
+    let row = browser
+        .wait_text(
+            &format!("#deliveries tr[data-id=\"{jti}\"]"),
+            "the queued SET",
+            |t| t.contains("queued"),
+        )
+        .await;
+    assert!(row.contains(&format!("stream {stream}")), "{row}");
+    assert!(!row.contains("ssf:"), "{row}");
 }
