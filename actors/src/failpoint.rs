@@ -3,7 +3,9 @@
 //! crate: from the `FAILPOINTS` environment variable (`name=action;…`) at start, or at run time
 //! with `fail::cfg`. The `return` action kills the whole process on the spot, as SIGKILL would
 //! (no flush, no cleanup); `panic` panics in the actor running the step; `sleep(ms)` pauses.
-//! `bulk.part_way` kills a bulk redelivery once one of its redeliveries is durable. Two switches
+//! `bulk.part_way` kills a bulk redelivery once one of its redeliveries is durable;
+//! `store.start_part_way` kills sled's store part-way through a start with queued deliveries,
+//! once those are written to its files and before its claim record is. Two switches
 //! are not crash points: `store.sync` makes sled's group commit fail its sync with
 //! an I/O error, as a failing disk would, and `sabotage` (below).
 
@@ -19,8 +21,16 @@ pub const POINTS: [&str; 5] = [
 /// Evaluates the failpoint `name` (nothing, without the `failpoints` feature).
 #[inline(always)]
 pub fn hit(name: &'static str) {
+    hit_after(name, || ());
+}
+
+/// Evaluates the failpoint `name`, and should it kill, runs `first` just before (nothing,
+/// without the `failpoints` feature).
+#[inline(always)]
+pub fn hit_after(name: &'static str, first: impl FnOnce()) {
     #[cfg(feature = "failpoints")]
     if fail::eval(name, |_| ()).is_some() {
+        first();
         tracing::warn!(point = name, "failpoint: killing the process");
         // SAFETY: kill(2) on our own pid; SIGKILL cannot be caught, nothing runs after it.
         unsafe {
@@ -28,7 +38,7 @@ pub fn hit(name: &'static str) {
         }
     }
     #[cfg(not(feature = "failpoints"))]
-    let _ = name;
+    let _ = (name, first);
 }
 
 /// True when the switch `name` is set to `return` (always false without the feature). Used by

@@ -5,7 +5,8 @@
 //! bytes before the recovery point and nothing re-run after it, an unrecorded retry attempt made
 //! again. A group commit whose sync fails halts the store: the process exits by itself, and its
 //! restart replays every answered key. With every group commit slowed, a source event's queued
-//! callback still waits until its claim is durable. A bulk redelivery killed part-way and taken
+//! callback still waits until its claim is durable, and one killed part-way through its write
+//! sends no callback of a decision never made. A bulk redelivery killed part-way and taken
 //! over redelivers what it matched when it was claimed, each delivery once.
 
 use std::os::unix::process::ExitStatusExt;
@@ -351,6 +352,39 @@ async fn a_queued_callback_waits_for_its_claim_to_be_durable() {
             "a callback left {after:?} after the event, before its claim was durable"
         );
     }
+}
+
+/// sled's store killed part-way through a source event's one write (`store.start_part_way`):
+/// its queued callback in sled's files, its claim record not. The restarted store undoes that
+/// callback, so the provider's retry makes the one decision, whose one callback goes out. This
+/// is sled's own write order, so it runs on sled whatever `IDEM_TEST_STORE` says.
+#[tokio::test]
+async fn a_start_killed_between_its_queued_callback_and_its_claim_sends_one_callback() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let delivery = "inline_timeout = \"1s\"\nschedule = [\"40ms\"]";
+    let config = settings("", &dir.path().join("data"), "", delivery)
+        + &with_okta_hook(&test_tenants(&receiver));
+    let failpoint = [("FAILPOINTS", "store.start_part_way=return")];
+    let idem = Idem::start_env(dir.path(), &config, &failpoint);
+    let event = || okta_hook_delivery("evt-cut", "cut@example.com");
+    let client = Client::new(&idem.base);
+    let r = client
+        .try_send("POST", "/v1/sources/beta/hook", event())
+        .await;
+    assert!(r.is_err(), "the process dies before answering");
+    let (status, config) = idem.wait_exit().await;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "killed on the spot");
+    let idem = Idem::start_with(config, &[]);
+    let client = Client::new(&idem.base);
+    let r = client.send("POST", "/v1/sources/beta/hook", event()).await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    receiver.wait_for(1).await;
+    // Past a few ticks of the retry worker: nothing else goes.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let seen = receiver.seen();
+    let ids: Vec<&str> = seen.iter().map(|c| c.header("webhook-id")).collect();
+    assert_eq!(ids.len(), 1, "one decision's one callback: {ids:?}");
 }
 
 /// A keyless signal of beta (one callback, `/notify`): its delivery id once it is dead.

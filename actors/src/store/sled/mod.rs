@@ -4,7 +4,6 @@
 //! sled's flush and an `fdatasync` have covered it; units become durable in the order they were
 //! applied.
 
-mod atomic;
 mod claims;
 mod commit;
 mod decisions;
@@ -12,6 +11,7 @@ mod deliveries;
 mod endpoints;
 mod format;
 mod keys;
+mod pending;
 mod set_keys;
 mod streams;
 #[cfg(test)]
@@ -55,6 +55,8 @@ pub struct SledStore {
     streams: ::sled::Tree,
     /// The key each SET is sealed under, by delivery id, until its delivery ends.
     set_keys: ::sled::Tree,
+    /// `claim → marker` of each start with queued deliveries being applied (see `pending`).
+    pending_starts: ::sled::Tree,
     commits: GroupCommit,
     /// Held (shared) while a unit that writes delivery logs is applied, and (alone) while the
     /// retry queue is read: a delivery's queue entry goes in before its records (so that a
@@ -70,7 +72,7 @@ impl SledStore {
     pub fn open(dir: &Path, in_flight_timeout: Duration) -> Result<Arc<Self>, StoreError> {
         std::fs::create_dir_all(dir)?;
         let db = format::open(dir)?;
-        Ok(Arc::new(SledStore {
+        let store = Arc::new(SledStore {
             claims: db.open_tree("claims")?,
             claim_logs: db.open_tree("claim_logs")?,
             deliveries: db.open_tree("deliveries")?,
@@ -83,11 +85,17 @@ impl SledStore {
             endpoints: db.open_tree("endpoints")?,
             streams: db.open_tree("ssf_streams")?,
             set_keys: db.open_tree("set_keys")?,
+            pending_starts: db.open_tree("pending_starts")?,
             commits: GroupCommit::start(db.clone(), dir)?,
             applying: RwLock::new(()),
             in_flight_timeout_ms: in_flight_timeout.as_millis() as u64,
             db,
-        }))
+        });
+        let undone = store.settle_starts()?;
+        if undone > 0 {
+            tracing::warn!(undone, "starts a crash cut off part-way were undone");
+        }
+        Ok(store)
     }
 
     /// How many keys have a claim index entry.
@@ -107,8 +115,8 @@ impl SledStore {
         let carries = !unit.deliveries.is_empty()
             || !unit.decisions.is_empty()
             || !unit.erase_keys.is_empty();
-        // A start that carries delivery logs is one transaction (see `atomic`).
-        let atomic = !unit.deliveries.is_empty();
+        // A start that carries delivery logs is marked while it is applied (see `pending`).
+        let marked = !unit.deliveries.is_empty();
         let refused = match &unit.claim {
             // What an append carries is written before it, so its whole rule is asked first;
             // without cargo, its own write is the check of the log's end.
@@ -119,7 +127,7 @@ impl SledStore {
                 };
                 (!granted).then_some(Written::Fenced)
             }
-            Some(ClaimWrite::Start(id, events)) if atomic || !unit.keep_keys.is_empty() => {
+            Some(ClaimWrite::Start(id, events)) if marked || !unit.keep_keys.is_empty() => {
                 self.refuses_start(id, events)?
             }
             _ => None,
@@ -135,17 +143,27 @@ impl SledStore {
                 return Ok(Written::Fenced);
             }
         }
-        // A start that carries delivery logs (a decision whose callbacks are queued) is one
-        // transaction, refused whole should the key be taken meanwhile (see `atomic`). One that
-        // carries only SET keys writes them before its claim record, as delivery logs go before
-        // theirs: should the start lose after all, a key is left that opens nothing kept.
-        if matches!(unit.claim, Some(ClaimWrite::Start(..))) && atomic {
-            return self.start_atomically(unit);
-        }
+        // A start that carries delivery logs (a decision whose callbacks are queued) is marked
+        // first, and undone should it lose at its claim record (see `pending`). One that carries
+        // only SET keys writes them before its claim record, as delivery logs go before theirs:
+        // should the start lose after all, a key is left that opens nothing kept.
+        let pending = match &unit.claim {
+            Some(ClaimWrite::Start(id, events)) if marked => {
+                let head = claims::first_head(id.clone(), events)?;
+                Some(self.mark_start(id, head.generation, &unit)?)
+            }
+            _ => None,
+        };
         // A SET's key before its delivery, so the delivery is never found without it.
         self.keep_set_keys(&unit)?;
         for write in &unit.deliveries {
             self.write_delivery(write, unit.skip_existing)?;
+        }
+        if pending.is_some() {
+            // A crash between the deliveries and the claim record, once sled's files hold them.
+            crate::failpoint::hit_after("store.start_part_way", || {
+                let _ = self.db.flush();
+            });
         }
         let written = match unit.claim.clone() {
             None => Written::Nothing,
@@ -159,11 +177,15 @@ impl SledStore {
             },
         };
         // The decision is kept with the claim record that makes it, never for a refused one.
-        if rule::writes_with(&written) {
+        let granted = rule::writes_with(&written);
+        if granted {
             for decision in &unit.decisions {
                 self.keep_decision(decision)?;
             }
             self.erase_set_keys(&unit)?;
+        }
+        if let Some(pending) = pending {
+            self.end_start(pending, granted)?;
         }
         Ok(written)
     }

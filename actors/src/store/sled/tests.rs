@@ -637,3 +637,72 @@ fn a_read_of_the_retry_queue_never_finds_a_delivery_part_written() {
     }
     writer.join().expect("writer");
 }
+
+#[tokio::test]
+async fn a_start_cut_off_part_way_is_undone_on_reopening_unless_its_claim_record_is_there() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = now_ms();
+    let (cut, whole) = (claim_id("acme", 10), claim_id("acme", 11));
+    let start = |id: &ClaimId, delivery_id: &str| {
+        Unit::new()
+            .write_deliveries(vec![delivery(delivery_id, t)])
+            .start_claim(id.clone(), vec![claimed(t, 60_000), done()])
+    };
+    {
+        let store = open(dir.path());
+        // Cut off after its delivery: marked, the delivery written, no claim record.
+        let unit = start(&cut, "msg_cut");
+        store.mark_start(&cut, t, &unit).expect("mark");
+        for write in unit.delivery_writes() {
+            store.write_delivery(write, false).expect("write");
+        }
+        // Cut off after its claim record, before its marker was removed.
+        let unit = start(&whole, "msg_whole");
+        store.mark_start(&whole, t, &unit).expect("mark");
+        for write in unit.delivery_writes() {
+            store.write_delivery(write, false).expect("write");
+        }
+        let written = store
+            .start_claim(whole.clone(), vec![claimed(t, 60_000), done()])
+            .expect("claim");
+        assert!(matches!(written, Written::Claimed(..)));
+        store.db.flush().expect("flush");
+    }
+    let store = open(dir.path());
+    assert!(!store.exists("msg_cut").expect("exists"), "undone");
+    assert!(store.exists("msg_whole").expect("exists"), "kept whole");
+    let due = store.read_due(t + 1, 10).expect("due");
+    let due: Vec<&str> = due.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(due, ["msg_whole"]);
+    let queued = store.read_queued_by_endpoint("acme").expect("count");
+    assert_eq!(queued.get("http://127.0.0.1:9/"), Some(&1), "{queued:?}");
+    let listed = store
+        .read_listing("acme", Some(DeliveryStatus::Queued), None, 10)
+        .expect("listing");
+    assert_eq!(listed, [(DeliveryStatus::Queued, "msg_whole".to_string())]);
+    assert_eq!(store.pending_starts.len(), 0, "every marker settled");
+}
+
+#[tokio::test]
+async fn a_start_refused_at_its_claim_record_undoes_its_deliveries_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let (id, t) = (claim_id("acme", 12), now_ms());
+    // A log of the same generation is there already, which no index entry names: the start
+    // finds the key free, writes its delivery, and loses at its claim record.
+    let head = super::claims::first_head(id.clone(), &[claimed(t, 60_000)]).expect("head");
+    store
+        .claim_logs
+        .insert(log_key(&log_prefix(&head), 0), b"another writer's".to_vec())
+        .expect("insert");
+    let unit = Unit::new()
+        .write_deliveries(vec![delivery("msg_lost", t)])
+        .start_claim(id.clone(), vec![claimed(t, 60_000), done()]);
+    let written = commit(&store, unit).await;
+    assert!(!super::rule::writes_with(&written), "refused: {written:?}");
+    assert!(!store.exists("msg_lost").expect("exists"));
+    assert!(store.read_due(t + 1, 10).expect("due").is_empty());
+    let queued = store.read_queued_by_endpoint("acme").expect("count");
+    assert!(queued.is_empty(), "{queued:?}");
+    assert_eq!(store.pending_starts.len(), 0);
+}
