@@ -6,8 +6,9 @@
 //! random, long polls and immediate ones, acknowledging what it got in its next poll (or
 //! later), until the checker is done. Then it checks, with the tenant's published keys: every
 //! SET verifies; each (decision, stream) came under one `jti` with one body; nothing
-//! acknowledged was handed out again; the paused stream got no decision's SET while paused, and
-//! some it held came after; the disabled stream got none.
+//! acknowledged was handed out again; the paused stream got no decision's SET while paused
+//! (what it held is sent after, as every delivery must end delivered); the disabled stream got
+//! none.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -436,8 +437,10 @@ pub async fn check(
     }
 
     // The disabled stream got no decision's SET, and no answer named it; the paused one got none
-    // while paused, and those it held came after: a decision whose SET reached `push` while
-    // `paused` was paused had its SET to `paused` held.
+    // while paused (each of its deliveries must still end delivered, with the rest). How many it
+    // held and sent after is told: a decision whose SET reached `push` while `paused` was paused,
+    // and reached `paused` after it was enabled (none, when a fault stopped every decision of
+    // the pause).
     let off = first.keys().filter(|(s, _)| *s == "off").count();
     report.expect(off == 0, || format!("the disabled stream got {off} SETs"));
     report.expect(!named.contains(&streams.off), || {
@@ -451,16 +454,14 @@ pub async fn check(
         format!("the paused stream got {early} SETs while paused")
     });
     let held = (first.iter())
-        .filter(|((s, txn), at)| *s == "push" && paused.contains(*at) && !txn.is_empty())
+        .filter(|((s, txn), _)| *s == "push" && !txn.is_empty())
+        .filter(|(_, at)| (pause.paused_ms..pause.resumed_ms).contains(*at))
         .filter(|((_, txn), _)| {
             first
                 .get(&("paused", txn.clone()))
                 .is_some_and(|at| *at >= pause.resumed_ms)
         })
         .count();
-    report.expect(held > 0, || {
-        "no decision of the pause reached the paused stream after it was enabled".to_string()
-    });
     let ids = [&streams.push, &streams.paused, &streams.off, &streams.poll];
     println!(
         "streams: {pushes} SETs pushed ({} decisions' to a stream), {} handed out by {} polls \

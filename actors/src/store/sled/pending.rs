@@ -65,11 +65,13 @@ impl SledStore {
         unit: &Unit,
     ) -> Result<Pending, StoreError> {
         let mut entries = Vec::new();
+        let mut new = Vec::new();
         for write in unit.delivery_writes() {
             if write.first_seq == 0 && unit.skips_existing() && self.exists(&write.id)? {
                 continue;
             }
             let id = &write.id;
+            new.push(id.as_str());
             for (n, event) in write.events.iter().enumerate() {
                 if let DeliveryEvent::Created(record) = event {
                     entries.push((Tree::Expiry, time_key(record.expires_at_ms, id)));
@@ -92,8 +94,11 @@ impl SledStore {
                 }
             }
         }
+        // The keys of the deliveries it makes (one that exists already keeps its own).
         for key in unit.set_keys() {
-            entries.push((Tree::SetKeys, key.delivery.as_bytes().to_vec()));
+            if new.contains(&key.delivery.as_str()) {
+                entries.push((Tree::SetKeys, key.delivery.as_bytes().to_vec()));
+            }
         }
         let pending = Pending {
             key: claim_key(claim),
@@ -128,8 +133,8 @@ impl SledStore {
     /// undone. Run when the store opens, before anything reads it.
     pub(super) fn settle_starts(&self) -> Result<usize, StoreError> {
         let mut undone = 0;
-        for entry in self.pending_starts.iter() {
-            let (key, value) = entry?;
+        let markers: Vec<_> = self.pending_starts.iter().collect::<Result<_, _>>()?;
+        for (key, value) in markers {
             let marker: Marker = codec::decode(&value)?;
             let named = match self.claims.get(&key)? {
                 Some(index) => Index::parse(&index)?.generation == marker.generation,
