@@ -158,13 +158,10 @@ pub async fn check(
 
     // 7. The SETs, once every poll stream's SET was acknowledged (or the deadline passed).
     let seen = receiver.seen.lock().map(|s| s.clone()).unwrap_or_default();
-    let polled = transmitted.poller.finish().await;
     let mut answered_ok: BTreeSet<String> = BTreeSet::new();
     crate::streams::check(
         base,
-        &transmitted.streams,
-        transmitted.pause,
-        &polled,
+        transmitted,
         &seen,
         &named,
         &mut report,

@@ -189,26 +189,29 @@ pub async fn pause(streams: &Streams, bases: &[String], seed: u64, seconds: u64)
     let http = reqwest::Client::new();
     let mut rng = Rng::new(seed.wrapping_mul(17).wrapping_add(3));
     tokio::time::sleep(Duration::from_millis(seconds * 250)).await;
-    let mut status = |state: &str| {
-        let body = json!({"stream_id": streams.paused, "status": state});
-        let (http, token) = (http.clone(), streams.token.clone());
-        let mut rng = Rng::new(rng.range(0, u64::MAX));
-        async move {
-            let answered = call(&http, bases, &mut rng, &token, "streams/status", body).await;
-            if let Err(e) = answered {
-                eprintln!("simulations: the paused stream: {e}");
-            }
-            idem_schemas::timefmt::now_ms()
-        }
-    };
-    let paused_ms = status("paused").await;
+    set_paused(&http, bases, &mut rng, streams, "paused").await;
+    let paused_ms = idem_schemas::timefmt::now_ms();
     tokio::time::sleep(PAUSE).await;
     // Enabled from the moment it is asked: an attempt may go before the answer comes.
-    let asked = idem_schemas::timefmt::now_ms();
-    status("enabled").await;
+    let resumed_ms = idem_schemas::timefmt::now_ms();
+    set_paused(&http, bases, &mut rng, streams, "enabled").await;
     Pause {
         paused_ms,
-        resumed_ms: asked,
+        resumed_ms,
+    }
+}
+
+/// Sets the paused stream's status to `state`, through nodes at random.
+async fn set_paused(
+    http: &reqwest::Client,
+    bases: &[String],
+    rng: &mut Rng,
+    streams: &Streams,
+    state: &str,
+) {
+    let body = json!({"stream_id": streams.paused, "status": state});
+    if let Err(e) = call(http, bases, rng, &streams.token, "streams/status", body).await {
+        eprintln!("simulations: the paused stream: {e}");
     }
 }
 
@@ -320,21 +323,24 @@ struct Seen<'a> {
     claims: Value,
 }
 
-/// Checks the streams (module doc), `named` being every stream a decision's answer listed a SET
-/// to, and adds to `delivered` every SET `jti` the receiver answered 2xx or the poll client
-/// acknowledged (answered or not: a poll whose answer was lost may have been taken), for the
-/// checker's test of delivered SETs.
-#[allow(clippy::too_many_arguments)]
+/// Stops the poll client and checks the streams (module doc), `named` being every stream a
+/// decision's answer listed a SET to, and adds to `delivered` every SET `jti` the receiver
+/// answered 2xx or the poll client acknowledged (answered or not: a poll whose answer was lost
+/// may have been taken), for the checker's test of delivered SETs.
 pub async fn check(
     base: &str,
-    streams: &Streams,
-    pause: Pause,
-    polled: &Polled,
+    run: Run,
     pushed: &[Callback],
     named: &BTreeSet<String>,
     report: &mut Report,
     delivered: &mut BTreeSet<String>,
 ) {
+    let Run {
+        streams,
+        pause,
+        poller,
+    } = run;
+    let polled = &poller.finish().await;
     let http = reqwest::Client::new();
     let jwks = match http.get(format!("{base}/ssf/sim/jwks")).send().await {
         Ok(r) => json_of(r).await.unwrap_or_default(),

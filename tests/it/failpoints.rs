@@ -379,12 +379,24 @@ async fn a_start_killed_between_its_queued_callback_and_its_claim_sends_one_call
     let client = Client::new(&idem.base);
     let r = client.send("POST", "/v1/sources/beta/hook", event()).await;
     assert_eq!(r.status, 200, "{}", text(&r));
-    receiver.wait_for(1).await;
-    // Past a few ticks of the retry worker: nothing else goes.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let seen = receiver.seen();
-    let ids: Vec<&str> = seen.iter().map(|c| c.header("webhook-id")).collect();
-    assert_eq!(ids.len(), 1, "one decision's one callback: {ids:?}");
+    // Once nothing is queued, every delivery the store holds has gone: one, sent once.
+    let listed = eventually(
+        Duration::from_secs(10),
+        || async {
+            let page = client
+                .send("GET", "/v1/deliveries", Req::new("").beta())
+                .await;
+            page.json()["data"].as_array().cloned().unwrap_or_default()
+        },
+        |data| !data.is_empty() && data.iter().all(|d| d["status"] != "queued"),
+    )
+    .await;
+    let stored: Vec<&str> = listed.iter().filter_map(|d| d["id"].as_str()).collect();
+    let sent: Vec<String> = (receiver.seen().iter())
+        .map(|c| c.header("webhook-id").to_string())
+        .collect();
+    assert_eq!(stored.len(), 1, "one decision's one delivery: {stored:?}");
+    assert_eq!(sent, stored, "sent once");
 }
 
 /// A keyless signal of beta (one callback, `/notify`): its delivery id once it is dead.

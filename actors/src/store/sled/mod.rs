@@ -147,13 +147,7 @@ impl SledStore {
         // first, and undone should it lose at its claim record (see `pending`). One that carries
         // only SET keys writes them before its claim record, as delivery logs go before theirs:
         // should the start lose after all, a key is left that opens nothing kept.
-        let pending = match &unit.claim {
-            Some(ClaimWrite::Start(id, events)) if marked => {
-                let head = claims::first_head(id.clone(), events)?;
-                Some(self.mark_start(id, head.generation, &unit)?)
-            }
-            _ => None,
-        };
+        let pending = self.mark_start(&unit)?;
         // A SET's key before its delivery, so the delivery is never found without it.
         self.keep_set_keys(&unit)?;
         for write in &unit.deliveries {

@@ -15,10 +15,11 @@
 use idem_schemas::{DeliveryEvent, DeliveryStatus};
 use serde::{Deserialize, Serialize};
 
+use super::claims::first_head;
 use super::keys::{claim_key, delivery_key, queued_key, status_key, time_key, Index};
 use super::SledStore;
 use crate::codec;
-use crate::store::{StoreError, Unit};
+use crate::store::{ClaimWrite, StoreError, Unit};
 
 /// The trees a start's deliveries write to, as a marker names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,14 +57,16 @@ impl SledStore {
         }
     }
 
-    /// Marks the start of generation `generation` of the claim `claim` that `unit` makes,
-    /// naming every entry its new deliveries and SET keys are about to write.
-    pub(super) fn mark_start(
-        &self,
-        claim: &crate::store::ClaimId,
-        generation: u64,
-        unit: &Unit,
-    ) -> Result<Pending, StoreError> {
+    /// Marks the start `unit` makes, if it carries delivery logs, naming every entry its new
+    /// deliveries and SET keys are about to write.
+    pub(super) fn mark_start(&self, unit: &Unit) -> Result<Option<Pending>, StoreError> {
+        let Some(ClaimWrite::Start(claim, events)) = unit.claim_write() else {
+            return Ok(None);
+        };
+        if unit.delivery_writes().is_empty() {
+            return Ok(None);
+        }
+        let generation = first_head(claim.clone(), events)?.generation;
         let mut entries = Vec::new();
         let mut new = Vec::new();
         for write in unit.delivery_writes() {
@@ -109,7 +112,7 @@ impl SledStore {
         };
         self.pending_starts
             .insert(&pending.key, codec::encode(&pending.marker)?)?;
-        Ok(pending)
+        Ok(Some(pending))
     }
 
     /// Ends a marked start: its entries undone unless its claim record was `written`, then

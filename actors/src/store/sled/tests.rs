@@ -652,13 +652,13 @@ async fn a_start_cut_off_part_way_is_undone_on_reopening_unless_its_claim_record
         let store = open(dir.path());
         // Cut off after its delivery: marked, the delivery written, no claim record.
         let unit = start(&cut, "msg_cut");
-        store.mark_start(&cut, t, &unit).expect("mark");
+        store.mark_start(&unit).expect("mark");
         for write in unit.delivery_writes() {
             store.write_delivery(write, false).expect("write");
         }
         // Cut off after its claim record, before its marker was removed.
         let unit = start(&whole, "msg_whole");
-        store.mark_start(&whole, t, &unit).expect("mark");
+        store.mark_start(&unit).expect("mark");
         for write in unit.delivery_writes() {
             store.write_delivery(write, false).expect("write");
         }
