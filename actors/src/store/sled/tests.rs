@@ -170,35 +170,56 @@ async fn the_key_is_held_until_its_generation_expires() {
 }
 
 #[tokio::test]
-async fn completion_flags_the_index_entry_of_its_own_log_only() {
+async fn completion_flags_the_index_entry_of_its_own_log_only_where_it_frees_the_key_sooner() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let id = claim_id("acme", 4);
+    let (id, long, open_one) = (
+        claim_id("acme", 4),
+        claim_id("acme", 7),
+        claim_id("acme", 8),
+    );
     let t = now_ms();
-    let first = {
-        let store = open(dir.path());
-        let head = start(&store, &id, claimed(t, 1_000)).await;
+    // Windows shorter than the in-flight timeout (50 < 100 ms), one completed and one not, and
+    // a longer one completed.
+    let recovered = |store: Arc<SledStore>, id: ClaimId, window: u64| async move {
+        let head = start(&store, &id, claimed(t, window)).await;
         let Written::Appended(head, _) = append(&store, &head, done()).await else {
             panic!("append refused");
         };
+        head
+    };
+    let first = {
+        let store = open(dir.path());
+        let head = recovered(store.clone(), id.clone(), 50).await;
         store.complete_claim(&head).expect("complete");
+        recovered(store.clone(), open_one.clone(), 50).await;
+        let long_head = recovered(store.clone(), long.clone(), 1_000).await;
+        store.complete_claim(&long_head).expect("complete");
         commit(&store, Unit::new()).await;
         head
     };
     let store = open(dir.path());
-    let log = store.read_claim(&id, t).expect("load").expect("present");
+    let events = |id: &ClaimId, at: u64| store.read_claim(id, at).expect("load").map(|l| l.events);
     assert_eq!(
-        log.events,
-        vec![claimed(t, 1_000), done(), ClaimEvent::Completed]
+        events(&id, t),
+        Some(vec![claimed(t, 50), done(), ClaimEvent::Completed])
     );
+    // Completed, a short window's key is free at its expiry; one not completed holds its key
+    // until it has been in flight for the timeout.
+    assert_eq!(events(&id, t + 50), None);
+    assert_eq!(
+        events(&open_one, t + 50),
+        Some(vec![claimed(t, 50), done()])
+    );
+    assert_eq!(events(&open_one, t + 100), None);
+    // A longer window's completion is not written: its log reads `dispatched`, and its key is
+    // free at its expiry all the same.
+    assert_eq!(events(&long, t), Some(vec![claimed(t, 1_000), done()]));
+    assert_eq!(events(&long, t + 1_000), None);
 
     // A newer generation is not completed by the older log's completion.
-    start(&store, &id, claimed(t + 1_000, 60_000)).await;
+    start(&store, &id, claimed(t + 60, 60_000)).await;
     store.complete_claim(&first).expect("stale complete");
-    let log = store
-        .read_claim(&id, t + 1_000)
-        .expect("load")
-        .expect("present");
-    assert_eq!(log.events, vec![claimed(t + 1_000, 60_000)]);
+    assert_eq!(events(&id, t + 60), Some(vec![claimed(t + 60, 60_000)]));
 
     // The sweep takes a completed log's index entry with it, and only that one.
     let other = claim_id("acme", 5);
@@ -207,10 +228,11 @@ async fn completion_flags_the_index_entry_of_its_own_log_only() {
         panic!("append refused");
     };
     store.complete_claim(&head).expect("complete");
-    assert_eq!(store.claim_count(), 2);
+    assert_eq!(store.claim_count(), 4);
+    // The older generation of `id`, `open_one`, `long` and `other`: two log entries each.
     assert_eq!(
         store.sweep_claims(sweep_at(t + 1_001), 100).expect("sweep"),
-        4
+        8
     );
     assert_eq!(store.claim_count(), 1);
     assert_eq!(store.read_claim(&other, t).expect("load"), None);
