@@ -372,7 +372,9 @@ pub trait ClaimStore: Send + Sync {
 
     /// Marks the generation at `head` completed, if it is still the key's current one. Written
     /// (or queued) now, durable with a later commit: losing it leaves the recovery point, which
-    /// answers the same bytes.
+    /// answers the same bytes. A store may leave it out where it changes nothing: a generation
+    /// whose window is no shorter than `in_flight_timeout` is [`rule::replaceable`] at its
+    /// expiry either way.
     fn complete_claim(&self, head: &LogHead) -> Result<(), StoreError>;
 
     /// Deletes up to `limit` records of generations replaceable at `now_ms` (those that expired

@@ -357,20 +357,44 @@ async fn a_claim_whose_holder_is_gone_is_taken_over_and_its_old_head_fenced() {
 }
 
 #[tokio::test]
-async fn completion_is_recorded_on_the_current_generation() {
+async fn completion_is_recorded_on_the_current_generation_where_it_frees_the_key_sooner() {
     on_each_store(|name, store| async move {
-        let key = id(6);
-        let head = start(&store, &key, claimed(now_ms(), 3_600_000, EPOCH)).await;
-        let Written::Appended(head, _) =
-            commit(&store, Unit::new().append_claim(head, vec![dispatched()])).await
-        else {
-            panic!("{name}: the recovery point was not written");
+        let in_flight = Settings::default()
+            .idempotency
+            .in_flight_timeout
+            .as_millis() as u64;
+        let recovered = |key: ClaimId, ttl: u64| {
+            let store = store.clone();
+            async move {
+                let head = start(&store, &key, claimed(now_ms(), ttl, EPOCH)).await;
+                let Written::Appended(head, _) =
+                    commit(&store, Unit::new().append_claim(head, vec![dispatched()])).await
+                else {
+                    panic!("{name}: the recovery point was not written");
+                };
+                store.complete_claim(&head).expect("complete");
+                // `completed` is durable with the next commit.
+                commit(&store, Unit::new()).await;
+                head
+            }
         };
-        store.complete_claim(&head).expect("complete");
-        // `completed` is durable with the next commit.
-        commit(&store, Unit::new()).await;
-        let log = current(&store, &key).await;
+        // A window shorter than `in_flight_timeout`: completion frees the key at its expiry.
+        let short = recovered(id(6), 1_000).await;
+        let log = current(&store, &short.id).await;
         assert_eq!(log.events.last(), Some(&ClaimEvent::Completed), "{name}");
+        // A longer one is free at its expiry either way: its completion may be left out.
+        let long = recovered(id(16), in_flight + 1_000).await;
+        let log = current(&store, &long.id).await;
+        assert!(
+            matches!(
+                log.events.last(),
+                Some(ClaimEvent::Completed | ClaimEvent::Dispatched { .. })
+            ),
+            "{name}: {:?}",
+            log.events
+        );
+        let freed = store.load_claim(&long.id, long.expires_at_ms).await;
+        assert_eq!(freed.expect("read"), None, "{name}");
     })
     .await;
 }
