@@ -35,14 +35,15 @@ impl ClaimStore for SledStore {
 
     fn complete_claim(&self, head: &LogHead) -> Result<(), StoreError> {
         self.commits.usable()?;
-        // Completion only tells when an expired generation may be replaced. One that expires
-        // no sooner than it may be taken over is replaceable at its expiry either way, so its
-        // completion is not written: that would rewrite the key's index entry for nothing. Its
-        // log reads `dispatched`, from which every retry answers the same stored bytes.
-        if !completion_counts(head, self.in_flight_timeout_ms) {
+        let current = Index::of(head);
+        // Completion only tells when an expired generation may be replaced. One replaceable at
+        // its expiry without it (its window no shorter than `in_flight_timeout`) is left
+        // reading `dispatched`, from which every retry answers the same stored bytes, rather
+        // than have its index entry rewritten for nothing.
+        let in_flight = current.current();
+        if rule::replaceable(&in_flight, head.expires_at_ms, self.in_flight_timeout_ms) {
             return Ok(());
         }
-        let current = Index::of(head);
         let completed = Index {
             completed: true,
             ..current
@@ -271,19 +272,6 @@ impl SledStore {
             None => Written::Fenced,
         })
     }
-}
-
-/// Whether completing the generation at `head` changes when it is replaceable: only when its
-/// window is shorter than `in_flight_timeout`.
-fn completion_counts(head: &LogHead, in_flight_timeout_ms: u64) -> bool {
-    let in_flight = rule::Current {
-        generation: head.generation,
-        expires_at_ms: head.expires_at_ms,
-        writes: head.next,
-        completed: false,
-        claimed_at_ms: head.generation,
-    };
-    !rule::replaceable(&in_flight, head.expires_at_ms, in_flight_timeout_ms)
 }
 
 /// Whether the store refuses stale writers: always, except in a sabotaged run (failpoints
