@@ -1,7 +1,7 @@
 //! idem: exactly-once trust decisions for identity webhooks. This crate is the binary's side:
 //! configuration, the HTTP front (which authenticates and routes each signal, and maps what the
 //! engine of `idem-actors` answers to HTTP), providers' sources, `serve`, which wires them to
-//! the engine, and `receive`, the reference receiver.
+//! the engine, `telemetry` (logs, and traces over OTLP), and `receive`, the reference receiver.
 
 pub mod config;
 pub mod http;
@@ -10,4 +10,5 @@ pub mod prefer;
 pub mod receive;
 pub mod serve;
 pub mod source;
+pub mod telemetry;
 pub mod transmitter;

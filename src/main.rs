@@ -103,9 +103,21 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            init_tracing(log_format);
+            let format = match log_format {
+                LogFormat::Text => idem::telemetry::LogFormat::Text,
+                LogFormat::Json => idem::telemetry::LogFormat::Json,
+            };
+            let telemetry = match idem::telemetry::install(format, &config.telemetry) {
+                Ok(installed) => installed,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
             idem_actors::failpoint::setup_from_env();
-            match serve(config, path) {
+            let served = serve(config, path);
+            telemetry.shutdown();
+            match served {
                 Ok(()) => ExitCode::SUCCESS,
                 // A database this idem must not read: one line, and the configuration's status.
                 Err(e) if refused_store(&e) => {
@@ -171,20 +183,6 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-    }
-}
-
-fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter);
-    match format {
-        LogFormat::Json => builder.json().with_current_span(true).init(),
-        LogFormat::Text => builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
     }
 }
 

@@ -147,6 +147,7 @@ fn restart_only(a: &Config, b: &Config) -> Vec<&'static str> {
         ("listen", a.listen != b.listen),
         ("data_dir", a.data_dir != b.data_dir),
         ("store", a.engine.store != b.engine.store),
+        ("telemetry", a.telemetry != b.telemetry),
         (
             "http.read_timeout",
             a.http.read_timeout != b.http.read_timeout,

@@ -275,6 +275,7 @@ pub fn claim(
                     key: None,
                 })
                 .collect(),
+            trace: None,
         },
         subject: None,
     }
@@ -351,7 +352,11 @@ pub fn plan(
 /// The `202` of a bulk redelivery that redelivered `redelivered` deliveries.
 pub fn response(redelivered: u64) -> Result<StoredResponse, serde_json::Error> {
     let body = serde_json::to_vec(&Redelivered { redelivered })?;
-    Ok(StoredResponse { status: 202, body })
+    Ok(StoredResponse {
+        status: 202,
+        body,
+        trace: None,
+    })
 }
 
 /// The events that record a bulk request's `response` in its claim and complete it: once they

@@ -6,8 +6,13 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 /// The version byte written in front of every record (3: ids and digests stored as bytes; 4: a
-/// claim names its subject's claim; 5: a decision names its source).
-pub const FORMAT_VERSION: u8 = 5;
+/// claim names its subject's claim; 5: a decision names its source; 6: a decision, its
+/// response, its deliveries and its kept record name the trace it was made in).
+pub const FORMAT_VERSION: u8 = 6;
+
+/// The older version still read: its records are this version's with no trace field, read as
+/// absent (see `idem_schemas::trace::before_traces`).
+const BEFORE_TRACES: u8 = 5;
 
 /// No stored record is larger than this; a length prefix claiming more is corruption.
 const MAX_RECORD: usize = 4 * 1024 * 1024;
@@ -49,10 +54,13 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
 /// Decodes a versioned record written by [`encode`].
 pub fn decode<T: DeserializeOwned>(record: &[u8]) -> Result<T, CodecError> {
     let (&version, payload) = record.split_first().ok_or(CodecError::Empty)?;
-    if version != FORMAT_VERSION {
-        return Err(CodecError::Version(version));
-    }
-    let (value, read) = bincode::serde::decode_from_slice(payload, config())?;
+    let (value, read) = match version {
+        FORMAT_VERSION => bincode::serde::decode_from_slice(payload, config())?,
+        BEFORE_TRACES => idem_schemas::trace::before_traces(|| {
+            bincode::serde::decode_from_slice(payload, config())
+        })?,
+        _ => return Err(CodecError::Version(version)),
+    };
     if read != payload.len() {
         return Err(CodecError::Trailing(payload.len() - read));
     }
@@ -107,6 +115,9 @@ mod tests {
             response: StoredResponse {
                 status: 201,
                 body: b"{\"decision_id\":\"dec_1\"}".to_vec(),
+                trace: idem_schemas::TraceContext::parse(
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                ),
             },
         }
     }
@@ -198,5 +209,101 @@ mod tests {
             0x7f,
         ];
         assert!(decode::<ClaimEvent>(&huge).is_err());
+    }
+
+    /// Records as an idem of codec version 5 wrote them (a claim, its recovery point, a
+    /// delivery's creation, a kept decision), before trace contexts.
+    const VERSION_5: [&str; 4] = [
+        "050007070707070707070707070707070707070707070707070707070707070707072afd0068e5cf8b010000fd00c40bd58b01000000011000112233445566778899aabbccddeeff0461636d650873696d5f7377617001046f6b746101000020ababababababababababababababababababababababababababababababababfd0068e5cf8b010000010002100123456789abcdef0123456789abcdef0c6c6f636b5f6163636f756e741a687474703a2f2f3132372e302e302e313a393030302f6c6f636b187b2274797065223a226465636973696f6e2e6d616465227d010909090909090909090909090909090909090909090909090909090909090909fb60ea",
+        "0501010002100123456789abcdef0123456789abcdef01fd0168e5cf8b01000001fbf701000301fbe803c9177b226465636973696f6e5f6964223a226465635f31227d",
+        "05000002100123456789abcdef0123456789abcdef0461636d6500011000112233445566778899aabbccddeeff0c6c6f636b5f6163636f756e741a687474703a2f2f3132372e302e302e313a393030302f6c6f636b187b2274797065223a226465636973696f6e2e6d616465227dfd0068e5cf8b010000fd00c40bd58b010000",
+        "0500011000112233445566778899aabbccddeeff0461636d650873696d5f7377617001046f6b746101000020ababababababababababababababababababababababababababababababababfd0068e5cf8b010000fd00c40bd58b010000010c6c6f636b5f6163636f756e740002100123456789abcdef0123456789abcdef",
+    ];
+
+    #[test]
+    fn records_from_before_traces_read_as_they_were_written() {
+        use idem_schemas::*;
+        let decision = Decision {
+            id: "dec_00112233445566778899aabbccddeeff".into(),
+            tenant: "acme".into(),
+            signal_type: "sim_swap".into(),
+            source: Some("okta".into()),
+            verdict: Verdict::Deny,
+            subject_hash: "ab".repeat(32),
+            created_at_ms: 1_700_000_000_000,
+            deliveries: vec![PlannedDelivery {
+                id: "msg_0123456789abcdef0123456789abcdef".into(),
+                action: "lock_account".into(),
+                url: "http://127.0.0.1:9000/lock".into(),
+                body: b"{\"type\":\"decision.made\"}".to_vec(),
+                key: None,
+            }],
+            trace: None,
+        };
+        let claimed = ClaimEvent::Claimed(Claim {
+            fingerprint: [7; 32],
+            holder: 42,
+            claimed_at_ms: 1_700_000_000_000,
+            expires_at_ms: 1_700_086_400_000,
+            decision: decision.clone(),
+            subject: Some(SubjectLink {
+                digest: [9; 32],
+                window_ms: 60_000,
+            }),
+        });
+        let dispatched = ClaimEvent::Dispatched {
+            outcomes: vec![ActionOutcome {
+                delivery_id: "msg_0123456789abcdef0123456789abcdef".into(),
+                status: ActionStatus::Queued,
+                attempt: AttemptRecord {
+                    at_ms: 1_700_000_000_001,
+                    code: Some(503),
+                    error: None,
+                    latency_ms: 3,
+                    retry_after_ms: Some(1000),
+                },
+            }],
+            response: StoredResponse {
+                status: 201,
+                body: b"{\"decision_id\":\"dec_1\"}".to_vec(),
+                trace: None,
+            },
+        };
+        let created = DeliveryEvent::Created(DeliveryRecord {
+            id: "msg_0123456789abcdef0123456789abcdef".into(),
+            tenant: "acme".into(),
+            decision_id: "dec_00112233445566778899aabbccddeeff".into(),
+            action: "lock_account".into(),
+            url: "http://127.0.0.1:9000/lock".into(),
+            body: b"{\"type\":\"decision.made\"}".to_vec(),
+            created_at_ms: 1_700_000_000_000,
+            expires_at_ms: 1_700_086_400_000,
+            trace: None,
+        });
+        let record = DecisionRecord::kept_for(&decision, std::time::Duration::from_secs(86_400));
+        let bytes: Vec<Vec<u8>> = VERSION_5
+            .iter()
+            .map(|h| idem_schemas::hex::decode_lower(h).expect("hex"))
+            .collect();
+        assert_eq!(decode::<ClaimEvent>(&bytes[0]).expect("claimed"), claimed);
+        assert_eq!(
+            decode::<ClaimEvent>(&bytes[1]).expect("dispatched"),
+            dispatched
+        );
+        assert_eq!(
+            decode::<DeliveryEvent>(&bytes[2]).expect("created"),
+            created
+        );
+        assert_eq!(decode::<DecisionRecord>(&bytes[3]).expect("kept"), record);
+        // Read as this version's, the same bytes are cut short: a trace field is read.
+        let mut now = bytes[0].clone();
+        now[0] = FORMAT_VERSION;
+        assert!(decode::<ClaimEvent>(&now).is_err());
+        // And a record of this version keeps its trace.
+        let traced = sample();
+        assert_eq!(
+            decode::<ClaimEvent>(&encode(&traced).expect("encode")).expect("decode"),
+            traced
+        );
     }
 }

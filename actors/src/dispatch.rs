@@ -24,6 +24,7 @@ use crate::endpoint::{Admission, EndpointEvent, Endpoints, Permit};
 use crate::seal::Sealer;
 use crate::store::Store;
 use crate::stream_event::about_the_stream;
+use crate::trace::{self, TraceContext};
 
 /// The most of a receiver's error answer read for its `err`.
 const MAX_ERROR_BODY: usize = 4096;
@@ -33,6 +34,21 @@ const MAX_ERROR_BODY: usize = 4096;
 pub trait Keyring: Send + Sync + 'static {
     /// The secrets to sign `tenant`'s callbacks with; every one signs.
     fn callback_secrets(&self, tenant: &str) -> Vec<Secret>;
+}
+
+/// One attempt of a delivery: whose, of which decision, in which trace, and which attempt of
+/// the delivery it is (the inline one is the first).
+pub struct Attempting<'a> {
+    /// The tenant.
+    pub tenant: &'a str,
+    /// The decision it belongs to (empty: to none, a stream's own SET).
+    pub decision_id: &'a str,
+    /// What it sends, where.
+    pub delivery: &'a PlannedDelivery,
+    /// The trace of its decision, if it has one.
+    pub trace: Option<TraceContext>,
+    /// Its number among the delivery's attempts, from 1.
+    pub number: u32,
 }
 
 /// Sends callback attempts.
@@ -131,16 +147,14 @@ impl Dispatcher {
             if left < self.inline_timeout / 4 {
                 return None;
             }
-            let (status, attempt) = self
-                .attempt(
-                    &decision.tenant,
-                    &decision.id,
-                    delivery,
-                    stream,
-                    left,
-                    &permit,
-                )
-                .await;
+            let of = Attempting {
+                tenant: &decision.tenant,
+                decision_id: &decision.id,
+                delivery,
+                trace: decision.trace,
+                number: 1,
+            };
+            let (status, attempt) = self.attempt(&of, stream, left, &permit).await;
             Some(ActionOutcome {
                 delivery_id: delivery.id.clone(),
                 status,
@@ -154,23 +168,60 @@ impl Dispatcher {
             .collect()
     }
 
-    /// One signed attempt of `delivery` (of decision `decision_id`), bounded by `deadline`, in a
-    /// debug span of its own carrying the tenant, decision and delivery ids; its endpoint
-    /// admitted it with `permit`, and is told how it ended.
+    /// One signed attempt `of` a delivery, bounded by `deadline`, in a span of its own in its
+    /// decision's trace (tenant, decision and delivery ids, attempt number, host, status and
+    /// latency), which the request names in its `traceparent`; its endpoint admitted it with
+    /// `permit`, and is told how it ended.
     pub async fn attempt(
         &self,
-        tenant: &str,
-        decision_id: &str,
-        delivery: &PlannedDelivery,
+        of: &Attempting<'_>,
         stream: Option<Stream>,
         deadline: Duration,
         permit: &Permit,
     ) -> (ActionStatus, AttemptRecord) {
-        let span = tracing::debug_span!("attempt", tenant, decision = decision_id, delivery = %delivery.id);
+        let (tenant, delivery) = (of.tenant, of.delivery);
+        let span = crate::trace_span!(
+            "attempt",
+            otel.kind = "client",
+            idem.tenant = tenant,
+            idem.decision_id = of.decision_id,
+            idem.delivery_id = %delivery.id,
+            idem.attempt = of.number,
+            idem.stream_id = tracing::field::Empty,
+            server.address = tracing::field::Empty,
+            http.response.status_code = tracing::field::Empty,
+            idem.status = tracing::field::Empty,
+            idem.latency_ms = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        trace::parent(&span, of.trace);
+        let own = trace::context_of(&span);
+        if own.is_some() {
+            let url = match (stream_of(&delivery.url), &stream) {
+                (None, _) => Some(delivery.url.as_str()),
+                (Some(id), read) => {
+                    span.record("idem.stream_id", id);
+                    read.as_ref().and_then(|s| s.endpoint_url.as_deref())
+                }
+            };
+            if let Some(host) = url.and_then(|u| reqwest::Url::parse(u).ok()) {
+                span.record("server.address", host.host_str().unwrap_or_default());
+            }
+        }
         let (status, attempt) = self
-            .attempt_once(tenant, delivery, stream, deadline)
-            .instrument(span)
+            .attempt_once(tenant, delivery, stream, deadline, own)
+            .instrument(span.clone())
             .await;
+        if own.is_some() {
+            if let Some(code) = attempt.code {
+                span.record("http.response.status_code", code);
+            }
+            span.record("idem.status", status.as_str());
+            span.record("idem.latency_ms", attempt.latency_ms);
+            if status != ActionStatus::Delivered {
+                span.record("otel.status_code", "ERROR");
+            }
+        }
         let at_ms = attempt.at_ms;
         let event = match status {
             ActionStatus::Delivered => Some(EndpointEvent::Succeeded { at_ms }),
@@ -191,10 +242,11 @@ impl Dispatcher {
         delivery: &PlannedDelivery,
         read: Option<Stream>,
         deadline: Duration,
+        trace: Option<TraceContext>,
     ) -> (ActionStatus, AttemptRecord) {
         let at_ms = now_ms();
         let stream = stream_of(&delivery.url);
-        let request = match stream {
+        let mut request = match stream {
             None => self.callback(tenant, delivery, at_ms),
             Some(stream) => match self.set(tenant, stream, read, delivery).await {
                 Ok(request) => request,
@@ -211,6 +263,10 @@ impl Dispatcher {
                 }
             },
         };
+        // W3C Trace Context: the receiver's work is a child of this attempt.
+        if let Some(trace) = trace {
+            request = request.header("traceparent", trace.traceparent());
+        }
         let started = Instant::now();
         let answer = request.timeout(deadline).send().await;
         let latency_ms = started.elapsed().as_millis() as u64;

@@ -255,6 +255,12 @@ impl Engine {
         &self.digester
     }
 
+    /// The keyed digest (hex) of `tenant`'s source event `event_id` at `source`: what a trace
+    /// names the event by.
+    pub fn event_digest(&self, tenant: &str, source: &str, event_id: &str) -> String {
+        idem_schemas::lower_hex(&self.digester.source_event(tenant, source, event_id))
+    }
+
     /// What seals SETs and push credentials at rest.
     pub fn sealer(&self) -> &Arc<Sealer> {
         &self.sealer
@@ -327,7 +333,7 @@ impl Engine {
             now,
         )?;
         // Of no decision: its record's decision id is empty.
-        let record = record_of(tenant, "", &planned, now, &self.settings);
+        let record = record_of(tenant, ("", None), &planned, now, &self.settings);
         Metric::Moved {
             from: None,
             to: Some(DeliveryStatus::Queued),
@@ -474,6 +480,7 @@ impl Engine {
             source: record.source,
             actions,
             created_at: idem_schemas::timefmt::rfc3339_millis(record.created_at_ms),
+            trace_id: record.trace.map(|t| t.trace_id_hex()),
         }))
     }
 

@@ -41,6 +41,7 @@ pub mod store;
 pub mod stream_event;
 mod supervise;
 mod sweeper;
+pub mod trace;
 
 pub use bulk::{BulkReply, RedeliverFilter};
 pub use delivery::RedeliverError;

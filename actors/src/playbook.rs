@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_schemas::timefmt::rfc3339_millis;
-use idem_schemas::{CallbackData, CallbackEnvelope, Decision, PlannedDelivery, Verdict};
+use idem_schemas::{
+    CallbackData, CallbackEnvelope, Decision, PlannedDelivery, TraceContext, Verdict,
+};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -93,6 +95,8 @@ pub struct Signal<'a> {
     pub digester: &'a Digester,
     /// The signal's metadata, echoed in every callback.
     pub metadata: Map<String, Value>,
+    /// The trace the decision is made in, if tracing is on.
+    pub trace: Option<TraceContext>,
 }
 
 /// The delivery id (and `webhook-id`) of `action` in decision `decision_id`: derived, so it is
@@ -185,6 +189,7 @@ pub fn decide(
         subject_hash,
         created_at_ms: now_ms,
         deliveries,
+        trace: signal.trace,
     })
 }
 
@@ -212,6 +217,7 @@ mod tests {
             subject: "+15550001",
             digester: &Digester::new(b"a key secret for the playbook test"),
             metadata,
+            trace: None,
         };
         let d = decide(&playbook, signal, None, 1_795_888_472_123).expect("decide");
         assert!(d.id.starts_with("dec_"));

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_schemas::timefmt::now_ms;
-use idem_schemas::{Decision, SignalRequest, StoredResponse, SubjectLink, Verdict};
+use idem_schemas::{Decision, SignalRequest, StoredResponse, SubjectLink, TraceContext, Verdict};
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::claim::{ClaimError, DecideError, Reply, Request, Submission, ANY_PAYLOAD};
 use crate::digest::Digester;
@@ -22,6 +23,7 @@ use crate::set::{SetContext, Transmitter};
 use crate::settings::Settings;
 use crate::store::{ClaimId, StoreError};
 use crate::supervise::RegistryError;
+use crate::trace;
 
 /// The least a source event's claim lasts (`idempotency.key_ttl` when longer): Stripe retries an
 /// event for up to three days, and a retry after its claim expired would be a new decision.
@@ -136,11 +138,23 @@ struct Decider {
     signal: SignalRequest,
     /// Where the playbook's `set` actions go, if it has any.
     sets: Option<SetContext>,
+    /// The claim's span, the decision's trace (when tracing is on).
+    trace: Option<TraceContext>,
 }
 
 impl Decider {
-    /// The decision, made at `now_ms`.
+    /// The decision, made at `now_ms`, in a span of its own under the claim's (it runs in the
+    /// claim's actor).
     fn decide(self, now_ms: u64) -> Result<Decision, DecideError> {
+        let span = crate::trace_span!(
+            "playbook",
+            idem.signal_type = %self.signal.signal_type,
+            idem.verdict = self.playbook.decision.as_str(),
+            idem.decision_id = tracing::field::Empty,
+            idem.deliveries = tracing::field::Empty,
+        );
+        trace::parent(&span, self.trace);
+        let _in = span.enter();
         let signal = playbook::Signal {
             tenant: &self.tenant,
             signal_type: &self.signal.signal_type,
@@ -148,9 +162,13 @@ impl Decider {
             subject: &self.signal.subject,
             digester: &self.digester,
             metadata: self.signal.metadata.unwrap_or_default(),
+            trace: self.trace,
         };
-        playbook::decide(&self.playbook, signal, self.sets.as_ref(), now_ms)
-            .map_err(|e| DecideError(Box::new(e)))
+        let decision = playbook::decide(&self.playbook, signal, self.sets.as_ref(), now_ms)
+            .map_err(|e| DecideError(Box::new(e)))?;
+        span.record("idem.decision_id", decision.id.as_str());
+        span.record("idem.deliveries", decision.deliveries.len());
+        Ok(decision)
     }
 }
 
@@ -236,8 +254,43 @@ pub fn claimed(
 }
 
 impl Engine {
-    /// Decides `routed` exactly once per claim, and says what came of it.
+    /// Decides `routed` exactly once per claim, and says what came of it, in a span of the
+    /// claim (a child of the caller's) that names the outcome and whose context the decision
+    /// keeps; a replay's links to the trace its decision was made in.
     pub async fn signal(&self, routed: Routed<'_>) -> Result<Outcome, SignalError> {
+        let span = crate::trace_span!(
+            "claim",
+            idem.tenant = routed.tenant,
+            idem.outcome = tracing::field::Empty,
+        );
+        let trace = trace::context_of(&span);
+        let outcome = self
+            .claim_and_decide(routed, trace)
+            .instrument(span.clone())
+            .await;
+        if !span.is_disabled() {
+            let (name, decided_in) = match &outcome {
+                Ok(Outcome::Decided { keyless: true, .. }) => ("keyless", None),
+                Ok(Outcome::Decided { .. }) => ("new", None),
+                Ok(Outcome::Replayed { response, waited }) => {
+                    (if *waited { "wait" } else { "replay" }, response.trace)
+                }
+                Ok(Outcome::Deduplicated { response, .. }) => ("deduplicated", response.trace),
+                Ok(Outcome::InFlight) => ("conflict", None),
+                Ok(Outcome::Mismatch) => ("mismatch", None),
+                Err(_) => ("failed", None),
+            };
+            span.record("idem.outcome", name);
+            trace::link(&span, decided_in);
+        }
+        outcome
+    }
+
+    async fn claim_and_decide(
+        &self,
+        routed: Routed<'_>,
+        trace: Option<TraceContext>,
+    ) -> Result<Outcome, SignalError> {
         let Routed {
             tenant,
             playbooks,
@@ -278,6 +331,7 @@ impl Engine {
             source,
             signal,
             sets,
+            trace,
         };
         let Some(Claimed {
             id,

@@ -620,6 +620,7 @@ impl BulkModel {
                     body: format!("dec_1 {action}").into_bytes(),
                     created_at_ms: created,
                     expires_at_ms: T0 + KEY_TTL.as_millis() as u64,
+                    trace: None,
                 };
                 let mut log = vec![DeliveryEvent::Created(record)];
                 let failed = DeliveryEvent::Answered {

@@ -183,6 +183,7 @@ impl DeliveryModel {
                 body: b"dec_1 lock_account".to_vec(),
                 key: None,
             }],
+            trace: None,
         };
         let outcomes = [ActionOutcome {
             delivery_id: "msg_1".into(),

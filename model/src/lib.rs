@@ -239,6 +239,7 @@ impl Answer {
         let response = |body: &Vec<u8>| StoredResponse {
             status: 201,
             body: body.clone(),
+            trace: None,
         };
         match self {
             Answer::First(b) => Reply::First(response(b)),
@@ -623,6 +624,7 @@ fn decision(key: usize, generation: u64) -> Decision {
             body: id.into_bytes(),
             key: None,
         }],
+        trace: None,
     }
 }
 

@@ -2,7 +2,7 @@
 //! posts, the decision we answer, the callback envelope we send, problem details), `stored` the
 //! events of the claim log, `signature` the Standard Webhooks scheme both directions use,
 //! `canonical` the strict JSON parser and RFC 8785's canonical form bodies are fingerprinted by,
-//! `hex` the hexadecimal of digests and ids, and `json_schema` turns the wire types into the
+//! `hex` the hexadecimal of digests and ids, `trace` the W3C trace context a decision keeps, and `json_schema` turns the wire types into the
 //! JSON Schema files kept under `schemas/json/`.
 
 pub mod canonical;
@@ -11,6 +11,7 @@ pub mod json_schema;
 pub mod signature;
 pub mod stored;
 pub mod timefmt;
+pub mod trace;
 pub mod wire;
 
 pub use hex::lower_hex;
@@ -19,6 +20,7 @@ pub use stored::{
     DeliveryRecord, NextStep, PlannedDelivery, RecordedAction, StoredResponse, Stream,
     StreamMethod, StreamState, SubjectLink,
 };
+pub use trace::TraceContext;
 pub use wire::{
     AccessToken, ActionResult, ActionStatus, AttemptView, AuthorizationScheme, CallbackData,
     CallbackEnvelope, DeadReason, DecidedAction, DecisionPage, DecisionResponse, DecisionView,

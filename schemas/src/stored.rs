@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::trace::TraceContext;
 use crate::wire::{ActionResult, ActionStatus, DecisionResponse, DeliveryStatus, Verdict};
 
 /// A decision as fixed when its claim is made: whatever runs after a crash sends these bytes.
@@ -32,6 +33,10 @@ pub struct Decision {
     pub created_at_ms: u64,
     /// One callback per playbook action, in order.
     pub deliveries: Vec<PlannedDelivery>,
+    /// The trace the decision was made in (its claim's span), when tracing is on: every
+    /// attempt of its deliveries belongs to it.
+    #[serde(deserialize_with = "crate::trace::stored_field")]
+    pub trace: Option<TraceContext>,
 }
 
 /// One callback of a decision: where it goes and the exact bytes it sends.
@@ -126,6 +131,10 @@ pub struct StoredResponse {
     pub status: u16,
     /// The body's exact bytes.
     pub body: Vec<u8>,
+    /// The trace of the decision it answers with, named in a `traceresponse` header beside
+    /// the bytes (never in them).
+    #[serde(deserialize_with = "crate::trace::stored_field")]
+    pub trace: Option<TraceContext>,
 }
 
 /// An event of a claim's log.
@@ -209,6 +218,9 @@ pub struct DecisionRecord {
     pub expires_at_ms: u64,
     /// Each action's name and delivery id, in playbook order.
     pub actions: Vec<RecordedAction>,
+    /// The trace the decision was made in, when tracing was on.
+    #[serde(deserialize_with = "crate::trace::stored_field")]
+    pub trace: Option<TraceContext>,
 }
 
 /// One action of a kept decision.
@@ -244,6 +256,7 @@ impl DecisionRecord {
                     delivery_id: d.id.clone(),
                 })
                 .collect(),
+            trace: decision.trace,
         }
     }
 }
@@ -269,6 +282,9 @@ pub struct DeliveryRecord {
     pub created_at_ms: u64,
     /// When a final delivery is forgotten (its claim's window), unix milliseconds.
     pub expires_at_ms: u64,
+    /// The trace of its decision, which each of its attempts belongs to.
+    #[serde(deserialize_with = "crate::trace::stored_field")]
+    pub trace: Option<TraceContext>,
 }
 
 /// Where a delivery goes after an attempt.

@@ -67,6 +67,18 @@ pub enum ActionStatus {
     Dropped,
 }
 
+impl ActionStatus {
+    /// The name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionStatus::Delivered => "delivered",
+            ActionStatus::Queued => "queued",
+            ActionStatus::Failed => "failed",
+            ActionStatus::Dropped => "dropped",
+        }
+    }
+}
+
 /// One action of a decision, as reported in the response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -474,6 +486,9 @@ pub struct DecisionView {
     /// When the decision was made (RFC 3339, milliseconds).
     #[schema(format = DateTime)]
     pub created_at: String,
+    /// The id of the trace the decision was made in (W3C Trace Context, 32 lowercase hex
+    /// digits), where tracing was on; its callbacks' attempts belong to that trace.
+    pub trace_id: Option<String>,
 }
 
 /// A tenant's live figures (`GET /v1/stats`).

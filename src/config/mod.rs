@@ -39,6 +39,19 @@ pub struct Config {
     pub http: Http,
     /// Tenants by name.
     pub tenants: HashMap<String, Tenant>,
+    /// Where traces go (`[telemetry]`).
+    pub telemetry: Telemetry,
+}
+
+/// `[telemetry]`: traces exported over OTLP/HTTP, off unless an endpoint is named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Telemetry {
+    /// Where spans are POSTed (the traces URL, `…/v1/traces`): from `otlp_endpoint`, else the
+    /// standard `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (as is) or `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// (a base URL); `None`: tracing is off.
+    pub traces_url: Option<String>,
+    /// The service name traces carry: `OTEL_SERVICE_NAME`, else `idem`.
+    pub service_name: String,
 }
 
 /// `[http]`.
@@ -105,6 +118,14 @@ struct RawConfig {
     decisions: engine::RawDecisions,
     #[serde(default)]
     tenants: BTreeMap<String, tenants::RawTenant>,
+    #[serde(default)]
+    telemetry: RawTelemetry,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawTelemetry {
+    otlp_endpoint: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -201,6 +222,7 @@ impl Config {
             signatures,
             http,
             tenants: tenants::tenants(raw.tenants)?,
+            telemetry: telemetry(raw.telemetry, |name| std::env::var(name).ok())?,
         }
         .with_issuers()
     }
@@ -225,6 +247,45 @@ impl Config {
             _ => Ok(self),
         }
     }
+}
+
+/// `[telemetry]`, with the standard OpenTelemetry variables `env` reads: the config's endpoint
+/// wins over theirs. An endpoint is an OTLP/HTTP base URL, to which `/v1/traces` is added (as
+/// OTEL_EXPORTER_OTLP_ENDPOINT's is); OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is the traces URL.
+fn telemetry(
+    raw: RawTelemetry,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Telemetry, ConfigError> {
+    let base = |key: &str, url: &str| -> Result<String, ConfigError> {
+        match reqwest::Url::parse(url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {
+                Ok(format!("{}/v1/traces", url.trim_end_matches('/')))
+            }
+            _ => Err(invalid(
+                key,
+                format!("{url:?} is not an http(s) URL like \"http://127.0.0.1:4318\""),
+            )),
+        }
+    };
+    let set = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+    let traces_url = match (
+        raw.otlp_endpoint,
+        set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+        set("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    ) {
+        (Some(url), _, _) => Some(base("telemetry.otlp_endpoint", &url)?),
+        (None, Some(url), _) => {
+            // Checked as a base URL, used as it is.
+            base("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &url)?;
+            Some(url)
+        }
+        (None, None, Some(url)) => Some(base("OTEL_EXPORTER_OTLP_ENDPOINT", &url)?),
+        (None, None, None) => None,
+    };
+    Ok(Telemetry {
+        traces_url,
+        service_name: set("OTEL_SERVICE_NAME").unwrap_or_else(|| "idem".to_string()),
+    })
 }
 
 /// The parser's message with its line number, on one line.
@@ -688,6 +749,60 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn traces_are_off_unless_an_endpoint_is_named_here_or_in_the_environment() {
+        let none = |_: &str| None;
+        let raw = |url: Option<&str>| RawTelemetry {
+            otlp_endpoint: url.map(str::to_string),
+        };
+        let off = telemetry(raw(None), none).expect("valid");
+        assert_eq!(off.traces_url, None);
+        assert_eq!(off.service_name, "idem");
+        let on = telemetry(raw(Some("http://127.0.0.1:4318/")), none).expect("valid");
+        assert_eq!(
+            on.traces_url.as_deref(),
+            Some("http://127.0.0.1:4318/v1/traces")
+        );
+        let env = |name: &str| match name {
+            "OTEL_EXPORTER_OTLP_ENDPOINT" => Some("http://collector:4318".to_string()),
+            "OTEL_SERVICE_NAME" => Some("idem-eu-1".to_string()),
+            _ => None,
+        };
+        let from_env = telemetry(raw(None), env).expect("valid");
+        assert_eq!(
+            from_env.traces_url.as_deref(),
+            Some("http://collector:4318/v1/traces")
+        );
+        assert_eq!(from_env.service_name, "idem-eu-1");
+        // The file's endpoint wins; the traces variable is taken as it is.
+        let file = telemetry(raw(Some("https://otel.example")), env).expect("valid");
+        assert_eq!(
+            file.traces_url.as_deref(),
+            Some("https://otel.example/v1/traces")
+        );
+        let traces = |name: &str| {
+            (name == "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                .then(|| "http://collector:4318/custom/traces".to_string())
+        };
+        let exact = telemetry(raw(None), traces).expect("valid");
+        assert_eq!(
+            exact.traces_url.as_deref(),
+            Some("http://collector:4318/custom/traces")
+        );
+        let e = telemetry(raw(Some("collector:4318")), none).expect_err("not a URL");
+        assert!(e.to_string().contains("telemetry.otlp_endpoint"), "{e}");
+        let bad_env = |name: &str| (name == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| "x".into());
+        let e = telemetry(raw(None), bad_env).expect_err("not a URL");
+        assert!(e.to_string().contains("OTEL_EXPORTER_OTLP_ENDPOINT"), "{e}");
+        // Through the file.
+        let c = Config::parse(&format!(
+            "{MINIMAL}\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\n"
+        ))
+        .expect("valid");
+        assert!(c.telemetry.traces_url.is_some());
+        assert!(err(&format!("{MINIMAL}\n[telemetry]\nendpoint = \"x\"\n")).contains("endpoint"));
     }
 
     #[test]

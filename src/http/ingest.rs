@@ -245,6 +245,15 @@ pub(crate) fn stored(response: &StoredResponse, replayed: bool) -> Response {
         r.headers_mut()
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
+    // The trace the decision was made in (W3C Trace Context Level 2's `traceresponse`): a
+    // replay names the first request's, so a client finds the original. Beside the stored
+    // bytes, never in them.
+    if let Some(value) = response
+        .trace
+        .and_then(|t| HeaderValue::from_str(&t.traceparent()).ok())
+    {
+        r.headers_mut().insert("traceresponse", value);
+    }
     r
 }
 

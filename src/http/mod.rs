@@ -16,6 +16,7 @@ pub mod ratelimit;
 pub mod server;
 pub mod sources;
 pub mod stats;
+pub mod traces;
 pub mod transmitter;
 
 use std::sync::Arc;
@@ -68,8 +69,16 @@ pub struct App {
     pub ssf: crate::transmitter::Secrets,
 }
 
-/// The router of the whole service.
+/// The router of the whole service; each request traced when tracing is on.
 pub fn router(app: Arc<App>) -> Router {
+    let routes = routes(app.clone());
+    match app.live.load().config.telemetry.traces_url {
+        Some(_) => routes.layer(axum::middleware::from_fn(traces::requests)),
+        None => routes,
+    }
+}
+
+fn routes(app: Arc<App>) -> Router {
     Router::new()
         .route("/v1/signals", post(ingest::ingest))
         .route("/v1/decisions", get(decisions::list))

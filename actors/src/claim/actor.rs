@@ -10,16 +10,18 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use idem_schemas::timefmt::now_ms;
-use idem_schemas::ActionOutcome;
+use idem_schemas::{ActionOutcome, ClaimEvent};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tracing::Span;
 
 use super::core::{Core, Heard};
 use super::effect::{Effect, Effects, Offer};
 use super::{submit, ClaimContext, Reply, Submission};
 use crate::failpoint;
 use crate::idle::IdleTimer;
-use crate::store::{ClaimId, ClaimLog, StoreError, Written};
+use crate::store::{ClaimId, ClaimLog, ClaimWrite, StoreError, Unit, Written};
 use crate::supervise::Family;
+use crate::trace;
 
 /// Where a claim actor's answers go.
 type Port = RpcReplyPort<Reply>;
@@ -187,9 +189,14 @@ impl ClaimState {
         match effect {
             Effect::Commit { generation, unit } => {
                 let me = myself.clone();
+                let span = self.commit_span(&unit);
                 ctx.store.commit_then(
                     unit,
                     Box::new(move |outcome| {
+                        if outcome.is_err() {
+                            span.record("otel.status_code", "ERROR");
+                        }
+                        drop(span);
                         // An actor gone meanwhile (it failed) leaves the records to the next
                         // one, which reads them from the store.
                         let _ = me.cast(ClaimMsg::Committed {
@@ -262,6 +269,33 @@ impl ClaimState {
             }
         }
         Ok(())
+    }
+}
+
+impl ClaimState {
+    /// A span of the wait until `unit` is durable (the group commit, as this claim sees it), in
+    /// the trace of the decision it writes; none for a decision made with tracing off.
+    fn commit_span(&self, unit: &Unit) -> Span {
+        let starts = match unit.claim_write() {
+            Some(ClaimWrite::Start(_, events)) => match events.first() {
+                Some(ClaimEvent::Claimed(claim)) => Some(claim),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(trace) = starts
+            .or(self.core.phase().claim())
+            .and_then(|claim| claim.decision.trace)
+        else {
+            return Span::none();
+        };
+        let span = crate::trace_span!(
+            "commit",
+            idem.records = unit.claim_write().map_or(0, ClaimWrite::records),
+            otel.status_code = tracing::field::Empty,
+        );
+        trace::parent(&span, Some(trace));
+        span
     }
 }
 

@@ -214,7 +214,11 @@ pub(crate) fn first_response(
     outcomes: &[ActionOutcome],
 ) -> Result<StoredResponse, ClaimError> {
     let body = serde_json::to_vec(&decision.response(outcomes))?;
-    Ok(StoredResponse { status: 201, body })
+    Ok(StoredResponse {
+        status: 201,
+        body,
+        trace: decision.trace,
+    })
 }
 
 /// How often a request may find its actor stopping under it before giving up (each round is a

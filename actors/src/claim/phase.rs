@@ -238,6 +238,7 @@ mod tests {
                 subject_hash: "ab".into(),
                 created_at_ms: T,
                 deliveries: vec![],
+                trace: None,
             },
             subject: None,
         }
@@ -247,6 +248,7 @@ mod tests {
         StoredResponse {
             status: 201,
             body: b"{\"decision\":\"deny\"}".to_vec(),
+            trace: None,
         }
     }
 

@@ -18,7 +18,7 @@ use idem_schemas::timefmt::now_ms;
 use idem_schemas::{DeliveryEvent, DeliveryStatus, DeliveryView, PlannedDelivery};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::dispatch::{Dispatcher, Readiness};
+use crate::dispatch::{Attempting, Dispatcher, Readiness};
 use crate::endpoint::Admission;
 use crate::failpoint;
 use crate::idle::IdleTimer;
@@ -267,18 +267,15 @@ impl DeliveryActorState {
             // No place among its endpoint's attempts at once: still due, woken again.
             Admission::Busy => return Ok(()),
         };
-        let (status, attempt) = self
-            .ctx
-            .dispatcher
-            .attempt(
-                &record.tenant,
-                &record.decision_id,
-                &planned,
-                stream,
-                self.ctx.settings.delivery.inline_timeout,
-                &permit,
-            )
-            .await;
+        let of = Attempting {
+            tenant: &record.tenant,
+            decision_id: &record.decision_id,
+            delivery: &planned,
+            trace: record.trace,
+            number: self.delivery.attempts_total + 1,
+        };
+        let deadline = self.ctx.settings.delivery.inline_timeout;
+        let (status, attempt) = dispatcher.attempt(&of, stream, deadline, &permit).await;
         drop(permit);
         let next = self.ctx.settings.delivery.next_step(
             &record.id,

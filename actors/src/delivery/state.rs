@@ -9,7 +9,7 @@ use idem_schemas::stored::stream_of;
 use idem_schemas::timefmt::rfc3339_millis;
 use idem_schemas::{
     ActionOutcome, ActionStatus, AttemptRecord, AttemptView, DeadReason, Decision, DeliveryEvent,
-    DeliveryRecord, DeliveryStatus, DeliveryView, NextStep, PlannedDelivery,
+    DeliveryRecord, DeliveryStatus, DeliveryView, NextStep, PlannedDelivery, TraceContext,
 };
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -381,7 +381,8 @@ pub fn new_logs(decision: &Decision, outcomes: &[ActionOutcome], settings: &Sett
     };
     for planned in &decision.deliveries {
         let (tenant, made_at) = (&decision.tenant, decision.created_at_ms);
-        let record = record_of(tenant, &decision.id, planned, made_at, settings);
+        let of = (decision.id.as_str(), decision.trace);
+        let record = record_of(tenant, of, planned, made_at, settings);
         let Some(outcome) = outcomes.iter().find(|o| o.delivery_id == planned.id) else {
             logs.counts.push(Metric::Moved {
                 from: None,
@@ -437,10 +438,10 @@ pub enum PollAnswer {
 }
 
 /// The record of `tenant`'s delivery `planned`, of the decision `decision_id` (empty: of
-/// none), made at `made_at_ms` and kept for the delivery retention.
+/// none) made in `trace`, made at `made_at_ms` and kept for the delivery retention.
 pub fn record_of(
     tenant: &str,
-    decision_id: &str,
+    (decision_id, trace): (&str, Option<TraceContext>),
     planned: &PlannedDelivery,
     made_at_ms: u64,
     settings: &Settings,
@@ -455,6 +456,7 @@ pub fn record_of(
         body: planned.body.clone(),
         created_at_ms: made_at_ms,
         expires_at_ms: made_at_ms + retention,
+        trace,
     }
 }
 
@@ -502,6 +504,7 @@ mod tests {
             body: vec![],
             created_at_ms: T,
             expires_at_ms: T + 1,
+            trace: None,
         }
     }
 
@@ -706,6 +709,7 @@ mod tests {
             subject_hash: "ab".into(),
             created_at_ms: T,
             deliveries,
+            trace: None,
         }
     }
 

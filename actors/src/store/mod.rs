@@ -100,6 +100,16 @@ pub enum ClaimWrite {
     TakeOver(LogHead),
 }
 
+impl ClaimWrite {
+    /// How many records of the claim's log it writes.
+    pub fn records(&self) -> usize {
+        match self {
+            ClaimWrite::Start(_, events) | ClaimWrite::Append(_, events) => events.len(),
+            ClaimWrite::TakeOver(_) => 0,
+        }
+    }
+}
+
 /// The key a SET is sealed under, wrapped (see [`crate::seal`]), kept beside the claim that
 /// made it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

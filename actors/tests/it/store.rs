@@ -85,7 +85,13 @@ fn decision(at: u64) -> Decision {
         subject_hash: "ab".repeat(32),
         created_at_ms: at,
         deliveries: vec![],
+        trace: traced(),
     }
+}
+
+/// A trace context, so every record read back shows it kept.
+fn traced() -> Option<idem_schemas::TraceContext> {
+    idem_schemas::TraceContext::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 }
 
 /// A claim made at `at` for `ttl` by the process of epoch `holder`.
@@ -106,6 +112,7 @@ fn dispatched() -> ClaimEvent {
         response: StoredResponse {
             status: 201,
             body: b"{}".to_vec(),
+            trace: traced(),
         },
     }
 }
@@ -135,6 +142,7 @@ fn delivery_to(id: &str, due: u64, url: &str) -> DeliveryWrite {
             body: b"{}".to_vec(),
             created_at_ms: due,
             expires_at_ms: now_ms() + 3_600_000,
+            trace: traced(),
         })],
         from: None,
         to: Placement {

@@ -6,6 +6,7 @@
 use idem_actors::{By, Outcome, RegistryError, Routed, SignalError};
 use idem_schemas::SignalRequest;
 use serde_json::{Map, Value};
+use tracing::Instrument;
 
 use crate::config::Tenant;
 use crate::http::ingest::decided;
@@ -113,10 +114,43 @@ pub async fn claim(
         },
         transmitter,
     };
-    let outcome = app.engine.signal(routed).await;
+    let span = idem_actors::trace_span!(
+        "source event",
+        idem.source = %source.name,
+        idem.source_kind = source.kind.as_str(),
+        idem.event_id_digest = tracing::field::Empty,
+        idem.outcome = tracing::field::Empty,
+    );
+    if !span.is_disabled() {
+        let digest = app
+            .engine
+            .event_digest(&tenant.name, &source.name, &prepared.claim_key);
+        span.record("idem.event_id_digest", digest);
+    }
+    let outcome = app.engine.signal(routed).instrument(span.clone()).await;
     if !matches!(outcome, Err(SignalError::NoPlaybook(_))) {
         app.stats.signal(&tenant.name);
     }
+    let taken = taken(app, tenant, source, outcome);
+    if !span.is_disabled() {
+        let name = match &taken {
+            Ok(Taken::Accepted) => "accepted",
+            Ok(Taken::Duplicate) => "duplicate",
+            Ok(Taken::Ignored | Taken::Refused) => "refused",
+            Err(_) => "failed",
+        };
+        span.record("idem.outcome", name);
+    }
+    taken
+}
+
+/// What became of an event, from what the engine made of it.
+fn taken(
+    app: &App,
+    tenant: &Tenant,
+    source: &Source,
+    outcome: Result<Outcome, SignalError>,
+) -> Result<Taken, ApiError> {
     match outcome {
         Ok(Outcome::Decided { verdict, .. }) => {
             decided(app, &tenant.name, verdict);

@@ -118,6 +118,10 @@ const MIGRATIONS: &[&str] = &[
         key      bytea NOT NULL
     );
     "#,
+    // 9: records name the trace their decision was made in (codec version 6), which an older
+    // idem cannot read: nothing changes in the tables, the version refuses such an idem. This
+    // idem reads the rows written before as they were.
+    "",
 ];
 
 /// The schema that added deliveries' URLs.

@@ -53,6 +53,7 @@ fn claimed(at: u64, ttl: u64) -> ClaimEvent {
             subject_hash: "ab".into(),
             created_at_ms: at,
             deliveries: vec![],
+            trace: None,
         },
         subject: None,
     })
@@ -64,6 +65,7 @@ fn done() -> ClaimEvent {
         response: StoredResponse {
             status: 201,
             body: b"{}".to_vec(),
+            trace: None,
         },
     }
 }
@@ -256,6 +258,7 @@ fn delivery(id: &str, at: u64) -> DeliveryWrite {
             body: b"{}".to_vec(),
             created_at_ms: at,
             expires_at_ms: at + 60_000,
+            trace: None,
         })],
         from: None,
         to: Placement {
@@ -570,6 +573,7 @@ fn record(tenant: &str, at: u64, expires_at: u64, subject: &str) -> DecisionReco
         created_at_ms: at,
         expires_at_ms: expires_at,
         actions: vec![],
+        trace: None,
     }
 }
 
