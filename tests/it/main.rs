@@ -33,5 +33,6 @@ mod refusals;
 mod reload;
 mod sources;
 mod ssf;
+mod traces;
 mod transmitter;
 mod waiting;

@@ -3,13 +3,14 @@
 //! [`receiver`], the [`idem`] process and its [`config`]s, the HTTP [`client`], the [`store`]
 //! the tests run on, [`deliveries`] as the API shows them, [`asserts`], [`wait`]ing, the
 //! [`answered`] keys of the crash tests, the reference receiver as a process
-//! ([`receive_proc`]), a real [`browser`] (and, from devtools, a Shared Signals transmitter
+//! ([`receive_proc`]), an OTLP trace [`collector`], a real [`browser`] (and, from devtools, a Shared Signals transmitter
 //! signing with `devtools::jose`).
 
 pub mod answered;
 pub mod asserts;
 pub mod browser;
 pub mod client;
+pub mod collector;
 pub mod config;
 pub mod deliveries;
 pub mod harness;
