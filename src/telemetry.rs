@@ -134,7 +134,7 @@ fn provider(url: &str, service: &str) -> Result<SdkTracerProvider, String> {
         .build()
         .map_err(|e| format!("telemetry: cannot export traces to {url}: {e}"))?;
     Ok(SdkTracerProvider::builder()
-        .with_span_processor(Queue::start(exporter))
+        .with_span_processor(Queue::start(exporter, QUEUE))
         .with_resource(
             Resource::builder()
                 .with_service_name(service.to_string())
@@ -159,8 +159,9 @@ struct Queue {
 }
 
 impl Queue {
-    fn start<E: SpanExporter + 'static>(exporter: E) -> Self {
-        let (queue, work) = sync_channel(QUEUE);
+    /// A processor whose thread sends to `exporter`, at most `capacity` spans waiting.
+    fn start<E: SpanExporter + 'static>(exporter: E, capacity: usize) -> Self {
+        let (queue, work) = sync_channel(capacity);
         let thread = std::thread::Builder::new()
             .name("idem-traces".into())
             .spawn(move || export(exporter, work))
@@ -297,5 +298,48 @@ impl opentelemetry_http::HttpClient for Blocking {
             .body(opentelemetry_http::Bytes::from(body))?;
         *answer.headers_mut() = headers;
         Ok(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::trace::{Span as _, Tracer as _};
+
+    /// An exporter whose every export waits until the test lets it go: a collector that does
+    /// not answer.
+    #[derive(Debug)]
+    struct Stuck(Mutex<Receiver<()>>);
+
+    impl SpanExporter for Stuck {
+        async fn export(&self, _batch: Vec<SpanData>) -> OTelSdkResult {
+            let _ = self.0.lock().map(|let_go| let_go.recv());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn spans_past_a_full_queue_are_dropped_and_counted_without_waiting() {
+        let (let_go, stuck) = sync_channel::<()>(0);
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(Queue::start(Stuck(Mutex::new(stuck)), 4))
+            .build();
+        let tracer = provider.tracer("test");
+        let before = DROPPED.get();
+        // The thread holds at most one batch in its stuck export, and four wait: the rest of
+        // these are dropped, each at once (a span that waited would hang this test).
+        let ended = BATCH + 100;
+        for _ in 0..ended {
+            tracer.start("s").end();
+        }
+        let dropped = DROPPED.get() - before;
+        assert!(
+            dropped >= (ended - BATCH - 4) as u64,
+            "{dropped} of {ended} dropped"
+        );
+        drop(let_go);
+        provider
+            .shutdown()
+            .expect("the queue empties once the export returns");
     }
 }

@@ -72,10 +72,3 @@ pub fn link(span: &Span, to: Option<TraceContext>) {
         span.add_link(span_context(to, TraceState::default()));
     }
 }
-
-/// Sets attribute `key` of `span` to `value` (one not declared as a field).
-pub fn attribute(span: &Span, key: &'static str, value: impl Into<opentelemetry::Value>) {
-    if !span.is_disabled() {
-        span.set_attribute(key, value);
-    }
-}

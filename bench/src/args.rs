@@ -182,6 +182,11 @@ pub struct Args {
           value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     pub nodes: usize,
 
+    /// idem exports its traces (every request's spans) over OTLP/HTTP to the bench's receiver,
+    /// which takes every export: what tracing costs when it is on
+    #[arg(long)]
+    pub traces: bool,
+
     /// The idem binary to run [default: build it, release, into target/bench]
     #[arg(long, value_name = "PATH", value_parser = existing_file)]
     pub idem: Option<PathBuf>,

@@ -109,7 +109,11 @@ pub fn check_installed() -> Result<(), String> {
 }
 
 /// A fresh idem on `dir` under `valgrind --tool=callgrind`, and its counters.
-pub fn start(binary: &Path, dir: &Path, receiver: SocketAddr) -> Result<(Idem, Counters), String> {
+pub fn start(
+    binary: &Path,
+    dir: &Path,
+    receiver: (SocketAddr, bool),
+) -> Result<(Idem, Counters), String> {
     let out = dir.join("cg.out");
     let mut out_flag = OsString::from("--callgrind-out-file=");
     out_flag.push(&out);

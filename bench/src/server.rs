@@ -50,13 +50,14 @@ pub fn fresh_database() -> Result<String, String> {
 }
 
 /// A fresh idem on a temp dir `dir` and `store` (a `[store]` section: empty for sled), calling
-/// `receiver`; `key_ttl` for the window scenario. With a non-empty `wrapper` (a program and its
-/// arguments), idem runs as that program's last argument.
+/// `receiver` (and with `traces`, exporting its traces there); `key_ttl` for the window
+/// scenario. With a non-empty `wrapper` (a program and its arguments), idem runs as that
+/// program's last argument.
 pub fn start_idem(
     binary: &Path,
     dir: &Path,
     store: &str,
-    receiver: SocketAddr,
+    (receiver, traces): (SocketAddr, bool),
     key_ttl: &str,
     wrapper: &[OsString],
 ) -> Result<Idem, String> {
@@ -64,11 +65,16 @@ pub fn start_idem(
     // The transmitter's signing key: ES256, whose signature costs a fraction of RS256's.
     let key = dir.join("transmitter.pem");
     std::fs::write(&key, devtools::jose::ec_pem()).map_err(|e| format!("the key: {e}"))?;
+    let telemetry = match traces {
+        true => format!("[telemetry]\notlp_endpoint = \"http://{receiver}\""),
+        false => String::new(),
+    };
     let config = format!(
         r#"
 listen = "127.0.0.1:0"
 data_dir = "{data}"
 {store}
+{telemetry}
 [idempotency]
 key_secret = "bench-key-secret-0123456789abcdef"
 key_ttl = "{key_ttl}"
@@ -229,9 +235,12 @@ fn disk_usage(path: &Path) -> u64 {
     }
 }
 
-/// Starts a receiver that answers every callback 200 at once; returns its address.
+/// Starts a receiver that answers every callback 200 at once, and takes every trace export
+/// (an empty answer: all of it accepted); returns its address.
 pub async fn fast_receiver() -> std::io::Result<std::net::SocketAddr> {
-    let app = axum::Router::new().fallback(|| async { "ok" });
+    let app = axum::Router::new()
+        .route("/v1/traces", axum::routing::post(|| async { "" }))
+        .fallback(|| async { "ok" });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     tokio::spawn(async move {

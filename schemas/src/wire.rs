@@ -487,7 +487,9 @@ pub struct DecisionView {
     #[schema(format = DateTime)]
     pub created_at: String,
     /// The id of the trace the decision was made in (W3C Trace Context, 32 lowercase hex
-    /// digits), where tracing was on; its callbacks' attempts belong to that trace.
+    /// digits), where tracing was on (absent otherwise); its callbacks' attempts belong to
+    /// that trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
 }
 

@@ -258,6 +258,11 @@ fn telemetry(
 ) -> Result<Telemetry, ConfigError> {
     let base = |key: &str, url: &str| -> Result<String, ConfigError> {
         match reqwest::Url::parse(url) {
+            // The URL is logged at start: a collector's credentials go in a header.
+            Ok(u) if !u.username().is_empty() || u.password().is_some() => Err(invalid(
+                key,
+                "has credentials: put them in OTEL_EXPORTER_OTLP_HEADERS",
+            )),
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {
                 Ok(format!("{}/v1/traces", url.trim_end_matches('/')))
             }
@@ -793,6 +798,11 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
         );
         let e = telemetry(raw(Some("collector:4318")), none).expect_err("not a URL");
         assert!(e.to_string().contains("telemetry.otlp_endpoint"), "{e}");
+        let e = telemetry(raw(Some("https://user:pw@otel.example")), none).expect_err("secret");
+        assert!(
+            e.to_string().contains("telemetry.otlp_endpoint") && !e.to_string().contains("pw"),
+            "{e}"
+        );
         let bad_env = |name: &str| (name == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| "x".into());
         let e = telemetry(raw(None), bad_env).expect_err("not a URL");
         assert!(e.to_string().contains("OTEL_EXPORTER_OTLP_ENDPOINT"), "{e}");

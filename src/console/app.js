@@ -376,6 +376,10 @@ const decisionView = {
           ['Source', sourceText(d.source)],
           ['Subject hash', el('span', { class: 'mono break', text: d.subject_hash })],
           ['Created', timeEl(d.created_at)],
+          // Where tracing is on: the trace its callbacks' attempts belong to, to look up in
+          // the tracing backend.
+          ['Trace', d.trace_id == null ? null
+            : el('span', { id: 'trace-id', class: 'mono break', title: 'W3C trace id', text: d.trace_id })],
         ])),
       el('h2', { text: 'Actions' }),
       d.actions.length ? d.actions.map((a, i) => actionSection(a, deliveries[i]))

@@ -31,11 +31,14 @@ use crate::http::problem::Kind;
         ("webhook-id" = Option<String>, Header, description = "Standard Webhooks id; required when the tenant has a signing_secret; must equal Idempotency-Key when both are sent; without Idempotency-Key, the request is claimed under it"),
         ("webhook-timestamp" = Option<String>, Header, description = "Unix seconds; required when the tenant has a signing_secret"),
         ("webhook-signature" = Option<String>, Header, description = "Space-separated `v1,<base64>` HMAC-SHA-256 signatures; required when the tenant has a signing_secret"),
+        ("traceparent" = Option<String>, Header, description = "W3C Trace Context: with tracing on, the request's span is its child (an invalid one is ignored)"),
+        ("tracestate" = Option<String>, Header, description = "W3C Trace Context vendor data, kept with the request's span (not stored)"),
     ),
     responses(
         (status = 201, description = "First processing, or a replay (with Idempotent-Replayed: true)", body = DecisionResponse,
             headers(
                 ("Idempotent-Replayed" = String, description = "`true` on a replay"),
+                ("traceresponse" = String, description = "With tracing on: the span the decision was made in (`00-<trace id>-<span id>-<flags>`); a replay names the first request's"),
                 ("Preference-Applied" = String, description = "`wait=N`, N the wait applied, on a request answered after waiting for its key"),
                 ("Idem-Deduplicated" = String, description = "`subject`: the first decision for this subject within its playbook's once_per_subject window"),
             )),

@@ -131,6 +131,28 @@ fn check_config_accepts_the_example_and_refuses_bad_keys_in_one_line() {
             text.replace("http://127.0.0.1:9000/hooks/lock", "http:///hooks/lock"),
             "tenants.acme.playbooks.sim_swap.actions[0].url",
         ),
+        // Secrets are resolved when the file is checked: what is missing is named by its key.
+        (
+            text.replace(
+                "\"change-me-to-a-long-random-string-0123456789abcdef\"",
+                "{ file = \"/nonexistent/idem_key_secret\" }",
+            ),
+            "idempotency.key_secret",
+        ),
+        (
+            text.replace(
+                "\"sk_live_acme_example\"",
+                "{ env = \"IDEM_CLI_TEST_NEVER_SET\" }",
+            ),
+            "tenants.acme.api_key",
+        ),
+        (
+            text.replace(
+                "# [telemetry]",
+                "[telemetry]\notlp_endpoint = \"collector:4318\"\n# ",
+            ),
+            "telemetry.otlp_endpoint",
+        ),
     ] {
         let path = dir.path().join("bad.toml");
         std::fs::write(&path, broken).expect("write");

@@ -5,7 +5,8 @@
 //! receiver stopped, a signal's callback goes queued and then dead; with it started again, the
 //! redeliver button on one and "redeliver all dead" for the other deliver each once, and the
 //! decision's timeline shows the failed attempts and the 2xx; the endpoint shows its failures;
-//! the sources view counts the source's event; sign-out forgets the key. The page loads nothing from another origin and breaks no rule of
+//! the sources view counts the source's event; sign-out forgets the key; with tracing on, a
+//! decision names its trace. The page loads nothing from another origin and breaks no rule of
 //! its Content-Security-Policy. With `IDEM_CONSOLE_SCREENSHOTS=<dir>` the test also saves
 //! screenshots of the main views there (`scripts/screenshots` refreshes those in `docs/`).
 
@@ -90,6 +91,19 @@ async fn submit_key(browser: &Browser, field: &Element, key: &str) {
         .await
         .expect("sign-in button");
     browser.click(&submit).await;
+}
+
+/// A browser on `idem`'s console, signed in as acme; the console's URL.
+async fn signed_in(idem: &Idem) -> (Browser, String) {
+    let browser = Browser::start().await;
+    let console = format!("{}/console", idem.base);
+    browser.open(&console).await;
+    let key = browser.wait_for("#key", "the sign-in form").await;
+    submit_key(&browser, &key, API_KEY).await;
+    browser
+        .wait_text("#tenant", "signed in", |t| t == "acme")
+        .await;
+    (browser, console)
 }
 
 async fn storage(browser: &Browser) -> serde_json::Value {
@@ -551,14 +565,7 @@ audience = "https://okta.example.test"
     let stream = r.json()["stream_id"].as_str().expect("id").to_string();
     let (decision, jti) = post_signal(&api, "+15550009").await;
 
-    let browser = Browser::start().await;
-    let console = format!("{}/console", idem.base);
-    browser.open(&console).await;
-    let key = browser.wait_for("#key", "the sign-in form").await;
-    submit_key(&browser, &key, API_KEY).await;
-    browser
-        .wait_text("#tenant", "signed in", |t| t == "acme")
-        .await;
+    let (browser, console) = signed_in(&idem).await;
 
     // The decision's SET names its stream where a callback names its URL.
     browser
@@ -585,4 +592,35 @@ audience = "https://okta.example.test"
         .await;
     assert!(row.contains(&format!("stream {stream}")), "{row}");
     assert!(!row.contains("ssf:"), "{row}");
+}
+
+#[tokio::test]
+async fn a_traced_decision_names_its_trace() {
+    let collector = crate::support::collector::Collector::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let config =
+        console_config(&dir.path().join("data"), &receiver.addr.to_string()) + &collector.section();
+    let idem = Idem::start(dir.path(), &config);
+    let api = Client::new(&idem.base);
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let r = api
+        .signal(
+            Req::new(&sim_swap("+15550010"))
+                .header("authorization", &format!("Bearer {API_KEY}"))
+                .header("traceparent", &format!("00-{trace}-00f067aa0ba902b7-01")),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let decision = decision_id(&r);
+
+    let (browser, console) = signed_in(&idem).await;
+    browser
+        .open(&format!("{console}#/decisions/{decision}"))
+        .await;
+    let shown = browser
+        .wait_text("#decision", "the decision", |t| t.contains("Trace"))
+        .await;
+    assert!(shown.contains(trace), "{shown}");
+    assert_eq!(browser.text("#trace-id").await.as_deref(), Some(trace));
 }

@@ -3,9 +3,10 @@
 //! sender's span) through its claim, playbook and commits to every attempt of its callback,
 //! the ones made after a SIGKILL included, each callback naming its own attempt's span in its
 //! `traceparent`; a replay names the first trace in `traceresponse` and links its claim to the
-//! first one; no span carries the key, the subject or the body; on PostgreSQL a retry made by
-//! another node belongs to the trace too; and a collector that is down costs spans, not
-//! answers.
+//! first one; a source's event is a span of its request (kind, digest, outcome) with its claim
+//! under it; a pushed SET names its own attempt too; no span carries the key, the subject or
+//! the body; on PostgreSQL a retry made by another node belongs to the trace too; and a
+//! collector that is down costs spans, not answers.
 
 use std::time::Duration;
 
@@ -43,6 +44,14 @@ fn span_named(header: &str, trace: &str) -> String {
     parts[2].to_string()
 }
 
+/// The `trace_id` beta's decision answered by `r` names.
+async fn decision_trace(client: &Client, r: &Resp) -> serde_json::Value {
+    let path = format!("/v1/decisions/{}", decision_id(r));
+    let decision = client.send("GET", &path, Req::new("").beta()).await;
+    assert_eq!(decision.status, 200, "{}", text(&decision));
+    decision.json()["trace_id"].clone()
+}
+
 /// Nothing a tenant sent is in any span: not the key, the subject or a byte of the body.
 fn assert_nothing_sent_in(spans: &[Exported], sent: &[&str]) {
     for span in spans {
@@ -64,6 +73,8 @@ async fn a_signals_trace_holds_its_request_claim_and_every_attempt_across_a_cras
     let section = collector.section();
     let (_dir, receiver, idem, client) = Harness::new()
         .delivery(r#"schedule = ["1s"]"#)
+        // The key's actor outlives the request by far: the request's spans end all the same.
+        .idempotency(r#"idle_actor_timeout = "1h""#)
         .answer("/notify", status(503))
         .tenants(move |r| test_tenants(r) + &section)
         .start()
@@ -179,17 +190,138 @@ async fn a_signals_trace_holds_its_request_claim_and_every_attempt_across_a_cras
     assert_eq!(again.attr("idem.outcome"), "replay");
     assert_eq!(again.links, vec![(trace.clone(), claim.span_id.clone())]);
 
-    // The decision names its trace.
-    let decision = client
-        .send(
-            "GET",
-            &format!("/v1/decisions/{}", decision_id(&first)),
-            Req::new("").beta(),
-        )
-        .await;
-    assert_eq!(decision.json()["trace_id"], trace.as_str());
+    assert_eq!(
+        decision_trace(&client, &first).await,
+        trace.as_str(),
+        "the decision's"
+    );
 
     assert_nothing_sent_in(&collector.spans(), &[subject, &key, "2026-11-29T17:54:32Z"]);
+}
+
+#[tokio::test]
+async fn a_source_event_is_a_span_of_its_request_with_its_kind_digest_and_outcome() {
+    let collector = Collector::start().await;
+    let section = collector.section();
+    let (_dir, receiver, _idem, client) = Harness::new()
+        .tenants(move |r| with_okta_hook(&test_tenants(r)) + &section)
+        .start()
+        .await;
+    let (trace, sender, parent) = sender_span();
+    let (uuid, who) = (unique("okta-event"), "traced.user@example.com");
+    // The provider delivers the event, then delivers it again.
+    for _ in 0..2 {
+        let delivery = okta_hook_delivery(&uuid, who).header("traceparent", &parent);
+        let r = client.send("POST", "/v1/sources/beta/hook", delivery).await;
+        assert_eq!(r.status, 200, "{}", text(&r));
+    }
+    let callback = receiver.wait_for(1).await;
+    let spans = collector
+        .wait_for_trace(&trace, |s| {
+            s.iter().filter(|s| s.name == "source event").count() == 2 && !attempts(s).is_empty()
+        })
+        .await;
+    let named =
+        |name: &str| -> Vec<&Exported> { spans.iter().filter(|s| s.name == name).collect() };
+    let requests = named("POST /v1/sources/{tenant}/{source}");
+    assert_eq!(requests.len(), 2, "{spans:#?}");
+    assert!(requests.iter().all(|r| r.parent == sender));
+    let mut events = named("source event");
+    events.sort_by_key(|e| e.attr("idem.outcome").to_string());
+    assert_eq!(
+        events
+            .iter()
+            .map(|e| e.attr("idem.outcome"))
+            .collect::<Vec<_>>(),
+        ["accepted", "duplicate"]
+    );
+    for event in &events {
+        assert!(requests.iter().any(|r| r.span_id == event.parent));
+        assert_eq!(event.attr("idem.source_kind"), "okta");
+        assert_eq!(event.attr("idem.source"), "hook");
+        let digest = event.attr("idem.event_id_digest");
+        assert!(
+            digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{digest}"
+        );
+        assert_eq!(digest, events[0].attr("idem.event_id_digest"), "one event");
+    }
+    // Each delivery's claim is under its event; the first decided, the second a replay.
+    let claims = named("claim");
+    let new = claims
+        .iter()
+        .find(|c| c.attr("idem.outcome") == "new")
+        .expect("the event's decision");
+    assert_eq!(new.parent, events[0].span_id);
+    assert!(claims
+        .iter()
+        .any(|c| c.attr("idem.outcome") == "replay" && c.parent == events[1].span_id));
+    // Its callback is queued (a source's are) and made by the retry worker, in this trace.
+    let attempt = attempts(&spans)[0];
+    assert_eq!(attempt.parent, new.span_id);
+    assert_eq!(
+        span_named(callback[0].header("traceparent"), &trace),
+        attempt.span_id
+    );
+    assert_nothing_sent_in(&collector.spans(), &[who, &uuid]);
+}
+
+#[tokio::test]
+async fn a_pushed_set_names_its_own_attempt_in_its_traceparent() {
+    use crate::transmitter::{push_to, set_delivery, token, OKTA_SECRET, REVOKED};
+    let collector = Collector::start().await;
+    let (_dir, receiver, _idem, client) =
+        crate::transmitter::start_with(&collector.section()).await;
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    receiver.script("/okta", &[status(503), status(202)]);
+    let stream = push_to(
+        &client,
+        &okta,
+        &receiver.url("/okta"),
+        serde_json::json!([REVOKED]),
+    )
+    .await;
+    let (trace, _, parent) = sender_span();
+    let subject = "+15550004321";
+    let r = client
+        .signal(
+            Req::new(&sim_swap(subject))
+                .header("authorization", "Bearer sk_transmitter_acme_0001")
+                .header("traceparent", &parent),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let jti = set_delivery(&r);
+    let sent = receiver.wait_for(3).await;
+    let sets: Vec<&Received> = sent.iter().filter(|s| s.path == "/okta").collect();
+    assert_eq!(sets.len(), 2, "a 503, then the retry");
+    let spans = collector
+        .wait_for_trace(&trace, |s| {
+            attempts(s)
+                .iter()
+                .filter(|a| a.attr("idem.delivery_id") == jti)
+                .count()
+                == 2
+        })
+        .await;
+    let claim = one(&spans, "claim");
+    let tries: Vec<&Exported> = attempts(&spans)
+        .into_iter()
+        .filter(|a| a.attr("idem.delivery_id") == jti)
+        .collect();
+    for (attempt, set) in tries.iter().zip(&sets) {
+        assert_eq!(attempt.parent, claim.span_id);
+        assert_eq!(attempt.attr("idem.stream_id"), stream);
+        assert_eq!(
+            span_named(set.header("traceparent"), &trace),
+            attempt.span_id
+        );
+    }
+    assert_eq!(
+        sets[0].body, sets[1].body,
+        "the same SET bytes, whatever the trace"
+    );
+    assert_nothing_sent_in(&collector.spans(), &[subject]);
 }
 
 #[tokio::test]
@@ -310,14 +442,7 @@ async fn with_tracing_off_nothing_is_traced_and_no_header_is_added() {
     assert_eq!(r.header("traceresponse"), None);
     let callback = receiver.wait_for(1).await;
     assert_eq!(callback[0].header("traceparent"), "");
-    let decision = client
-        .send(
-            "GET",
-            &format!("/v1/decisions/{}", decision_id(&r)),
-            Req::new("").beta(),
-        )
-        .await;
-    assert_eq!(decision.json()["trace_id"], serde_json::Value::Null);
+    assert_eq!(decision_trace(&client, &r).await, serde_json::Value::Null);
 }
 
 /// The value of the unlabelled counter `name` in a Prometheus text.

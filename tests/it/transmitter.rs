@@ -99,9 +99,15 @@ fn config_here(dir: &Path, store: &str, receiver: &Receiver) -> String {
 }
 
 pub(crate) async fn start() -> (tempfile::TempDir, Receiver, Idem, Client) {
+    start_with("").await
+}
+
+/// [`start`], with `extra` at the end of the config (a `[telemetry]` section).
+pub(crate) async fn start_with(extra: &str) -> (tempfile::TempDir, Receiver, Idem, Client) {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
-    let idem = Idem::start(dir.path(), &config(dir.path(), &store_section(), &receiver));
+    let config = config(dir.path(), &store_section(), &receiver) + extra;
+    let idem = Idem::start(dir.path(), &config);
     let client = Client::new(&idem.base);
     (dir, receiver, idem, client)
 }
@@ -854,7 +860,7 @@ pub(crate) async fn sim_swap_signal(client: &Client, subject: &str, key: &str) -
 }
 
 /// A push stream of `token`'s receiver to `url`, requesting `events`; its id.
-async fn push_to(client: &Client, token: &str, url: &str, events: Value) -> String {
+pub(crate) async fn push_to(client: &Client, token: &str, url: &str, events: Value) -> String {
     let body = json!({
         "delivery": {"method": PUSH, "endpoint_url": url,
                      "authorization_header": PUSH_CREDENTIAL},

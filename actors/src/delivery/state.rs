@@ -149,6 +149,9 @@ pub enum Hold {
 }
 
 /// What a redelivery asked of a delivery comes to.
+// Made and taken apart once per redelivery, never kept: boxing the record would cost an
+// allocation per redelivery to save bytes on the stack.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Redelivery {
     /// Redelivered since the bulk claim asking (by an earlier holder of it that stopped

@@ -55,7 +55,7 @@ impl Context<'_> {
             self.binary,
             self.dir,
             &self.store,
-            self.receiver,
+            (self.receiver, self.args.traces),
             key_ttl,
             &[],
         )
@@ -84,7 +84,8 @@ impl Context<'_> {
             .map(|n| {
                 let dir = self.dir.join(format!("node{n}"));
                 std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-                start_idem(self.binary, &dir, &self.store, self.receiver, key_ttl, &[])
+                let receiver = (self.receiver, self.args.traces);
+                start_idem(self.binary, &dir, &self.store, receiver, key_ttl, &[])
             })
             .collect()
     }
@@ -226,7 +227,7 @@ pub async fn measure_instructions(
     let mut figures = Vec::new();
     for scenario in args.scenarios() {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let (idem, counters) = callgrind::start(binary, dir.path(), receiver)?;
+        let (idem, counters) = callgrind::start(binary, dir.path(), (receiver, args.traces))?;
         let started = Instant::now();
         let measured = instructions(
             scenario,
