@@ -3,15 +3,15 @@
 //! `idem_actors::trace::SPANS`, and nothing else) also go to an OpenTelemetry collector over
 //! OTLP/HTTP (protobuf). Export never holds up an answer: a span ends into a bounded queue
 //! (one full drops it, counted in `idem_trace_spans_dropped_total`), and one thread of its own
-//! sends what is queued as one batch per request, as soon as it comes, so what a process did
-//! before it is killed has most likely left already. A collector that is down costs the
+//! sends the spans in batches, each at most 200 ms after its first span ended, so what a
+//! process did before it is killed has most likely left already. A collector that is down costs the
 //! spans, never the service. With tracing off, no exporter layer exists and the spans are
 //! never made.
 
 use std::io::Read;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{LazyLock, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::Context;
@@ -20,9 +20,9 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SdkTracerProvider, Span, SpanData, SpanExporter, SpanProcessor};
 use opentelemetry_sdk::Resource;
 use prometheus::{register_int_counter, IntCounter};
+use tracing_log::AsLog;
 use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 
 use crate::config::Telemetry;
@@ -32,6 +32,10 @@ const QUEUE: usize = 4096;
 
 /// The most spans one export request carries.
 const BATCH: usize = 512;
+
+/// How long the spans that end after a first one are gathered into its export request: an
+/// export costs far more than a span, so spans go in batches, at this much delay.
+const GATHER: Duration = Duration::from_millis(200);
 
 /// How long one export request may take (a collector that does not answer).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -109,10 +113,22 @@ pub fn install(format: LogFormat, telemetry: &Telemetry) -> Result<Installed, St
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .boxed(),
     };
-    tracing_subscriber::registry()
+    // `log` records (sled's, hyper's) are for the logs alone: the level they are made at is the
+    // logs' filter's, not the exporter's (whose spans are at debug), or every debug record of
+    // the store would be made and turned away.
+    let logs = filter
+        .max_level_hint()
+        .unwrap_or(LevelFilter::TRACE)
+        .as_log();
+    let subscriber = tracing_subscriber::registry()
         .with(fmt.with_filter(filter))
-        .with(otel)
-        .init();
+        .with(otel);
+    tracing::subscriber::set_global_default(subscriber)
+        .map_err(|e| format!("telemetry: cannot install the subscriber: {e}"))?;
+    tracing_log::LogTracer::builder()
+        .with_max_level(logs)
+        .init()
+        .map_err(|e| format!("telemetry: cannot forward log records: {e}"))?;
     LazyLock::force(&DROPPED);
     LazyLock::force(&FAILED);
     tracing::info!(url = %url, service = %telemetry.service_name, "exporting traces over OTLP/HTTP");
@@ -222,13 +238,14 @@ impl SpanProcessor for Queue {
     }
 }
 
-/// The export thread: waits for a span, then sends it with every other span queued by then
-/// (up to a batch), one request at a time.
+/// The export thread: waits for a span, then sends it with every other span that ends within
+/// [`GATHER`] of it (up to a batch, or until a flush asks), one request at a time.
 fn export<E: SpanExporter>(mut exporter: E, work: Receiver<Work>) {
     // Nothing this thread does is traced itself.
     let _quiet = Context::enter_telemetry_suppressed_scope();
     let mut batch = Vec::with_capacity(BATCH);
     while let Ok(first) = work.recv() {
+        let until = Instant::now() + GATHER;
         let mut flushed = None;
         let mut next = Some(first);
         while let Some(item) = next.take() {
@@ -238,7 +255,8 @@ fn export<E: SpanExporter>(mut exporter: E, work: Receiver<Work>) {
                 Work::Flush(done) => flushed = Some(done),
             }
             if batch.len() < BATCH && flushed.is_none() {
-                next = work.try_recv().ok();
+                let left = until.saturating_duration_since(Instant::now());
+                next = work.recv_timeout(left).ok();
             }
         }
         if !batch.is_empty() {

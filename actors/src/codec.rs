@@ -123,6 +123,17 @@ mod tests {
     }
 
     #[test]
+    fn a_body_is_stored_as_the_list_of_bytes_it_always_was() {
+        // Bodies are (de)serialised as bytes: the same encoding as a list of bytes, so records
+        // written either way read either way.
+        let body = b"{\"decision_id\":\"dec_1\"}".to_vec();
+        let as_list = bincode::serde::encode_to_vec(&body, config()).expect("encode");
+        let as_bytes = bincode::serde::encode_to_vec(serde_bytes::Bytes::new(&body), config())
+            .expect("encode");
+        assert_eq!(as_list, as_bytes);
+    }
+
+    #[test]
     fn round_trips() {
         let bytes = encode(&sample()).expect("encode");
         assert_eq!(bytes[0], FORMAT_VERSION);

@@ -4,7 +4,8 @@
 //! `Completed` (the response was handed out).
 //! These types are encoded by the actors' codec (bincode), so they avoid serde features bincode
 //! cannot carry (untagged enums, skipped fields, `serde_json::Value`). Ids and digests are
-//! stored as the bytes behind their hex (see [`hex_text`]).
+//! stored as the bytes behind their hex (see [`hex_text`]); bodies as bytes (`serde_bytes`),
+//! read in one copy rather than byte by byte, in the same encoding as a list of bytes.
 
 use serde::{Deserialize, Serialize};
 
@@ -52,6 +53,7 @@ pub struct PlannedDelivery {
     pub url: String,
     /// What it sends: the serialised `CallbackEnvelope`, or a SET sealed at rest under a key
     /// of its own.
+    #[serde(with = "serde_bytes")]
     pub body: Vec<u8>,
     /// A SET's own key, wrapped: while the decision is being made it rides with it to the
     /// write that starts the claim, which keeps it beside the claim, never in its log, so that
@@ -130,6 +132,7 @@ pub struct StoredResponse {
     /// HTTP status.
     pub status: u16,
     /// The body's exact bytes.
+    #[serde(with = "serde_bytes")]
     pub body: Vec<u8>,
     /// The trace of the decision it answers with, named in a `traceresponse` header beside
     /// the bytes (never in them).
@@ -277,6 +280,7 @@ pub struct DeliveryRecord {
     /// Where it is POSTed.
     pub url: String,
     /// The envelope, byte for byte.
+    #[serde(with = "serde_bytes")]
     pub body: Vec<u8>,
     /// When the delivery was created, unix milliseconds.
     pub created_at_ms: u64,
