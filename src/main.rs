@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use idem::config::Config;
+use idem::telemetry::LogFormat;
 use idem_schemas::signature::Secret;
 
 // mimalloc: glibc's malloc contends on its arenas under many concurrent requests.
@@ -82,13 +83,6 @@ enum Command {
     },
 }
 
-/// How `serve` writes its logs.
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -103,11 +97,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let format = match log_format {
-                LogFormat::Text => idem::telemetry::LogFormat::Text,
-                LogFormat::Json => idem::telemetry::LogFormat::Json,
-            };
-            let telemetry = match idem::telemetry::install(format, &config.telemetry) {
+            let telemetry = match idem::telemetry::install(log_format, &config.telemetry) {
                 Ok(installed) => installed,
                 Err(e) => {
                     eprintln!("{e}");

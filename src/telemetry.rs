@@ -58,8 +58,8 @@ static FAILED: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
-/// How log lines are written.
-#[derive(Debug, Clone, Copy)]
+/// How log lines are written (`idem serve --log-format`).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum LogFormat {
     /// Text, coloured on a terminal.
     Text,

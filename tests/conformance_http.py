@@ -1,9 +1,30 @@
-"""What the conformance scripts share: an HTTP request that returns every status (not only
-2xx), and a wait for what a peer of theirs receives."""
+"""What the conformance scripts share: a real `idem serve` started on a config, a peer of
+theirs served on loopback, an HTTP request that returns every status (not only 2xx), and a
+wait for what a peer receives."""
 
+import http.server
+import os
+import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
+
+
+def start_idem(binary, config, env=None):
+    """`binary serve --config config` (with `env` added to the environment), and the base URL
+    it prints once it listens."""
+    idem = subprocess.Popen([binary, "serve", "--config", config], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True,
+                            env=dict(os.environ, **(env or {})))
+    return idem, idem.stdout.readline().strip().removeprefix("idem listening on ")
+
+
+def serve(handler):
+    """A server of `handler` on a free loopback port, in a thread of its own, and its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
 def request(url, body=None, headers=None, method="GET"):

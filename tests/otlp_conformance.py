@@ -9,15 +9,13 @@ import http.server
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from conformance_http import request, wait_for
+from conformance_http import request, serve, start_idem, wait_for
 
 TRACE, SENDER = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-0[01]$")
@@ -63,12 +61,6 @@ class Receiver(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def serve(handler):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
-
-
 def main():
     collector, otlp = serve(Collector)
     receiver, recv = serve(Receiver)
@@ -87,11 +79,9 @@ callback_secret = "whsec_c2VjcmV0LWZvci1hY21lLWNhbGxiYWNrcw=="
 decision = "deny"
 actions = [ {{ name = "lock_account", url = "{recv}/lock" }}, {{ name = "open_case", url = "{recv}/case" }} ]
 """)
-        env = dict(os.environ, OTEL_EXPORTER_OTLP_ENDPOINT=otlp, OTEL_SERVICE_NAME="idem-conformance")
-        idem = subprocess.Popen([sys.argv[1], "serve", "--config", config], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True, env=env)
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp, "OTEL_SERVICE_NAME": "idem-conformance"}
+        idem, base = start_idem(sys.argv[1], config, env)
         try:
-            base = idem.stdout.readline().strip().removeprefix("idem listening on ")
             body = json.dumps({"type": "sim_swap", "subject": "+447700900123"}).encode()
             headers = {"Authorization": "Bearer sk_acme_test_key",
                        "Content-Type": "application/json",

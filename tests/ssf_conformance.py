@@ -10,15 +10,13 @@ import base64
 import http.server
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 import uuid
 
-from conformance_http import request, wait_for
+from conformance_http import request, serve, start_idem, wait_for
 from jwcrypto import jwk, jws
 
 API_KEY = "sk_ssf_conformance_key"
@@ -76,12 +74,6 @@ class Receiver(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def serve(handler):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
-
-
 def claims(**overrides):
     c = {"iss": ISSUER, "aud": [AUDIENCE], "jti": uuid.uuid4().hex, "iat": int(time.time()),
          "sub_id": {"format": "email", "email": "alice@example.com"}, "events": {EVENT: {}}}
@@ -126,10 +118,8 @@ jwks = "{tx}/jwks"
 event = "{EVENT}"
 type = "breach"
 """)
-        idem = subprocess.Popen([binary, "serve", "--config", config], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True)
+        idem, base = start_idem(binary, config)
         try:
-            base = idem.stdout.readline().strip().removeprefix("idem listening on ")
             push_url = f"{base}/v1/sources/acme/tx"
             bearer = {"Authorization": f"Bearer {API_KEY}"}
 

@@ -19,10 +19,9 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-from conformance_http import request, wait_for
+from conformance_http import request, serve, start_idem, wait_for
 from jwcrypto import jwk, jws
 from jwcrypto.common import json_decode
 
@@ -98,9 +97,8 @@ def main():
     binary = sys.argv[1]
     database = fresh_database() if sys.argv[2:] == ["postgres"] else None
     store = f'[store]\nbackend = "postgres"\nurl = "{database}"\n' if database else ""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    push_url = f"http://127.0.0.1:{server.server_address[1]}/ssf/events"
+    server, recv = serve(Receiver)
+    push_url = f"{recv}/ssf/events"
     signing = jwk.JWK.generate(kty="EC", crv="P-256")
     with tempfile.TemporaryDirectory() as tmp:
         key_file = os.path.join(tmp, "transmitter.pem")
@@ -126,10 +124,8 @@ client_secret = "{CLIENT_SECRET}"
 audience = "{AUDIENCE}"
 endpoints = ["http://127.0.0.1"]
 """)
-        idem = subprocess.Popen([binary, "serve", "--config", config], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True)
+        idem, base = start_idem(binary, config)
         try:
-            base = idem.stdout.readline().strip().removeprefix("idem listening on ")
             issuer = f"{base}/ssf/acme"
 
             # 1. Discovery, as a receiver finds a transmitter: SSF §7.2's well-known URL.

@@ -5,16 +5,16 @@ a receiver built on the library. Prints `N passed, M failed` and exits non-zero 
 import http.server
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
 from datetime import datetime, timezone
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from conformance_http import serve, start_idem
 
 SIGNING = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 CALLBACK_OLD = "whsec_b2xkLWNhbGxiYWNrLXNlY3JldA"  # unpadded, as some tools write them
@@ -66,9 +66,7 @@ def post(base, path, body, headers):
 
 def main():
     binary = sys.argv[1]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    recv = f"http://127.0.0.1:{server.server_address[1]}"
+    server, recv = serve(Receiver)
     with tempfile.TemporaryDirectory() as tmp:
         config = os.path.join(tmp, "idem.toml")
         with open(config, "w") as f:
@@ -87,10 +85,8 @@ callback_secret = ["{CALLBACK_OLD}", "{CALLBACK_NEW}"]
 decision = "deny"
 actions = [ {{ name = "lock_account", url = "{recv}/lock" }}, {{ name = "open_case", url = "{recv}/flaky" }} ]
 """)
-        idem = subprocess.Popen([binary, "serve", "--config", config], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True)
+        idem, base = start_idem(binary, config)
         try:
-            base = idem.stdout.readline().strip().removeprefix("idem listening on ")
             body = json.dumps({"type": "sim_swap", "subject": "+447700900123",
                                "metadata": {"risk": 97}}).encode()
             key = f"evt_{time.time_ns()}"

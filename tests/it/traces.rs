@@ -22,6 +22,14 @@ fn sender_span() -> (String, String, String) {
     (trace, span, header)
 }
 
+/// Beta's keyed `sim_swap` about `subject`, sent under `traceparent`.
+fn keyed_beta_signal(subject: &str, key: &str, traceparent: &str) -> Req {
+    Req::new(&sim_swap(subject))
+        .beta()
+        .key(key)
+        .header("traceparent", traceparent)
+}
+
 /// The one span of `spans` named `name`.
 fn one<'a>(spans: &'a [Exported], name: &str) -> &'a Exported {
     let named: Vec<&Exported> = spans.iter().filter(|s| s.name == name).collect();
@@ -347,12 +355,11 @@ async fn on_postgresql_a_retry_made_by_another_node_belongs_to_the_trace() {
     let a = node("idem-a");
     let (trace, _, parent) = sender_span();
     let first = Client::new(&a.base)
-        .signal(
-            Req::new(&sim_swap("+15550001"))
-                .beta()
-                .key(&unique("pg-traced"))
-                .header("traceparent", &parent),
-        )
+        .signal(keyed_beta_signal(
+            "+15550001",
+            &unique("pg-traced"),
+            &parent,
+        ))
         .await;
     assert_eq!(first.status, 201, "{}", text(&first));
     receiver.wait_for(1).await;
@@ -403,12 +410,11 @@ async fn a_collector_that_is_down_costs_spans_not_answers() {
     let (_, _, parent) = sender_span();
     for n in 0..5 {
         let r = client
-            .signal(
-                Req::new(&sim_swap("+15550002"))
-                    .beta()
-                    .key(&unique(&format!("down{n}")))
-                    .header("traceparent", &parent),
-            )
+            .signal(keyed_beta_signal(
+                "+15550002",
+                &unique(&format!("down{n}")),
+                &parent,
+            ))
             .await;
         assert_eq!(r.status, 201, "{}", text(&r));
         assert!(r.header("traceresponse").is_some());
@@ -431,12 +437,7 @@ async fn with_tracing_off_nothing_is_traced_and_no_header_is_added() {
     let (_dir, receiver, _idem, client) = Harness::new().start().await;
     let (_, _, parent) = sender_span();
     let r = client
-        .signal(
-            Req::new(&sim_swap("+15550003"))
-                .beta()
-                .key(&unique("untraced"))
-                .header("traceparent", &parent),
-        )
+        .signal(keyed_beta_signal("+15550003", &unique("untraced"), &parent))
         .await;
     assert_eq!(r.status, 201);
     assert_eq!(r.header("traceresponse"), None);
