@@ -332,15 +332,9 @@ impl Dispatcher {
         let Some(stream) = stream_of(&delivery.url) else {
             return Readiness::Go(None);
         };
-        let Ok(Some(stream)) = self.store.stream(tenant, stream).await else {
-            return Readiness::Go(None);
-        };
-        let own = about_the_stream(&delivery.action);
-        match (stream.method, stream.state) {
-            (_, StreamState::Disabled) if !own => Readiness::Go(Some(stream)),
-            (StreamMethod::Poll, _) => Readiness::Polled,
-            (StreamMethod::Push, StreamState::Paused) if !own => Readiness::Paused,
-            _ => Readiness::Go(Some(stream)),
+        match self.store.stream(tenant, stream).await {
+            Ok(Some(stream)) => readiness_of(stream, &delivery.action),
+            _ => Readiness::Go(None),
         }
     }
 
@@ -367,10 +361,11 @@ impl Dispatcher {
         request
     }
 
-    /// A SET's request to stream `stream_id` as it is now, or why none is made: failed for
-    /// good when the stream is gone, disabled or no longer pushed to, or the SET is erased or
-    /// does not open; queued for another attempt when it cannot be read, or was paused since it was
-    /// found not to be.
+    /// A SET's request to stream `stream_id` as `read` by readiness (none: readiness could not
+    /// read it, so it is read here and judged as readiness would have), or why none is made:
+    /// dropped when the stream is disabled; failed for good when it is gone or has no endpoint,
+    /// or the SET is erased or does not open; queued for another look when the stream or the
+    /// SET's key cannot be read, or the stream is paused or polled.
     async fn set(
         &self,
         tenant: &str,
@@ -379,32 +374,33 @@ impl Dispatcher {
         delivery: &PlannedDelivery,
     ) -> Result<reqwest::RequestBuilder, (ActionStatus, String)> {
         let failed = |why: &str| (ActionStatus::Failed, why.to_string());
-        let stored = match read {
-            Some(stream) => Ok(Some(stream)),
-            None => self.store.stream(tenant, stream_id).await,
+        let stream = match read {
+            Some(stream) => stream,
+            // Read only now (readiness could not): what readiness would have said of it holds,
+            // so a SET to a poll stream waits to be polled and one to a paused stream is held,
+            // never sent or failed.
+            None => match self.store.stream(tenant, stream_id).await {
+                Ok(Some(stream)) => match readiness_of(stream, &delivery.action) {
+                    Readiness::Go(Some(stream)) => stream,
+                    Readiness::Polled => {
+                        return Err((ActionStatus::Queued, "the stream is polled".into()))
+                    }
+                    _ => return Err((ActionStatus::Queued, "the stream is paused".into())),
+                },
+                Ok(None) => return Err(failed("the stream was deleted")),
+                Err(e) => {
+                    return Err((
+                        ActionStatus::Queued,
+                        format!("the stream cannot be read: {e}"),
+                    ))
+                }
+            },
         };
-        let stream = match stored {
-            Ok(Some(stream)) => stream,
-            Ok(None) => return Err(failed("the stream was deleted")),
-            Err(e) => {
-                return Err((
-                    ActionStatus::Queued,
-                    format!("the stream cannot be read: {e}"),
-                ))
-            }
-        };
-        match stream.state {
-            _ if about_the_stream(&delivery.action) => {}
-            StreamState::Enabled => {}
-            StreamState::Paused => {
-                return Err((ActionStatus::Queued, "the stream is paused".into()));
-            }
-            StreamState::Disabled => {
-                return Err((ActionStatus::Dropped, "the stream is disabled".into()))
-            }
+        if stream.state == StreamState::Disabled && !about_the_stream(&delivery.action) {
+            return Err((ActionStatus::Dropped, "the stream is disabled".into()));
         }
         let (StreamMethod::Push, Some(url)) = (stream.method, &stream.endpoint_url) else {
-            return Err(failed("the stream is no longer pushed to"));
+            return Err(failed("the stream has no endpoint to push to"));
         };
         // The key rides with a decision being made; every later attempt reads it.
         let kept = match &delivery.key {
@@ -437,6 +433,19 @@ impl Dispatcher {
             request = request.header("authorization", header);
         }
         Ok(request)
+    }
+}
+
+/// What `stream` means for a SET of `action` to it: attempted (a disabled stream's SETs too,
+/// which the attempt drops), held while the stream is paused, or left to be polled. The
+/// stream's own events (verification, stream updated) go even while it is paused.
+fn readiness_of(stream: Stream, action: &str) -> Readiness {
+    let own = about_the_stream(action);
+    match (stream.method, stream.state) {
+        (_, StreamState::Disabled) if !own => Readiness::Go(Some(stream)),
+        (StreamMethod::Poll, _) => Readiness::Polled,
+        (StreamMethod::Push, StreamState::Paused) if !own => Readiness::Paused,
+        _ => Readiness::Go(Some(stream)),
     }
 }
 
@@ -494,6 +503,100 @@ fn network_error(e: reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::Settings;
+    use crate::store::sled::SledStore;
+
+    struct NoSecrets;
+
+    impl Keyring for NoSecrets {
+        fn callback_secrets(&self, _: &str) -> Vec<Secret> {
+            Vec::new()
+        }
+    }
+
+    fn stream(id: &str, method: StreamMethod, state: StreamState) -> Stream {
+        Stream {
+            id: id.into(),
+            receiver: "rx".into(),
+            version: 1,
+            created_at_ms: now_ms(),
+            method,
+            endpoint_url: (method == StreamMethod::Push).then(|| "http://127.0.0.1:9/ssf".into()),
+            authorization: None,
+            events_requested: Vec::new(),
+            description: None,
+            state,
+            reason: None,
+            removed_subjects: Vec::new(),
+            verified_at_ms: None,
+        }
+    }
+
+    /// When readiness could not read a SET's stream (a store error), the attempt reads it and
+    /// must judge it as readiness would have: a SET to a poll stream or a paused one is queued
+    /// for another look (which holds it), never failed for good or sent.
+    #[tokio::test]
+    async fn a_stream_read_only_by_the_attempt_is_judged_as_readiness_would() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store: Arc<dyn Store> =
+            SledStore::open(dir.path(), Duration::from_secs(30)).expect("open");
+        let settings = Arc::new(Settings::default());
+        let endpoints = Arc::new(Endpoints::new(store.clone(), settings));
+        let dispatcher = Dispatcher::new(
+            Arc::new(NoSecrets),
+            Duration::from_secs(1),
+            endpoints,
+            store.clone(),
+            Arc::new(Sealer::new([7; 32])),
+        )
+        .expect("dispatcher");
+        let streams = [
+            ("st_poll", StreamMethod::Poll, StreamState::Enabled),
+            ("st_paused", StreamMethod::Push, StreamState::Paused),
+            ("st_off", StreamMethod::Push, StreamState::Disabled),
+        ];
+        for (id, method, state) in streams {
+            let written = store.put_stream("acme", &stream(id, method, state)).await;
+            assert!(written.expect("put"), "{id} written");
+        }
+        let set_to = |id: &str| PlannedDelivery {
+            id: "msg_00".into(),
+            action: "revoke".into(),
+            url: format!("ssf:{id}"),
+            body: b"sealed".to_vec(),
+            key: None,
+        };
+        let late = |id: &'static str| {
+            let (dispatcher, delivery) = (&dispatcher, set_to(id));
+            async move {
+                match dispatcher.set("acme", id, None, &delivery).await {
+                    Ok(_) => panic!("{id}: a request was made"),
+                    Err((status, why)) => (status, why),
+                }
+            }
+        };
+        assert!(matches!(
+            dispatcher.readiness("acme", &set_to("st_poll")).await,
+            Readiness::Polled
+        ));
+        let (status, why) = late("st_poll").await;
+        assert_eq!(
+            (status, why.as_str()),
+            (ActionStatus::Queued, "the stream is polled")
+        );
+        let (status, why) = late("st_paused").await;
+        assert_eq!(
+            (status, why.as_str()),
+            (ActionStatus::Queued, "the stream is paused")
+        );
+        let (status, _) = late("st_off").await;
+        assert_eq!(status, ActionStatus::Dropped);
+        let (status, why) = late("st_gone").await;
+        assert_eq!(
+            (status, why.as_str()),
+            (ActionStatus::Failed, "the stream was deleted")
+        );
+    }
 
     #[test]
     fn parses_retry_after() {

@@ -20,7 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::clients::{request, Outcome};
 use crate::cloudevents::EventOutcome;
@@ -236,10 +236,12 @@ pub async fn check(
                 || format!("{id}: dead after only {attempts} attempts, its endpoint closed"),
             ),
             other => report.expect(false, || {
+                let last = view["attempts"].as_array().and_then(|a| a.last());
+                let last = last.map_or(Value::Null, |a| json!([a["status_code"], a["error"]]));
                 format!(
-                    "{id}: ended {other} after {attempts} attempts (action {}, created {}, next \
-                     attempt {})",
-                    view["action"], view["created_at"], view["next_attempt_at"]
+                    "{id}: ended {other} after {attempts} attempts (action {}, to {}, created {}, \
+                     next attempt {}, last attempt's code and error {last})",
+                    view["action"], view["url"], view["created_at"], view["next_attempt_at"]
                 )
             }),
         }
