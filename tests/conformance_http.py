@@ -1,4 +1,4 @@
-"""What the conformance scripts share: a real `idem serve` started on a config, a peer of
+"""What the conformance scripts share: a config written for idem, a real `idem serve` started on it, a peer of
 theirs served on loopback, an HTTP request that returns every status (not only 2xx), and a
 wait for what a peer receives."""
 
@@ -9,6 +9,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
+
+
+def write_config(tmp, rest):
+    """An idem config in the directory `tmp`, listening on a free loopback port with its data
+    under `tmp`, then `rest` (TOML); its path."""
+    path = os.path.join(tmp, "idem.toml")
+    with open(path, "w") as f:
+        f.write(f'listen = "127.0.0.1:0"\ndata_dir = "{tmp}/data"\n{rest}')
+    return path
 
 
 def start_idem(binary, config, env=None):

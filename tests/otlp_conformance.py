@@ -7,7 +7,6 @@ traceparent naming its attempt. Prints `N passed, M failed` and exits non-zero o
 
 import http.server
 import json
-import os
 import re
 import sys
 import tempfile
@@ -15,7 +14,7 @@ import time
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from conformance_http import request, serve, start_idem, wait_for
+from conformance_http import request, serve, start_idem, wait_for, write_config
 
 TRACE, SENDER = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-0[01]$")
@@ -65,11 +64,7 @@ def main():
     collector, otlp = serve(Collector)
     receiver, recv = serve(Receiver)
     with tempfile.TemporaryDirectory() as tmp:
-        config = os.path.join(tmp, "idem.toml")
-        with open(config, "w") as f:
-            f.write(f"""
-listen = "127.0.0.1:0"
-data_dir = "{tmp}/data"
+        config = write_config(tmp, f"""
 [idempotency]
 key_secret = "conformance-key-secret-0123456789"
 [tenants.acme]

@@ -9,14 +9,13 @@ wrong media type), the source's status and a single fetch of the JWK Set. Prints
 import base64
 import http.server
 import json
-import os
 import sys
 import tempfile
 import time
 import urllib.parse
 import uuid
 
-from conformance_http import request, serve, start_idem, wait_for
+from conformance_http import request, serve, start_idem, wait_for, write_config
 from jwcrypto import jwk, jws
 
 API_KEY = "sk_ssf_conformance_key"
@@ -96,11 +95,7 @@ def main():
     transmitter, tx = serve(Transmitter)
     receiver, recv = serve(Receiver)
     with tempfile.TemporaryDirectory() as tmp:
-        config = os.path.join(tmp, "idem.toml")
-        with open(config, "w") as f:
-            f.write(f"""
-listen = "127.0.0.1:0"
-data_dir = "{tmp}/data"
+        config = write_config(tmp, f"""
 [idempotency]
 key_secret = "ssf-conformance-key-secret-0123456789"
 [tenants.acme]

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from conformance_http import request, serve, start_idem, wait_for
+from conformance_http import request, serve, start_idem, wait_for, write_config
 from jwcrypto import jwk, jws
 from jwcrypto.common import json_decode
 
@@ -104,11 +104,7 @@ def main():
         key_file = os.path.join(tmp, "transmitter.pem")
         with open(key_file, "wb") as f:
             f.write(signing.export_to_pem(private_key=True, password=None))
-        config = os.path.join(tmp, "idem.toml")
-        with open(config, "w") as f:
-            f.write(f"""
-listen = "127.0.0.1:0"
-data_dir = "{tmp}/data"
+        config = write_config(tmp, f"""
 {store}
 [idempotency]
 key_secret = "ssf-receiver-conformance-key-secret-0123"

@@ -4,17 +4,14 @@ a receiver built on the library. Prints `N passed, M failed` and exits non-zero 
 
 import http.server
 import json
-import os
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from datetime import datetime, timezone
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from conformance_http import serve, start_idem
+from conformance_http import request, serve, start_idem, wait_for, write_config
 
 SIGNING = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 CALLBACK_OLD = "whsec_b2xkLWNhbGxiYWNrLXNlY3JldA"  # unpadded, as some tools write them
@@ -55,24 +52,11 @@ class Receiver(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def post(base, path, body, headers):
-    req = urllib.request.Request(base + path, data=body, headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(req) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
-
-
 def main():
     binary = sys.argv[1]
     server, recv = serve(Receiver)
     with tempfile.TemporaryDirectory() as tmp:
-        config = os.path.join(tmp, "idem.toml")
-        with open(config, "w") as f:
-            f.write(f"""
-listen = "127.0.0.1:0"
-data_dir = "{tmp}/data"
+        config = write_config(tmp, f"""
 [idempotency]
 key_secret = "conformance-key-secret-0123456789"
 [delivery]
@@ -96,19 +80,17 @@ actions = [ {{ name = "lock_account", url = "{recv}/lock" }}, {{ name = "open_ca
                        "Idempotency-Key": key, "webhook-id": key,
                        "webhook-timestamp": str(int(now.timestamp())),
                        "webhook-signature": signature}
-            status, _, first = post(base, "/v1/signals", body, headers)
+            status, _, first = request(base + "/v1/signals", body, headers, "POST")
             check("a request signed by the library is accepted", status == 201, str(status))
-            status, h, again = post(base, "/v1/signals", body, headers)
-            replayed = {k.lower(): v for k, v in h.items()}.get("idempotent-replayed")
+            status, h, again = request(base + "/v1/signals", body, headers, "POST")
+            replayed = h.get("idempotent-replayed")
             check("the retry is replayed byte for byte", again == first and replayed == "true")
             bad = dict(headers, **{"webhook-signature": Webhook(CALLBACK_NEW).sign(key, now, body.decode())})
-            status, _, _ = post(base, "/v1/signals", body, bad)
+            status, _, _ = request(base + "/v1/signals", body, bad, "POST")
             check("a signature under another secret is refused", status == 401, str(status))
 
-            deadline = time.time() + 10
-            while len(callbacks) < 3 and time.time() < deadline:
-                time.sleep(0.05)
-            check("each action called back, the flaky one retried", len(callbacks) == 3, str(len(callbacks)))
+            n = wait_for(callbacks, 3)
+            check("each action called back, the flaky one retried", n == 3, str(n))
             for path, h, cb_body, verdicts in callbacks:
                 check(f"callback {path} verifies under both rotated secrets", verdicts == [True, True])
                 envelope = json.loads(cb_body)

@@ -55,13 +55,7 @@ impl Collector {
         let app = axum::Router::new()
             .route("/v1/traces", axum::routing::post(export))
             .with_state(spans.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind collector");
-        let addr = listener.local_addr().expect("collector addr");
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (addr, server) = super::receiver::serve_on_loopback(app).await;
         Collector {
             addr,
             spans,

@@ -97,6 +97,18 @@ pub struct Receiver {
     server: tokio::task::JoinHandle<()>,
 }
 
+/// Serves `app` on a free loopback port until the task is aborted: its address and that task.
+pub async fn serve_on_loopback(app: axum::Router) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a loopback port");
+    let addr = listener.local_addr().expect("its address");
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, server)
+}
+
 impl Receiver {
     /// Starts a receiver that answers 200 at once unless told otherwise.
     pub async fn start() -> Receiver {
@@ -104,13 +116,7 @@ impl Receiver {
         let app = axum::Router::new()
             .fallback(receive)
             .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind receiver");
-        let addr = listener.local_addr().expect("receiver addr");
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (addr, server) = serve_on_loopback(app).await;
         Receiver {
             addr,
             state,
