@@ -84,7 +84,7 @@ pub async fn run(
         .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| ServeError::Http(std::io::Error::other(e)))?;
-    let ssf = crate::transmitter::Secrets::new(|purpose| engine.derived_key(purpose));
+    let ssf = crate::transmitter::Secrets::new(|purpose| engine.digester().derived_key(purpose));
     let app = Arc::new(App {
         live,
         limiter: Default::default(),
@@ -100,7 +100,7 @@ pub async fn run(
     tracing::info!(%addr, store = ?config.engine.store, "serving");
     // A store that failed for good stops the service as a shutdown signal would: the requests
     // in flight are answered (500, retry with the same key), then the process exits non-zero.
-    let mut halted = app.engine.halted();
+    let mut halted = app.engine.node().halted();
     let stop = async move {
         let halt = async {
             if halted.wait_for(Option::is_some).await.is_err() {
@@ -120,7 +120,7 @@ pub async fn run(
     )
     .await;
     pollers.abort();
-    let halted = app.engine.halted().borrow().clone();
+    let halted = app.engine.node().halted().borrow().clone();
     if let Some(e) = halted {
         tracing::error!(error = %e, "the store failed for good: exiting");
         if let Some(reloader) = reloader {

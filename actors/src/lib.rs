@@ -20,9 +20,10 @@
 //! `sweeper`.
 
 pub mod breaker;
-pub mod bulk;
 pub mod claim;
 pub mod codec;
+pub mod decisions;
+pub mod deliveries;
 pub mod delivery;
 pub mod digest;
 mod dispatch;
@@ -31,23 +32,32 @@ pub mod engine;
 pub mod failpoint;
 mod idle;
 pub mod metrics;
+pub mod node;
+pub mod outcome;
 pub mod playbook;
+pub mod record;
 mod retry_worker;
 pub mod seal;
 pub mod set;
 pub mod settings;
-pub mod signal;
+pub mod signals;
 pub mod store;
 pub mod stream_event;
+pub mod streams;
 mod supervise;
 mod sweeper;
 pub mod trace;
 
-pub use bulk::{BulkReply, RedeliverFilter};
+pub use decisions::{DecisionList, Decisions};
+pub use deliveries::{Deliveries, DeliveriesError, DeliveryList};
 pub use delivery::RedeliverError;
 pub use dispatch::Keyring;
-pub use engine::{DecisionList, DeliveryList, Engine, EngineError, Gauges};
+pub use engine::{Engine, EngineError};
+pub use node::{Gauges, Node};
+pub use outcome::Outcome;
 pub use settings::Settings;
-pub use signal::{By, Outcome, Routed, SignalError};
+pub use signals::bulk::{BulkError, BulkReply, RedeliverFilter};
+pub use signals::{By, Routed, SignalError, Signals};
 pub use store::StoreError;
+pub use streams::{Streams, StreamsError};
 pub use supervise::RegistryError;

@@ -9,13 +9,16 @@ use std::time::Duration;
 
 use idem_schemas::timefmt::rfc3339_millis;
 use idem_schemas::{
-    CallbackData, CallbackEnvelope, Decision, PlannedDelivery, TraceContext, Verdict,
+    CallbackData, CallbackEnvelope, Decision, PlannedDelivery, SignalRequest, Stream, TraceContext,
+    Verdict,
 };
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::digest::Digester;
-use crate::set::{self, SetAction, SetContext, SetError};
+use crate::seal::Sealer;
+use crate::set::{self, SetAction, SetContext, SetError, Transmitter};
+use crate::trace;
 
 /// The most actions one playbook may have (each a callback, or a SET to each stream that asked
 /// for it, per decision).
@@ -128,13 +131,78 @@ pub enum DecideError {
     /// The playbook has a `set` action and the tenant no transmitter.
     #[error("a set action, and no transmitter to send it")]
     NoTransmitter,
+    /// The playbook sends SETs, and the tenant's streams could not be read.
+    #[error("the streams cannot be read: {0}")]
+    Streams(String),
+}
+
+/// Everything a signal's decision needs but the tenant's streams, owned: what its claim decides
+/// with, only if the signal wins it.
+pub struct Decider {
+    /// The tenant's playbook for the signal's type.
+    pub playbook: Arc<Playbook>,
+    /// The tenant's name.
+    pub tenant: String,
+    /// The source the signal came from, if any.
+    pub source: Option<String>,
+    /// The signal.
+    pub signal: SignalRequest,
+    /// The tenant's transmitter, if it is one: where the playbook's `set` actions go.
+    pub transmitter: Option<Arc<Transmitter>>,
+    /// The claim's span, the decision's trace (when tracing is on).
+    pub trace: Option<TraceContext>,
+}
+
+impl Decider {
+    /// Whether the decision reads the tenant's streams: it sends SETs, as a transmitter.
+    pub fn reads_streams(&self) -> bool {
+        self.transmitter.is_some() && self.playbook.sends_sets()
+    }
+
+    /// The decision, made at `now_ms`, its SETs (if it sends any) to `streams` as they are now,
+    /// sealed by `sealer`; in a span of its own under the claim's.
+    pub fn decide(
+        self,
+        digester: &Digester,
+        sealer: &Sealer,
+        streams: &[Stream],
+        now_ms: u64,
+    ) -> Result<Decision, DecideError> {
+        let span = crate::trace_span!(
+            "playbook",
+            idem.signal_type = %self.signal.signal_type,
+            idem.verdict = self.playbook.decision.as_str(),
+            idem.decision_id = tracing::field::Empty,
+            idem.deliveries = tracing::field::Empty,
+        );
+        trace::parent(&span, self.trace);
+        let _in = span.enter();
+        let sets = self.transmitter.as_deref().map(|transmitter| SetContext {
+            transmitter,
+            streams,
+            sealer,
+        });
+        let signal = Signal {
+            tenant: &self.tenant,
+            signal_type: &self.signal.signal_type,
+            source: self.source.as_deref(),
+            subject: &self.signal.subject,
+            digester,
+            metadata: self.signal.metadata.unwrap_or_default(),
+            trace: self.trace,
+        };
+        let decision = decide(&self.playbook, signal, sets.as_ref(), now_ms)?;
+        span.record("idem.decision_id", decision.id.as_str());
+        span.record("idem.deliveries", decision.deliveries.len());
+        Ok(decision)
+    }
 }
 
 /// Applies `playbook` to `signal` at `now_ms`; its `set` actions go to the streams of `sets`.
 pub fn decide(
     playbook: &Playbook,
     signal: Signal<'_>,
-    sets: Option<&SetContext>,
+    sets: Option<&SetContext<'_>>,
     now_ms: u64,
 ) -> Result<Decision, DecideError> {
     let id = format!("dec_{}", uuid::Uuid::now_v7().simple());

@@ -11,7 +11,7 @@ use std::time::Duration;
 use idem_schemas::timefmt::now_ms;
 use tokio::sync::Notify;
 
-use crate::delivery::{Deliveries, DeliveryError};
+use crate::delivery::{DeliveryActors, DeliveryError};
 use crate::store::Store;
 
 /// How many due deliveries one tick wakes at most.
@@ -27,7 +27,7 @@ pub fn tick_for(step: Duration) -> Duration {
 /// reads make one more read); it ends when the returned handle is aborted.
 pub fn spawn(
     store: Arc<dyn Store>,
-    deliveries: Arc<Deliveries>,
+    deliveries: Arc<DeliveryActors>,
     tick: Duration,
     woken: Arc<Notify>,
 ) -> tokio::task::JoinHandle<()> {

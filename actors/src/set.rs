@@ -94,14 +94,14 @@ pub struct Transmitter {
 }
 
 /// What a decision's `set` actions need: the transmitter, its streams as they were when the
-/// signal came, and the key that seals each SET.
-pub struct SetContext {
+/// decision was made, and the key that seals each SET.
+pub struct SetContext<'a> {
     /// The transmitter.
-    pub transmitter: Transmitter,
+    pub transmitter: &'a Transmitter,
     /// The tenant's streams.
-    pub streams: Vec<Stream>,
+    pub streams: &'a [Stream],
     /// Seals each SET at rest.
-    pub sealer: Arc<Sealer>,
+    pub sealer: &'a Sealer,
 }
 
 /// Why a SET could not be made.
@@ -221,7 +221,7 @@ fn subject_digests(of: &Of<'_>, sub_id: &Value) -> [[u8; 32]; 2] {
 /// whose receiver is configured, in stream order. `delivery_id` derives a delivery's id from
 /// what names it in the decision (for a SET, the action and the stream).
 pub fn plan(
-    context: &SetContext,
+    context: &SetContext<'_>,
     of: &Of<'_>,
     name: &str,
     action: &SetAction,
@@ -258,7 +258,7 @@ pub fn plan(
             });
             let token = context.transmitter.signer.sign(&claims).map_err(SetError)?;
             let url = format!("{STREAM_SCHEME}{}", stream.id);
-            sealed(&context.sealer, id, name, url, &token)
+            sealed(context.sealer, id, name, url, &token)
         })
         .collect()
 }

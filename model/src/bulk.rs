@@ -9,17 +9,19 @@
 //! `bulk::recorded`). A node may crash part-way, losing its memory, or its holder stall past
 //! `in_flight_timeout` and run on: a later copy takes the request over once the store sees its
 //! holder gone. The store decides starts, take-overs and appends by `store::rule`, and delivery
-//! logs fold with `DeliveryState`. A sabotage is a `bulk::Sabotage`: the take-over scans again
+//! logs fold with `DeliveryState`. A sabotage is a `BulkSabotage`: the take-over scans again
 //! (`RescanOnTakeOver`), or nothing redelivered since the claim is skipped (`NoSkip`).
 
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
-pub use idem_actors::bulk::Sabotage as BulkSabotage;
-use idem_actors::bulk::{self, BulkReply, Held, Matches, Plan, RedeliverFilter};
 use idem_actors::claim::phase::{Holder, Invariant};
 use idem_actors::delivery::state::{DeliveryState, Redelivery};
+use idem_actors::record::{self, Decided};
+pub use idem_actors::signals::bulk::BulkSabotage;
+use idem_actors::signals::bulk::{self, BulkReply, Held, Matches, Plan, RedeliverFilter};
 use idem_actors::store::rule::{self, Current, Fencing};
+use idem_actors::store::ClaimWrite;
 use idem_actors::store::{ClaimId, ClaimLog, LogHead};
 use idem_actors::Settings;
 use idem_schemas::{
@@ -525,13 +527,22 @@ impl BulkModel {
         let Stage::Holding { head, counted, .. } = s.runs[run].stage.clone() else {
             return "nothing".into();
         };
-        let Ok(response) = bulk::response(counted) else {
+        let Ok(response) = record::redelivered(counted) else {
+            return Self::finish(s, run, Answer::Error);
+        };
+        let decided = Decided::Redelivered {
+            head: head.clone(),
+            response: response.clone(),
+        };
+        let Ok(writes) = record::writes(decided, &self.settings) else {
             return Self::finish(s, run, Answer::Error);
         };
         let current = s.row.as_ref().map(|r| r.current);
         match s.row.as_mut() {
             Some(row) if rule::may_append(current.as_ref(), &head, Fencing::On) => {
-                row.events.extend(bulk::recorded(response.clone()));
+                if let Some(ClaimWrite::Append(_, events)) = writes.unit.claim_write() {
+                    row.events.extend(events.iter().cloned());
+                }
                 row.current.writes += 1;
                 row.current.completed = row.events.last() == Some(&ClaimEvent::Completed);
                 let answered = Self::finish(s, run, Answer::First(response.body));

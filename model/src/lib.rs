@@ -29,10 +29,10 @@ use std::time::Duration;
 use idem_actors::claim::core::{Context, Core};
 use idem_actors::claim::effect::{Effect, Effects};
 use idem_actors::claim::phase::Phase;
-use idem_actors::claim::{ClaimError, Reply, Request};
+use idem_actors::claim::{self, ClaimError, Reply, Request};
 use idem_actors::digest::Digester;
 use idem_actors::playbook::{Action as Callback, Playbook};
-use idem_actors::signal::{claimed, By};
+use idem_actors::signals::{claimed, By};
 use idem_actors::store::rule::{self, Current, Fencing};
 use idem_actors::store::{ClaimId, ClaimLog, ClaimWrite, LogHead, Unit, Written};
 use idem_actors::Settings;
@@ -43,8 +43,8 @@ use idem_schemas::{
 use serde_json::json;
 use stateright::{Model, Property};
 
+pub use idem_actors::claim::core::ClaimSabotage as CoreSabotage;
 use idem_actors::claim::core::Heard;
-pub use idem_actors::claim::core::Sabotage as CoreSabotage;
 
 /// The clock's start (unix milliseconds); the model's time moves only when claims are made and
 /// when `in_flight_timeout` expires.
@@ -224,22 +224,28 @@ pub enum Answer {
 impl Answer {
     fn of(reply: &Reply) -> Answer {
         match reply {
-            Reply::First(r) => Answer::First(r.body.clone()),
-            Reply::Replayed(r) => Answer::Replay(r.body.clone()),
-            Reply::Awaited(r) => Answer::Awaited(r.body.clone()),
-            Reply::Deduplicated(r) => Answer::Deduplicated(r.body.clone()),
+            Reply::First(a) => Answer::First(a.response.body.clone()),
+            Reply::Replayed(a) => Answer::Replay(a.response.body.clone()),
+            Reply::Awaited(a) => Answer::Awaited(a.response.body.clone()),
+            Reply::Deduplicated(a) => Answer::Deduplicated(a.response.body.clone()),
             Reply::InFlight => Answer::Conflict,
             Reply::Mismatch => Answer::Mismatch,
             Reply::Failed(_) => Answer::Error,
         }
     }
 
-    /// The reply it was (for the subject's answer, fed back to the offering claim).
+    /// The reply it was (for the subject's answer, fed back to the offering claim): a subject's
+    /// claim answers with the decision it holds.
     fn reply(&self) -> Reply {
-        let response = |body: &Vec<u8>| StoredResponse {
-            status: 201,
-            body: body.clone(),
-            trace: None,
+        let response = |body: &Vec<u8>| claim::Answer {
+            response: StoredResponse {
+                status: 201,
+                body: body.clone(),
+                trace: None,
+            },
+            decision_id: decision_of(body)
+                .map(|id| String::from_utf8_lossy(id).into_owned())
+                .unwrap_or_default(),
         };
         match self {
             Answer::First(b) => Reply::First(response(b)),
@@ -856,7 +862,9 @@ impl ClaimModel {
                 Effect::Reread => s.net.push(Msg::Reread { at, claim }),
                 // The retry worker is always ready (see `Action::Retry`); counts, logs and
                 // failpoints change nothing here.
-                Effect::WakeRetries
+                // Made within the request's step (see `Msg::Request`).
+                Effect::Decide { .. }
+                | Effect::WakeRetries
                 | Effect::Count(_)
                 | Effect::TookOver
                 | Effect::Failpoint(_) => {}
@@ -1021,9 +1029,15 @@ impl ClaimModel {
                     return self.carry_out(s, nobody, claim, out);
                 };
                 self.drive(s, at, claim, |core, cx, now, out| {
-                    let decide =
-                        |generation| Ok(offered.unwrap_or_else(|| decision(key, generation)));
-                    core.submit(cx, &request, port, now, decide, out)
+                    core.submit(cx, &request, port, now, out);
+                    // The decision is made at once, as the claim actor makes one that reads no
+                    // streams: the offered one, or the key's for the generation it claims.
+                    if let Some(Effect::Decide { generation }) = out.last() {
+                        let generation = *generation;
+                        out.pop();
+                        let decision = offered.unwrap_or_else(|| decision(key, generation));
+                        core.decided(cx, generation, Ok(decision), out);
+                    }
                 });
             }
             Msg::Commit {

@@ -31,7 +31,8 @@ pub async fn show(
     let tenant = live.api_keys.authenticate(&live.config, &headers)?;
     let view = app
         .engine
-        .decision(&tenant.name, &id)
+        .decisions()
+        .show(&tenant.name, &id)
         .await
         .map_err(|e| ApiError::read_failed("the decisions", e))?
         .ok_or_else(|| {
@@ -79,7 +80,8 @@ pub async fn list(
     let signal_type = query.get("type").map(String::as_str);
     let page = app
         .engine
-        .decisions_about(&tenant.name, subject.as_deref(), signal_type, after, limit)
+        .decisions()
+        .list(&tenant.name, subject.as_deref(), signal_type, after, limit)
         .await
         .map_err(|e| ApiError::read_failed("the decisions", e))?;
     Ok(Json(DecisionPage {

@@ -47,7 +47,8 @@ pub async fn show(
     let tenant = live.api_keys.authenticate(&live.config, &headers)?;
     let view = app
         .engine
-        .delivery(&tenant.name, &id)
+        .deliveries()
+        .show(&tenant.name, &id)
         .await
         .map_err(|e| ApiError::read_failed("the delivery", e))?
         .ok_or_else(|| not_found(&id))?;
@@ -81,7 +82,8 @@ pub async fn list(
     };
     let page = app
         .engine
-        .list_deliveries(
+        .deliveries()
+        .list(
             &tenant.name,
             status,
             after.as_ref().map(|(s, id)| (*s, id.as_str())),
@@ -113,7 +115,7 @@ pub async fn redeliver(
     let live = app.live.load_full();
     let tenant = live.api_keys.authenticate(&live.config, &headers)?;
     limit_redeliveries(&app, tenant)?;
-    match app.engine.redeliver(&tenant.name, &id).await {
+    match app.engine.deliveries().redeliver(&tenant.name, &id).await {
         Ok(view) => Ok((StatusCode::ACCEPTED, Json(view)).into_response()),
         Err(RedeliverError::NotFound) => Err(not_found(&id)),
         Err(RedeliverError::NotFinal(status)) => Err(ApiError::new(
@@ -208,7 +210,10 @@ pub async fn redeliver_matching(
     let (run, name) = (app.clone(), tenant.name.clone());
     let reply = tokio::spawn(async move {
         let key = key.as_deref().map(|key| (key, &value));
-        run.engine.redeliver_bulk(&name, &filter, key).await
+        run.engine
+            .signals()
+            .redeliver_bulk(&name, &filter, key)
+            .await
     })
     .await;
     let error = match reply {

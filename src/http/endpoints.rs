@@ -40,6 +40,7 @@ pub async fn list(State(app): State<Arc<App>>, headers: HeaderMap) -> Result<Res
     let tenant = live.api_keys.authenticate(&live.config, &headers)?;
     let (stored, queued) = app
         .engine
+        .deliveries()
         .endpoints(&tenant.name)
         .await
         .map_err(|e| ApiError::read_failed("the endpoints", e))?;

@@ -11,17 +11,18 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
-use idem_actors::{By, Outcome, RegistryError, Routed, SignalError};
+use idem_actors::{By, Outcome, RegistryError, SignalError};
 use idem_schemas::canonical;
 use idem_schemas::timefmt::{is_rfc3339, now_ms};
-use idem_schemas::{SignalRequest, StoredResponse, Verdict};
+use idem_schemas::{SignalRequest, StoredResponse};
 use serde::Deserialize;
 use serde_json::Value;
 use tracing::Instrument;
 
 use crate::http::auth::verify_signature;
-use crate::http::metrics::{DECISIONS, SIGNALS};
+use crate::http::metrics::SIGNALS;
 use crate::http::problem::{ApiError, Kind};
+use crate::http::submit::submit;
 use crate::http::App;
 use crate::key;
 
@@ -109,45 +110,21 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
     let span = tracing::debug_span!("signal", tenant = %tenant.name, keyed = key.is_some());
     let wait = crate::prefer::wait(headers)
         .and_then(|seconds| crate::prefer::applied(seconds, config.engine.idempotency.max_wait));
-    let transmitter = crate::http::transmitter::for_signal(app, &live, tenant, &signal);
-    let routed = Routed {
-        tenant: &tenant.name,
-        playbooks: &tenant.playbooks,
-        signal,
-        by: By::Request {
-            key,
-            body: &value,
-            wait,
-        },
-        transmitter,
+    let by = By::Request {
+        key,
+        body: &value,
+        wait,
     };
-    let outcome = app.engine.signal(routed).instrument(span).await;
-    if !matches!(outcome, Err(SignalError::NoPlaybook(_))) {
-        app.stats.signal(&tenant.name);
-    }
-    answer(app, &tenant.name, outcome, wait)
+    let outcome = submit(app, &live, tenant, signal, by)
+        .instrument(span)
+        .await
+        .map_err(|e| refused(&tenant.name, e))?;
+    Ok((outcome.label(), answer(outcome, wait)?))
 }
 
-/// Counts a decision answered as made by this request (not a replay, nor a keyed signal whose
-/// subject had a decision already).
-pub(crate) fn decided(app: &App, tenant: &str, verdict: Verdict) {
-    DECISIONS.with_label_values(&[verdict.as_str()]).inc();
-    app.stats.decision(tenant);
-}
-
-/// The answer to what the engine made of `tenant`'s signal, and the outcome it is counted
-/// under. `wait` is how long it could wait for an in-flight first request, as applied.
-fn answer(
-    app: &App,
-    tenant: &str,
-    outcome: Result<Outcome, SignalError>,
-    wait: Option<std::time::Duration>,
-) -> Result<Handled, ApiError> {
-    let deduplicated = |mut r: Response| {
-        r.headers_mut()
-            .insert("idem-deduplicated", HeaderValue::from_static("subject"));
-        r
-    };
+/// The answer to what the engine made of a signal. `wait` is how long it could wait for an
+/// in-flight first request, as applied.
+fn answer(outcome: Outcome, wait: Option<std::time::Duration>) -> Result<Response, ApiError> {
     let waited = |mut r: Response| {
         if let Some(value) = wait
             .map(crate::prefer::applied_header)
@@ -157,77 +134,83 @@ fn answer(
         }
         r
     };
-    match outcome {
-        Ok(Outcome::Decided {
-            response,
-            verdict,
-            keyless,
-        }) => {
-            decided(app, tenant, verdict);
-            let label = match keyless {
-                true => "keyless",
-                false => "first",
-            };
-            Ok((label, stored(&response, false)))
+    Ok(match outcome {
+        Outcome::Decided { response, .. } => stored(&response, false),
+        Outcome::Deduplicated { response, waited: w } => {
+            let mut r = stored(&response, true);
+            r.headers_mut()
+                .insert("idem-deduplicated", HeaderValue::from_static("subject"));
+            if w {
+                waited(r)
+            } else {
+                r
+            }
         }
-        Ok(Outcome::Deduplicated { response, waited: w }) => {
-            let r = stored(&response, true);
-            let r = if w { waited(r) } else { r };
-            Ok(("deduplicated", deduplicated(r)))
-        }
-        Ok(Outcome::Replayed {
+        Outcome::Replayed {
             response,
             waited: false,
-        }) => Ok(("replayed", stored(&response, true))),
-        Ok(Outcome::Replayed {
+        } => stored(&response, true),
+        Outcome::Replayed {
             response,
             waited: true,
-        }) => Ok(("awaited", waited(stored(&response, true)))),
-        Ok(Outcome::InFlight) => Err(ApiError::new(
-            Kind::KeyInFlight,
-            "a request with this Idempotency-Key is still being processed; retry after a moment",
-        )),
-        Ok(Outcome::Mismatch) => Err(ApiError::new(
-            Kind::KeyReused,
-            "this Idempotency-Key was used with a different payload; use a new key for a new signal",
-        )),
-        Err(SignalError::NoPlaybook(signal_type)) => Err(ApiError::new(
+        } => waited(stored(&response, true)),
+        Outcome::InFlight => {
+            return Err(ApiError::new(
+                Kind::KeyInFlight,
+                "a request with this Idempotency-Key is still being processed; retry after a moment",
+            ))
+        }
+        Outcome::Mismatch => {
+            return Err(ApiError::new(
+                Kind::KeyReused,
+                "this Idempotency-Key was used with a different payload; use a new key for a new signal",
+            ))
+        }
+    })
+}
+
+/// The refusal of `tenant`'s signal that the engine could not answer, as the problem named by
+/// the error's label.
+pub(crate) fn refused(tenant: &str, e: SignalError) -> ApiError {
+    let problem = match &e {
+        SignalError::NoPlaybook(signal_type) => ApiError::new(
             Kind::UnknownSignalType,
             format!("tenant {tenant} has no playbook for signal type {signal_type:?}"),
-        )),
-        Err(e @ (SignalError::Decide(_) | SignalError::Keyless(_))) => {
-            Err(ApiError::new(Kind::Internal, e.to_string()))
+        ),
+        SignalError::Decide(_) | SignalError::Response(_) => {
+            ApiError::new(Kind::Internal, e.to_string())
         }
-        Err(SignalError::Streams(e)) => {
-            tracing::error!(%tenant, error = %e, "the streams could not be read");
-            Err(ApiError::new(
+        SignalError::Streams(why) => {
+            tracing::error!(%tenant, error = %why, "the streams could not be read");
+            ApiError::new(
                 Kind::Unavailable,
                 "the tenant's Shared Signals streams could not be read; retry with the same key",
-            ))
+            )
         }
-        Err(SignalError::Claim(e)) => {
+        SignalError::Store(_) | SignalError::Claim(_) => {
             tracing::error!(%tenant, error = %e, "claim failed");
-            Err(ApiError::new(
+            ApiError::new(
                 Kind::Internal,
                 "the claim could not be stored; retry with the same key",
-            ))
+            )
         }
-        Err(SignalError::Actors(RegistryError::Unavailable)) => Err(ApiError::new(
+        SignalError::Actors(RegistryError::Unavailable) => ApiError::new(
             Kind::Unavailable,
             "the key's actor is restarting; retry with the same key",
-        )),
-        Err(SignalError::Actors(RegistryError::Overloaded)) => Err(ApiError::new(
+        ),
+        SignalError::Actors(RegistryError::Overloaded) => ApiError::new(
             Kind::Unavailable,
             "too many keys are in use right now (idempotency.max_live_actors); retry with the same key",
-        )),
-        Err(SignalError::Actors(e)) => {
+        ),
+        SignalError::Actors(_) => {
             tracing::error!(%tenant, error = %e, "claim actor failed");
-            Err(ApiError::new(
+            ApiError::new(
                 Kind::Internal,
                 "processing failed; retry with the same key",
-            ))
+            )
         }
-    }
+    };
+    problem
 }
 
 /// A response from stored status and bytes.

@@ -136,7 +136,7 @@ fn count_endpoints(app: &App) {
         })
         .collect();
     // Of the endpoints this node knows, those the tenants' playbooks still name.
-    for (id, health) in app.engine.known_endpoints() {
+    for (id, health) in app.engine.deliveries().known_endpoints() {
         if let Some(state) = states.get_mut(&(id.tenant, id.url)) {
             *state = health.circuit.name();
         }
@@ -149,7 +149,7 @@ fn count_endpoints(app: &App) {
 
 /// `GET /metrics`.
 pub async fn render(State(app): State<Arc<App>>) -> Response {
-    let gauges = app.engine.gauges().await;
+    let gauges = app.engine.node().gauges().await;
     LIVE_ACTORS
         .with_label_values(&["claim"])
         .set(gauges.live_claims as i64);

@@ -16,6 +16,7 @@ pub mod ratelimit;
 pub mod server;
 pub mod sources;
 pub mod stats;
+pub mod submit;
 pub mod traces;
 pub mod transmitter;
 
@@ -37,6 +38,10 @@ pub struct Live {
     pub config: Config,
     /// Tenants by API key.
     pub api_keys: auth::ApiKeys,
+    /// Each transmitter tenant's transmitter as its SETs are made with it (see
+    /// [`transmitter::of`]), made once it is first needed.
+    pub transmitters:
+        std::sync::OnceLock<std::collections::HashMap<String, Arc<idem_actors::set::Transmitter>>>,
 }
 
 impl Live {
@@ -45,6 +50,7 @@ impl Live {
         Live {
             api_keys: auth::ApiKeys::new(&config),
             config,
+            transmitters: std::sync::OnceLock::new(),
         }
     }
 }
@@ -154,7 +160,7 @@ fn routes(app: Arc<App>) -> Router {
 /// `/healthz`: 200 once the store has made a probe durable (a write to the disk, or to the
 /// database), 503 with the reason when it cannot, so that a load balancer or supervisor acts.
 async fn healthz(State(app): State<Arc<App>>) -> Response {
-    match app.engine.health().await {
+    match app.engine.node().health().await {
         Ok(()) => "ok\n".into_response(),
         Err(e) => {
             ApiError::new(Kind::Unavailable, format!("the store cannot write: {e}")).into_response()

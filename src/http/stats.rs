@@ -87,7 +87,8 @@ pub async fn show(State(app): State<Arc<App>>, headers: HeaderMap) -> Result<Res
     let tenant = live.api_keys.authenticate(&live.config, &headers)?;
     let count = |status| {
         app.engine
-            .count_deliveries(&tenant.name, status, COUNTED_TO)
+            .deliveries()
+            .count(&tenant.name, status, COUNTED_TO)
     };
     let (queued, dead) =
         tokio::try_join!(count(DeliveryStatus::Queued), count(DeliveryStatus::Dead))

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use idem_actors::Outcome;
 use idem_schemas::timefmt::{now_ms, rfc3339_millis};
 use idem_schemas::{PollStatus, SourceStatus, StreamStatus, VerificationStatus};
 
@@ -16,13 +17,18 @@ use super::{Source, SourceKind, Ssf};
 /// The longest text kept of what a transmitter announces (a state, a status, a reason).
 const MAX_ANNOUNCED: usize = 256;
 
-/// What became of one event, as a source's status counts it.
+/// What became of one event, as a source's status counts it: its signal's [`Outcome`], or why
+/// it was not claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Taken {
-    /// Claimed now: its decision is made, its callbacks follow.
-    Accepted,
-    /// Claimed before (a sender's retry).
-    Duplicate,
+pub enum Fate {
+    /// Claimed: what happened to its signal, by its outcome's label, and whether it was taken
+    /// now (decided, or answered with its subject's decision) rather than a replay.
+    Claimed {
+        /// The outcome's label.
+        label: &'static str,
+        /// Taken now (the status counts it accepted; otherwise a duplicate).
+        taken_now: bool,
+    },
     /// Its type matches no `map` entry, or it is SSF's own.
     Ignored,
     /// No usable event id, a type over the limit, no subject where the map says, or a refused
@@ -30,14 +36,27 @@ pub enum Taken {
     Refused,
 }
 
-impl Taken {
-    /// The outcome's name in the metrics.
-    pub fn as_str(self) -> &'static str {
+impl Fate {
+    /// What became of an event whose signal's outcome is `outcome`.
+    pub fn of(outcome: &Outcome) -> Fate {
+        Fate::Claimed {
+            label: outcome.label(),
+            taken_now: outcome.taken_now(),
+        }
+    }
+
+    /// An event repeated within its delivery: a replay of its first copy's.
+    pub const REPEATED: Fate = Fate::Claimed {
+        label: "replayed",
+        taken_now: false,
+    };
+
+    /// Its name in the metrics: its outcome's label, `ignored` or `refused`.
+    pub fn label(self) -> &'static str {
         match self {
-            Taken::Accepted => "accepted",
-            Taken::Duplicate => "duplicate",
-            Taken::Ignored => "ignored",
-            Taken::Refused => "refused",
+            Fate::Claimed { label, .. } => label,
+            Fate::Ignored => "ignored",
+            Fate::Refused => "refused",
         }
     }
 }
@@ -79,13 +98,15 @@ impl SourceState {
     }
 
     /// Counts an event.
-    pub fn count(&self, taken: Taken) {
+    pub fn count(&self, fate: Fate) {
         let mut status = self.status();
-        match taken {
-            Taken::Accepted => status.accepted += 1,
-            Taken::Duplicate => status.duplicates += 1,
-            Taken::Ignored => status.ignored += 1,
-            Taken::Refused => status.refused += 1,
+        match fate {
+            Fate::Claimed {
+                taken_now: true, ..
+            } => status.accepted += 1,
+            Fate::Claimed { .. } => status.duplicates += 1,
+            Fate::Ignored => status.ignored += 1,
+            Fate::Refused => status.refused += 1,
         }
         status.last_event_ms = Some(now_ms());
     }

@@ -433,10 +433,10 @@ async fn every_kind_is_taken_once_per_event_id() {
             &format!("idem_source_events_total{{kind=\"{kind}\",outcome=\"{outcome}\"}}"),
         )
     };
-    assert_eq!(events("okta", "accepted"), Some(3.0), "{metrics}");
-    assert_eq!(events("okta", "duplicate"), Some(1.0));
-    assert_eq!(events("auth0", "duplicate"), Some(2.0));
-    assert_eq!(events("stripe", "accepted"), Some(1.0));
+    assert_eq!(events("okta", "first"), Some(3.0), "{metrics}");
+    assert_eq!(events("okta", "replayed"), Some(1.0));
+    assert_eq!(events("auth0", "replayed"), Some(2.0));
+    assert_eq!(events("stripe", "first"), Some(1.0));
 }
 
 #[tokio::test]
@@ -671,7 +671,7 @@ async fn unmapped_and_subjectless_events_are_counted_and_acknowledged() {
     };
     assert_eq!(okta("ignored"), Some(2.0), "{metrics}");
     assert_eq!(okta("refused"), Some(304.0));
-    assert_eq!(okta("accepted"), Some(1.0));
+    assert_eq!(okta("first"), Some(1.0));
     assert_eq!(
         metric_value(
             &metrics,

@@ -123,7 +123,7 @@ async fn a_signals_trace_holds_its_request_claim_and_every_attempt_across_a_cras
     let claim = one(&before, "claim");
     assert_eq!(claim.span_id, claim_span, "traceresponse names the claim");
     assert_eq!(claim.parent, request.span_id);
-    assert_eq!(claim.attr("idem.outcome"), "new");
+    assert_eq!(claim.attr("idem.outcome"), "first");
     let playbook = one(&before, "playbook");
     assert_eq!(playbook.parent, claim.span_id);
     assert_eq!(playbook.attr("idem.verdict"), "step_up");
@@ -195,7 +195,7 @@ async fn a_signals_trace_holds_its_request_claim_and_every_attempt_across_a_cras
         .wait_for_trace(&replay_trace, |s| s.iter().any(|s| s.name == "claim"))
         .await;
     let again = one(&replayed, "claim");
-    assert_eq!(again.attr("idem.outcome"), "replay");
+    assert_eq!(again.attr("idem.outcome"), "replayed");
     assert_eq!(again.links, vec![(trace.clone(), claim.span_id.clone())]);
 
     assert_eq!(
@@ -241,7 +241,7 @@ async fn a_source_event_is_a_span_of_its_request_with_its_kind_digest_and_outcom
             .iter()
             .map(|e| e.attr("idem.outcome"))
             .collect::<Vec<_>>(),
-        ["accepted", "duplicate"]
+        ["first", "replayed"]
     );
     for event in &events {
         assert!(requests.iter().any(|r| r.span_id == event.parent));
@@ -258,12 +258,12 @@ async fn a_source_event_is_a_span_of_its_request_with_its_kind_digest_and_outcom
     let claims = named("claim");
     let new = claims
         .iter()
-        .find(|c| c.attr("idem.outcome") == "new")
+        .find(|c| c.attr("idem.outcome") == "first")
         .expect("the event's decision");
     assert_eq!(new.parent, events[0].span_id);
     assert!(claims
         .iter()
-        .any(|c| c.attr("idem.outcome") == "replay" && c.parent == events[1].span_id));
+        .any(|c| c.attr("idem.outcome") == "replayed" && c.parent == events[1].span_id));
     // Its callback is queued (a source's are) and made by the retry worker, in this trace.
     let attempt = attempts(&spans)[0];
     assert_eq!(attempt.parent, new.span_id);

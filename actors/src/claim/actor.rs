@@ -10,15 +10,17 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use idem_schemas::timefmt::now_ms;
-use idem_schemas::{ActionOutcome, ClaimEvent};
+use idem_schemas::{ActionOutcome, ClaimEvent, Decision};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tracing::Span;
 
 use super::core::{Core, Heard};
 use super::effect::{Effect, Effects, Offer};
-use super::{submit, ClaimContext, Reply, Submission};
+use super::phase::Invariant;
+use super::{submit, ClaimContext, ClaimError, Decide, Reply, Submission};
 use crate::failpoint;
 use crate::idle::IdleTimer;
+use crate::playbook::DecideError;
 use crate::store::{ClaimId, ClaimLog, ClaimWrite, StoreError, Unit, Written};
 use crate::supervise::Family;
 use crate::trace;
@@ -30,6 +32,14 @@ type Port = RpcReplyPort<Reply>;
 pub(super) enum ClaimMsg {
     /// A request for the key.
     Submit(Arc<Submission>, Port),
+    /// The decision of the request that won generation `generation`'s claim, made in a task
+    /// of its own (it read the tenant's streams).
+    Decided {
+        /// The claim generation it was made for.
+        generation: u64,
+        /// The decision, or why it could not be made.
+        decision: Result<Decision, ClaimError>,
+    },
     /// The actions of generation `generation` ran.
     Dispatched {
         /// The claim generation they ran for.
@@ -85,6 +95,16 @@ pub(super) struct ClaimState {
     idle: IdleTimer<ClaimMsg>,
     /// The effects of the message being handled (kept, so handling allocates no list).
     effects: Effects<Port>,
+    /// The request being handled, whose decision the core may ask for.
+    submitted: Option<Arc<Submission>>,
+}
+
+/// A result the core takes at once, within the message that led to it.
+enum Feedback {
+    /// An effect failed.
+    Failed(StoreError),
+    /// The decision the core asked for.
+    Decided(u64, Result<Decision, ClaimError>),
 }
 
 impl Actor for ClaimActor {
@@ -108,6 +128,7 @@ impl Actor for ClaimActor {
             family: args.family,
             idle: IdleTimer::start(&myself, idle_timeout, || ClaimMsg::IdleCheck),
             effects: Vec::new(),
+            submitted: None,
         })
     }
 
@@ -132,11 +153,15 @@ impl Actor for ClaimActor {
             }
             ClaimMsg::Submit(sub, port) => {
                 sub.accepted.store(true, Ordering::SeqCst);
-                let decide = |at| sub.decide(at);
                 state
                     .core
-                    .submit(cx, &sub.request, port, now_ms(), decide, &mut out);
+                    .submit(cx, &sub.request, port, now_ms(), &mut out);
+                state.submitted = Some(sub);
             }
+            ClaimMsg::Decided {
+                generation,
+                decision,
+            } => state.core.decided(cx, generation, decision, &mut out),
             ClaimMsg::Dispatched {
                 generation,
                 outcomes,
@@ -160,33 +185,82 @@ impl Actor for ClaimActor {
             state.idle.touch(&myself);
         }
         state.carry_out(&myself, &mut out);
+        state.submitted = None;
         state.effects = out;
         Ok(())
     }
 }
 
 impl ClaimState {
-    /// Carries out `out`, in order, leaving it empty. An effect that fails is told to the core,
-    /// whose effects then follow.
+    /// Carries out `out`, in order, leaving it empty. What an effect gives at once (its
+    /// failure, a decision made without I/O) is told to the core, whose effects then follow.
     fn carry_out(&mut self, myself: &ActorRef<ClaimMsg>, out: &mut Effects<Port>) {
         loop {
-            let mut failed = None;
+            let mut feedback = None;
             for effect in out.drain(..) {
-                if let Err(e) = self.run(myself, effect) {
-                    failed.get_or_insert(e);
+                match self.run(myself, effect) {
+                    Ok(None) => {}
+                    Ok(Some(decided)) => feedback = feedback.or(Some(decided)),
+                    Err(e) => feedback = feedback.or(Some(Feedback::Failed(e))),
                 }
             }
-            match failed {
-                Some(e) => self.core.failed(e, out),
+            let cx = &self.ctx.core;
+            match feedback {
+                Some(Feedback::Failed(e)) => self.core.failed(e, out),
+                Some(Feedback::Decided(generation, decision)) => {
+                    self.core.decided(cx, generation, decision, out)
+                }
                 None => return,
             }
         }
     }
 
-    /// Carries out one effect.
-    fn run(&self, myself: &ActorRef<ClaimMsg>, effect: Effect<Port>) -> Result<(), StoreError> {
+    /// The decision of the request being handled, which won generation `generation`: made here
+    /// when it needs no I/O, or in a task that reads the tenant's streams first and sends it
+    /// back ([`ClaimMsg::Decided`]).
+    fn decide(&mut self, myself: &ActorRef<ClaimMsg>, generation: u64) -> Option<Feedback> {
+        let taken = self.submitted.take().and_then(|sub| sub.take_decide());
+        let decider = match taken {
+            Some(Decide::Fixed(decision)) => {
+                return Some(Feedback::Decided(generation, Ok(*decision)))
+            }
+            Some(Decide::Playbook(decider)) => decider,
+            None => {
+                let twice = ClaimError::from(Invariant::DecidedTwice);
+                return Some(Feedback::Decided(generation, Err(twice)));
+            }
+        };
+        let ctx = self.ctx.clone();
+        if !decider.reads_streams() {
+            let decision = decider.decide(&ctx.digester, &ctx.sealer, &[], now_ms());
+            return Some(Feedback::Decided(generation, decision.map_err(Into::into)));
+        }
+        // The streams as they are when the claim is won: a stream made after gets nothing of
+        // this decision. Read in a task, so the mailbox stays open.
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let decision = match ctx.store.streams(&decider.tenant).await {
+                Ok(streams) => decider.decide(&ctx.digester, &ctx.sealer, &streams, now_ms()),
+                Err(e) => Err(DecideError::Streams(e.to_string())),
+            };
+            let decision = decision.map_err(ClaimError::from);
+            let _ = me.cast(ClaimMsg::Decided {
+                generation,
+                decision,
+            });
+        });
+        None
+    }
+
+    /// Carries out one effect; what it gives the core at once, if anything.
+    fn run(
+        &mut self,
+        myself: &ActorRef<ClaimMsg>,
+        effect: Effect<Port>,
+    ) -> Result<Option<Feedback>, StoreError> {
         let ctx = &self.ctx;
         match effect {
+            Effect::Decide { generation } => return Ok(self.decide(myself, generation)),
             Effect::Commit { generation, unit } => {
                 let me = myself.clone();
                 let span = self.commit_span(&unit);
@@ -268,7 +342,7 @@ impl ClaimState {
                 myself.stop(Some(e.to_string()));
             }
         }
-        Ok(())
+        Ok(None)
     }
 }
 
@@ -310,7 +384,7 @@ async fn offer_to_subject(
         request,
         decision,
     } = offer;
-    let sub = Submission::of(request, Box::new(move |_| Ok(decision)));
+    let sub = Submission::of(request, Decide::Fixed(Box::new(decision)));
     submit(family, ctx, &to, sub)
         .await
         .map_err(|e| e.to_string())

@@ -27,6 +27,12 @@ pub struct Offer {
 /// What the protocol asks to be done, in order.
 #[derive(Debug)]
 pub enum Effect<P> {
+    /// Make the decision of the request that won the claim, as generation `generation`, and
+    /// hand it back ([`Core::decided`]).
+    Decide {
+        /// The generation the claim will be.
+        generation: u64,
+    },
     /// Commit `unit` and say what it came to ([`Core::committed`], with `generation`).
     Commit {
         /// The generation the unit is written for.

@@ -26,10 +26,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem_schemas::{ActionOutcome, Decision, StoredResponse, SubjectLink};
+use idem_schemas::{Decision, StoredResponse, SubjectLink};
 use ractor::ActorRef;
 
+use crate::digest::Digester;
 use crate::dispatch::Dispatcher;
+use crate::playbook::{DecideError, Decider};
+use crate::seal::Sealer;
 use crate::settings::Settings;
 use crate::store::{ClaimId, ClaimNews, Store, StoreError};
 use crate::supervise::{Family, RegistryError};
@@ -43,6 +46,10 @@ pub(crate) struct ClaimContext {
     pub store: Arc<dyn Store>,
     /// Makes the callback attempts.
     pub dispatcher: Arc<Dispatcher>,
+    /// The keyed digests a decision names its subject by.
+    pub digester: Digester,
+    /// Seals a decision's SETs at rest.
+    pub sealer: Arc<Sealer>,
     /// What the claim core reads: the settings and this process's epoch.
     pub core: core::Context,
     /// Wakes the retry worker at once: a queued decision's callbacks are due now.
@@ -54,6 +61,7 @@ impl ClaimContext {
     pub fn new(
         store: Arc<dyn Store>,
         dispatcher: Arc<Dispatcher>,
+        (digester, sealer): (Digester, Arc<Sealer>),
         settings: Arc<Settings>,
         holder: u64,
         wake_retries: Arc<tokio::sync::Notify>,
@@ -61,6 +69,8 @@ impl ClaimContext {
         ClaimContext {
             store,
             dispatcher,
+            digester,
+            sealer,
             core: core::Context {
                 settings,
                 holder,
@@ -113,14 +123,6 @@ impl Request {
     }
 }
 
-/// Why a decision could not be made.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot decide: {0}")]
-pub struct DecideError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
-
-/// Makes the decision a request fixes if it wins its claim, given the claim's time.
-pub(crate) type Decide = Box<dyn FnOnce(u64) -> Result<Decision, DecideError> + Send>;
-
 /// Why a claim could not answer a request.
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimError {
@@ -139,7 +141,7 @@ pub enum ClaimError {
     /// The playbook could not decide.
     #[error(transparent)]
     Decide(#[from] DecideError),
-    /// The response could not be serialised.
+    /// What the decision writes could not be serialised.
     #[error("cannot serialise the response: {0}")]
     Response(#[from] serde_json::Error),
     /// The subject's claim, which a once-per-subject decision goes through, did not answer.
@@ -147,13 +149,21 @@ pub enum ClaimError {
     Subject(String),
 }
 
-/// One request for a key, as handed to its actor: what the protocol reads of it, and the
-/// decision it makes if it wins the claim.
+/// What a request decides with, should it win its claim.
+pub(crate) enum Decide {
+    /// The tenant's playbook, applied to the signal.
+    Playbook(Box<Decider>),
+    /// A decision fixed already: a key's claim offering its own to the subject's claim.
+    Fixed(Box<Decision>),
+}
+
+/// One request for a key, as handed to its actor: what the protocol reads of it, and what it
+/// decides with if it wins the claim.
 pub(crate) struct Submission {
     /// What the claim core reads.
     request: Request,
-    /// Makes the decision, called only if this request wins the claim: a duplicate, a replay or
-    /// a refused payload never pays for one.
+    /// What it decides with, taken only if this request wins the claim: a duplicate, a replay
+    /// or a refused payload never pays for a decision.
     decide: Mutex<Option<Decide>>,
     /// Set when the actor starts handling the submission, so a caller whose call ends without a
     /// reply knows whether it may safely send it again (never handled) or not.
@@ -161,7 +171,7 @@ pub(crate) struct Submission {
 }
 
 impl Submission {
-    /// A submission of `request`, which `decide`s if it wins the claim.
+    /// A submission of `request`, which decides with `decide` if it wins the claim.
     pub(crate) fn of(request: Request, decide: Decide) -> Self {
         Submission {
             request,
@@ -170,15 +180,9 @@ impl Submission {
         }
     }
 
-    /// The decision of this request, made at `now_ms` (once: a submission wins at most once).
-    fn decide(&self, now_ms: u64) -> Result<Decision, DecideError> {
-        let decide = self
-            .decide
-            .lock()
-            .ok()
-            .and_then(|mut decide| decide.take())
-            .ok_or_else(|| DecideError(Box::new(Invariant::DecidedTwice)))?;
-        decide(now_ms)
+    /// What this request decides with (once: a submission wins at most once).
+    fn take_decide(&self) -> Option<Decide> {
+        self.decide.lock().ok().and_then(|mut decide| decide.take())
     }
 
     /// True once an actor has started handling this submission.
@@ -187,38 +191,35 @@ impl Submission {
     }
 }
 
+/// The key's durable response, and the decision its claim holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The response.
+    pub response: StoredResponse,
+    /// The id of the decision the claim holds (through its subject's claim, the response may
+    /// be another decision's).
+    pub decision_id: String,
+}
+
 /// A claim's answer to a request.
 #[derive(Debug, Clone)]
 pub enum Reply {
     /// This request made the decision: the response it must send (already durable).
-    First(StoredResponse),
+    First(Answer),
     /// The key completed earlier: the stored response, to send with `Idempotent-Replayed`.
-    Replayed(StoredResponse),
+    Replayed(Answer),
     /// The request waited for the key's first request, whose stored response this is (a
     /// replay too).
-    Awaited(StoredResponse),
+    Awaited(Answer),
     /// This request claimed the key, and its subject had a decision already: that decision's
     /// response, now this key's too (a replay of the subject's).
-    Deduplicated(StoredResponse),
+    Deduplicated(Answer),
     /// Another request holds the key right now.
     InFlight,
     /// The key was used with another payload.
     Mismatch,
     /// Nothing was answered for the key: why.
     Failed(Arc<ClaimError>),
-}
-
-/// The response to a decision's first processing, given its actions' outcomes.
-pub(crate) fn first_response(
-    decision: &Decision,
-    outcomes: &[ActionOutcome],
-) -> Result<StoredResponse, ClaimError> {
-    let body = serde_json::to_vec(&decision.response(outcomes))?;
-    Ok(StoredResponse {
-        status: 201,
-        body,
-        trace: decision.trace,
-    })
 }
 
 /// How often a request may find its actor stopping under it before giving up (each round is a
@@ -252,6 +253,11 @@ impl Claims {
     /// Hands `sub` to the key's actor, starting it if needed, and waits for its answer.
     pub async fn submit(&self, id: &ClaimId, sub: Submission) -> Result<Reply, RegistryError> {
         submit(&self.family, &self.ctx, id, sub).await
+    }
+
+    /// What the claims share.
+    pub fn context(&self) -> &ClaimContext {
+        &self.ctx
     }
 
     /// The claim actors' family (liveness, failures).

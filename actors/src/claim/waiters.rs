@@ -7,10 +7,8 @@
 
 use std::time::Duration;
 
-use idem_schemas::StoredResponse;
-
 use super::effect::{Effect, Effects};
-use super::Reply;
+use super::{Answer, Reply};
 
 /// A key's waiters, each answered on its `P`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -70,11 +68,11 @@ impl<P> Waiters<P> {
         }
     }
 
-    /// Answers every waiter with the key's durable `response`; whether another node waits for
-    /// it too (and is to be told).
-    pub fn release(&mut self, response: &StoredResponse, out: &mut Effects<P>) -> bool {
+    /// Answers every waiter with the key's durable `answer`; whether another node waits for it
+    /// too (and is to be told).
+    pub fn release(&mut self, answer: &Answer, out: &mut Effects<P>) -> bool {
         for (_, port) in self.waiting.drain(..) {
-            out.push(Effect::Reply(port, Reply::Awaited(response.clone())));
+            out.push(Effect::Reply(port, Reply::Awaited(answer.clone())));
         }
         self.asked_holder = false;
         std::mem::take(&mut self.remote)

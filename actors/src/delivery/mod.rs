@@ -6,7 +6,7 @@
 //! final or it has been idle. An attempt goes only if its endpoint admits it: while the endpoint
 //! is open the delivery waits (a `Held` record moves its due time, using up no attempt), and
 //! while the endpoint has as many attempts running as it may, it waits for a place.
-//! `Deliveries` is the way to these actors.
+//! `DeliveryActors` is the way to these actors.
 
 pub mod state;
 
@@ -430,16 +430,16 @@ pub enum RedeliverError {
 const MAX_ROUNDS: usize = 64;
 
 /// The way to delivery actors: finds or starts a delivery's actor and hands it a message.
-pub struct Deliveries {
+pub struct DeliveryActors {
     family: Family,
     ctx: Arc<DeliveryContext>,
 }
 
-impl Deliveries {
+impl DeliveryActors {
     /// Starts the delivery supervisor. `instance` makes actor names unique when several
     /// servers share a process (ractor's registry is process-wide).
     pub async fn start(instance: &str, ctx: Arc<DeliveryContext>) -> Result<Self, RegistryError> {
-        Ok(Deliveries {
+        Ok(DeliveryActors {
             family: Family::start(instance, "delivery", usize::MAX).await?,
             ctx,
         })

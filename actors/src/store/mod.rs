@@ -344,7 +344,7 @@ impl From<CodecError> for StoreError {
 pub type Read<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
 /// Opens the store `node`'s settings name, for `node`.
-pub async fn open(node: Node) -> Result<Arc<dyn Store>, StoreError> {
+pub async fn open(node: Process) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match node.settings.store.clone() {
         crate::settings::Backend::Sled { data_dir } => {
             sled::SledStore::open(&data_dir, node.settings.idempotency.in_flight_timeout)?
@@ -432,10 +432,10 @@ pub struct Timed {
     pub lease: Option<u64>,
 }
 
-/// The node a store is opened for: who it is, and its settings (the store they name, how long a
+/// The process a store is opened by: who it is, and its settings (the store they name, how long a
 /// claim may stay in flight, how long an attempt may take, which a delivery's lease outlasts).
 #[derive(Debug, Clone)]
-pub struct Node {
+pub struct Process {
     /// This process's epoch, the holder of the claims it makes.
     pub epoch: u64,
     /// The engine's settings.
@@ -638,6 +638,13 @@ pub trait Store:
 pub type Halted = tokio::sync::watch::Receiver<Option<StoreError>>;
 
 impl dyn Store {
+    /// Returns once every write made before it is durable. A record is in the store a moment
+    /// before the commit that wrote it returns; what a read shows must not be undone by a crash
+    /// in that moment, so each read the API answers settles what it read first.
+    pub async fn settle(&self) -> Result<(), StoreError> {
+        self.commit(Unit::new()).await.map(drop)
+    }
+
     /// Applies `unit` and returns what it came to once it is durable.
     pub async fn commit(&self, unit: Unit) -> Result<Written, StoreError> {
         let (tx, rx) = tokio::sync::oneshot::channel();

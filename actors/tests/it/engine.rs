@@ -67,7 +67,7 @@ async fn post(engine: &Engine, playbooks: &Playbooks, body: &Value) -> Outcome {
         },
         transmitter: None,
     };
-    engine.signal(routed).await.expect("an outcome")
+    engine.signals().decide(routed).await.expect("an outcome")
 }
 
 #[tokio::test]
@@ -111,7 +111,7 @@ async fn a_key_decides_once_per_generation_and_the_sweep_takes_only_expired_ones
         later.body, first.body,
         "a new generation makes a new decision"
     );
-    engine.sweep().await.expect("sweep");
+    engine.node().sweep().await.expect("sweep");
     let Outcome::Replayed {
         response: replayed, ..
     } = post(&engine, &playbooks, &other).await

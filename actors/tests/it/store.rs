@@ -12,7 +12,8 @@ use std::time::Duration;
 use idem_actors::breaker::{Circuit, EndpointEvent};
 use idem_actors::settings::Backend;
 use idem_actors::store::{
-    self, ClaimId, ClaimLog, DeliveryWrite, LogHead, Node, Placement, SetKey, Store, Unit, Written,
+    self, ClaimId, ClaimLog, DeliveryWrite, LogHead, Placement, Process, SetKey, Store, Unit,
+    Written,
 };
 use idem_actors::Settings;
 use idem_schemas::timefmt::now_ms;
@@ -50,7 +51,7 @@ async fn open_as(backend: Backend, epoch: u64) -> Arc<dyn Store> {
         store: backend,
         ..Settings::default()
     };
-    let node = Node {
+    let node = Process {
         epoch,
         settings: Arc::new(settings),
     };

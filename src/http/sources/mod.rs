@@ -34,7 +34,7 @@ use crate::source::events;
 use crate::source::runtime::SourceState;
 use crate::source::verify::{self, Refused};
 use crate::source::{Source, SourceKind, MAX_SOURCE_BODY};
-use take::{Ready, Taken};
+use take::{Fate, Ready};
 
 /// The tenant and source a path names, or 404.
 fn find(
@@ -129,19 +129,19 @@ async fn handle(
     // its duplicates (the answer waits for the first, so they are acknowledged only once it is
     // durable), however many copies come, rather than each waiting on the claim.
     let mut claimed = std::collections::HashSet::new();
-    let mut outcomes: Vec<Option<Result<Taken, ApiError>>> = Vec::with_capacity(events.len());
+    let mut outcomes: Vec<Option<Result<Fate, ApiError>>> = Vec::with_capacity(events.len());
     let mut to_claim = Vec::new();
     let mut at = Vec::new();
     let mut first_refusal = None;
     for event in &events {
         let outcome = match take::prepare(source, event) {
-            Ready::Ignored => Some(Ok(Taken::Ignored)),
+            Ready::Ignored => Some(Ok(Fate::Ignored)),
             Ready::Refused(why) => {
                 first_refusal.get_or_insert(why);
-                Some(Ok(Taken::Refused))
+                Some(Ok(Fate::Refused))
             }
             Ready::Claim(p) if !claimed.insert(p.claim_key().to_string()) => {
-                Some(Ok(Taken::Duplicate))
+                Some(Ok(Fate::REPEATED))
             }
             Ready::Claim(p) => {
                 at.push(outcomes.len());
@@ -164,20 +164,22 @@ async fn handle(
     let mut failed = None;
     for outcome in outcomes.into_iter().flatten() {
         let label = match &outcome {
-            Ok(outcome) => outcome.as_str(),
+            Ok(fate) => fate.label(),
             Err(_) => "failed",
         };
         SOURCE_EVENTS
             .with_label_values(&[source.kind.as_str(), label])
             .inc();
-        if let Ok(taken) = &outcome {
-            state.count(*taken);
+        if let Ok(fate) = &outcome {
+            state.count(*fate);
         }
         match outcome {
-            Ok(Taken::Accepted) => receipt.accepted += 1,
-            Ok(Taken::Duplicate) => receipt.duplicates += 1,
-            Ok(Taken::Ignored) => receipt.ignored += 1,
-            Ok(Taken::Refused) => receipt.refused += 1,
+            Ok(Fate::Claimed {
+                taken_now: true, ..
+            }) => receipt.accepted += 1,
+            Ok(Fate::Claimed { .. }) => receipt.duplicates += 1,
+            Ok(Fate::Ignored) => receipt.ignored += 1,
+            Ok(Fate::Refused) => receipt.refused += 1,
             Err(problem) => {
                 failed.get_or_insert(problem);
             }

@@ -119,7 +119,7 @@ async fn poll_source(
     let job = format!("poll:{tenant}/{source}");
     let mut held: Option<u64> = None;
     loop {
-        match app.engine.lease(&job).await {
+        match app.engine.node().turn_at(&job).await {
             Ok(Some(token)) => {
                 if held != Some(token) {
                     tracing::info!(tenant, source, url = %poll.url, token, "polling an SSF transmitter");
@@ -195,7 +195,7 @@ async fn poll_source(
                 // Every event of the SET is durably claimed: only now may its jti be acked.
                 Ok(_) => next.acks.push(jti.clone()),
                 Err(NotTaken::Refused(refusal)) => {
-                    state.count(crate::source::runtime::Taken::Refused);
+                    state.count(crate::source::runtime::Fate::Refused);
                     next.set_errs.insert(
                         jti.clone(),
                         SetError {

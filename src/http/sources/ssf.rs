@@ -13,7 +13,7 @@ use idem_schemas::timefmt::now_ms;
 use idem_schemas::SetError;
 use serde_json::Value;
 
-use super::take::{self, Ready, Taken};
+use super::take::{self, Fate, Ready};
 use crate::config::Tenant;
 use crate::http::ingest::read_body;
 use crate::http::metrics::{SOURCE_DELIVERIES, SOURCE_EVENTS};
@@ -58,7 +58,7 @@ pub async fn take(
     source: &Source,
     state: &SourceState,
     token: &str,
-) -> Result<Vec<Taken>, NotTaken> {
+) -> Result<Vec<Fate>, NotTaken> {
     let (Some(ssf), Some(keys)) = (&source.ssf, &state.keys) else {
         return Err(NotTaken::Later(ApiError::new(
             Kind::Internal,
@@ -109,12 +109,12 @@ pub async fn take(
         }
     }
     // Every event can be taken: now they are claimed, all at once (within the tenant's rate).
-    let mut taken = vec![Taken::Ignored; own];
+    let mut taken = vec![Fate::Ignored; own];
     let mut to_claim = Vec::new();
     for r in ready {
         match r {
             Ready::Claim(prepared) => to_claim.push(prepared),
-            _ => taken.push(Taken::Ignored),
+            _ => taken.push(Fate::Ignored),
         }
     }
     let claimed = take::claim_all(app, tenant, source, to_claim).await;
@@ -141,7 +141,7 @@ pub async fn take(
         )));
     }
     for t in &taken {
-        SOURCE_EVENTS.with_label_values(&["ssf", t.as_str()]).inc();
+        SOURCE_EVENTS.with_label_values(&["ssf", t.label()]).inc();
         state.count(*t);
     }
     Ok(taken)
@@ -214,7 +214,7 @@ pub async fn push(
         // Every event of the SET is claimed durably, now or before: only then the 202.
         Ok(_) => StatusCode::ACCEPTED.into_response(),
         Err(NotTaken::Refused(refusal)) => {
-            state.count(Taken::Refused);
+            state.count(Fate::Refused);
             tracing::info!(tenant = %tenant.name, source = %source.name, err = refusal.err.as_str(), description = %refusal.description, "a SET was refused");
             refused(&refusal)
         }

@@ -3,19 +3,19 @@
 //! or to be claimed, so a caller can refuse a whole delivery before anything of it is claimed;
 //! `claim` hands the routed signal to the engine and says what became of it.
 
-use idem_actors::{By, Outcome, RegistryError, Routed, SignalError};
+use idem_actors::{By, Outcome, RegistryError, SignalError};
 use idem_schemas::SignalRequest;
 use serde_json::{Map, Value};
 use tracing::Instrument;
 
 use crate::config::Tenant;
-use crate::http::ingest::decided;
 use crate::http::problem::{ApiError, Kind};
+use crate::http::submit::submit;
 use crate::http::App;
 use crate::source::events::{self, Event};
 use crate::source::{Route, Source, SourceKind, MAX_EVENT_ID, MAX_EVENT_TYPE};
 
-pub use crate::source::runtime::Taken;
+pub use crate::source::runtime::Fate;
 
 /// An event ready to be claimed.
 pub struct Prepared<'s> {
@@ -90,7 +90,7 @@ pub async fn claim(
     tenant: &Tenant,
     source: &Source,
     prepared: Prepared<'_>,
-) -> Result<Taken, ApiError> {
+) -> Result<Fate, ApiError> {
     // The metadata is the event's name and nothing of its body, which carries personal data.
     let mut metadata = Map::new();
     metadata.insert("source".into(), Value::from(source.name.clone()));
@@ -102,18 +102,6 @@ pub async fn claim(
         occurred_at: None,
         metadata: Some(metadata),
     };
-    let live = app.live.load();
-    let transmitter = crate::http::transmitter::for_signal(app, &live, tenant, &signal);
-    let routed = Routed {
-        tenant: &tenant.name,
-        playbooks: &tenant.playbooks,
-        signal,
-        by: By::Event {
-            source: &source.name,
-            id: &prepared.claim_key,
-        },
-        transmitter,
-    };
     let span = idem_actors::trace_span!(
         "source event",
         idem.source = %source.name,
@@ -122,44 +110,41 @@ pub async fn claim(
         idem.outcome = tracing::field::Empty,
     );
     if !span.is_disabled() {
-        let digest = app
-            .engine
-            .event_digest(&tenant.name, &source.name, &prepared.claim_key);
+        let signals = app.engine.signals();
+        let digest = signals.event_digest(&tenant.name, &source.name, &prepared.claim_key);
         span.record("idem.event_id_digest", digest);
     }
-    let outcome = app.engine.signal(routed).instrument(span.clone()).await;
-    if !matches!(outcome, Err(SignalError::NoPlaybook(_))) {
-        app.stats.signal(&tenant.name);
-    }
-    let taken = taken(app, tenant, source, outcome);
+    let by = By::Event {
+        source: &source.name,
+        id: &prepared.claim_key,
+    };
+    let live = app.live.load();
+    let outcome = submit(app, &live, tenant, signal, by)
+        .instrument(span.clone())
+        .await;
+    let fate = fate(tenant, source, outcome);
     if !span.is_disabled() {
-        let name = match &taken {
-            Ok(Taken::Accepted) => "accepted",
-            Ok(Taken::Duplicate) => "duplicate",
-            Ok(Taken::Ignored | Taken::Refused) => "refused",
-            Err(_) => "failed",
+        let label = match &fate {
+            Ok(fate) => fate.label(),
+            Err(problem) => problem.slug(),
         };
-        span.record("idem.outcome", name);
+        span.record("idem.outcome", label);
     }
-    taken
+    fate
 }
 
-/// What became of an event, from what the engine made of it.
-fn taken(
-    app: &App,
+/// What became of an event, from what the engine made of its signal.
+fn fate(
     tenant: &Tenant,
     source: &Source,
     outcome: Result<Outcome, SignalError>,
-) -> Result<Taken, ApiError> {
+) -> Result<Fate, ApiError> {
     match outcome {
-        Ok(Outcome::Decided { verdict, .. }) => {
-            decided(app, &tenant.name, verdict);
-            Ok(Taken::Accepted)
-        }
-        // Claimed now, and its subject had a decision within the playbook's window: that one
-        // answers for it, and no callback is made again.
-        Ok(Outcome::Deduplicated { .. }) => Ok(Taken::Accepted),
-        Ok(Outcome::Replayed { .. }) => Ok(Taken::Duplicate),
+        // Claimed now (its subject's decision may answer for it, and then no callback is made
+        // again), or before.
+        Ok(
+            o @ (Outcome::Decided { .. } | Outcome::Deduplicated { .. } | Outcome::Replayed { .. }),
+        ) => Ok(Fate::of(&o)),
         // Another delivery of the event is still being claimed after the wait: not known to be
         // durable, so the sender is asked to send it again (then it is a duplicate).
         Ok(Outcome::InFlight) => Err(ApiError::new(
@@ -184,7 +169,7 @@ fn taken(
 /// `rate_limit` stopped some from being claimed now, the 429 that says when to send again.
 pub struct Claimed {
     /// Each event's outcome; `None` for one not claimed now.
-    pub outcomes: Vec<Option<Result<Taken, ApiError>>>,
+    pub outcomes: Vec<Option<Result<Fate, ApiError>>>,
     /// Set when some were not claimed for the tenant's rate limit.
     pub limited: Option<ApiError>,
 }
@@ -200,7 +185,7 @@ pub async fn claim_all(
     source: &Source,
     prepared: Vec<Prepared<'_>>,
 ) -> Claimed {
-    let mut outcomes: Vec<Option<Result<Taken, ApiError>>> = std::iter::repeat_with(|| None)
+    let mut outcomes: Vec<Option<Result<Fate, ApiError>>> = std::iter::repeat_with(|| None)
         .take(prepared.len())
         .collect();
     let mut waiting = prepared.into_iter().enumerate().peekable();
@@ -230,8 +215,14 @@ pub async fn claim_all(
         )
         .await;
         for (n, result) in results {
-            // Only a new decision uses up its token.
-            if !matches!(result, Ok(Taken::Accepted)) {
+            // Only an event taken now uses up its token.
+            if !matches!(
+                result,
+                Ok(Fate::Claimed {
+                    taken_now: true,
+                    ..
+                })
+            ) {
                 tokens += 1;
             }
             outcomes[n] = Some(result);

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use axum::http::HeaderMap;
 use idem_actors::set::{self, SetSigner};
 use idem_schemas::timefmt::now_ms;
-use idem_schemas::SignalRequest;
 
 use crate::config::Tenant;
 use crate::http::problem::{ApiError, Kind};
@@ -42,34 +41,29 @@ fn issuer(app: &App, live: &Live, tenant: &str) -> String {
     format!("{}/ssf/{tenant}", base_url(app, live))
 }
 
-/// The transmitter a signal's `set` actions go to: `tenant`'s, when the playbook of the
-/// signal's type has any.
-pub fn for_signal(
-    app: &App,
-    live: &Live,
-    tenant: &Tenant,
-    signal: &SignalRequest,
-) -> Option<set::Transmitter> {
-    let playbook = tenant.playbooks.get(&signal.signal_type)?;
-    if !playbook.sends_sets() {
-        return None;
-    }
-    signing(app, live, tenant)
-}
-
-/// `tenant`'s transmitter as its SETs are made with it, if it has one.
-fn signing(app: &App, live: &Live, tenant: &Tenant) -> Option<set::Transmitter> {
-    let ssf = tenant.ssf.as_ref()?;
-    let signer: Arc<dyn SetSigner> = ssf.keys.first()?.clone();
-    Some(set::Transmitter {
-        issuer: issuer(app, live, &tenant.name),
-        signer,
-        audiences: ssf
-            .receivers
-            .iter()
-            .map(|(id, r)| (id.clone(), r.audience.clone()))
-            .collect(),
-    })
+/// `tenant`'s transmitter as its SETs are made with it, if it is one: made once per
+/// configuration (the first time a signal or a stream asks for it).
+pub fn of(app: &App, live: &Live, tenant: &str) -> Option<Arc<set::Transmitter>> {
+    let made = live.transmitters.get_or_init(|| {
+        let tenants = live.config.tenants.values();
+        let signing = tenants.filter_map(|tenant| Some((tenant, tenant.ssf.as_ref()?)));
+        signing
+            .filter_map(|(tenant, ssf)| {
+                let signer: Arc<dyn SetSigner> = ssf.keys.first()?.clone();
+                let transmitter = set::Transmitter {
+                    issuer: issuer(app, live, &tenant.name),
+                    signer,
+                    audiences: ssf
+                        .receivers
+                        .iter()
+                        .map(|(id, r)| (id.clone(), r.audience.clone()))
+                        .collect(),
+                };
+                Some((tenant.name.clone(), Arc::new(transmitter)))
+            })
+            .collect()
+    });
+    made.get(tenant).cloned()
 }
 
 /// The receiver whose access token the `Authorization: Bearer` header carries, or 401.

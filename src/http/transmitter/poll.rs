@@ -125,9 +125,10 @@ pub async fn poll(
     let refused = (asked.errors.iter()).map(|(id, e)| (id, PollAnswer::Refused(e.clone())));
     for (id, answer) in acked.chain(refused) {
         app.engine
-            .answer_polled(&caller.tenant, &stream.id, id, answer)
+            .streams()
+            .answer(&caller.tenant, &stream.id, id, answer)
             .await
-            .map_err(engine_error)?;
+            .map_err(streams_error)?;
     }
     let deadline = Instant::now() + LONG_POLL;
     loop {
@@ -159,14 +160,15 @@ async fn waiting(
         return Ok((Vec::new(), false));
     }
     app.engine
-        .waiting_sets(tenant, stream, limit)
+        .streams()
+        .waiting(tenant, stream, limit)
         .await
-        .map_err(engine_error)
+        .map_err(streams_error)
 }
 
-fn engine_error(e: idem_actors::EngineError) -> ApiError {
+fn streams_error(e: idem_actors::StreamsError) -> ApiError {
     match e {
-        idem_actors::EngineError::Store(e) => unavailable(e),
+        idem_actors::StreamsError::Store(e) => unavailable(e),
         e => {
             tracing::error!(error = %e, "a poll could not be answered");
             ApiError::new(Kind::Unavailable, "the poll could not be answered; retry")

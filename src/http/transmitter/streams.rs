@@ -28,7 +28,7 @@ use crate::transmitter::stream::{self, Context, Refused};
 use crate::transmitter::Transmitter;
 use idem_actors::set::stream_owner;
 use idem_actors::stream_event::StreamEvent;
-use idem_actors::EngineError;
+use idem_actors::StreamsError;
 
 /// The most streams one receiver may have: each is a SET per decision it asks for.
 pub const MAX_STREAMS: usize = 16;
@@ -91,8 +91,8 @@ impl Caller {
 
     /// Tells this receiver's stream `id` of `event` by a SET, queued durably.
     async fn tell(&self, app: &App, id: &str, event: StreamEvent) -> Result<(), ApiError> {
-        let (tenant, ssf) = self.parts();
-        let transmitter = super::signing(app, &self.live, tenant)
+        let (_, ssf) = self.parts();
+        let transmitter = super::of(app, &self.live, &self.tenant)
             .ok_or_else(|| ApiError::new(Kind::Internal, "the transmitter has no signing key"))?;
         let audience = ssf
             .receivers
@@ -101,11 +101,12 @@ impl Caller {
             .unwrap_or_default();
         match app
             .engine
-            .tell_stream(&self.tenant, &transmitter, audience, id, &event)
+            .streams()
+            .tell(&self.tenant, &transmitter, audience, id, &event)
             .await
         {
             Ok(_) => Ok(()),
-            Err(EngineError::Store(e)) => Err(unavailable(e)),
+            Err(StreamsError::Store(e)) => Err(unavailable(e)),
             Err(e) => {
                 tracing::error!(error = %e, stream = id, "a stream's own SET was not made");
                 Err(ApiError::new(Kind::Internal, "the SET could not be made"))
@@ -116,7 +117,8 @@ impl Caller {
     /// This receiver's stream `id`, or 404.
     pub(super) async fn stream(&self, app: &App, id: &str) -> Result<Stream, ApiError> {
         app.engine
-            .stream(&self.tenant, id)
+            .streams()
+            .get(&self.tenant, id)
             .await
             .map_err(unavailable)?
             .filter(|s| s.receiver == self.receiver)
@@ -138,7 +140,8 @@ impl Caller {
             };
             if app
                 .engine
-                .put_stream(&self.tenant, &next)
+                .streams()
+                .put(&self.tenant, &next)
                 .await
                 .map_err(unavailable)?
             {
@@ -171,6 +174,7 @@ impl Caller {
 
     fn seal(&self, app: &App, id: &str, header: &str) -> Result<Vec<u8>, Refused> {
         app.engine
+            .streams()
             .sealer()
             .seal(&stream_owner(&self.tenant, id), header.as_bytes())
             .map_err(|e| Refused(e.to_string()))
@@ -249,7 +253,8 @@ pub async fn create(
     caller.may_push(&asked)?;
     let mine = app
         .engine
-        .streams(&caller.tenant)
+        .streams()
+        .list(&caller.tenant)
         .await
         .map_err(unavailable)?
         .into_iter()
@@ -268,7 +273,8 @@ pub async fn create(
     .map_err(invalid)?;
     if !app
         .engine
-        .put_stream(&caller.tenant, &made)
+        .streams()
+        .put(&caller.tenant, &made)
         .await
         .map_err(unavailable)?
     {
@@ -293,7 +299,8 @@ pub async fn read(
         None => {
             let streams: Vec<StreamConfig> = app
                 .engine
-                .streams(&caller.tenant)
+                .streams()
+                .list(&caller.tenant)
                 .await
                 .map_err(unavailable)?
                 .iter()
@@ -359,7 +366,8 @@ pub async fn delete(
     let id = query_stream_id(&q, false)?.unwrap_or_default();
     caller.stream(&app, &id).await?;
     app.engine
-        .delete_stream(&caller.tenant, &id)
+        .streams()
+        .delete(&caller.tenant, &id)
         .await
         .map_err(unavailable)?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -412,7 +420,7 @@ pub async fn set_status(
         // A poll stream's waiting SETs are dropped now, as a push stream's are at their next
         // look.
         if state == StreamState::Disabled && was.method == StreamMethod::Poll {
-            if let Err(e) = app.engine.drop_polled(&caller.tenant, &id).await {
+            if let Err(e) = app.engine.streams().drop_waiting(&caller.tenant, &id).await {
                 tracing::error!(error = %e, stream = %id, "a disabled poll stream's SETs wait for their hold to end");
             }
         }
@@ -479,7 +487,10 @@ async fn subject(
                 "subject must be a subject identifier (RFC 9493) or a non-empty string",
             )
         })?;
-    let digest = app.engine.subject_digest(&caller.tenant, &subject);
+    let digest = app
+        .engine
+        .streams()
+        .subject_digest(&caller.tenant, &subject);
     caller
         .change(&app, &id, |stored| {
             stream::with_subject(stored, digest, remove).map_err(invalid)

@@ -124,7 +124,7 @@ pub async fn set_key_kept(config_path: &Path, data_dir: &Path, delivery: &str) -
         store,
         ..idem_actors::Settings::default()
     };
-    let node = idem_actors::store::Node {
+    let node = idem_actors::store::Process {
         epoch: 1,
         settings: std::sync::Arc::new(settings),
     };

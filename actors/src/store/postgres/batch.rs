@@ -20,7 +20,7 @@ use super::set_keys;
 use crate::codec;
 use crate::store::rule::{self, Fencing};
 use crate::store::{
-    status_number, ClaimId, ClaimWrite, DeliveryWrite, LogHead, Node, StoreError, Then, Unit,
+    status_number, ClaimId, ClaimWrite, DeliveryWrite, LogHead, Process, StoreError, Then, Unit,
     Written,
 };
 
@@ -45,7 +45,7 @@ const IN_FLIGHT: usize = 2;
 const DEADLOCK_RETRIES: usize = 3;
 
 /// The group commit task: runs until every sender is gone.
-pub(super) async fn run(pool: Pool, node: Node, mut jobs: mpsc::UnboundedReceiver<Job>) {
+pub(super) async fn run(pool: Pool, node: Process, mut jobs: mpsc::UnboundedReceiver<Job>) {
     let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
     while let Some((permit, batch)) = super::next_batch(&mut jobs, &in_flight, MAX_BATCH).await {
         let mut units = Vec::new();
@@ -104,7 +104,7 @@ fn key(id: &ClaimId) -> Key {
 /// Writes `units` and `completions` in one transaction; what each unit came to.
 async fn commit(
     pool: &Pool,
-    node: &Node,
+    node: &Process,
     units: &[Unit],
     completions: &[LogHead],
 ) -> Result<Vec<Written>, StoreError> {
@@ -381,7 +381,7 @@ async fn write_deliveries(
 /// in flight for `in_flight_timeout`, both by the database's clock; otherwise what holds it.
 async fn take_over(
     tx: &deadpool_postgres::Transaction<'_>,
-    node: &Node,
+    node: &Process,
     head: &LogHead,
     fencing: Fencing,
 ) -> Result<Written, StoreError> {
@@ -442,7 +442,7 @@ async fn take_over(
 /// are answered with the row that holds the key.
 async fn start_claims(
     tx: &deadpool_postgres::Transaction<'_>,
-    node: &Node,
+    node: &Process,
     round: &[(usize, &ClaimId, &Vec<idem_schemas::ClaimEvent>)],
     written: &mut [Option<Written>],
     fencing: Fencing,

@@ -28,14 +28,14 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 use tokio_postgres::Row;
 
-use crate::store::{Halted, LogHead, Node, Read, Store, StoreError, Then, Unit};
+use crate::store::{Halted, LogHead, Process, Read, Store, StoreError, Then, Unit};
 use batch::Job;
 
 /// The PostgreSQL store of one node.
 pub struct PgStore {
     pool: Pool,
     /// Who this node is, and its time windows.
-    node: Node,
+    node: Process,
     /// The group commit's queue.
     jobs: mpsc::UnboundedSender<Job>,
     /// The claim loads' queue.
@@ -52,7 +52,7 @@ pub struct PgStore {
 impl PgStore {
     /// Connects to `url` with up to `pool_size` connections, migrates the schema, says this
     /// node is alive, and starts the group commit and the heartbeat.
-    pub async fn open(url: &str, pool_size: usize, node: Node) -> Result<Arc<Self>, StoreError> {
+    pub async fn open(url: &str, pool_size: usize, node: Process) -> Result<Arc<Self>, StoreError> {
         let config: tokio_postgres::Config = url.parse()?;
         let news = news::News::start(config.clone());
         let manager = Manager::from_config(

@@ -1,4 +1,4 @@
-//! Bulk recovery: every failed or dead delivery of a tenant that matches a filter gets a new
+//! Bulk redelivery's claim: every failed or dead delivery of a tenant that matches a filter gets a new
 //! series of attempts, as a single redelivery gives one; the retry worker then makes them,
 //! paced by each endpoint's limit of attempts at once. With an idempotency key the request is
 //! claimed like a signal (a claim whose decision has no actions, under a digest of its own
@@ -12,25 +12,53 @@
 //! The rule is sans-IO, the engine's and the model checker's (`model/src/bulk.rs`) alike: which
 //! deliveries the filter matches ([`RedeliverFilter::matches`]), the claim that fixes them
 //! ([`claim`]), what its holder redelivers ([`plan`]; each delivery's actor then follows
-//! `DeliveryState::redelivery`), the answer
-//! it records ([`response`], [`recorded`]), and what a request gets from the claim that holds
-//! its key ([`answer`]). [`Sabotage`] switches one of its rules off, for the checker only.
+//! `DeliveryState::redelivery`), the answer it records (`record::writes`), and what a request
+//! gets from the claim that holds its key ([`answer`]). [`BulkSabotage`] switches one of its
+//! rules off, for the checker only.
 
 use std::time::Duration;
 
 use futures::StreamExt;
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{
-    Claim, ClaimEvent, Decision, DeliveryRecord, DeliveryStatus, PlannedDelivery, Redelivered,
-    StoredResponse, Verdict,
+    Claim, ClaimEvent, Decision, DeliveryRecord, DeliveryStatus, PlannedDelivery, StoredResponse,
+    Verdict,
 };
 
+use super::Signals;
 use crate::claim::phase::{self, Holder, InvalidTransition, Invariant, Phase, Step};
 use crate::claim::ClaimError;
-use crate::delivery::RedeliverError;
-use crate::engine::{Engine, EngineError};
+use crate::delivery::{DeliveryError, RedeliverError};
 use crate::failpoint;
-use crate::store::{ClaimId, Unit, Written};
+use crate::record::{self, Decided};
+use crate::store::{ClaimId, StoreError, Unit, Written};
+use crate::supervise::RegistryError;
+
+/// Why a bulk redelivery got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum BulkError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A delivery could not be read.
+    #[error(transparent)]
+    Delivery(#[from] DeliveryError),
+    /// A delivery's actor could not be reached.
+    #[error(transparent)]
+    Actors(#[from] RegistryError),
+    /// The claim's log does not fold, or breaks an invariant.
+    #[error(transparent)]
+    Claim(#[from] ClaimError),
+    /// The answer could not be serialised.
+    #[error("cannot serialise the answer: {0}")]
+    Response(#[from] serde_json::Error),
+}
+
+impl From<InvalidTransition> for BulkError {
+    fn from(e: InvalidTransition) -> Self {
+        BulkError::Claim(e.into())
+    }
+}
 
 /// Which deliveries a bulk redelivery takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,18 +101,19 @@ const CONCURRENCY: usize = 32;
 /// Listing page size while gathering matches.
 const PAGE: usize = 500;
 
-impl Engine {
+impl Signals {
     /// The deliveries of `tenant` that `filter` matches now.
     async fn matching(
         &self,
         tenant: &str,
         filter: &RedeliverFilter,
-    ) -> Result<Vec<String>, EngineError> {
+    ) -> Result<Vec<String>, BulkError> {
         let mut matching = Vec::new();
         let mut after: Option<String> = None;
         loop {
             let page = self
-                .store()
+                .ctx()
+                .store
                 .list_deliveries(
                     tenant,
                     Some(filter.status),
@@ -95,7 +124,7 @@ impl Engine {
             let Some((_, last)) = page.last() else { break };
             after = Some(last.clone());
             for (_, id) in page {
-                let Some(d) = self.deliveries().load(&id).await? else {
+                let Some(d) = self.deliveries.load(&id).await? else {
                     continue;
                 };
                 if filter.matches(tenant, &d.record) {
@@ -113,8 +142,8 @@ impl Engine {
         &self,
         ids: Vec<String>,
         since_ms: Option<u64>,
-    ) -> Result<u64, EngineError> {
-        let deliveries = self.deliveries();
+    ) -> Result<u64, BulkError> {
+        let deliveries = &self.deliveries;
         let mut done = futures::stream::iter(ids)
             .map(|id| async move {
                 let redelivered = deliveries.redeliver(&id, since_ms).await;
@@ -127,7 +156,7 @@ impl Engine {
                         | RedeliverError::NotFound
                         | RedeliverError::Erased,
                     ) => Ok(false),
-                    Err(RedeliverError::Store(e)) => Err(EngineError::from(e)),
+                    Err(RedeliverError::Store(e)) => Err(BulkError::from(e)),
                     Err(RedeliverError::Actor(e)) => Err(e.into()),
                 }
             })
@@ -148,18 +177,21 @@ impl Engine {
         tenant: &str,
         filter: &RedeliverFilter,
         key: Option<(&str, &serde_json::Value)>,
-    ) -> Result<BulkReply, EngineError> {
+    ) -> Result<BulkReply, BulkError> {
         let Some((key, body)) = key else {
             let ids = self.matching(tenant, filter).await?;
-            return Ok(BulkReply::First(self.redelivered(ids, None).await?));
+            let count = self.redeliver_each(ids, None).await?;
+            return Ok(BulkReply::First(record::redelivered(count)?));
         };
+        let ctx = self.ctx();
+        let (store, digester) = (&ctx.store, &ctx.digester);
         let id = ClaimId {
             tenant: tenant.to_string(),
-            digest: self.digester().bulk_key(tenant, key),
+            digest: digester.bulk_key(tenant, key),
         };
-        let fingerprint = self.digester().fingerprint(tenant, body);
+        let fingerprint = digester.fingerprint(tenant, body);
         // A retry of a request answered (or running) is answered without a scan of the backlog.
-        if let Some(log) = self.store().load_claim(&id, now_ms()).await? {
+        if let Some(log) = store.load_claim(&id, now_ms()).await? {
             if let Some(reply) = self.step(&log.events, fingerprint, now_ms())? {
                 return Ok(reply);
             }
@@ -168,10 +200,9 @@ impl Engine {
         // the request over after a crash redelivers those, not what matches by then.
         let ids = self.matching(tenant, filter).await?;
         let now = now_ms();
-        let key_ttl = self.settings().idempotency.key_ttl;
-        let claimed = claim(tenant, &ids, fingerprint, self.epoch(), now, key_ttl);
-        let started = self
-            .store()
+        let key_ttl = ctx.core.settings.idempotency.key_ttl;
+        let claimed = claim(tenant, &ids, fingerprint, self.epoch, now, key_ttl);
+        let started = store
             .commit(Unit::new().start_claim(id.clone(), vec![ClaimEvent::Claimed(claimed)]))
             .await?;
         let (head, planned) = match started {
@@ -179,8 +210,7 @@ impl Engine {
             Written::Held(log) => match self.step(&log.events, fingerprint, now)? {
                 Some(reply) => return Ok(reply),
                 // Its holder looks gone; the store has the last word.
-                None => match self
-                    .store()
+                None => match store
                     .commit(Unit::new().take_over_claim(log.head.clone()))
                     .await?
                 {
@@ -200,32 +230,26 @@ impl Engine {
             Matches::Fixed(ids) => ids,
             Matches::Rescan => self.matching(tenant, filter).await?,
         };
-        let response = self.redelivered(ids, since_ms).await?;
-        // Once durable, a retry answers these bytes and redelivers nothing.
-        let written = self
-            .store()
-            .commit(Unit::new().append_claim(head, recorded(response.clone())))
+        let count = self.redeliver_each(ids, since_ms).await?;
+        let response = record::redelivered(count)?;
+        let decided = Decided::Redelivered {
+            head,
+            response: response.clone(),
+        };
+        let written = store
+            .commit(record::writes(decided, &ctx.core.settings)?.unit)
             .await?;
         if matches!(written, Written::Appended(..)) {
             return Ok(BulkReply::First(response));
         }
         // Another request took the key over meanwhile: its answer, once it has one, is the key's.
-        let theirs = match self.store().load_claim(&id, now_ms()).await? {
+        let theirs = match store.load_claim(&id, now_ms()).await? {
             Some(log) => self.step(&log.events, fingerprint, now_ms())?,
             None => None,
         };
         Ok(theirs
             .filter(|reply| *reply != BulkReply::InFlight)
             .unwrap_or(BulkReply::First(response)))
-    }
-
-    /// Redelivers `ids` (see [`Engine::redeliver_each`]); the `202` saying how many.
-    async fn redelivered(
-        &self,
-        ids: Vec<String>,
-        since_ms: Option<u64>,
-    ) -> Result<StoredResponse, EngineError> {
-        Ok(response(self.redeliver_each(ids, since_ms).await?)?)
     }
 
     /// What a request with `fingerprint` gets at `now` from the claim whose log is `events`
@@ -235,8 +259,8 @@ impl Engine {
         events: &[ClaimEvent],
         fingerprint: [u8; 32],
         now: u64,
-    ) -> Result<Option<BulkReply>, EngineError> {
-        let holder = Holder::of(self.epoch(), &self.settings().idempotency);
+    ) -> Result<Option<BulkReply>, BulkError> {
+        let holder = Holder::of(self.epoch, &self.ctx().core.settings.idempotency);
         Ok(answer(events, &fingerprint, now, holder)?)
     }
 }
@@ -284,7 +308,7 @@ pub fn claim(
 /// A rule of the bulk redelivery switched off, to show that the model checker catches it; none
 /// in a real run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Sabotage {
+pub enum BulkSabotage {
     /// A holder that takes the request over redelivers what the filter matches by then, not what
     /// the claim fixed.
     RescanOnTakeOver,
@@ -308,7 +332,7 @@ pub struct Plan {
 pub enum Matches {
     /// Those its claim fixed, by id.
     Fixed(Vec<String>),
-    /// What the filter matches now ([`Sabotage::RescanOnTakeOver`] only).
+    /// What the filter matches now ([`BulkSabotage::RescanOnTakeOver`] only).
     Rescan,
 }
 
@@ -326,13 +350,13 @@ pub enum Held {
 pub fn plan(
     events: &[ClaimEvent],
     held: Held,
-    sabotage: Option<Sabotage>,
+    sabotage: Option<BulkSabotage>,
 ) -> Result<Plan, Invariant> {
     let Some(ClaimEvent::Claimed(claim)) = events.first() else {
         return Err(Invariant::NoClaim("bulk redelivery"));
     };
     let matches = match (held, sabotage) {
-        (Held::TakenOver, Some(Sabotage::RescanOnTakeOver)) => Matches::Rescan,
+        (Held::TakenOver, Some(BulkSabotage::RescanOnTakeOver)) => Matches::Rescan,
         _ => Matches::Fixed(
             claim
                 .decision
@@ -343,32 +367,10 @@ pub fn plan(
         ),
     };
     let since_ms = match sabotage {
-        Some(Sabotage::NoSkip) => None,
+        Some(BulkSabotage::NoSkip) => None,
         _ => Some(claim.claimed_at_ms),
     };
     Ok(Plan { matches, since_ms })
-}
-
-/// The `202` of a bulk redelivery that redelivered `redelivered` deliveries.
-pub fn response(redelivered: u64) -> Result<StoredResponse, serde_json::Error> {
-    let body = serde_json::to_vec(&Redelivered { redelivered })?;
-    Ok(StoredResponse {
-        status: 202,
-        body,
-        trace: None,
-    })
-}
-
-/// The events that record a bulk request's `response` in its claim and complete it: once they
-/// are durable, a retry is answered with it and redelivers nothing.
-pub fn recorded(response: StoredResponse) -> Vec<ClaimEvent> {
-    vec![
-        ClaimEvent::Dispatched {
-            outcomes: Vec::new(),
-            response,
-        },
-        ClaimEvent::Completed,
-    ]
 }
 
 /// What a bulk request whose body has `fingerprint` gets at `now` from the claim whose log is
@@ -418,9 +420,13 @@ mod tests {
             assert_eq!(fixed.matches, Matches::Fixed(ids.clone()));
             assert_eq!(fixed.since_ms, Some(T));
         }
-        let rescan = plan(&events, Held::TakenOver, Some(Sabotage::RescanOnTakeOver));
+        let rescan = plan(
+            &events,
+            Held::TakenOver,
+            Some(BulkSabotage::RescanOnTakeOver),
+        );
         assert_eq!(rescan.expect("a claim").matches, Matches::Rescan);
-        let no_skip = plan(&events, Held::TakenOver, Some(Sabotage::NoSkip));
+        let no_skip = plan(&events, Held::TakenOver, Some(BulkSabotage::NoSkip));
         assert_eq!(no_skip.expect("a claim").since_ms, None);
         assert!(
             plan(&[], Held::TakenOver, None).is_err(),

@@ -1,0 +1,124 @@
+//! The decisions handle: a tenant's kept decisions as the API shows them, each with its
+//! actions' delivery statuses now: one by id, or a subject's (digested here, never stored in
+//! clear) newest first, a page at a time. Another tenant's decision is as missing as a missing
+//! one.
+
+use std::sync::Arc;
+
+use idem_schemas::timefmt::now_ms;
+use idem_schemas::{DecidedAction, DecisionRecord, DecisionView};
+
+use crate::deliveries::DeliveriesError;
+use crate::delivery::DeliveryActors;
+use crate::digest::Digester;
+use crate::store::Store;
+
+/// A page of a subject's decisions, newest first.
+#[derive(Debug)]
+pub struct DecisionList {
+    /// The decisions.
+    pub data: Vec<DecisionView>,
+    /// Where the next page starts (the last decision's id), if there is one.
+    pub next_after: Option<String>,
+}
+
+/// The decisions handle: cheap to clone.
+#[derive(Clone)]
+pub struct Decisions {
+    store: Arc<dyn Store>,
+    deliveries: Arc<DeliveryActors>,
+    digester: Digester,
+}
+
+impl Decisions {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        deliveries: Arc<DeliveryActors>,
+        digester: Digester,
+    ) -> Self {
+        Decisions {
+            store,
+            deliveries,
+            digester,
+        }
+    }
+
+    /// `tenant`'s decision `id`.
+    pub async fn show(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<DecisionView>, DeliveriesError> {
+        let Some(record) = self.store.load_decision(tenant, id, now_ms()).await? else {
+            return Ok(None);
+        };
+        let view = self.view(record).await?;
+        self.store.settle().await?;
+        Ok(view)
+    }
+
+    /// A page of `tenant`'s decisions (about `subject` only, and of `signal_type` only, if
+    /// given), newest first, after the cursor `after`, at most `limit`.
+    pub async fn list(
+        &self,
+        tenant: &str,
+        subject: Option<&str>,
+        signal_type: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<DecisionList, DeliveriesError> {
+        let subject_hash = subject.map(|s| self.digester.subject(tenant, s));
+        let records = self
+            .store
+            .decisions_about(
+                tenant,
+                subject_hash.as_deref(),
+                signal_type,
+                after,
+                limit + 1,
+                now_ms(),
+            )
+            .await?;
+        let has_more = records.len() > limit;
+        let mut data = Vec::with_capacity(limit);
+        for record in records.into_iter().take(limit) {
+            data.extend(self.view(record).await?);
+        }
+        self.store.settle().await?;
+        let next_after = data
+            .last()
+            .filter(|_| has_more)
+            .map(|d| d.decision_id.clone());
+        Ok(DecisionList { data, next_after })
+    }
+
+    /// A kept decision as the API shows it, with its deliveries' statuses now. A delivery is
+    /// kept as long as its decision: one already forgotten (its node's clock ahead of this
+    /// one's) means the decision is past its retention too.
+    async fn view(&self, record: DecisionRecord) -> Result<Option<DecisionView>, DeliveriesError> {
+        let mut actions = Vec::with_capacity(record.actions.len());
+        for action in record.actions {
+            let Some(delivery) = self.deliveries.load(&action.delivery_id).await? else {
+                return Ok(None);
+            };
+            let status = delivery.placement.status;
+            actions.push(DecidedAction {
+                name: action.name,
+                stream_id: idem_schemas::stored::stream_of(&delivery.record.url)
+                    .map(str::to_string),
+                delivery_id: action.delivery_id,
+                status,
+            });
+        }
+        Ok(Some(DecisionView {
+            decision_id: record.id,
+            signal_type: record.signal_type,
+            decision: record.verdict,
+            subject_hash: record.subject_hash,
+            source: record.source,
+            actions,
+            created_at: idem_schemas::timefmt::rfc3339_millis(record.created_at_ms),
+            trace_id: record.trace.map(|t| t.trace_id_hex()),
+        }))
+    }
+}

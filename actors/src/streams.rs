@@ -1,0 +1,210 @@
+//! The streams handle: a tenant's Shared Signals streams as its transmitter keeps them (each
+//! written over its version, durable when written), the SETs it tells a stream of itself, and a
+//! poll stream's waiting SETs, handed out and answered. Receivers' subjects are kept as keyed
+//! digests, made here.
+
+use std::sync::Arc;
+
+use idem_schemas::stored::STREAM_SCHEME;
+use idem_schemas::timefmt::now_ms;
+use idem_schemas::{DeliveryStatus, Stream, StreamState};
+
+use crate::delivery::RedeliverError;
+use crate::delivery::{queued_log, record_of, DeliveryActors, DeliveryError, PollAnswer};
+use crate::digest::Digester;
+use crate::metrics::Metric;
+use crate::seal::Sealer;
+use crate::set::{self, SetError, Transmitter};
+use crate::settings::Settings;
+use crate::store::{Store, StoreError, Unit};
+use crate::stream_event::{self, about_the_stream, StreamEvent};
+use crate::supervise::RegistryError;
+
+/// How many waiting SETs a poll stream's disabling drops at once.
+pub const DROPPED_AT_ONCE: usize = 1000;
+
+/// Why a stream's SETs could not be made, read or answered.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamsError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A delivery could not be read.
+    #[error(transparent)]
+    Delivery(#[from] DeliveryError),
+    /// A delivery's actor could not be reached.
+    #[error(transparent)]
+    Actors(#[from] RegistryError),
+    /// A SET could not be made.
+    #[error(transparent)]
+    Set(#[from] SetError),
+}
+
+/// The streams handle: cheap to clone.
+#[derive(Clone)]
+pub struct Streams {
+    store: Arc<dyn Store>,
+    deliveries: Arc<DeliveryActors>,
+    digester: Digester,
+    sealer: Arc<Sealer>,
+    settings: Arc<Settings>,
+}
+
+impl Streams {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        deliveries: Arc<DeliveryActors>,
+        (digester, sealer): (Digester, Arc<Sealer>),
+        settings: Arc<Settings>,
+    ) -> Self {
+        Streams {
+            store,
+            deliveries,
+            digester,
+            sealer,
+            settings,
+        }
+    }
+
+    /// `tenant`'s stream `id`, if it exists.
+    pub async fn get(&self, tenant: &str, id: &str) -> Result<Option<Stream>, StoreError> {
+        self.store.stream(tenant, id).await
+    }
+
+    /// `tenant`'s streams, by id.
+    pub async fn list(&self, tenant: &str) -> Result<Vec<Stream>, StoreError> {
+        self.store.streams(tenant).await
+    }
+
+    /// Writes `stream` over the version before it (a new one at version 1); whether it was
+    /// written, durably.
+    pub async fn put(&self, tenant: &str, stream: &Stream) -> Result<bool, StoreError> {
+        self.store.put_stream(tenant, stream).await
+    }
+
+    /// Removes `tenant`'s stream `id`, durably; whether it was there.
+    pub async fn delete(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
+        self.store.delete_stream(tenant, id).await
+    }
+
+    /// The keyed digest of `subject` (as a signal names it) that a stream keeps.
+    pub fn subject_digest(&self, tenant: &str, subject: &str) -> [u8; 32] {
+        self.digester.subject_bytes(tenant, subject)
+    }
+
+    /// What seals SETs and push credentials at rest.
+    pub fn sealer(&self) -> &Arc<Sealer> {
+        &self.sealer
+    }
+
+    /// Tells `tenant`'s stream `stream_id` (whose receiver's audience is `audience`) of
+    /// `event` by a SET of `transmitter`'s, queued, due at once, and durable before this
+    /// returns; its delivery id.
+    pub async fn tell(
+        &self,
+        tenant: &str,
+        transmitter: &Transmitter,
+        audience: &str,
+        stream_id: &str,
+        event: &StreamEvent,
+    ) -> Result<String, StreamsError> {
+        let now = now_ms();
+        let id = format!("msg_{}", uuid::Uuid::now_v7().simple());
+        let planned = stream_event::set(
+            transmitter,
+            &self.sealer,
+            audience,
+            stream_id,
+            event,
+            id.clone(),
+            now,
+        )?;
+        // Of no decision: its record's decision id is empty.
+        let record = record_of(tenant, ("", None), &planned, now, &self.settings);
+        Metric::Moved {
+            from: None,
+            to: Some(DeliveryStatus::Queued),
+        }
+        .count();
+        let unit = Unit::new()
+            .keep_set_keys(set::key_of(&planned).into_iter().collect())
+            .write_deliveries(vec![queued_log(record)]);
+        self.store.commit(unit).await?;
+        Ok(id)
+    }
+
+    /// The SETs waiting in `tenant`'s poll stream, oldest first, at most `limit`, each as
+    /// (`jti`, token), and whether more wait. While the stream is paused or disabled only its
+    /// events about itself are handed out.
+    pub async fn waiting(
+        &self,
+        tenant: &str,
+        stream: &Stream,
+        limit: usize,
+    ) -> Result<(Vec<(String, Vec<u8>)>, bool), StreamsError> {
+        let url = format!("{STREAM_SCHEME}{}", stream.id);
+        let ids = self.store.queued_to(tenant, &url, limit + 1).await?;
+        let more = ids.len() > limit;
+        let mut sets = Vec::with_capacity(limit.min(ids.len()));
+        for id in ids.into_iter().take(limit) {
+            let Some(delivery) = self.deliveries.load(&id).await? else {
+                continue;
+            };
+            let record = &delivery.record;
+            if stream.state != StreamState::Enabled && !about_the_stream(&record.action) {
+                continue;
+            }
+            // Gone meanwhile (answered, or dead): its key is erased with its end.
+            let Some(key) = self.store.set_key(&id).await? else {
+                continue;
+            };
+            match set::open(&self.sealer, &id, &key, &record.body) {
+                Ok(token) => sets.push((id, token)),
+                Err(e) => {
+                    tracing::error!(delivery = %id, error = %e, "a waiting SET does not open")
+                }
+            }
+        }
+        Ok((sets, more))
+    }
+
+    /// Gives `answer` to `tenant`'s SET `id`, waiting in the poll stream `stream_id`. Whether
+    /// that answered a SET waiting there; durable before this returns.
+    pub async fn answer(
+        &self,
+        tenant: &str,
+        stream_id: &str,
+        id: &str,
+        answer: PollAnswer,
+    ) -> Result<bool, StreamsError> {
+        let url = format!("{STREAM_SCHEME}{stream_id}");
+        let waiting = self
+            .deliveries
+            .load(id)
+            .await?
+            .is_some_and(|d| d.record.tenant == tenant && d.record.url == url);
+        if !waiting {
+            return Ok(false);
+        }
+        match self.deliveries.polled(id, &url, answer).await {
+            Ok(answered) => Ok(answered),
+            Err(RedeliverError::Store(e)) => Err(e.into()),
+            Err(RedeliverError::Actor(e)) => Err(e.into()),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// Drops the SETs of decisions waiting in `tenant`'s poll stream `stream_id`, which was
+    /// disabled (up to [`DROPPED_AT_ONCE`] of them; any more are dropped when their hold ends).
+    /// How many it dropped.
+    pub async fn drop_waiting(&self, tenant: &str, stream_id: &str) -> Result<usize, StreamsError> {
+        let url = format!("{STREAM_SCHEME}{stream_id}");
+        let ids = self.store.queued_to(tenant, &url, DROPPED_AT_ONCE).await?;
+        let mut dropped = 0;
+        for id in ids {
+            let answer = PollAnswer::Dropped;
+            dropped += usize::from(self.answer(tenant, stream_id, &id, answer).await?);
+        }
+        Ok(dropped)
+    }
+}
