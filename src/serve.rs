@@ -45,14 +45,14 @@ pub enum ServeError {
 struct ConfigKeyring(Arc<ArcSwap<Live>>);
 
 impl Keyring for ConfigKeyring {
-    fn callback_secrets(&self, tenant: &str) -> Vec<Secret> {
+    fn callback_secrets(&self, tenant: &str) -> Arc<[Secret]> {
         self.0
             .load()
             .config
             .tenants
             .get(tenant)
             .map(|t| t.callback_secrets.clone())
-            .unwrap_or_default()
+            .unwrap_or_else(|| Arc::new([]))
     }
 }
 

@@ -46,9 +46,19 @@ pub enum CodecError {
 
 /// Encodes `value` as a versioned record.
 pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
-    let mut out = vec![FORMAT_VERSION];
-    out.extend(bincode::serde::encode_to_vec(value, config())?);
+    let mut out = Vec::with_capacity(RECORD_CAPACITY);
+    encode_into(value, &mut out)?;
     Ok(out)
+}
+
+/// What a record is given room for before it is written: most fit, so few grow.
+const RECORD_CAPACITY: usize = 256;
+
+/// Appends `value`'s versioned record to `out`.
+fn encode_into<T: Serialize>(value: &T, out: &mut Vec<u8>) -> Result<(), CodecError> {
+    out.push(FORMAT_VERSION);
+    bincode::serde::encode_into_std_write(value, out, config())?;
+    Ok(())
 }
 
 /// Decodes a versioned record written by [`encode`].
@@ -69,11 +79,13 @@ pub fn decode<T: DeserializeOwned>(record: &[u8]) -> Result<T, CodecError> {
 
 /// Several records as one entry, `(u32 length ‖ record)*`: what one write appends to a log.
 pub fn encode_entry<T: Serialize>(values: &[T]) -> Result<Vec<u8>, CodecError> {
-    let mut entry = Vec::new();
+    let mut entry = Vec::with_capacity(values.len() * RECORD_CAPACITY);
     for value in values {
-        let record = encode(value)?;
-        entry.extend_from_slice(&(record.len() as u32).to_be_bytes());
-        entry.extend_from_slice(&record);
+        let at = entry.len();
+        entry.extend_from_slice(&[0; 4]);
+        encode_into(value, &mut entry)?;
+        let len = (entry.len() - at - 4) as u32;
+        entry[at..at + 4].copy_from_slice(&len.to_be_bytes());
     }
     Ok(entry)
 }
@@ -248,6 +260,7 @@ mod tests {
                 url: "http://127.0.0.1:9000/lock".into(),
                 body: b"{\"type\":\"decision.made\"}".to_vec(),
                 key: None,
+                token: None,
             }],
             trace: None,
         };

@@ -7,7 +7,8 @@
 //! Every attempt's end is told to its endpoint's breaker (a stream's is its own); an inline
 //! attempt is made only if its endpoint admits it (see [`crate::endpoint`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
@@ -33,7 +34,7 @@ const MAX_ERROR_BODY: usize = 4096;
 /// reload that rotates them takes effect at once).
 pub trait Keyring: Send + Sync + 'static {
     /// The secrets to sign `tenant`'s callbacks with; every one signs.
-    fn callback_secrets(&self, tenant: &str) -> Vec<Secret>;
+    fn callback_secrets(&self, tenant: &str) -> Arc<[Secret]>;
 }
 
 /// One attempt of a delivery: whose, of which decision, in which trace, and which attempt of
@@ -61,7 +62,12 @@ pub struct Dispatcher {
     store: Arc<dyn Store>,
     /// Unseals SETs and push credentials.
     sealer: Arc<Sealer>,
+    /// The URLs attempted, parsed once (a destination is attempted again and again).
+    urls: Mutex<HashMap<String, reqwest::Url>>,
 }
+
+/// The most parsed URLs kept; beyond, the cache starts again.
+const URLS_KEPT: usize = 4096;
 
 /// Whether a delivery is attempted now.
 // Made and taken apart once per attempt, never kept: boxing the stream would cost an
@@ -113,7 +119,29 @@ impl Dispatcher {
             endpoints,
             store,
             sealer,
+            urls: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// A POST to `url`, parsed once per destination; a URL that does not parse is left to
+    /// reqwest to refuse, as the attempt's error.
+    fn post(&self, url: &str) -> reqwest::RequestBuilder {
+        let mut urls = self.urls.lock().unwrap_or_else(|p| p.into_inner());
+        let parsed = match urls.get(url) {
+            Some(parsed) => parsed.clone(),
+            None => match reqwest::Url::parse(url) {
+                Ok(parsed) => {
+                    if urls.len() >= URLS_KEPT {
+                        urls.clear();
+                    }
+                    urls.insert(url.to_string(), parsed.clone());
+                    parsed
+                }
+                Err(_) => return self.client.post(url),
+            },
+        };
+        drop(urls);
+        self.client.post(parsed)
     }
 
     /// The endpoints' breakers and limits.
@@ -348,7 +376,6 @@ impl Dispatcher {
         let timestamp = (at_ms / 1000) as i64;
         let secrets = self.keyring.callback_secrets(tenant);
         let mut request = self
-            .client
             .post(&delivery.url)
             .header("content-type", "application/json")
             .header("webhook-id", &delivery.id)
@@ -402,25 +429,15 @@ impl Dispatcher {
         let (StreamMethod::Push, Some(url)) = (stream.method, &stream.endpoint_url) else {
             return Err(failed("the stream has no endpoint to push to"));
         };
-        // The key rides with a decision being made; every later attempt reads it.
-        let kept = match &delivery.key {
-            Some(key) => Ok(Some(key.clone())),
-            None => self.store.set_key(&delivery.id).await,
-        };
-        let key = match kept {
-            Ok(Some(key)) => key,
-            Ok(None) => return Err(failed("the SET is erased: its delivery ended")),
-            Err(e) => {
-                return Err((
-                    ActionStatus::Queued,
-                    format!("the SET's key cannot be read: {e}"),
-                ))
+        // A SET being made rides in clear to its first attempt; every later one opens it.
+        let token = match &delivery.token {
+            Some(token) => token.as_bytes().to_vec(),
+            None => {
+                self.open(&delivery.id, delivery.key.as_deref(), &delivery.body)
+                    .await?
             }
         };
-        let token = crate::set::open(&self.sealer, &delivery.id, &key, &delivery.body)
-            .map_err(|_| failed("the SET does not open under this key_secret"))?;
         let mut request = self
-            .client
             .post(url)
             .header("content-type", "application/secevent+jwt")
             .header("accept", "application/json")
@@ -433,6 +450,33 @@ impl Dispatcher {
             request = request.header("authorization", header);
         }
         Ok(request)
+    }
+
+    /// The SET `id`, sealed in `body`, opened under its key (`key` while it rides with a
+    /// decision being made, else the one kept in the store).
+    async fn open(
+        &self,
+        id: &str,
+        key: Option<&[u8]>,
+        body: &[u8],
+    ) -> Result<Vec<u8>, (ActionStatus, String)> {
+        let failed = |why: &str| (ActionStatus::Failed, why.to_string());
+        let kept = match key {
+            Some(key) => Ok(Some(key.to_vec())),
+            None => self.store.set_key(id).await,
+        };
+        let key = match kept {
+            Ok(Some(key)) => key,
+            Ok(None) => return Err(failed("the SET is erased: its delivery ended")),
+            Err(e) => {
+                return Err((
+                    ActionStatus::Queued,
+                    format!("the SET's key cannot be read: {e}"),
+                ))
+            }
+        };
+        crate::set::open(&self.sealer, id, &key, body)
+            .map_err(|_| failed("the SET does not open under this key_secret"))
     }
 }
 
@@ -509,8 +553,8 @@ mod tests {
     struct NoSecrets;
 
     impl Keyring for NoSecrets {
-        fn callback_secrets(&self, _: &str) -> Vec<Secret> {
-            Vec::new()
+        fn callback_secrets(&self, _: &str) -> Arc<[Secret]> {
+            Arc::new([])
         }
     }
 
@@ -565,6 +609,7 @@ mod tests {
             url: format!("ssf:{id}"),
             body: b"sealed".to_vec(),
             key: None,
+            token: None,
         };
         let late = |id: &'static str| {
             let (dispatcher, delivery) = (&dispatcher, set_to(id));

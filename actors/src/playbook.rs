@@ -12,8 +12,8 @@ use idem_schemas::{
     CallbackData, CallbackEnvelope, Decision, PlannedDelivery, SignalRequest, Stream, TraceContext,
     Verdict,
 };
+use ring::digest::{Context, SHA256};
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 use crate::digest::Digester;
 use crate::seal::Sealer;
@@ -109,13 +109,13 @@ pub struct Signal<'a> {
 pub fn delivery_id(decision_id: &str, action: &str) -> String {
     let uuid = decision_id.strip_prefix("dec_").unwrap_or(decision_id);
     let time_part = uuid.get(..16).unwrap_or(uuid);
-    let mut h = Sha256::new();
+    let mut h = Context::new(&SHA256);
     h.update(decision_id.as_bytes());
-    h.update([0]);
+    h.update(&[0]);
     h.update(action.as_bytes());
     format!(
         "msg_{time_part}{}",
-        &idem_schemas::lower_hex(&h.finalize()[..8])
+        &idem_schemas::lower_hex(&h.finish().as_ref()[..8])
     )
 }
 
@@ -231,6 +231,7 @@ pub fn decide(
                     url: url.clone(),
                     body: serde_json::to_vec(&envelope)?,
                     key: None,
+                    token: None,
                 });
             }
             Target::Set(set_action) => {

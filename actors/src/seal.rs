@@ -7,10 +7,9 @@
 //! delivery ends) is sealed under a fresh random key instead, itself kept sealed for the owner:
 //! erasing that one small record erases the value wherever its bytes are (crypto-shredding).
 
-use hmac::{Hmac, Mac};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
-use sha2::Sha256;
 
 /// A sealed value that does not open: another key, another record, or altered.
 #[derive(Debug, thiserror::Error)]
@@ -19,28 +18,24 @@ pub struct Unsealable;
 
 /// Seals and opens under the keys one key derives.
 pub struct Sealer {
-    keyed: Hmac<Sha256>,
+    keyed: hmac::Key,
     rng: SystemRandom,
 }
 
 impl Sealer {
     /// A sealer under `key`.
     pub fn new(key: [u8; 32]) -> Sealer {
-        let keyed = match Hmac::<Sha256>::new_from_slice(&key) {
-            Ok(keyed) => keyed,
-            Err(_) => unreachable!("HMAC takes a key of any length"),
-        };
         Sealer {
-            keyed,
+            keyed: hmac::Key::new(hmac::HMAC_SHA256, &key),
             rng: SystemRandom::new(),
         }
     }
 
     /// `owner`'s own key.
     fn key(&self, owner: &[u8]) -> LessSafeKey {
-        let mut mac = self.keyed.clone();
-        mac.update(owner);
-        aead_key(&mac.finalize().into_bytes().into())
+        let mut key = [0; 32];
+        key.copy_from_slice(hmac::sign(&self.keyed, owner).as_ref());
+        aead_key(&key)
     }
 
     /// `plain` sealed for `owner`: nonce ‖ ciphertext ‖ tag.

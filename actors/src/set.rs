@@ -78,8 +78,41 @@ pub struct SetAction {
 /// Signs a SET's claims with the transmitter's signing key: a compact JWS, `typ`
 /// `secevent+jwt`, with the key's `kid`.
 pub trait SetSigner: Send + Sync {
-    /// The signed token.
-    fn sign(&self, claims: &Value) -> Result<String, String>;
+    /// The signed token of the claims, serialised as JSON.
+    fn sign(&self, claims: &[u8]) -> Result<String, String>;
+}
+
+/// A SET's claims, in the order their names sort (as a JSON object of them would be written).
+#[derive(serde::Serialize)]
+pub(crate) struct Claims<'a> {
+    pub aud: &'a str,
+    pub events: Events<'a>,
+    pub iat: u64,
+    pub iss: &'a str,
+    pub jti: &'a str,
+    pub sub_id: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub txn: Option<&'a str>,
+}
+
+/// A SET's one event: its type and its members.
+pub(crate) struct Events<'a>(pub &'a str, pub &'a Map<String, Value>);
+
+impl serde::Serialize for Events<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry(self.0, self.1)?;
+        map.end()
+    }
+}
+
+impl Claims<'_> {
+    /// Signed by `signer`.
+    pub fn signed(&self, signer: &dyn SetSigner) -> Result<String, SetError> {
+        let claims = serde_json::to_vec(self).map_err(|e| SetError(e.to_string()))?;
+        signer.sign(&claims).map_err(SetError)
+    }
 }
 
 /// A tenant's transmitter as a decision sees it.
@@ -229,17 +262,23 @@ pub fn plan(
 ) -> Result<Vec<PlannedDelivery>, SetError> {
     let now_s = of.now_ms / 1000;
     let sub_id = sub_id(of.subject, action.subject_format);
-    let digests = subject_digests(of, &sub_id);
     let mut event = Map::new();
     if action.event.starts_with(CAEP) {
         event.insert("event_timestamp".into(), Value::from(now_s));
         event.insert("initiating_entity".into(), Value::from("policy"));
     }
-    // A stream whose receiver is no longer configured gets nothing: no one can read it.
-    let mut streams: Vec<(&Stream, &String)> = context
+    // The subject's digests are worked out only when a stream removed some subject.
+    let delivering = context
         .streams
         .iter()
-        .filter(|s| gets(s, &action.event, &digests))
+        .filter(|s| gets(s, &action.event, &[]));
+    let digests = match delivering.clone().any(|s| !s.removed_subjects.is_empty()) {
+        true => subject_digests(of, &sub_id).to_vec(),
+        false => Vec::new(),
+    };
+    // A stream whose receiver is no longer configured gets nothing: no one can read it.
+    let mut streams: Vec<(&Stream, &String)> = delivering
+        .filter(|s| digests.iter().all(|digest| includes(s, digest)))
         .filter_map(|s| Some((s, context.transmitter.audiences.get(&s.receiver)?)))
         .collect();
     streams.sort_by(|a, b| a.0.id.cmp(&b.0.id));
@@ -247,16 +286,16 @@ pub fn plan(
         .into_iter()
         .map(|(stream, audience)| {
             let id = delivery_id(&format!("{name}\u{0}{}", stream.id));
-            let claims = json!({
-                "iss": context.transmitter.issuer,
-                "aud": audience,
-                "iat": now_s,
-                "jti": id,
-                "txn": of.decision_id,
-                "sub_id": sub_id,
-                "events": { action.event.as_str(): Value::Object(event.clone()) },
-            });
-            let token = context.transmitter.signer.sign(&claims).map_err(SetError)?;
+            let claims = Claims {
+                aud: audience,
+                events: Events(&action.event, &event),
+                iat: now_s,
+                iss: &context.transmitter.issuer,
+                jti: &id,
+                sub_id: &sub_id,
+                txn: Some(of.decision_id),
+            };
+            let token = claims.signed(&*context.transmitter.signer)?;
             let url = format!("{STREAM_SCHEME}{}", stream.id);
             sealed(context.sealer, id, name, url, &token)
         })
@@ -284,6 +323,7 @@ pub fn sealed(
         url,
         body,
         key: Some(key),
+        token: Some(token.into()),
     })
 }
 

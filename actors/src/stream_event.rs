@@ -10,7 +10,7 @@ use idem_schemas::{PlannedDelivery, StreamState};
 use serde_json::{json, Map, Value};
 
 use crate::seal::Sealer;
-use crate::set::{sealed, SetError, Transmitter};
+use crate::set::{sealed, Claims, Events, SetError, Transmitter};
 
 /// The verification event's type.
 pub const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-type/verification";
@@ -97,15 +97,17 @@ pub fn set(
     now_ms: u64,
 ) -> Result<PlannedDelivery, SetError> {
     let (event_type, members) = event.event();
-    let claims = json!({
-        "iss": transmitter.issuer,
-        "aud": audience,
-        "iat": now_ms / 1000,
-        "jti": id,
-        "sub_id": {"format": "opaque", "id": stream_id},
-        "events": { event_type: Value::Object(members) },
-    });
-    let token = transmitter.signer.sign(&claims).map_err(SetError)?;
+    let sub_id = json!({"format": "opaque", "id": stream_id});
+    let claims = Claims {
+        aud: audience,
+        events: Events(event_type, &members),
+        iat: now_ms / 1000,
+        iss: &transmitter.issuer,
+        jti: &id,
+        sub_id: &sub_id,
+        txn: None,
+    };
+    let token = claims.signed(&*transmitter.signer)?;
     let url = format!("{STREAM_SCHEME}{stream_id}");
     sealed(sealer, id, event.action(), url, &token)
 }
@@ -120,8 +122,8 @@ mod tests {
     struct Plain;
 
     impl crate::set::SetSigner for Plain {
-        fn sign(&self, claims: &Value) -> Result<String, String> {
-            Ok(claims.to_string())
+        fn sign(&self, claims: &[u8]) -> Result<String, String> {
+            Ok(String::from_utf8_lossy(claims).into_owned())
         }
     }
 

@@ -182,6 +182,7 @@ impl DeliveryModel {
                 url: "http://receiver/lock".into(),
                 body: b"dec_1 lock_account".to_vec(),
                 key: None,
+                token: None,
             }],
             trace: None,
         };

@@ -629,6 +629,7 @@ fn decision(key: usize, generation: u64) -> Decision {
             url: "http://receiver/lock".into(),
             body: id.into_bytes(),
             key: None,
+            token: None,
         }],
         trace: None,
     }

@@ -125,7 +125,8 @@ impl<'de> Visitor<'de> for StrictValue<'_> {
 /// their names, strings with minimal escapes, and every number as an IEEE 754 double written the
 /// way ECMAScript's `Number.prototype.toString` writes it.
 pub fn canonical(v: &Value) -> String {
-    let mut out = String::new();
+    // Room for a typical signal, so that writing it rarely grows the string.
+    let mut out = String::with_capacity(256);
     write_value(&mut out, v);
     out
 }

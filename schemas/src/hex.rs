@@ -31,6 +31,18 @@ pub fn decode_lower(text: &str) -> Option<Vec<u8>> {
     decode_with::<false>(text)
 }
 
+/// [`decode_lower`] into `out`, which must be half as long as `text`.
+pub fn decode_lower_into(text: &str, out: &mut [u8]) -> Option<()> {
+    let digits = text.as_bytes();
+    if digits.len() != 2 * out.len() {
+        return None;
+    }
+    for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        *byte = digit::<false>(pair[0])? << 4 | digit::<false>(pair[1])?;
+    }
+    Some(())
+}
+
 fn decode_with<const UPPER: bool>(text: &str) -> Option<Vec<u8>> {
     let digits = text.as_bytes();
     if digits.len() % 2 != 0 {

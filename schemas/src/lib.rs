@@ -6,6 +6,7 @@
 //! JSON Schema files kept under `schemas/json/`.
 
 pub mod canonical;
+pub mod hash;
 pub mod hex;
 pub mod json_schema;
 pub mod signature;

@@ -61,6 +61,11 @@ pub struct PlannedDelivery {
     /// decision (`None` once read back, and for a callback).
     #[serde(skip)]
     pub key: Option<Vec<u8>>,
+    /// A SET in clear, riding with its decision while it is made, for the attempt made
+    /// inside the request: it sends what was sealed without opening it. Never stored (every
+    /// later attempt opens the stored bytes).
+    #[serde(skip)]
+    pub token: Option<std::sync::Arc<str>>,
 }
 
 /// The scheme of a destination that is a Shared Signals stream rather than a URL.
@@ -430,6 +435,16 @@ pub mod hex_text {
         Text(String),
     }
 
+    /// [`Stored`] as it is written, borrowed: the same variants, encoded the same way.
+    #[derive(Serialize)]
+    enum Writing<'a> {
+        Hex { prefix: u8, bytes: &'a [u8] },
+        Text(&'a str),
+    }
+
+    /// The bytes an id or digest packs into, on the stack (one of idem's is at most 32).
+    const PACKED: usize = 64;
+
     fn pack(text: &str) -> Option<Stored> {
         let (prefix, hex) = PREFIXES
             .iter()
@@ -443,9 +458,34 @@ pub mod hex_text {
 
     /// Stores `text` (serde `with`).
     pub fn serialize<S: Serializer>(text: &str, serializer: S) -> Result<S::Ok, S::Error> {
-        pack(text)
-            .unwrap_or_else(|| Stored::Text(text.to_string()))
-            .serialize(serializer)
+        let mut packed = [0u8; PACKED];
+        if let Some((prefix, bytes)) = pack_into(text, &mut packed) {
+            return Writing::Hex { prefix, bytes }.serialize(serializer);
+        }
+        match pack(text) {
+            Some(Stored::Hex { prefix, bytes }) => Writing::Hex {
+                prefix,
+                bytes: &bytes,
+            }
+            .serialize(serializer),
+            _ => Writing::Text(text).serialize(serializer),
+        }
+    }
+
+    /// [`pack`] into `buffer`, when what `text` packs into fits it.
+    fn pack_into<'b>(text: &str, buffer: &'b mut [u8; PACKED]) -> Option<(u8, &'b [u8])> {
+        let (prefix, hex) = PREFIXES
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(n, p)| Some((n as u8, text.strip_prefix(p)?)))?;
+        let len = hex.len() / 2;
+        if hex.is_empty() || len > PACKED {
+            return None;
+        }
+        let bytes = &mut buffer[..len];
+        crate::hex::decode_lower_into(hex, bytes)?;
+        Some((prefix, bytes))
     }
 
     /// Reads back what [`serialize`] stored (serde `with`).
@@ -476,6 +516,24 @@ pub mod hex_text {
                 };
                 let back = format!("{}{}", PREFIXES[prefix as usize], crate::lower_hex(&bytes));
                 assert_eq!(back, text);
+            }
+        }
+
+        #[test]
+        fn written_borrowed_as_stored() {
+            let texts = [
+                "dec_00ff10ab",
+                &"9f".repeat(32),
+                &"ab".repeat(40),
+                "evt_1",
+                "ABCD",
+            ];
+            for text in texts {
+                let stored = pack(text).unwrap_or_else(|| Stored::Text(text.to_string()));
+                let mut written = Vec::new();
+                serialize(text, &mut serde_json::Serializer::new(&mut written)).expect("json");
+                let expected = serde_json::to_vec(&stored).expect("json");
+                assert_eq!(written, expected, "{text}");
             }
         }
 

@@ -31,7 +31,7 @@ pub struct Tenant {
     /// Inbound signing secrets; empty means authenticated by API key alone.
     pub signing_secrets: Vec<Secret>,
     /// Outbound signing secrets; every one signs each callback.
-    pub callback_secrets: Vec<Secret>,
+    pub callback_secrets: Arc<[Secret]>,
     /// Playbooks by signal type.
     pub playbooks: Playbooks,
     /// Signals per second this tenant may post (bursts up to one second's worth); none = no limit.
@@ -184,7 +184,7 @@ pub(super) fn tenants(
                 name,
                 api_key,
                 signing_secrets,
-                callback_secrets,
+                callback_secrets: callback_secrets.into(),
                 playbooks,
                 rate_limit,
                 sources,

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 
 use axum::http::HeaderMap;
 use idem_schemas::signature::{self, VerifyError};
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::config::{Config, Tenant};
@@ -17,7 +16,7 @@ pub struct ApiKeys {
 }
 
 fn hash(key: &[u8]) -> [u8; 32] {
-    Sha256::digest(key).into()
+    idem_schemas::hash::sha256(key)
 }
 
 impl ApiKeys {

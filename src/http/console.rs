@@ -10,7 +10,6 @@ use std::sync::LazyLock;
 use axum::extract::Path;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
 
 use crate::http::problem::{ApiError, Kind};
 
@@ -29,7 +28,7 @@ struct Asset {
 
 impl Asset {
     fn new(name: &'static str, content_type: &'static str, body: &'static [u8]) -> Asset {
-        let digest = idem_schemas::lower_hex(&Sha256::digest(body)[..12]);
+        let digest = idem_schemas::lower_hex(&idem_schemas::hash::sha256(body)[..12]);
         Asset {
             name,
             content_type,

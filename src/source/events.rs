@@ -10,7 +10,6 @@ use std::borrow::Cow;
 
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 use super::set::Set;
 use super::SourceKind;
@@ -39,7 +38,7 @@ impl Event<'_> {
 /// The claim key of a body whose signature covers nothing else: the SHA-256 of its RFC 8785
 /// form (the signed bytes parse to it, and no other signed body does).
 fn signed_body_claim(body: &Value) -> String {
-    let digest = Sha256::digest(idem_schemas::canonical::canonical(body).as_bytes());
+    let digest = idem_schemas::hash::sha256(idem_schemas::canonical::canonical(body).as_bytes());
     format!("sha256:{}", idem_schemas::lower_hex(&digest))
 }
 

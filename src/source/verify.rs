@@ -16,10 +16,8 @@
 use axum::http::{HeaderMap, Uri};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use hmac::{Hmac, Mac};
+use idem_schemas::hash::{hmac_sha1, hmac_sha256, sha256};
 use idem_schemas::signature::{self, VerifyError};
-use sha1::Sha1;
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::{Source, SourceKind};
@@ -69,20 +67,6 @@ fn header<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<&'h str, Ref
     value.ok_or(Refused::Missing(name))
 }
 
-fn hmac_sha256(key: &[u8]) -> Hmac<Sha256> {
-    match Hmac::<Sha256>::new_from_slice(key) {
-        Ok(mac) => mac,
-        Err(_) => unreachable!("HMAC takes keys of any length"),
-    }
-}
-
-fn hmac_sha1(key: &[u8]) -> Hmac<Sha1> {
-    match Hmac::<Sha1>::new_from_slice(key) {
-        Ok(mac) => mac,
-        Err(_) => unreachable!("HMAC takes keys of any length"),
-    }
-}
-
 /// The first value of a list-valued header (`X-Forwarded-*` may name every proxy).
 fn first<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     let value = headers.get(name)?.to_str().ok()?;
@@ -121,9 +105,8 @@ pub fn check(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
                     "X-Hub-Signature-256 must be sha256=<hex digest>",
                 ))?;
             let matches = source.secrets.iter().any(|s| {
-                let mut mac = hmac_sha256(s.as_bytes());
-                mac.update(delivery.body);
-                mac.verify_slice(&tag).is_ok()
+                let expected = hmac_sha256(s.as_bytes(), &[delivery.body]);
+                bool::from(expected.as_slice().ct_eq(&tag))
             });
             match matches {
                 true => Ok(()),
@@ -159,11 +142,11 @@ pub fn check(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
 /// An `Authorization` credential that is one of the source's secrets, compared in constant
 /// time with each (as SHA-256 digests, so that not even the secret's length shows).
 fn one_of(source: &Source, credential: &str) -> Result<(), Refused> {
-    let presented = Sha256::digest(credential.as_bytes());
+    let presented = sha256(credential.as_bytes());
     let matches = source
         .secrets
         .iter()
-        .any(|s| bool::from(Sha256::digest(s.as_bytes()).ct_eq(&presented)));
+        .any(|s| bool::from(sha256(s.as_bytes()).ct_eq(&presented)));
     match matches {
         true => Ok(()),
         false => Err(Refused::Mismatch("Authorization")),
@@ -186,11 +169,8 @@ fn stripe(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
     let timestamp = timestamp.ok_or(malformed)?;
     let seconds: i64 = timestamp.parse().map_err(|_| malformed)?;
     let matches = source.secrets.iter().any(|s| {
-        let mut mac = hmac_sha256(s.as_bytes());
-        mac.update(timestamp.as_bytes());
-        mac.update(b".");
-        mac.update(delivery.body);
-        let expected = mac.finalize().into_bytes();
+        let signed = [timestamp.as_bytes(), b".", delivery.body];
+        let expected = hmac_sha256(s.as_bytes(), &signed);
         tags.iter()
             .any(|tag| bool::from(tag.as_slice().ct_eq(expected.as_slice())))
     });
@@ -221,7 +201,7 @@ fn twilio(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
         .ok_or(Refused::Malformed(
             "the URL Twilio posts to carries bodySHA256 for a JSON body",
         ))?;
-    let digest = idem_schemas::lower_hex(&Sha256::digest(delivery.body));
+    let digest = idem_schemas::lower_hex(&sha256(delivery.body));
     if !bool::from(
         digest
             .as_bytes()
@@ -266,9 +246,8 @@ fn twilio(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
     };
     let matches = urls.into_iter().any(|url| {
         source.secrets.iter().any(|s| {
-            let mut mac = hmac_sha1(s.as_bytes());
-            mac.update(url.as_bytes());
-            mac.verify_slice(&tag).is_ok()
+            let expected = hmac_sha1(s.as_bytes(), &[url.as_bytes()]);
+            bool::from(expected.as_slice().ct_eq(&tag))
         })
     });
     match matches {

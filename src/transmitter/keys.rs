@@ -7,11 +7,11 @@ use std::path::Path;
 
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;
+use idem_schemas::hash::sha256;
 use ring::rand::SystemRandom;
 use ring::rsa::PublicKeyComponents;
 use ring::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 /// A key that cannot be used, and why.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +43,9 @@ pub struct SigningKey {
     pair: Pair,
     kid: String,
     jwk: Value,
+    /// The protected header of its SETs, `{"alg","kid","typ":"secevent+jwt"}`, base64url:
+    /// the same for every SET it signs.
+    header: String,
 }
 
 impl std::fmt::Debug for SigningKey {
@@ -133,7 +136,7 @@ impl SigningKey {
         };
         // RFC 7638: the thumbprint is over the required members in lexicographic order, with
         // no whitespace (base64url needs no escaping).
-        let kid = b64(&Sha256::digest(thumbprint.as_bytes()));
+        let kid = b64(&sha256(thumbprint.as_bytes()));
         let mut jwk = jwk;
         if let Some(members) = jwk.as_object_mut() {
             members.insert("kid".into(), Value::from(kid.clone()));
@@ -146,7 +149,18 @@ impl SigningKey {
                 }),
             );
         }
-        Ok(SigningKey { pair, kid, jwk })
+        let alg = match pair {
+            Pair::Rsa(_) => "RS256",
+            Pair::Ec(_) => "ES256",
+        };
+        let header = json!({"alg": alg, "kid": kid, "typ": "secevent+jwt"});
+        let header = b64(header.to_string().as_bytes());
+        Ok(SigningKey {
+            pair,
+            kid,
+            jwk,
+            header,
+        })
     }
 
     /// Its `kid`.
@@ -167,14 +181,10 @@ impl SigningKey {
         &self.jwk
     }
 
-    /// A compact JWS of `claims` with the protected header `{"alg","kid","typ"}`.
-    pub fn sign(&self, typ: &str, claims: &Value) -> Result<String, KeyError> {
-        let header = json!({"alg": self.alg(), "kid": self.kid, "typ": typ});
-        let input = format!(
-            "{}.{}",
-            b64(header.to_string().as_bytes()),
-            b64(claims.to_string().as_bytes())
-        );
+    /// A Security Event Token: a compact JWS of the JSON `claims` with the protected header
+    /// `{"alg","kid","typ":"secevent+jwt"}`.
+    pub fn sign(&self, claims: &[u8]) -> Result<String, KeyError> {
+        let input = format!("{}.{}", self.header, b64(claims));
         let rng = SystemRandom::new();
         let signature = match &self.pair {
             Pair::Rsa(rsa) => {
@@ -199,8 +209,8 @@ impl SigningKey {
 }
 
 impl idem_actors::set::SetSigner for SigningKey {
-    fn sign(&self, claims: &Value) -> Result<String, String> {
-        SigningKey::sign(self, "secevent+jwt", claims).map_err(|e| e.to_string())
+    fn sign(&self, claims: &[u8]) -> Result<String, String> {
+        SigningKey::sign(self, claims).map_err(|e| e.to_string())
     }
 }
 
@@ -225,9 +235,7 @@ mod tests {
             (jwk["use"].as_str(), jwk["alg"].as_str()),
             (Some("sig"), Some("RS256"))
         );
-        let jws = key
-            .sign("secevent+jwt", &json!({"jti": "1"}))
-            .expect("sign");
+        let jws = key.sign(br#"{"jti":"1"}"#).expect("sign");
         let (input, signature) = jws.rsplit_once('.').expect("three parts");
         let header: Value =
             serde_json::from_slice(&unb64(input.split('.').next().expect("header"))).expect("json");
@@ -254,7 +262,7 @@ mod tests {
     fn an_rsa_thumbprint_is_rfc_7638s() {
         // RFC 7638 §3.1's example key and thumbprint.
         let n = "0vx7agoebGcQSuuPiLJXZptN9nndrQmbXEps2aiAFbWhM78LhWx4cbbfAAtVT86zwu1RK7aPFFxuhDR1L6tSoc_BJECPebWKRXjBZCiFV4n3oknjhMstn64tZ_2W-5JsGY4Hc5n9yBXArwl93lqt7_RN5w6Cf0h4QyQ5v-65YGjQR0_FDW2QvzqY368QQMicAtaSqzs8KJZgnYb9c7d0zgdAZHzu6qMQvRL5hajrn1n91CbOpbISD08qNLyrdkt-bFTWhAI4vMQFh6WeZu0fM4lFd2NcRwr3XPksINHaQ-G_xBniIqbw0Ls1jF44-csFCur-kEgU8awapJzKnqDKgw";
-        let digest = Sha256::digest(rsa_thumbprint_input("AQAB", n).as_bytes());
+        let digest = sha256(rsa_thumbprint_input("AQAB", n).as_bytes());
         assert_eq!(b64(&digest), "NzbLsXh8uDCcd-6MNwXF4W_7noWXFZAfHkxZsRGC9Xs");
     }
 
@@ -273,7 +281,7 @@ mod tests {
         let mut point = vec![4];
         point.extend(unb64(jwk["x"].as_str().expect("x")));
         point.extend(unb64(jwk["y"].as_str().expect("y")));
-        let jws = key.sign("secevent+jwt", &json!({})).expect("sign");
+        let jws = key.sign(b"{}").expect("sign");
         let (input, sig) = jws.rsplit_once('.').expect("parts");
         UnparsedPublicKey::new(&signature::ECDSA_P256_SHA256_FIXED, &point)
             .verify(input.as_bytes(), &unb64(sig))

@@ -6,8 +6,7 @@
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use hmac::{Hmac, Mac};
-use sha2::{Digest, Sha256};
+use idem_schemas::hash::{hmac_sha256, sha256};
 use subtle::ConstantTimeEq;
 
 const PREFIX: &str = "ssf1.";
@@ -27,13 +26,8 @@ pub enum TokenError {
 }
 
 fn mac(key: &[u8; 32], payload: &str, client_secret: &str) -> [u8; 32] {
-    let mut mac = match Hmac::<Sha256>::new_from_slice(key) {
-        Ok(mac) => mac,
-        Err(_) => unreachable!("HMAC takes a key of any length"),
-    };
-    mac.update(payload.as_bytes());
-    mac.update(&Sha256::digest(client_secret.as_bytes()));
-    mac.finalize().into_bytes().into()
+    let secret = sha256(client_secret.as_bytes());
+    hmac_sha256(key, &[payload.as_bytes(), &secret])
 }
 
 /// A token for `receiver` of `tenant` (names of `[A-Za-z0-9_-]`), valid until `expires_at_ms`.

@@ -231,7 +231,7 @@ fn actor_name(family: &Family, id: &ClaimId) -> String {
     let mut what = String::with_capacity(id.tenant.len() + 65);
     what.push_str(&id.tenant);
     what.push('/');
-    what.push_str(&idem_schemas::lower_hex(&id.digest));
+    idem_schemas::hex::push_lower_hex(&mut what, &id.digest);
     family.name(&what)
 }
 

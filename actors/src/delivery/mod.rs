@@ -228,6 +228,7 @@ impl DeliveryActorState {
             url: record.url.clone(),
             body: record.body.clone(),
             key: None,
+            token: None,
         };
         let mut stream = None;
         let admission = match dispatcher.readiness(&record.tenant, &planned).await {

@@ -724,6 +724,7 @@ mod tests {
             url: "http://127.0.0.1:9/".into(),
             body: vec![1],
             key: None,
+            token: None,
         }]);
         let logs = new_logs(&decision, &[], &settings());
         assert_eq!(
@@ -749,6 +750,7 @@ mod tests {
             url: "http://127.0.0.1:9/".into(),
             body: vec![n],
             key: None,
+            token: None,
         };
         let decision = decision(vec![planned(1), planned(2)]);
         let outcomes = vec![

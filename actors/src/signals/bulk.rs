@@ -297,6 +297,7 @@ pub fn claim(
                     url: String::new(),
                     body: Vec::new(),
                     key: None,
+                    token: None,
                 })
                 .collect(),
             trace: None,

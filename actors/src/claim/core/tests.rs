@@ -57,6 +57,7 @@ fn decision(name: &str, callbacks: &[&str], sets: &[&str]) -> Decision {
         id: format!("msg_{name}_{action}"),
         action: action.into(),
         key: url.starts_with(STREAM_SCHEME).then(|| vec![5; 16]),
+        token: None,
         url,
         body: b"{}".to_vec(),
     };
