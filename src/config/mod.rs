@@ -8,8 +8,11 @@
 //! playbooks, sources (`sources`) and transmitter (`ssf`), each of those from its written form
 //! through one parse step. A value refused while the file is read is named by the key it was
 //! read under; what spans keys is checked once the file is read (`Config::from_file`). `store`
-//! reads `[store]`, `secrets` the lists of secrets.
+//! reads `[store]`, `secrets` the lists of secrets, and `reload` names the keys that a reload
+//! cannot change: a configuration serialized is what it cannot, since a setting read from the
+//! configuration in force is skipped where it is declared.
 
+mod reload;
 mod secrets;
 mod sources;
 mod ssf;
@@ -23,12 +26,13 @@ use std::time::Duration;
 
 use idem_actors::settings::{read, Decisions, Delivery, Idempotency};
 use idem_actors::Settings;
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 
 pub use tenants::Tenant;
 
-/// A validated configuration.
-#[derive(Debug, Clone)]
+/// A validated configuration. Serialized, it is what a reload cannot change (see
+/// [`Config::restart_only`]): what is read from the configuration in force is skipped.
+#[derive(Debug, Clone, Serialize)]
 pub struct Config {
     /// Address to listen on; port 0 picks a free port.
     pub listen: SocketAddr,
@@ -36,32 +40,40 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// How senders reach idem (`public_url`, with no trailing `/`), when it is set: then a URL a
     /// sender signs (Twilio's) is taken to be this one's, never what a request's headers say.
+    /// Read per request from the configuration in force: a reload applies it at once.
+    #[serde(skip)]
     pub public_url: Option<String>,
     /// The engine's sections: `[store]`, `[idempotency]`, `[delivery]`, `[decisions]`.
+    #[serde(flatten)]
     pub engine: Settings,
     /// Inbound signature checks.
     pub signatures: Signatures,
     /// The HTTP front's limits.
     pub http: Http,
-    /// Tenants by name.
+    /// Tenants by name. Read per request from the configuration in force: a reload applies
+    /// them at once.
+    #[serde(skip)]
     pub tenants: HashMap<String, Tenant>,
     /// Where traces go (`[telemetry]`).
     pub telemetry: Telemetry,
 }
 
 /// `[telemetry]`: traces exported over OTLP/HTTP, off unless an endpoint is named.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Telemetry {
     /// Where spans are POSTed (the traces URL, `…/v1/traces`): from `otlp_endpoint`, else the
     /// standard `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (as is) or `OTEL_EXPORTER_OTLP_ENDPOINT`
-    /// (a base URL); `None`: tracing is off.
+    /// (a base URL); `None`: tracing is off. Serialized under the key it follows.
+    #[serde(rename = "otlp_endpoint")]
     pub traces_url: Option<String>,
-    /// The service name traces carry: `OTEL_SERVICE_NAME`, else `idem`.
+    /// The service name traces carry: `OTEL_SERVICE_NAME`, else `idem` (the environment, which
+    /// a reload does not change).
+    #[serde(skip)]
     pub service_name: String,
 }
 
 /// `[http]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Http {
     /// How long a client may take to send a request's headers, and then its body.
@@ -78,11 +90,12 @@ impl Default for Http {
 }
 
 /// `[signatures]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Signatures {
-    /// Accepted clock skew of `webhook-timestamp`, both ways.
-    #[serde(with = "read::duration")]
+    /// Accepted clock skew of `webhook-timestamp`, both ways. Read per request from the
+    /// configuration in force: a reload applies it at once.
+    #[serde(with = "read::duration", skip_serializing)]
     pub tolerance: Duration,
 }
 
@@ -374,7 +387,8 @@ mod tests {
     use idem_actors::settings::Backend;
     use idem_schemas::Verdict;
 
-    const MINIMAL: &str = r#"
+    /// A small valid configuration.
+    pub(super) const MINIMAL: &str = r#"
 [idempotency]
 key_secret = "0123456789abcdef0123456789abcdef"
 
