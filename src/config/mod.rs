@@ -417,6 +417,8 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
             c.engine.idempotency.in_flight_timeout,
             Duration::from_secs(30)
         );
+        assert_eq!(c.engine.idempotency.sweep_interval, Duration::from_secs(60));
+        assert_eq!(c.engine.idempotency.max_live_actors, 100_000);
         assert_eq!(c.engine.delivery.inline_timeout, Duration::from_secs(5));
         assert_eq!(
             c.engine.delivery.schedule,
@@ -429,6 +431,23 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
         let acme = &c.tenants["acme"];
         assert!(acme.signing_secrets.is_empty());
         assert_eq!(acme.playbooks["sim_swap"].decision, Verdict::Deny);
+    }
+
+    #[test]
+    fn an_unwritten_sweep_interval_follows_key_ttl() {
+        let with =
+            |lines: &str| MINIMAL.replace("[idempotency]", &format!("[idempotency]\n{lines}"));
+        let sweep = |lines: &str| {
+            let c = Config::parse(&with(lines)).expect("valid");
+            c.engine.idempotency.sweep_interval
+        };
+        assert_eq!(sweep("key_ttl = \"10s\""), Duration::from_secs(1));
+        assert_eq!(sweep("key_ttl = \"1s\""), Duration::from_millis(200));
+        assert_eq!(
+            sweep("key_ttl = \"10s\"\nsweep_interval = \"5m\""),
+            Duration::from_secs(300)
+        );
+        assert!(err(&with("sweep_interval = \"0s\"")).contains("idempotency.sweep_interval"));
     }
 
     #[test]
