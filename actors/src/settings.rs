@@ -43,10 +43,10 @@ impl Settings {
 #[serde(deny_unknown_fields, default)]
 pub struct Idempotency {
     /// How long a key and its stored result live after the claim.
-    #[serde(with = "read::duration")]
+    #[serde(deserialize_with = "read::duration")]
     pub key_ttl: Duration,
     /// After this, an `in_flight` claim may be taken over even from a live holder.
-    #[serde(with = "read::duration")]
+    #[serde(deserialize_with = "read::duration")]
     pub in_flight_timeout: Duration,
     /// The secret of the keyed digests (keys, subjects, body fingerprints): required, at least
     /// [`Idempotency::MIN_KEY_SECRET`] bytes.
@@ -56,19 +56,19 @@ pub struct Idempotency {
     )]
     pub key_secret: Vec<u8>,
     /// An actor with nothing to do for this long stops (its log stays in the store).
-    #[serde(with = "read::duration")]
+    #[serde(deserialize_with = "read::duration")]
     pub idle_actor_timeout: Duration,
     /// How often expired claims, deliveries and decisions are swept. Unwritten, it is zero as
     /// read (a written duration never is) until [`Idempotency::checked`] makes it
     /// [`Idempotency::sweep_interval_for`] `key_ttl`.
-    #[serde(with = "read::duration", default)]
+    #[serde(deserialize_with = "read::duration", default)]
     pub sweep_interval: Duration,
     /// At most this many claim actors run at once; beyond, new keys are refused (503).
     #[serde(deserialize_with = "read::at_least::<_, _, 1>")]
     pub max_live_actors: usize,
     /// The longest a request may wait for an in-flight key's answer (`Prefer: wait`). Read per
     /// request from the configuration in force: a reload applies it at once.
-    #[serde(with = "read::duration", skip_serializing)]
+    #[serde(deserialize_with = "read::duration", skip_serializing)]
     pub max_wait: Duration,
     /// At most this many requests wait on one key; beyond, 409 at once.
     #[serde(deserialize_with = "read::within::<_, _, 1, 100_000>")]
@@ -160,22 +160,18 @@ impl std::fmt::Debug for Idempotency {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Delivery {
     /// The deadline of each callback attempt (the first one is made inside the request).
-    #[serde(with = "read::duration")]
     pub inline_timeout: Duration,
     /// The wait before each retry of a series, from the end of the attempt before it: at most
     /// [`Delivery::MAX_STEPS`].
-    #[serde(serialize_with = "read::durations")]
     pub schedule: Vec<Duration>,
     /// Consecutive retryable failures that open an endpoint.
     pub breaker_threshold: u32,
     /// How long an open endpoint waits before one probe.
-    #[serde(with = "read::duration")]
     pub breaker_cooldown: Duration,
     /// Attempts at once to one endpoint, across every node.
     pub max_in_flight_per_endpoint: usize,
     /// How long a delivery may be held by an open endpoint since its first hold before it is
     /// dead (`endpoint_open`); unset, the schedule's total ([`Delivery::max_hold`]).
-    #[serde(with = "read::optional_duration")]
     pub max_hold: Option<Duration>,
 }
 
@@ -320,7 +316,7 @@ impl<'de> Deserialize<'de> for Steps {
 #[serde(deny_unknown_fields, default)]
 pub struct Decisions {
     /// How long a decision (keyless ones too) is kept for lookup.
-    #[serde(with = "read::duration")]
+    #[serde(deserialize_with = "read::duration")]
     pub retention: Duration,
 }
 
@@ -468,45 +464,9 @@ pub mod read {
         }
     }
 
-    /// A duration field: read as [`Dur`], serialized as written ("5m").
-    pub mod duration {
-        use super::*;
-
-        /// Reads it.
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-            Dur::deserialize(d).map(|d| d.0)
-        }
-
-        /// Writes it.
-        pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-            s.collect_str(&humantime::format_duration(*d))
-        }
-    }
-
-    /// An optional duration field (`#[serde(default)]` leaves it unset).
-    pub mod optional_duration {
-        use super::*;
-
-        /// Reads it.
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-            Dur::deserialize(d).map(|d| Some(d.0))
-        }
-
-        /// Writes it.
-        pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-            match d {
-                Some(d) => s.collect_str(&humantime::format_duration(*d)),
-                None => s.serialize_none(),
-            }
-        }
-    }
-
-    /// Writes a list of durations as written.
-    pub fn durations<S: Serializer>(list: &[Duration], s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(
-            list.iter()
-                .map(|d| humantime::format_duration(*d).to_string()),
-        )
+    /// A duration field (see [`Dur`]).
+    pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Dur::deserialize(d).map(|d| d.0)
     }
 
     /// `n` as a `T` between `low` and `high` (`i64::MAX`: no upper bound), or why not; `unit`

@@ -77,7 +77,7 @@ pub struct Telemetry {
 #[serde(deny_unknown_fields, default)]
 pub struct Http {
     /// How long a client may take to send a request's headers, and then its body.
-    #[serde(with = "read::duration")]
+    #[serde(deserialize_with = "read::duration")]
     pub read_timeout: Duration,
 }
 
@@ -95,7 +95,7 @@ impl Default for Http {
 pub struct Signatures {
     /// Accepted clock skew of `webhook-timestamp`, both ways. Read per request from the
     /// configuration in force: a reload applies it at once.
-    #[serde(with = "read::duration", skip_serializing)]
+    #[serde(deserialize_with = "read::duration", skip_serializing)]
     pub tolerance: Duration,
 }
 
