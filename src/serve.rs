@@ -139,65 +139,6 @@ pub async fn run(
     Ok(())
 }
 
-/// Keys read once at start; a reload that changes them is applied only after a restart.
-fn restart_only(a: &Config, b: &Config) -> Vec<&'static str> {
-    let (ai, bi) = (&a.engine.idempotency, &b.engine.idempotency);
-    let (ad, bd) = (&a.engine.delivery, &b.engine.delivery);
-    [
-        ("listen", a.listen != b.listen),
-        ("data_dir", a.data_dir != b.data_dir),
-        ("store", a.engine.store != b.engine.store),
-        ("telemetry", a.telemetry != b.telemetry),
-        (
-            "http.read_timeout",
-            a.http.read_timeout != b.http.read_timeout,
-        ),
-        ("idempotency.key_ttl", ai.key_ttl != bi.key_ttl),
-        (
-            "idempotency.in_flight_timeout",
-            ai.in_flight_timeout != bi.in_flight_timeout,
-        ),
-        ("idempotency.key_secret", ai.key_secret != bi.key_secret),
-        (
-            "idempotency.idle_actor_timeout",
-            ai.idle_actor_timeout != bi.idle_actor_timeout,
-        ),
-        (
-            "idempotency.sweep_interval",
-            ai.sweep_interval != bi.sweep_interval,
-        ),
-        (
-            "idempotency.max_live_actors",
-            ai.max_live_actors != bi.max_live_actors,
-        ),
-        ("idempotency.max_waiters", ai.max_waiters != bi.max_waiters),
-        (
-            "decisions.retention",
-            a.engine.decisions.retention != b.engine.decisions.retention,
-        ),
-        (
-            "delivery.inline_timeout",
-            ad.inline_timeout != bd.inline_timeout,
-        ),
-        ("delivery.schedule", ad.schedule != bd.schedule),
-        (
-            "delivery.breaker_threshold",
-            ad.breaker_threshold != bd.breaker_threshold,
-        ),
-        (
-            "delivery.breaker_cooldown",
-            ad.breaker_cooldown != bd.breaker_cooldown,
-        ),
-        (
-            "delivery.max_in_flight_per_endpoint",
-            ad.max_in_flight_per_endpoint != bd.max_in_flight_per_endpoint,
-        ),
-    ]
-    .into_iter()
-    .filter_map(|(key, changed)| changed.then_some(key))
-    .collect()
-}
-
 /// Reloads the configuration from `path` on every SIGHUP.
 async fn reload_on_sighup(path: PathBuf, live: Arc<ArcSwap<Live>>, started: Config) {
     use tokio::signal::unix::{signal, SignalKind};
@@ -211,7 +152,7 @@ async fn reload_on_sighup(path: PathBuf, live: Arc<ArcSwap<Live>>, started: Conf
                 tracing::error!(error = %e, "reload refused; the running configuration stays")
             }
             Ok(new) => {
-                let later = restart_only(&started, &new);
+                let later = started.restart_only(&new);
                 if !later.is_empty() {
                     tracing::warn!(keys = ?later, "these keys take effect only after a restart");
                 }

@@ -1,13 +1,22 @@
 //! The configuration file (TOML), read and validated into typed settings before anything runs.
 //! Every key but `idempotency.key_secret` and the tenants has a default; unknown keys are refused
-//! with the line they are on. An error names the key and the reason in one line. The engine's
-//! sections are read into the engine's own settings (`engine`), the tenants with their playbooks
-//! (`tenants`) and sources (`sources`), the front's own here; `bounded` reads each value.
+//! with the line they are on. An error names the key and the reason in one line.
+//!
+//! Each setting is declared once, by the type it is read into, with its default and bounds: the
+//! engine's sections are the engine's own settings (`idem_actors::settings`, whose `read` has
+//! the readers every table uses), the front's are here, and a tenant (`tenants`) is read with its
+//! playbooks, sources (`sources`) and transmitter (`ssf`), each of those from its written form
+//! through one parse step. A value refused while the file is read is named by the key it was
+//! read under; what spans keys is checked once the file is read (`Config::from_file`). `store`
+//! reads `[store]`, `secrets` the lists of secrets, and `reload` names the keys that a reload
+//! cannot change: a configuration serialized is what it cannot, since a setting read from the
+//! configuration in force is skipped where it is declared.
 
-mod bounded;
-mod engine;
+mod reload;
+mod secrets;
 mod sources;
 mod ssf;
+mod store;
 mod tenants;
 
 use std::collections::{BTreeMap, HashMap};
@@ -15,14 +24,15 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use idem_actors::settings::{read, Decisions, Delivery, Idempotency};
 use idem_actors::Settings;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer, Serialize};
 
-use bounded::{duration, invalid};
 pub use tenants::Tenant;
 
-/// A validated configuration.
-#[derive(Debug, Clone)]
+/// A validated configuration. Serialized, it is what a reload cannot change (see
+/// [`Config::restart_only`]): what is read from the configuration in force is skipped.
+#[derive(Debug, Clone, Serialize)]
 pub struct Config {
     /// Address to listen on; port 0 picks a free port.
     pub listen: SocketAddr,
@@ -30,42 +40,71 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// How senders reach idem (`public_url`, with no trailing `/`), when it is set: then a URL a
     /// sender signs (Twilio's) is taken to be this one's, never what a request's headers say.
+    /// Read per request from the configuration in force: a reload applies it at once.
+    #[serde(skip)]
     pub public_url: Option<String>,
     /// The engine's sections: `[store]`, `[idempotency]`, `[delivery]`, `[decisions]`.
+    #[serde(flatten)]
     pub engine: Settings,
     /// Inbound signature checks.
     pub signatures: Signatures,
     /// The HTTP front's limits.
     pub http: Http,
-    /// Tenants by name.
+    /// Tenants by name. Read per request from the configuration in force: a reload applies
+    /// them at once.
+    #[serde(skip)]
     pub tenants: HashMap<String, Tenant>,
     /// Where traces go (`[telemetry]`).
     pub telemetry: Telemetry,
 }
 
 /// `[telemetry]`: traces exported over OTLP/HTTP, off unless an endpoint is named.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Telemetry {
     /// Where spans are POSTed (the traces URL, `…/v1/traces`): from `otlp_endpoint`, else the
     /// standard `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (as is) or `OTEL_EXPORTER_OTLP_ENDPOINT`
-    /// (a base URL); `None`: tracing is off.
+    /// (a base URL); `None`: tracing is off. Serialized under the key it follows.
+    #[serde(rename = "otlp_endpoint")]
     pub traces_url: Option<String>,
-    /// The service name traces carry: `OTEL_SERVICE_NAME`, else `idem`.
+    /// The service name traces carry: `OTEL_SERVICE_NAME`, else `idem` (the environment, which
+    /// a reload does not change).
+    #[serde(skip)]
     pub service_name: String,
 }
 
 /// `[http]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Http {
     /// How long a client may take to send a request's headers, and then its body.
+    #[serde(deserialize_with = "read::duration")]
     pub read_timeout: Duration,
 }
 
+impl Default for Http {
+    fn default() -> Self {
+        Http {
+            read_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
 /// `[signatures]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Signatures {
-    /// Accepted clock skew of `webhook-timestamp`, both ways.
+    /// Accepted clock skew of `webhook-timestamp`, both ways. Read per request from the
+    /// configuration in force: a reload applies it at once.
+    #[serde(deserialize_with = "read::duration", skip_serializing)]
     pub tolerance: Duration,
+}
+
+impl Default for Signatures {
+    fn default() -> Self {
+        Signatures {
+            tolerance: Duration::from_secs(300),
+        }
+    }
 }
 
 /// A configuration that cannot be used.
@@ -97,47 +136,89 @@ pub enum ConfigError {
     },
 }
 
-/// The file as written.
+impl From<read::Refusal> for ConfigError {
+    fn from(r: read::Refusal) -> Self {
+        invalid(r.key, r.reason)
+    }
+}
+
+/// The file: its top-level keys and its tables, each read by the type it is read into.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawConfig {
-    listen: Option<String>,
+struct File {
+    #[serde(default = "File::listen", deserialize_with = "File::read_listen")]
+    listen: SocketAddr,
+    #[serde(default, deserialize_with = "File::read_public_url")]
     public_url: Option<String>,
-    data_dir: Option<PathBuf>,
+    #[serde(default = "File::data_dir", deserialize_with = "File::read_data_dir")]
+    data_dir: PathBuf,
     #[serde(default)]
-    idempotency: engine::RawIdempotency,
+    idempotency: Idempotency,
     #[serde(default)]
-    delivery: engine::RawDelivery,
+    delivery: Delivery,
     #[serde(default)]
-    signatures: RawSignatures,
+    signatures: Signatures,
     #[serde(default)]
-    http: RawHttp,
+    http: Http,
     #[serde(default)]
-    store: engine::RawStore,
+    store: store::Store,
     #[serde(default)]
-    decisions: engine::RawDecisions,
+    decisions: Decisions,
     #[serde(default)]
-    tenants: BTreeMap<String, tenants::RawTenant>,
+    tenants: BTreeMap<String, Tenant>,
     #[serde(default)]
     telemetry: RawTelemetry,
 }
 
+impl File {
+    fn listen() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 8080))
+    }
+
+    fn data_dir() -> PathBuf {
+        PathBuf::from("data")
+    }
+
+    /// `listen`: an address and port.
+    fn read_listen<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(|_| {
+            read::refuse(format_args!(
+                "{text:?} is not an address like \"127.0.0.1:8080\""
+            ))
+        })
+    }
+
+    /// `data_dir`: not empty.
+    fn read_data_dir<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+        match PathBuf::deserialize(d)? {
+            dir if dir.as_os_str().is_empty() => Err(read::refuse("must not be empty")),
+            dir => Ok(dir),
+        }
+    }
+
+    /// `public_url`: an http(s) URL with a host and nothing after its path, kept without its
+    /// trailing `/`.
+    fn read_public_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        let url = String::deserialize(d)?;
+        let base = url.trim_end_matches('/');
+        let bare = reqwest::Url::parse(base).is_ok_and(|u| {
+            u.query().is_none() && u.fragment().is_none() && u.username().is_empty()
+        });
+        if !tenants::callback_url(base) || !bare {
+            return Err(read::refuse(format_args!(
+                "{url:?} is not an http(s) URL like \"https://idem.example.com\""
+            )));
+        }
+        Ok(Some(base.to_string()))
+    }
+}
+
+/// `[telemetry]` as written: where its traces go is worked out with the environment's.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawTelemetry {
     otlp_endpoint: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawHttp {
-    read_timeout: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawSignatures {
-    tolerance: Option<String>,
 }
 
 impl Config {
@@ -156,73 +237,42 @@ impl Config {
         })
     }
 
-    /// Parses and validates TOML text.
+    /// Parses and validates TOML text: a value refused as it is read is named by the key it
+    /// was read under; any other error of the file (its syntax, a wrong type, an unknown key)
+    /// by its line.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
-            path: String::new(),
-            reason: one_line(text, &e),
-        })?;
-        Self::validate(raw)
+        let file: File =
+            serde_path_to_error::deserialize(toml::Deserializer::new(text)).map_err(|e| {
+                let key = e.path().to_string();
+                let e = e.into_inner();
+                match read::refusal(e.message()) {
+                    Some((rest, reason)) => invalid(key + rest, reason),
+                    None => ConfigError::Syntax {
+                        path: String::new(),
+                        reason: one_line(text, &e),
+                    },
+                }
+            })?;
+        Self::from_file(file)
     }
 
-    fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
-        let listen_text = raw.listen.as_deref().unwrap_or("127.0.0.1:8080");
-        let listen = listen_text.parse().map_err(|_| {
-            invalid(
-                "listen",
-                format!("{listen_text:?} is not an address like \"127.0.0.1:8080\""),
-            )
-        })?;
-        let data_dir = raw.data_dir.unwrap_or_else(|| PathBuf::from("data"));
-        if data_dir.as_os_str().is_empty() {
-            return Err(invalid("data_dir", "must not be empty"));
-        }
-        let public_url = match raw.public_url {
-            None => None,
-            Some(url) => {
-                let base = url.trim_end_matches('/');
-                let bare = reqwest::Url::parse(base).is_ok_and(|u| {
-                    u.query().is_none() && u.fragment().is_none() && u.username().is_empty()
-                });
-                if !tenants::callback_url(base) || !bare {
-                    return Err(invalid(
-                        "public_url",
-                        format!("{url:?} is not an http(s) URL like \"https://idem.example.com\""),
-                    ));
-                }
-                Some(base.to_string())
-            }
-        };
-        let engine = engine::settings(
-            raw.store,
-            raw.idempotency,
-            raw.delivery,
-            raw.decisions,
-            &data_dir,
-        )?;
-        let signatures = Signatures {
-            tolerance: duration(
-                "signatures.tolerance",
-                raw.signatures.tolerance.as_deref(),
-                Duration::from_secs(300),
-            )?,
-        };
-        let http = Http {
-            read_timeout: duration(
-                "http.read_timeout",
-                raw.http.read_timeout.as_deref(),
-                Duration::from_secs(10),
-            )?,
+    /// The configuration the file says, once what spans its keys is checked.
+    fn from_file(file: File) -> Result<Config, ConfigError> {
+        let engine = Settings {
+            store: file.store.backend(&file.data_dir)?,
+            idempotency: file.idempotency.checked()?,
+            delivery: file.delivery,
+            decisions: file.decisions,
         };
         Config {
-            listen,
-            data_dir,
-            public_url,
+            listen: file.listen,
+            data_dir: file.data_dir,
+            public_url: file.public_url,
             engine,
-            signatures,
-            http,
-            tenants: tenants::tenants(raw.tenants)?,
-            telemetry: telemetry(raw.telemetry, |name| std::env::var(name).ok())?,
+            signatures: file.signatures,
+            http: file.http,
+            tenants: tenants::checked(file.tenants)?,
+            telemetry: telemetry(file.telemetry, |name| std::env::var(name).ok())?,
         }
         .with_issuers()
     }
@@ -247,6 +297,32 @@ impl Config {
             _ => Ok(self),
         }
     }
+}
+
+/// The refusal of `key`'s value, for `reason`.
+fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        reason: reason.into(),
+    }
+}
+
+/// A refusal made by a table's parse step while serde reads it, its key the rest beneath the
+/// table's (see `read::refuse_at`).
+fn refused<E: serde::de::Error>(e: ConfigError) -> E {
+    match e {
+        ConfigError::Invalid { key, reason } => read::refuse_at(&key, reason),
+        other => E::custom(other),
+    }
+}
+
+/// Whether `name` may name a tenant, a source or a receiver: 1 to 64 of `[A-Za-z0-9_-]`.
+fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// `[telemetry]`, with the standard OpenTelemetry variables `env` reads: the config's endpoint
@@ -311,7 +387,8 @@ mod tests {
     use idem_actors::settings::Backend;
     use idem_schemas::Verdict;
 
-    const MINIMAL: &str = r#"
+    /// A small valid configuration.
+    pub(super) const MINIMAL: &str = r#"
 [idempotency]
 key_secret = "0123456789abcdef0123456789abcdef"
 
@@ -340,6 +417,8 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
             c.engine.idempotency.in_flight_timeout,
             Duration::from_secs(30)
         );
+        assert_eq!(c.engine.idempotency.sweep_interval, Duration::from_secs(60));
+        assert_eq!(c.engine.idempotency.max_live_actors, 100_000);
         assert_eq!(c.engine.delivery.inline_timeout, Duration::from_secs(5));
         assert_eq!(
             c.engine.delivery.schedule,
@@ -352,6 +431,23 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
         let acme = &c.tenants["acme"];
         assert!(acme.signing_secrets.is_empty());
         assert_eq!(acme.playbooks["sim_swap"].decision, Verdict::Deny);
+    }
+
+    #[test]
+    fn an_unwritten_sweep_interval_follows_key_ttl() {
+        let with =
+            |lines: &str| MINIMAL.replace("[idempotency]", &format!("[idempotency]\n{lines}"));
+        let sweep = |lines: &str| {
+            let c = Config::parse(&with(lines)).expect("valid");
+            c.engine.idempotency.sweep_interval
+        };
+        assert_eq!(sweep("key_ttl = \"10s\""), Duration::from_secs(1));
+        assert_eq!(sweep("key_ttl = \"1s\""), Duration::from_millis(200));
+        assert_eq!(
+            sweep("key_ttl = \"10s\"\nsweep_interval = \"5m\""),
+            Duration::from_secs(300)
+        );
+        assert!(err(&with("sweep_interval = \"0s\"")).contains("idempotency.sweep_interval"));
     }
 
     #[test]

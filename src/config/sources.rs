@@ -1,16 +1,17 @@
 //! `[tenants.<t>.sources.<name>]`: a source's kind, its secrets (any one is accepted, for
 //! rotation), for `ssf` its transmitter (issuer, audience, JWK Set, algorithms, poll endpoint),
 //! and its `map` from the sender's event types to the tenant's signal types, each of which must
-//! name one of the tenant's playbooks.
+//! name one of the tenant's playbooks (checked with the tenant's, [`check_types`]).
 
-use idem_actors::playbook::Playbooks;
-use idem_schemas::signature::Secret;
-use serde::Deserialize;
-
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use super::bounded::{self, invalid, is_name, OneOrMany, SecretText};
-use super::ConfigError;
+use idem_actors::playbook::Playbooks;
+use idem_actors::settings::read::{Dur, Resolved};
+use serde::{Deserialize, Deserializer};
+
+use super::secrets::{webhook_secret, Secrets};
+use super::{invalid, is_name, refused, ConfigError};
 use crate::source::jwks::JwksAt;
 use crate::source::{set, Pattern, Poll, Route, Source, SourceKind, Ssf};
 
@@ -26,14 +27,14 @@ const JWKS_REFETCH: Duration = Duration::from_secs(60);
 /// `[tenants.<t>.sources.<name>]` as written.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawSource {
+struct RawSource {
     kind: Option<String>,
-    secret: Option<OneOrMany>,
+    secret: Option<Secrets>,
     issuer: Option<String>,
     audience: Option<String>,
     jwks: Option<String>,
     algorithms: Option<Vec<String>>,
-    jwks_refetch: Option<String>,
+    jwks_refetch: Option<Dur>,
     poll: Option<RawPoll>,
     #[serde(default)]
     map: Vec<RawRoute>,
@@ -44,7 +45,7 @@ pub(super) struct RawSource {
 #[serde(deny_unknown_fields)]
 struct RawPoll {
     url: Option<String>,
-    token: Option<SecretText>,
+    token: Option<Resolved>,
 }
 
 /// A `map` entry as written.
@@ -57,13 +58,39 @@ struct RawRoute {
     subject: Option<String>,
 }
 
-/// Source `name` of a tenant, written under `key`, whose types name the tenant's `playbooks`.
-pub(super) fn source(
+/// A tenant's `sources`, each read into a `Source`.
+pub(super) fn read<'de, D: Deserializer<'de>>(d: D) -> Result<HashMap<String, Source>, D::Error> {
+    let written = BTreeMap::<String, RawSource>::deserialize(d)?;
+    written
+        .into_iter()
+        .map(|(name, raw)| {
+            let source = source(&format!(".{name}"), name, raw).map_err(refused)?;
+            Ok((source.name.clone(), source))
+        })
+        .collect()
+}
+
+/// Whether the signal types of `source`, written under `key`, each name one of its tenant's
+/// `playbooks`.
+pub(super) fn check_types(
     key: &str,
-    name: String,
-    raw: RawSource,
+    source: &Source,
     playbooks: &Playbooks,
-) -> Result<Source, ConfigError> {
+) -> Result<(), ConfigError> {
+    let unknown = source.routes.iter().enumerate();
+    let mut unknown = unknown.filter(|(_, r)| !playbooks.contains_key(&r.signal_type));
+    match unknown.next() {
+        Some((n, r)) => Err(invalid(
+            format!("{key}.map[{n}].type"),
+            format!("{:?} has no playbook in this tenant", r.signal_type),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Source `name` of a tenant, written under `key` (the rest of its key beneath the table being
+/// read).
+fn source(key: &str, name: String, raw: RawSource) -> Result<Source, ConfigError> {
     if !is_name(&name) {
         return Err(invalid(key, "a source name is 1 to 64 of [A-Za-z0-9_-]"));
     }
@@ -102,7 +129,7 @@ pub(super) fn source(
     };
     // An SSF transmitter's SETs are signed: a push credential is optional.
     let secrets = match (raw.secret, kind) {
-        (Some(secret), _) => secret.resolve(&format!("{key}.secret"))?,
+        (Some(Secrets(secrets)), _) => secrets,
         (None, SourceKind::Ssf) => Vec::new(),
         (None, _) => return Err(invalid(format!("{key}.secret"), "is required")),
     };
@@ -123,10 +150,7 @@ pub(super) fn source(
     let standard_secrets = match kind {
         SourceKind::Standard => secrets
             .iter()
-            .map(|s| {
-                Secret::parse(s)
-                    .map_err(|e| invalid(format!("{key}.secret"), format!("a secret {e}")))
-            })
+            .map(|s| webhook_secret(s).map_err(|why| invalid(format!("{key}.secret"), why)))
             .collect::<Result<Vec<_>, _>>()?,
         _ => Vec::new(),
     };
@@ -157,12 +181,6 @@ pub(super) fn source(
         let signal_type = r
             .signal_type
             .ok_or_else(|| invalid(format!("{rkey}.type"), "is required"))?;
-        if !playbooks.contains_key(&signal_type) {
-            return Err(invalid(
-                format!("{rkey}.type"),
-                format!("{signal_type:?} has no playbook in this tenant"),
-            ));
-        }
         let subject = match (r.subject, kind) {
             (Some(subject), _) => subject,
             (None, SourceKind::Ssf) => SSF_SUBJECT.to_string(),
@@ -219,11 +237,7 @@ fn ssf(key: &str, raw: &RawSource) -> Result<Ssf, ConfigError> {
             ),
         ));
     }
-    let jwks_refetch = bounded::duration(
-        &format!("{key}.jwks_refetch"),
-        raw.jwks_refetch.as_deref(),
-        JWKS_REFETCH,
-    )?;
+    let jwks_refetch = raw.jwks_refetch.as_ref().map_or(JWKS_REFETCH, |d| d.0);
     if jwks_refetch < Duration::from_secs(1) {
         return Err(invalid(
             format!("{key}.jwks_refetch"),
@@ -240,9 +254,8 @@ fn ssf(key: &str, raw: &RawSource) -> Result<Ssf, ConfigError> {
                 .ok_or_else(|| invalid(format!("{key}.poll.url"), "must be an http(s) URL"))?;
             let token = p
                 .token
-                .clone()
-                .map(|t| t.resolve(&format!("{key}.poll.token")))
-                .transpose()?
+                .as_ref()
+                .map(|t| t.0.clone())
                 .filter(|t| !t.is_empty())
                 .ok_or_else(|| invalid(format!("{key}.poll.token"), "is required"))?;
             Some(Poll { url, token })

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
+use idem_actors::settings::read::{Dur, Resolved};
+use serde::{Deserialize, Deserializer};
 
-use super::bounded::{duration, invalid, is_name, SecretText};
-use super::ConfigError;
+use super::{invalid, is_name, refused, ConfigError};
 use crate::transmitter::keys::SigningKey;
 use crate::transmitter::{Receiver, Transmitter};
 
@@ -21,11 +21,11 @@ const MIN_CLIENT_SECRET: usize = 16;
 /// `[tenants.<t>.ssf]` as written.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawSsf {
+struct RawSsf {
     #[serde(default)]
     signing_keys: Vec<PathBuf>,
-    token_lifetime: Option<String>,
-    min_verification_interval: Option<String>,
+    token_lifetime: Option<Dur>,
+    min_verification_interval: Option<Dur>,
     #[serde(default)]
     receivers: BTreeMap<String, RawReceiver>,
 }
@@ -34,14 +34,20 @@ pub(super) struct RawSsf {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawReceiver {
-    client_secret: Option<SecretText>,
+    client_secret: Option<Resolved>,
     audience: Option<String>,
     #[serde(default)]
     endpoints: Vec<String>,
 }
 
-/// The transmitter written under `key`.
-pub(super) fn transmitter(key: &str, raw: RawSsf) -> Result<Transmitter, ConfigError> {
+/// A tenant's `ssf`, read into its `Transmitter`.
+pub(super) fn read<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Transmitter>, D::Error> {
+    let raw = RawSsf::deserialize(d)?;
+    transmitter("", raw).map(Some).map_err(refused)
+}
+
+/// The transmitter written under `key` (the rest of its key beneath the table being read).
+fn transmitter(key: &str, raw: RawSsf) -> Result<Transmitter, ConfigError> {
     if raw.signing_keys.is_empty() {
         return Err(invalid(
             format!("{key}.signing_keys"),
@@ -75,8 +81,7 @@ pub(super) fn transmitter(key: &str, raw: RawSsf) -> Result<Transmitter, ConfigE
         }
         let client_secret = r
             .client_secret
-            .map(|s| s.resolve(&format!("{rkey}.client_secret")))
-            .transpose()?
+            .map(|s| s.0)
             .ok_or_else(|| invalid(format!("{rkey}.client_secret"), "is required"))?;
         if client_secret.chars().count() < MIN_CLIENT_SECRET {
             return Err(invalid(
@@ -113,22 +118,18 @@ pub(super) fn transmitter(key: &str, raw: RawSsf) -> Result<Transmitter, ConfigE
             },
         );
     }
-    let token_lifetime = duration(
-        &format!("{key}.token_lifetime"),
-        raw.token_lifetime.as_deref(),
-        Duration::from_secs(3600),
-    )?;
+    let token_lifetime = raw
+        .token_lifetime
+        .map_or(Duration::from_secs(3600), |d| d.0);
     if token_lifetime < Duration::from_secs(1) {
         return Err(invalid(
             format!("{key}.token_lifetime"),
             "is under a second: a token's expires_in is whole seconds",
         ));
     }
-    let min_verification_interval = duration(
-        &format!("{key}.min_verification_interval"),
-        raw.min_verification_interval.as_deref(),
-        Duration::from_secs(15),
-    )?;
+    let min_verification_interval = raw
+        .min_verification_interval
+        .map_or(Duration::from_secs(15), |d| d.0);
     Ok(Transmitter {
         keys,
         receivers,

@@ -1,44 +1,64 @@
 //! `[tenants.<name>]`: each tenant's API key, secrets, rate limit, playbooks (read into the
-//! engine's `Playbook`) and sources (see `sources`). API keys are unique across tenants; a
-//! playbook with actions needs a callback secret, since every callback is signed.
+//! engine's `Playbook`), sources (see `sources`) and transmitter (see `ssf`). A tenant is read as
+//! it is written, each value checked as it is read; [`checked`] then checks what spans its
+//! tables: its name, API keys unique across tenants, a playbook with callbacks needs a callback
+//! secret (every callback is signed) and one with SETs a transmitter, a source's types name
+//! playbooks, and no two sources share a secret.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use idem_actors::playbook::{Action, Playbook, Playbooks, Target, MAX_ACTIONS};
 use idem_actors::set::{SetAction, SubjectFormat, EVENTS_SUPPORTED};
+use idem_actors::settings::read::{self, Dur};
 use idem_schemas::signature::Secret;
 use idem_schemas::Verdict;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
-use super::bounded::{duration, invalid, is_name, number, secrets, OneOrMany, SecretText};
-use super::sources::{self, RawSource};
-use super::ssf::RawSsf;
-use super::ConfigError;
+use super::secrets::{shared_webhook_secrets, webhook_secrets};
+use super::{invalid, is_name, refused, sources, ssf, ConfigError};
 use crate::source::Source;
 use crate::transmitter::Transmitter;
 
 /// The fewest characters an `api_key` may have.
 const MIN_API_KEY: usize = 16;
 
-/// A tenant. Its `Debug` leaves the API key out (secrets print as `Secret(..)`).
-#[derive(Clone)]
+/// A tenant. Its `Debug` leaves the API key out (secrets print as `Secret(..)`). Read as part of
+/// a `Config`, which checks what spans its tables ([`checked`]).
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Tenant {
     /// Its name (the key under `[tenants]`).
+    #[serde(skip)]
     pub name: String,
-    /// Its Bearer token.
+    /// Its Bearer token: required, at least [`MIN_API_KEY`] characters, its own.
+    #[serde(default, deserialize_with = "Tenant::read_api_key")]
     pub api_key: String,
     /// Inbound signing secrets; empty means authenticated by API key alone.
+    #[serde(
+        rename = "signing_secret",
+        default,
+        deserialize_with = "webhook_secrets"
+    )]
     pub signing_secrets: Vec<Secret>,
     /// Outbound signing secrets; every one signs each callback.
+    #[serde(
+        rename = "callback_secret",
+        default,
+        deserialize_with = "shared_webhook_secrets"
+    )]
     pub callback_secrets: Arc<[Secret]>,
-    /// Playbooks by signal type.
-    pub playbooks: Playbooks,
     /// Signals per second this tenant may post (bursts up to one second's worth); none = no limit.
+    #[serde(default, deserialize_with = "Tenant::read_rate_limit")]
     pub rate_limit: Option<u32>,
+    /// Playbooks by signal type.
+    #[serde(default, deserialize_with = "Tenant::read_playbooks")]
+    pub playbooks: Playbooks,
     /// Providers' webhooks taken as they are sent, by source name.
+    #[serde(default, deserialize_with = "sources::read")]
     pub sources: HashMap<String, Source>,
     /// The tenant as a Shared Signals transmitter, if it is one.
+    #[serde(default, deserialize_with = "ssf::read")]
     pub ssf: Option<Transmitter>,
 }
 
@@ -57,19 +77,37 @@ impl std::fmt::Debug for Tenant {
     }
 }
 
-/// `[tenants.<name>]` as written.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawTenant {
-    api_key: Option<SecretText>,
-    signing_secret: Option<OneOrMany>,
-    callback_secret: Option<OneOrMany>,
-    rate_limit: Option<i64>,
-    #[serde(default)]
-    playbooks: BTreeMap<String, RawPlaybook>,
-    #[serde(default)]
-    sources: BTreeMap<String, RawSource>,
-    ssf: Option<RawSsf>,
+impl Tenant {
+    /// `api_key`: a secret of at least [`MIN_API_KEY`] characters.
+    fn read_api_key<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        match read::secret(d)? {
+            k if k.is_empty() => Err(read::refuse("is required")),
+            k if k.chars().count() < MIN_API_KEY => Err(read::refuse(format_args!(
+                "is shorter than {MIN_API_KEY} characters: use a long random token"
+            ))),
+            k => Ok(k),
+        }
+    }
+
+    /// `rate_limit`: at least one signal per second.
+    fn read_rate_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        let n = i64::deserialize(d)?;
+        read::bounded(n, 1, i64::MAX, "signals per second")
+            .map(Some)
+            .map_err(read::refuse)
+    }
+
+    /// `playbooks`, each read into the engine's `Playbook`.
+    fn read_playbooks<'de, D: Deserializer<'de>>(d: D) -> Result<Playbooks, D::Error> {
+        let written = BTreeMap::<String, RawPlaybook>::deserialize(d)?;
+        written
+            .into_iter()
+            .map(|(signal_type, p)| {
+                let playbook = self::playbook(&format!(".{signal_type}"), p).map_err(refused)?;
+                Ok((signal_type, Arc::new(playbook)))
+            })
+            .collect()
+    }
 }
 
 /// A playbook as written.
@@ -79,7 +117,7 @@ struct RawPlaybook {
     decision: Option<String>,
     #[serde(default)]
     actions: Vec<RawAction>,
-    once_per_subject: Option<String>,
+    once_per_subject: Option<Dur>,
 }
 
 /// An action as written: a callback (`url`) or a SET (`set`, with its `subject_format`).
@@ -92,11 +130,11 @@ struct RawAction {
     subject_format: Option<String>,
 }
 
-/// The tenants, by name: at least one.
-pub(super) fn tenants(
-    raw: BTreeMap<String, RawTenant>,
+/// The tenants as read, by name, once what spans their tables is checked: at least one.
+pub(super) fn checked(
+    written: BTreeMap<String, Tenant>,
 ) -> Result<HashMap<String, Tenant>, ConfigError> {
-    if raw.is_empty() {
+    if written.is_empty() {
         return Err(invalid("tenants", "at least one tenant is required"));
     }
     let mut tenants = HashMap::new();
@@ -104,68 +142,38 @@ pub(super) fn tenants(
     // Where each source secret is used: a secret two sources share lets a delivery meant for
     // one be taken by the other (another tenant's, another playbook's).
     let mut source_secrets: HashMap<String, String> = HashMap::new();
-    for (name, t) in raw {
+    for (name, mut t) in written {
         let key = format!("tenants.{name}");
         if !is_name(&name) {
             return Err(invalid(&key, "a tenant name is 1 to 64 of [A-Za-z0-9_-]"));
         }
-        let api_key = t
-            .api_key
-            .map(|k| k.resolve(&format!("{key}.api_key")))
-            .transpose()?
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| invalid(format!("{key}.api_key"), "is required"))?;
-        if api_key.chars().count() < MIN_API_KEY {
-            return Err(invalid(
-                format!("{key}.api_key"),
-                format!("is shorter than {MIN_API_KEY} characters: use a long random token"),
-            ));
+        if t.api_key.is_empty() {
+            return Err(invalid(format!("{key}.api_key"), "is required"));
         }
-        if let Some(other) = api_keys.insert(api_key.clone(), name.clone()) {
+        if let Some(other) = api_keys.insert(t.api_key.clone(), name.clone()) {
             return Err(invalid(
                 format!("{key}.api_key"),
                 format!("is the same as tenants.{other}.api_key"),
             ));
         }
-        let rate_limit = match t.rate_limit {
-            None => None,
-            Some(n) => Some(number(
-                &format!("{key}.rate_limit"),
-                Some(n),
-                1,
-                1..,
-                "signals per second",
-            )?),
-        };
-        let signing_secrets = secrets(&format!("{key}.signing_secret"), t.signing_secret)?;
-        let callback_secrets = secrets(&format!("{key}.callback_secret"), t.callback_secret)?;
-        let ssf = t
-            .ssf
-            .map(|raw| super::ssf::transmitter(&format!("{key}.ssf"), raw))
-            .transpose()?;
-        let mut playbooks = Playbooks::new();
-        for (signal_type, p) in t.playbooks {
-            let pkey = format!("{key}.playbooks.{signal_type}");
-            let playbook = self::playbook(&pkey, p)?;
-            let calls_back = playbook.actions.iter().any(|a| a.url().is_some());
-            if calls_back && callback_secrets.is_empty() {
-                return Err(invalid(
-                    format!("{key}.callback_secret"),
-                    "is required when a playbook has callback actions (callbacks are signed)",
-                ));
-            }
-            if playbook.sends_sets() && ssf.is_none() {
-                return Err(invalid(
-                    format!("{key}.ssf"),
-                    "is required when a playbook has set actions (SETs are signed by its keys)",
-                ));
-            }
-            playbooks.insert(signal_type, Arc::new(playbook));
+        let actions = || t.playbooks.values().flat_map(|p| &p.actions);
+        if actions().any(|a| a.url().is_some()) && t.callback_secrets.is_empty() {
+            return Err(invalid(
+                format!("{key}.callback_secret"),
+                "is required when a playbook has callback actions (callbacks are signed)",
+            ));
         }
-        let mut sources = HashMap::new();
-        for (source, raw) in t.sources {
-            let skey = format!("{key}.sources.{source}");
-            let source = sources::source(&skey, source, raw, &playbooks)?;
+        if t.playbooks.values().any(|p| p.sends_sets()) && t.ssf.is_none() {
+            return Err(invalid(
+                format!("{key}.ssf"),
+                "is required when a playbook has set actions (SETs are signed by its keys)",
+            ));
+        }
+        let mut names: Vec<&String> = t.sources.keys().collect();
+        names.sort();
+        for source in names.into_iter().map(|name| &t.sources[name]) {
+            let skey = format!("{key}.sources.{}", source.name);
+            sources::check_types(&skey, source, &t.playbooks)?;
             for secret in &source.secrets {
                 if let Some(other) = source_secrets.insert(secret.clone(), skey.clone()) {
                     if other != skey {
@@ -176,26 +184,14 @@ pub(super) fn tenants(
                     }
                 }
             }
-            sources.insert(source.name.clone(), source);
         }
-        tenants.insert(
-            name.clone(),
-            Tenant {
-                name,
-                api_key,
-                signing_secrets,
-                callback_secrets: callback_secrets.into(),
-                playbooks,
-                rate_limit,
-                sources,
-                ssf,
-            },
-        );
+        t.name = name.clone();
+        tenants.insert(name, t);
     }
     Ok(tenants)
 }
 
-/// The playbook written under `key`.
+/// The playbook written under `key` (the rest of its key beneath the table being read).
 fn playbook(key: &str, p: RawPlaybook) -> Result<Playbook, ConfigError> {
     let decision = match p.decision.as_deref() {
         Some("allow") => Verdict::Allow,
@@ -228,18 +224,10 @@ fn playbook(key: &str, p: RawPlaybook) -> Result<Playbook, ConfigError> {
         }
         actions.push(action);
     }
-    let once_per_subject = match p.once_per_subject.as_deref() {
-        None => None,
-        Some(text) => Some(duration(
-            &format!("{key}.once_per_subject"),
-            Some(text),
-            Default::default(),
-        )?),
-    };
     Ok(Playbook {
         decision,
         actions,
-        once_per_subject,
+        once_per_subject: p.once_per_subject.map(|d| d.0),
     })
 }
 

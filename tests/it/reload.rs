@@ -1,6 +1,7 @@
 //! Operating a running idem: SIGHUP reloads the tenants (rotated API keys and secrets, changed
 //! action URLs: an endpoint no longer named is listed while deliveries to it are queued) without
-//! dropping in-flight work, a bad reload keeps the old configuration, and `--log-format json`
+//! dropping in-flight work, names the keys it changed that need a restart, a bad reload keeps the
+//! old configuration, and `--log-format json`
 //! writes one JSON object per log line with the request's span fields (never a key or subject;
 //! at debug level, where per-request spans are).
 
@@ -99,6 +100,23 @@ async fn sighup_rotates_keys_and_secrets_and_a_bad_reload_changes_nothing() {
         .signal(Req::new(&sim_swap("+1777")).header("authorization", "Bearer sk_beta_test_key_2"))
         .await;
     assert_eq!(r.status, 201);
+
+    // The rotation changed only what a reload applies at once; a key read at start is named as
+    // needing a restart.
+    assert!(!logs.contains("only after a restart"), "{logs}");
+    std::fs::write(
+        &path,
+        rotated.replace("[delivery]", "[delivery]\nmax_hold = \"1h\""),
+    )
+    .expect("write");
+    idem.signal(libc::SIGHUP);
+    let logs = eventually(
+        Duration::from_secs(5),
+        || async { idem.stderr() },
+        |logs| logs.contains("only after a restart"),
+    )
+    .await;
+    assert!(logs.contains("delivery.max_hold"), "{logs}");
 
     // JSON logs: every line an object; the request span carries the tenant, never the subject.
     for line in logs.lines().filter(|l| !l.trim().is_empty()) {

@@ -1,0 +1,61 @@
+//! `[store]`: sled in `data_dir` (the default), or PostgreSQL at `url`. Read into the engine's
+//! `Backend` in one step, since sled's directory is the top-level `data_dir` and each backend
+//! has keys of its own; checked without connecting.
+
+use std::path::Path;
+
+use idem_actors::settings::{read, Backend};
+use serde::Deserialize;
+
+use super::{invalid, ConfigError};
+
+/// The connections one node holds to the database unless told otherwise, and the most it may.
+const POOL: usize = 16;
+const MAX_POOL: i64 = 1024;
+
+/// `[store]` as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Store {
+    backend: Option<String>,
+    url: Option<String>,
+    pool_size: Option<i64>,
+}
+
+impl Store {
+    /// The backend it names, sled living in `data_dir`.
+    pub(super) fn backend(self, data_dir: &Path) -> Result<Backend, ConfigError> {
+        match self.backend.as_deref().unwrap_or("sled") {
+            "sled" => {
+                if self.url.is_some() || self.pool_size.is_some() {
+                    return Err(invalid(
+                        "store.url",
+                        "url and pool_size are for backend = \"postgres\"; sled lives in data_dir",
+                    ));
+                }
+                Ok(Backend::Sled {
+                    data_dir: data_dir.to_path_buf(),
+                })
+            }
+            "postgres" => {
+                let url = self.url.ok_or_else(|| {
+                    invalid(
+                        "store.url",
+                        "is required with backend = \"postgres\", e.g. \"postgres://postgres@127.0.0.1:5432/idem\"",
+                    )
+                })?;
+                Backend::check_postgres_url(&url).map_err(|why| invalid("store.url", why))?;
+                let pool_size = match self.pool_size {
+                    None => POOL,
+                    Some(n) => read::bounded(n, 1, MAX_POOL, "connections")
+                        .map_err(|why| invalid("store.pool_size", why))?,
+                };
+                Ok(Backend::Postgres { url, pool_size })
+            }
+            other => Err(invalid(
+                "store.backend",
+                format!("{other:?} is not a backend: use \"sled\" or \"postgres\""),
+            )),
+        }
+    }
+}
