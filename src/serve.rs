@@ -84,7 +84,9 @@ pub async fn run(
         .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| ServeError::Http(std::io::Error::other(e)))?;
-    let ssf = crate::transmitter::Secrets::new(|purpose| engine.digester().derived_key(purpose));
+    let ssf = crate::transmitter::TransmitterSecrets::new(|purpose| {
+        engine.digester().derived_key(purpose)
+    });
     let app = Arc::new(App {
         live,
         limiter: Default::default(),

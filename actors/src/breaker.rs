@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::settings::Delivery;
+use crate::settings::DeliverySettings;
 
 /// An endpoint: one action URL of one tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,7 +124,7 @@ pub enum Gate {
 
 impl EndpointHealth {
     /// Whether an attempt may go to the endpoint at `now_ms`.
-    pub fn gate(&self, now_ms: u64, s: &Delivery) -> Gate {
+    pub fn gate(&self, now_ms: u64, s: &DeliverySettings) -> Gate {
         let after = |since: u64, wait: Duration| since.saturating_add(wait.as_millis() as u64);
         let (cooldown, probe_timeout) = (s.breaker_cooldown, s.probe_timeout());
         match self.circuit {
@@ -140,7 +140,12 @@ impl EndpointHealth {
 
     /// The one transition function: the health after `event` at `now_ms`, or `None` when the
     /// event changes nothing (a probe asked for when none may start is refused so).
-    pub fn apply(&self, event: EndpointEvent, now_ms: u64, s: &Delivery) -> Option<EndpointHealth> {
+    pub fn apply(
+        &self,
+        event: EndpointEvent,
+        now_ms: u64,
+        s: &DeliverySettings,
+    ) -> Option<EndpointHealth> {
         let mut next = *self;
         match event {
             EndpointEvent::Succeeded { at_ms } | EndpointEvent::Refused { at_ms } => {
@@ -188,12 +193,13 @@ mod tests {
     use super::*;
 
     /// Three failures open it, for ten seconds; a probe has two (its deadline and a second).
-    static S: std::sync::LazyLock<Delivery> = std::sync::LazyLock::new(|| Delivery {
-        breaker_threshold: 3,
-        breaker_cooldown: Duration::from_secs(10),
-        inline_timeout: Duration::from_secs(1),
-        ..Delivery::default()
-    });
+    static S: std::sync::LazyLock<DeliverySettings> =
+        std::sync::LazyLock::new(|| DeliverySettings {
+            breaker_threshold: 3,
+            breaker_cooldown: Duration::from_secs(10),
+            inline_timeout: Duration::from_secs(1),
+            ..DeliverySettings::default()
+        });
 
     fn run(events: &[(EndpointEvent, u64)]) -> EndpointHealth {
         events

@@ -8,12 +8,12 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::attempt::{Attempts, ClientError, Keyring};
 use crate::claim::{ClaimContext, Claims};
 use crate::decisions::Decisions;
 use crate::deliveries::Deliveries;
 use crate::delivery::{DeliveryActors, DeliveryContext};
 use crate::digest::Digester;
-use crate::dispatch::{ClientError, Dispatcher, Keyring};
 use crate::endpoint::Endpoints;
 use crate::node::Node;
 use crate::seal::Sealer;
@@ -86,7 +86,7 @@ impl Engine {
         endpoints.refresh().await?;
         let digester = Digester::new(&settings.idempotency.key_secret);
         let sealer = Arc::new(Sealer::new(digester.derived_key(SEAL_PURPOSE)));
-        let dispatcher = Arc::new(Dispatcher::new(
+        let attempts = Arc::new(Attempts::new(
             keyring,
             settings.delivery.inline_timeout,
             endpoints.clone(),
@@ -100,7 +100,7 @@ impl Engine {
                 &instance,
                 Arc::new(DeliveryContext::new(
                     store.clone(),
-                    dispatcher.clone(),
+                    attempts.clone(),
                     settings.clone(),
                 )),
             )
@@ -112,7 +112,7 @@ impl Engine {
                 &instance,
                 Arc::new(ClaimContext::new(
                     store.clone(),
-                    dispatcher,
+                    attempts,
                     (digester.clone(), sealer.clone()),
                     settings.clone(),
                     epoch,

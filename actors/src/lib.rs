@@ -1,24 +1,27 @@
 //! idem's engine: what turns signals into decisions exactly once, and the store it writes to.
-//! Data flows one way: the HTTP front hands `engine` (through `signal`, the signal path) a
-//! routed signal; the claim core (`claim::core`) decides what the request gets and when each
-//! record is written; the `playbook` makes the decision; `delivery` carries its callbacks out;
-//! `store` keeps it all.
+//! Data flows one way: the HTTP front hands the `signals` handle a routed signal; the claim core
+//! (`claim::core`) decides what the request gets and when each record is written, asking for the
+//! decision, which the `playbook` makes; what the decision writes is `record`'s; `delivery`
+//! carries its callbacks and SETs out (`attempt` makes each attempt); `store` keeps it all.
 //!
-//! What callers use: `engine` and `signal` (the handle and its one entry for signals),
-//! `settings` (what it is built from), `playbook`, `bulk` (bulk redelivery), `breaker` (an
-//! endpoint's health as the API shows it), `metrics` and `failpoint`.
+//! What callers use: `engine` (start, shutdown, and one handle per path: `signals`,
+//! `deliveries`, `decisions`, `streams`, `node`), `outcome` (what happened to a signal),
+//! `settings` (what the engine is built from), `playbook`, `breaker` (an endpoint's health as
+//! the API shows it), `metrics` and `failpoint`.
 //!
 //! What the checkers drive and read: the sans-IO cores, `claim::core` and `claim::phase` (a
-//! key's claim), `delivery::state` (a callback's log and retry policy), `breaker`, `bulk`'s rule
-//! (what a bulk redelivery fixes in its claim and redelivers); the claim a signal is decided
-//! under (`signal::claimed`, by the keyed digests of `digest`); the store's rules
-//! (`store::rule`), its unit of work and what it answers; `codec`, how records are stored.
+//! key's claim), `record` (what a decision writes), `delivery::state` (a callback's log and
+//! retry policy), `breaker`, `signals::bulk`'s rule (what a bulk redelivery fixes in its claim
+//! and redelivers); the claim a signal is decided under (`signals::claimed`, by the keyed digests
+//! of `digest`); the store's rules (`store::rule`), its unit of work and what it answers;
+//! `codec`, how records are stored.
 //!
 //! Inside: the actors that carry the cores' effects out (`claim`'s and `delivery`'s, found or
-//! started under a supervisor by `supervise`, stopped when idle by `idle`), `dispatch` (signed
-//! callback attempts), `endpoint` (each endpoint's admission and limit), `retry_worker`,
-//! `sweeper`.
+//! started under a supervisor by `supervise`, stopped when idle by `idle`), `attempt` (signed
+//! callback and SET attempts), `endpoint` (each endpoint's admission and limit),
+//! `retry_worker`, `sweeper`.
 
+mod attempt;
 pub mod breaker;
 pub mod claim;
 pub mod codec;
@@ -26,7 +29,6 @@ pub mod decisions;
 pub mod deliveries;
 pub mod delivery;
 pub mod digest;
-mod dispatch;
 mod endpoint;
 pub mod engine;
 pub mod failpoint;
@@ -48,10 +50,10 @@ mod supervise;
 mod sweeper;
 pub mod trace;
 
+pub use attempt::Keyring;
 pub use decisions::{DecisionList, Decisions};
 pub use deliveries::{Deliveries, DeliveriesError, DeliveryList};
 pub use delivery::RedeliverError;
-pub use dispatch::Keyring;
 pub use engine::{Engine, EngineError};
 pub use node::{Gauges, Node};
 pub use outcome::Outcome;

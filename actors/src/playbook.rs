@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 use crate::digest::Digester;
 use crate::seal::Sealer;
-use crate::set::{self, SetAction, SetContext, SetError, Transmitter};
+use crate::set::{self, MakeSetError, SetAction, SetContext, SetIssuer};
 use crate::trace;
 
 /// The most actions one playbook may have (each a callback, or a SET to each stream that asked
@@ -127,7 +127,7 @@ pub enum DecideError {
     Envelope(#[from] serde_json::Error),
     /// A SET could not be made.
     #[error(transparent)]
-    Set(#[from] SetError),
+    Set(#[from] MakeSetError),
     /// The playbook has a `set` action and the tenant no transmitter.
     #[error("a set action, and no transmitter to send it")]
     NoTransmitter,
@@ -148,7 +148,7 @@ pub struct Decider {
     /// The signal.
     pub signal: SignalRequest,
     /// The tenant's transmitter, if it is one: where the playbook's `set` actions go.
-    pub transmitter: Option<Arc<Transmitter>>,
+    pub transmitter: Option<Arc<SetIssuer>>,
     /// The claim's span, the decision's trace (when tracing is on).
     pub trace: Option<TraceContext>,
 }

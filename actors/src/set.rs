@@ -84,7 +84,7 @@ pub trait SetSigner: Send + Sync {
 
 /// A SET's claims, in the order their names sort (as a JSON object of them would be written).
 #[derive(serde::Serialize)]
-pub(crate) struct Claims<'a> {
+pub(crate) struct SetClaims<'a> {
     pub aud: &'a str,
     pub events: Events<'a>,
     pub iat: u64,
@@ -107,17 +107,17 @@ impl serde::Serialize for Events<'_> {
     }
 }
 
-impl Claims<'_> {
+impl SetClaims<'_> {
     /// Signed by `signer`.
-    pub fn signed(&self, signer: &dyn SetSigner) -> Result<String, SetError> {
-        let claims = serde_json::to_vec(self).map_err(|e| SetError(e.to_string()))?;
-        signer.sign(&claims).map_err(SetError)
+    pub fn signed(&self, signer: &dyn SetSigner) -> Result<String, MakeSetError> {
+        let claims = serde_json::to_vec(self).map_err(|e| MakeSetError(e.to_string()))?;
+        signer.sign(&claims).map_err(MakeSetError)
     }
 }
 
 /// A tenant's transmitter as a decision sees it.
 #[derive(Clone)]
-pub struct Transmitter {
+pub struct SetIssuer {
     /// Every SET's `iss`.
     pub issuer: String,
     /// The signing key.
@@ -130,7 +130,7 @@ pub struct Transmitter {
 /// decision was made, and the key that seals each SET.
 pub struct SetContext<'a> {
     /// The transmitter.
-    pub transmitter: &'a Transmitter,
+    pub transmitter: &'a SetIssuer,
     /// The tenant's streams.
     pub streams: &'a [Stream],
     /// Seals each SET at rest.
@@ -140,7 +140,7 @@ pub struct SetContext<'a> {
 /// Why a SET could not be made.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot make a Security Event Token: {0}")]
-pub struct SetError(pub String);
+pub struct MakeSetError(pub String);
 
 /// The event types of `stream` that this transmitter sends.
 pub fn events_delivered(stream: &Stream) -> impl Iterator<Item = &str> {
@@ -259,7 +259,7 @@ pub fn plan(
     name: &str,
     action: &SetAction,
     delivery_id: impl Fn(&str) -> String,
-) -> Result<Vec<PlannedDelivery>, SetError> {
+) -> Result<Vec<PlannedDelivery>, MakeSetError> {
     let now_s = of.now_ms / 1000;
     let sub_id = sub_id(of.subject, action.subject_format);
     let mut event = Map::new();
@@ -286,7 +286,7 @@ pub fn plan(
         .into_iter()
         .map(|(stream, audience)| {
             let id = delivery_id(&format!("{name}\u{0}{}", stream.id));
-            let claims = Claims {
+            let claims = SetClaims {
                 aud: audience,
                 events: Events(&action.event, &event),
                 iat: now_s,
@@ -310,8 +310,8 @@ pub fn sealed(
     name: &str,
     url: String,
     token: &str,
-) -> Result<PlannedDelivery, SetError> {
-    let sealing = |e: crate::seal::Unsealable| SetError(e.to_string());
+) -> Result<PlannedDelivery, MakeSetError> {
+    let sealing = |e: crate::seal::Unsealable| MakeSetError(e.to_string());
     let key = sealer.fresh_key().map_err(sealing)?;
     let body = sealer
         .seal_under(&key, owner(&id), token.as_bytes())

@@ -23,11 +23,11 @@ pub struct Settings {
     /// `[store]`: sled in a data directory, or PostgreSQL.
     pub store: Backend,
     /// `[idempotency]`: claim windows, the digests' secret, the actors' limits.
-    pub idempotency: Idempotency,
+    pub idempotency: IdempotencySettings,
     /// `[delivery]`: callback attempts, retries and the endpoints' breaker.
-    pub delivery: Delivery,
+    pub delivery: DeliverySettings,
     /// `[decisions]`: how long decisions are kept for lookup.
-    pub decisions: Decisions,
+    pub decisions: DecisionSettings,
 }
 
 impl Settings {
@@ -41,7 +41,7 @@ impl Settings {
 /// `[idempotency]`. Its `Debug` leaves `key_secret` out.
 #[derive(Clone, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Idempotency {
+pub struct IdempotencySettings {
     /// How long a key and its stored result live after the claim.
     #[serde(deserialize_with = "read::duration")]
     pub key_ttl: Duration,
@@ -49,9 +49,9 @@ pub struct Idempotency {
     #[serde(deserialize_with = "read::duration")]
     pub in_flight_timeout: Duration,
     /// The secret of the keyed digests (keys, subjects, body fingerprints): required, at least
-    /// [`Idempotency::MIN_KEY_SECRET`] bytes.
+    /// [`IdempotencySettings::MIN_KEY_SECRET`] bytes.
     #[serde(
-        deserialize_with = "Idempotency::read_key_secret",
+        deserialize_with = "IdempotencySettings::read_key_secret",
         serialize_with = "read::fingerprint"
     )]
     pub key_secret: Vec<u8>,
@@ -59,8 +59,8 @@ pub struct Idempotency {
     #[serde(deserialize_with = "read::duration")]
     pub idle_actor_timeout: Duration,
     /// How often expired claims, deliveries and decisions are swept. Unwritten, it is zero as
-    /// read (a written duration never is) until [`Idempotency::checked`] makes it
-    /// [`Idempotency::sweep_interval_for`] `key_ttl`.
+    /// read (a written duration never is) until [`IdempotencySettings::checked`] makes it
+    /// [`IdempotencySettings::sweep_interval_for`] `key_ttl`.
     #[serde(deserialize_with = "read::duration", default)]
     pub sweep_interval: Duration,
     /// At most this many claim actors run at once; beyond, new keys are refused (503).
@@ -75,7 +75,7 @@ pub struct Idempotency {
     pub max_waiters: usize,
 }
 
-impl Idempotency {
+impl IdempotencySettings {
     /// The fewest bytes a `key_secret` may have: it is the HMAC key of every stored digest.
     pub const MIN_KEY_SECRET: usize = 32;
 
@@ -105,7 +105,7 @@ impl Idempotency {
     }
 
     /// `key_secret` as written: a secret (see [`read::SecretText`]) of at least
-    /// [`Idempotency::MIN_KEY_SECRET`] bytes.
+    /// [`IdempotencySettings::MIN_KEY_SECRET`] bytes.
     fn read_key_secret<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         match read::secret(d)? {
             s if s.is_empty() => Err(read::refuse(
@@ -122,11 +122,11 @@ impl Idempotency {
     }
 }
 
-impl Default for Idempotency {
+impl Default for IdempotencySettings {
     /// The defaults, with no `key_secret` (the configuration requires one).
     fn default() -> Self {
         let key_ttl = Duration::from_secs(24 * 3600);
-        Idempotency {
+        IdempotencySettings {
             key_ttl,
             in_flight_timeout: Duration::from_secs(30),
             key_secret: Vec::new(),
@@ -139,7 +139,7 @@ impl Default for Idempotency {
     }
 }
 
-impl std::fmt::Debug for Idempotency {
+impl std::fmt::Debug for IdempotencySettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Idempotency")
             .field("key_ttl", &self.key_ttl)
@@ -158,11 +158,11 @@ impl std::fmt::Debug for Idempotency {
 /// breaker's in `breaker`. Read by hand (its `Deserialize`): its schedule is written as
 /// `schedule` or as `max_retries` steps of `retry_interval`, never both.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
-pub struct Delivery {
+pub struct DeliverySettings {
     /// The deadline of each callback attempt (the first one is made inside the request).
     pub inline_timeout: Duration,
     /// The wait before each retry of a series, from the end of the attempt before it: at most
-    /// [`Delivery::MAX_STEPS`].
+    /// [`DeliverySettings::MAX_STEPS`].
     pub schedule: Vec<Duration>,
     /// Consecutive retryable failures that open an endpoint.
     pub breaker_threshold: u32,
@@ -171,13 +171,13 @@ pub struct Delivery {
     /// Attempts at once to one endpoint, across every node.
     pub max_in_flight_per_endpoint: usize,
     /// How long a delivery may be held by an open endpoint since its first hold before it is
-    /// dead (`endpoint_open`); unset, the schedule's total ([`Delivery::max_hold`]).
+    /// dead (`endpoint_open`); unset, the schedule's total ([`DeliverySettings::max_hold`]).
     pub max_hold: Option<Duration>,
 }
 
-impl Default for Delivery {
+impl Default for DeliverySettings {
     fn default() -> Self {
-        Delivery {
+        DeliverySettings {
             inline_timeout: Duration::from_secs(5),
             schedule: vec![Duration::from_secs(300); 3],
             breaker_threshold: 5,
@@ -188,7 +188,7 @@ impl Default for Delivery {
     }
 }
 
-impl Delivery {
+impl DeliverySettings {
     /// The most steps a schedule (or `max_retries`) may have.
     pub const MAX_STEPS: usize = 100;
 
@@ -224,7 +224,7 @@ impl Delivery {
     }
 }
 
-impl<'de> Deserialize<'de> for Delivery {
+impl<'de> Deserialize<'de> for DeliverySettings {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         /// The keys of `[delivery]`.
         const KEYS: &[&str] = &[
@@ -239,23 +239,26 @@ impl<'de> Deserialize<'de> for Delivery {
         ];
         struct Section;
         impl<'de> Visitor<'de> for Section {
-            type Value = Delivery;
+            type Value = DeliverySettings;
 
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("the [delivery] table")
             }
 
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Delivery, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<DeliverySettings, A::Error> {
                 use read::{Dur, Within};
-                let mut delivery = Delivery::default();
+                let mut delivery = DeliverySettings::default();
                 let (mut schedule, mut interval, mut retries) = (None, None, None);
-                while let Some(key) = map.next_key_seed(read::Key(KEYS))? {
+                while let Some(key) = map.next_key_seed(read::TableKey(KEYS))? {
                     let d = &mut delivery;
                     match key {
                         "inline_timeout" => d.inline_timeout = map.next_value::<Dur>()?.0,
                         "retry_interval" => interval = Some(map.next_value::<Dur>()?.0),
                         "max_retries" => {
-                            type Retries = Within<usize, 0, { Delivery::MAX_STEPS as i64 }>;
+                            type Retries = Within<usize, 0, { DeliverySettings::MAX_STEPS as i64 }>;
                             retries = Some(map.next_value::<Retries>()?.0)
                         }
                         "schedule" => schedule = Some(map.next_value::<Steps>()?.0),
@@ -291,16 +294,16 @@ impl<'de> Deserialize<'de> for Delivery {
     }
 }
 
-/// `delivery.schedule` as written: at most [`Delivery::MAX_STEPS`] durations.
+/// `delivery.schedule` as written: at most [`DeliverySettings::MAX_STEPS`] durations.
 struct Steps(Vec<Duration>);
 
 impl<'de> Deserialize<'de> for Steps {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let steps = Vec::<String>::deserialize(d)?;
-        if steps.len() > Delivery::MAX_STEPS {
+        if steps.len() > DeliverySettings::MAX_STEPS {
             return Err(read::refuse(format_args!(
                 "at most {} steps",
-                Delivery::MAX_STEPS
+                DeliverySettings::MAX_STEPS
             )));
         }
         let steps = steps.iter().map(|step| read::parse_duration(step));
@@ -314,15 +317,15 @@ impl<'de> Deserialize<'de> for Steps {
 /// `[decisions]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Decisions {
+pub struct DecisionSettings {
     /// How long a decision (keyless ones too) is kept for lookup.
     #[serde(deserialize_with = "read::duration")]
     pub retention: Duration,
 }
 
-impl Default for Decisions {
+impl Default for DecisionSettings {
     fn default() -> Self {
-        Decisions {
+        DecisionSettings {
             retention: Duration::from_secs(30 * 86_400),
         }
     }
@@ -590,9 +593,9 @@ pub mod read {
 
     /// A key of a table read by hand: one of its keys, else refused as serde's derive refuses
     /// an unknown field (the file's error, with its line).
-    pub struct Key(pub &'static [&'static str]);
+    pub struct TableKey(pub &'static [&'static str]);
 
-    impl<'de> DeserializeSeed<'de> for Key {
+    impl<'de> DeserializeSeed<'de> for TableKey {
         type Value = &'static str;
 
         fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<&'static str, D::Error> {

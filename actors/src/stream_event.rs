@@ -10,7 +10,7 @@ use idem_schemas::{PlannedDelivery, StreamState};
 use serde_json::{json, Map, Value};
 
 use crate::seal::Sealer;
-use crate::set::{sealed, Claims, Events, SetError, Transmitter};
+use crate::set::{sealed, Events, MakeSetError, SetClaims, SetIssuer};
 
 /// The verification event's type.
 pub const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-type/verification";
@@ -88,17 +88,17 @@ pub fn status_name(status: StreamState) -> &'static str {
 /// The SET telling stream `stream_id` (whose receiver's audience is `audience`) of `event` at
 /// `now_ms`, as the delivery `id`: signed and sealed, ready to be queued.
 pub fn set(
-    transmitter: &Transmitter,
+    transmitter: &SetIssuer,
     sealer: &Sealer,
     audience: &str,
     stream_id: &str,
     event: &StreamEvent,
     id: String,
     now_ms: u64,
-) -> Result<PlannedDelivery, SetError> {
+) -> Result<PlannedDelivery, MakeSetError> {
     let (event_type, members) = event.event();
     let sub_id = json!({"format": "opaque", "id": stream_id});
-    let claims = Claims {
+    let claims = SetClaims {
         aud: audience,
         events: Events(event_type, &members),
         iat: now_ms / 1000,
@@ -135,7 +135,7 @@ mod tests {
 
     #[test]
     fn a_stream_is_told_of_itself_as_its_own_opaque_subject() {
-        let transmitter = Transmitter {
+        let transmitter = SetIssuer {
             issuer: "https://idem.example/ssf/acme".into(),
             signer: Arc::new(Plain),
             audiences: HashMap::new(),

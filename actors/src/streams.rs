@@ -14,7 +14,7 @@ use crate::delivery::{queued_log, record_of, DeliveryActors, DeliveryError, Poll
 use crate::digest::Digester;
 use crate::metrics::Metric;
 use crate::seal::Sealer;
-use crate::set::{self, SetError, Transmitter};
+use crate::set::{self, MakeSetError, SetIssuer};
 use crate::settings::Settings;
 use crate::store::{Store, StoreError, Unit};
 use crate::stream_event::{self, about_the_stream, StreamEvent};
@@ -37,7 +37,7 @@ pub enum StreamsError {
     Actors(#[from] RegistryError),
     /// A SET could not be made.
     #[error(transparent)]
-    Set(#[from] SetError),
+    Set(#[from] MakeSetError),
 }
 
 /// The streams handle: cheap to clone.
@@ -103,7 +103,7 @@ impl Streams {
     pub async fn tell(
         &self,
         tenant: &str,
-        transmitter: &Transmitter,
+        transmitter: &SetIssuer,
         audience: &str,
         stream_id: &str,
         event: &StreamEvent,

@@ -24,7 +24,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use idem_actors::settings::{read, Decisions, Delivery, Idempotency};
+use idem_actors::settings::{read, DecisionSettings, DeliverySettings, IdempotencySettings};
 use idem_actors::Settings;
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -153,17 +153,17 @@ struct File {
     #[serde(default = "File::data_dir", deserialize_with = "File::read_data_dir")]
     data_dir: PathBuf,
     #[serde(default)]
-    idempotency: Idempotency,
+    idempotency: IdempotencySettings,
     #[serde(default)]
-    delivery: Delivery,
+    delivery: DeliverySettings,
     #[serde(default)]
     signatures: Signatures,
     #[serde(default)]
     http: Http,
     #[serde(default)]
-    store: store::Store,
+    store: store::StoreSection,
     #[serde(default)]
-    decisions: Decisions,
+    decisions: DecisionSettings,
     #[serde(default)]
     tenants: BTreeMap<String, Tenant>,
     #[serde(default)]

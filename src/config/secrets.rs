@@ -7,9 +7,9 @@ use idem_schemas::signature::Secret;
 use serde::{Deserialize, Deserializer};
 
 /// A secret or a list of them, each read from where it is.
-pub(super) struct Secrets(pub Vec<String>);
+pub(super) struct SecretList(pub Vec<String>);
 
-impl<'de> Deserialize<'de> for Secrets {
+impl<'de> Deserialize<'de> for SecretList {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         /// As written.
         #[derive(Deserialize)]
@@ -24,7 +24,7 @@ impl<'de> Deserialize<'de> for Secrets {
         };
         let list = list.into_iter().map(SecretText::resolve);
         list.collect::<Result<_, _>>()
-            .map(Secrets)
+            .map(SecretList)
             .map_err(read::refuse)
     }
 }
@@ -43,7 +43,7 @@ pub(super) fn shared_webhook_secrets<'de, D: Deserializer<'de>>(
 
 /// A field of Standard Webhooks secrets: one or a non-empty list.
 pub(super) fn webhook_secrets<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Secret>, D::Error> {
-    let Secrets(list) = Secrets::deserialize(d)?;
+    let SecretList(list) = SecretList::deserialize(d)?;
     if list.is_empty() {
         return Err(read::refuse("an empty list; omit the key instead"));
     }

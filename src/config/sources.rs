@@ -10,7 +10,7 @@ use idem_actors::playbook::Playbooks;
 use idem_actors::settings::read::{Dur, Resolved};
 use serde::{Deserialize, Deserializer};
 
-use super::secrets::{webhook_secret, Secrets};
+use super::secrets::{webhook_secret, SecretList};
 use super::{invalid, is_name, refused, ConfigError};
 use crate::source::jwks::JwksAt;
 use crate::source::{set, Pattern, Poll, Route, Source, SourceKind, Ssf};
@@ -29,7 +29,7 @@ const JWKS_REFETCH: Duration = Duration::from_secs(60);
 #[serde(deny_unknown_fields)]
 struct RawSource {
     kind: Option<String>,
-    secret: Option<Secrets>,
+    secret: Option<SecretList>,
     issuer: Option<String>,
     audience: Option<String>,
     jwks: Option<String>,
@@ -129,7 +129,7 @@ fn source(key: &str, name: String, raw: RawSource) -> Result<Source, ConfigError
     };
     // An SSF transmitter's SETs are signed: a push credential is optional.
     let secrets = match (raw.secret, kind) {
-        (Some(Secrets(secrets)), _) => secrets,
+        (Some(SecretList(secrets)), _) => secrets,
         (None, SourceKind::Ssf) => Vec::new(),
         (None, _) => return Err(invalid(format!("{key}.secret"), "is required")),
     };

@@ -16,13 +16,13 @@ const MAX_POOL: i64 = 1024;
 /// `[store]` as written.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-pub(super) struct Store {
+pub(super) struct StoreSection {
     backend: Option<String>,
     url: Option<String>,
     pool_size: Option<i64>,
 }
 
-impl Store {
+impl StoreSection {
     /// The backend it names, sled living in `data_dir`.
     pub(super) fn backend(self, data_dir: &Path) -> Result<Backend, ConfigError> {
         match self.backend.as_deref().unwrap_or("sled") {

@@ -1,18 +1,24 @@
 //! Who is asking: the Bearer API key names the tenant (compared in constant time), and a tenant
-//! with a `signing_secret` must also sign each request with the Standard Webhooks scheme.
+//! with a `signing_secret` must also sign each request with the Standard Webhooks scheme. Every
+//! tenant route but `POST /v1/signals` (whose checks keep their own order) takes
+//! [`TenantAuth`], the authenticated tenant, as an extractor.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use idem_schemas::signature::{self, VerifyError};
 use subtle::ConstantTimeEq;
 
 use crate::config::{Config, Tenant};
 use crate::http::problem::{ApiError, Kind};
+use crate::http::{App, Live};
 
 /// Finds tenants by API key without comparing the presented key to every stored one.
 pub struct ApiKeys {
-    by_hash: HashMap<[u8; 32], String>,
+    by_hash: HashMap<[u8; 32], Arc<Tenant>>,
 }
 
 fn hash(key: &[u8]) -> [u8; 32] {
@@ -25,17 +31,13 @@ impl ApiKeys {
         let by_hash = config
             .tenants
             .values()
-            .map(|t| (hash(t.api_key.as_bytes()), t.name.clone()))
+            .map(|t| (hash(t.api_key.as_bytes()), Arc::new(t.clone())))
             .collect();
         ApiKeys { by_hash }
     }
 
     /// The tenant whose API key the `Authorization: Bearer` header carries.
-    pub fn authenticate<'c>(
-        &self,
-        config: &'c Config,
-        headers: &HeaderMap,
-    ) -> Result<&'c Tenant, ApiError> {
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Tenant>, ApiError> {
         let unauthorized = |detail: &str| ApiError::new(Kind::Unauthorized, detail);
         let value = headers
             .get("authorization")
@@ -51,10 +53,28 @@ impl ApiKeys {
         let tenant = self
             .by_hash
             .get(&hash(token.as_bytes()))
-            .and_then(|name| config.tenants.get(name))
             .filter(|t| bool::from(t.api_key.as_bytes().ct_eq(token.as_bytes())))
             .ok_or_else(|| unauthorized("the API key is not valid"))?;
-        Ok(tenant)
+        Ok(tenant.clone())
+    }
+}
+
+/// The tenant a request's API key authenticates (401 otherwise), and the configuration in
+/// force when it came, which the whole request reads even if a reload lands meanwhile.
+pub struct TenantAuth {
+    /// The tenant.
+    pub tenant: Arc<Tenant>,
+    /// The configuration in force.
+    pub live: Arc<Live>,
+}
+
+impl FromRequestParts<Arc<App>> for TenantAuth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, ApiError> {
+        let live = app.live.load_full();
+        let tenant = live.api_keys.authenticate(&parts.headers)?;
+        Ok(TenantAuth { tenant, live })
     }
 }
 

@@ -9,26 +9,25 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idem_schemas::DecisionPage;
 
+use crate::http::auth::TenantAuth;
 use crate::http::problem::{ApiError, Kind};
 use crate::http::{query, App};
 
 /// Page size when none is asked for, and the largest allowed.
-const DEFAULT_LIMIT: usize = 50;
-const MAX_LIMIT: usize = 200;
+pub const DEFAULT_LIMIT: usize = 50;
+/// The largest page asked for.
+pub const MAX_LIMIT: usize = 200;
 
 /// `GET /v1/decisions/{id}`.
 pub async fn show(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
+    TenantAuth { tenant, .. }: TenantAuth,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let live = app.live.load_full();
-    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
     let view = app
         .engine
         .decisions()
@@ -47,11 +46,9 @@ pub async fn show(
 /// `GET /v1/decisions[?subject=…]`: a subject's decisions, or without one the tenant's newest.
 pub async fn list(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
+    TenantAuth { tenant, .. }: TenantAuth,
     Query(query): Query<query::Query>,
 ) -> Result<Response, ApiError> {
-    let live = app.live.load_full();
-    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
     query::only(&query, &["subject", "subject_id", "type", "after", "limit"])?;
     let subject = match (query.get("subject"), query.get("subject_id")) {
         (Some(_), Some(_)) => {

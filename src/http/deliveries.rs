@@ -19,6 +19,7 @@ use idem_schemas::timefmt::parse_rfc3339_ms;
 use idem_schemas::{DeliveryPage, DeliveryStatus, RedeliverRequest};
 
 use crate::config::Tenant;
+use crate::http::auth::TenantAuth;
 use crate::http::ingest::{read_body, require_json, stored, MAX_BODY};
 use crate::http::problem::{ApiError, Kind};
 use crate::http::{query, App};
@@ -27,8 +28,9 @@ use crate::http::{query, App};
 pub const REDELIVERIES_PER_SECOND: u32 = 10;
 
 /// Page size when none is asked for, and the largest allowed.
-const DEFAULT_LIMIT: usize = 50;
-const MAX_LIMIT: usize = 500;
+pub const DEFAULT_LIMIT: usize = 50;
+/// The largest page asked for.
+pub const MAX_LIMIT: usize = 500;
 
 fn not_found(id: &str) -> ApiError {
     ApiError::new(
@@ -40,11 +42,9 @@ fn not_found(id: &str) -> ApiError {
 /// `GET /v1/deliveries/{id}`.
 pub async fn show(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
+    TenantAuth { tenant, .. }: TenantAuth,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let live = app.live.load_full();
-    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
     let view = app
         .engine
         .deliveries()
@@ -58,11 +58,9 @@ pub async fn show(
 /// `GET /v1/deliveries`.
 pub async fn list(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
+    TenantAuth { tenant, .. }: TenantAuth,
     Query(query): Query<query::Query>,
 ) -> Result<Response, ApiError> {
-    let live = app.live.load_full();
-    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
     query::only(&query, &["status", "after", "limit"])?;
     let status = match query.get("status") {
         None => None,
@@ -109,12 +107,10 @@ fn parse_cursor(cursor: &str) -> Option<(DeliveryStatus, String)> {
 /// `POST /v1/deliveries/{id}/redeliver`.
 pub async fn redeliver(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
+    TenantAuth { tenant, .. }: TenantAuth,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let live = app.live.load_full();
-    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
-    limit_redeliveries(&app, tenant)?;
+    limit_redeliveries(&app, &tenant)?;
     match app.engine.deliveries().redeliver(&tenant.name, &id).await {
         Ok(view) => Ok((StatusCode::ACCEPTED, Json(view)).into_response()),
         Err(RedeliverError::NotFound) => Err(not_found(&id)),
@@ -204,8 +200,8 @@ pub async fn redeliver_matching(
     require_json(&headers)?;
     let bytes = read_body(&headers, body, live.config.http.read_timeout, MAX_BODY).await?;
     let (value, filter) = parse_filter(&bytes)?;
-    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
-    limit_redeliveries(&app, tenant)?;
+    let tenant = live.api_keys.authenticate(&headers)?;
+    limit_redeliveries(&app, &tenant)?;
     // The redeliveries run to their end even if the client goes away meanwhile.
     let (run, name) = (app.clone(), tenant.name.clone());
     let reply = tokio::spawn(async move {

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idem_actors::breaker::{Circuit, EndpointHealth};
@@ -14,6 +13,7 @@ use idem_schemas::timefmt::rfc3339_millis;
 use idem_schemas::{EndpointList, EndpointState, EndpointView};
 
 use crate::config::Tenant;
+use crate::http::auth::TenantAuth;
 use crate::http::problem::ApiError;
 use crate::http::App;
 
@@ -35,16 +35,17 @@ pub fn configured(tenant: &Tenant) -> impl Iterator<Item = &str> {
 }
 
 /// `GET /v1/endpoints`.
-pub async fn list(State(app): State<Arc<App>>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let live = app.live.load_full();
-    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
+pub async fn list(
+    State(app): State<Arc<App>>,
+    TenantAuth { tenant, .. }: TenantAuth,
+) -> Result<Response, ApiError> {
     let (stored, queued) = app
         .engine
         .deliveries()
         .endpoints(&tenant.name)
         .await
         .map_err(|e| ApiError::read_failed("the endpoints", e))?;
-    let mut health: BTreeMap<String, EndpointHealth> = configured(tenant)
+    let mut health: BTreeMap<String, EndpointHealth> = configured(&tenant)
         .map(|url| (url.to_string(), EndpointHealth::default()))
         .collect();
     // A URL the playbooks no longer name (a reload removed it) is shown while deliveries to it

@@ -71,7 +71,8 @@ async fn handle(app: &App, headers: &HeaderMap, body: Body) -> Result<Handled, A
 
     // 2. Authentication: an unauthenticated request never occupies a key.
     let config = &live.config;
-    let tenant = live.api_keys.authenticate(config, headers)?;
+    let tenant = live.api_keys.authenticate(headers)?;
+    let tenant = &*tenant;
     let now = now_ms();
     let signed_id = verify_signature(
         tenant,
@@ -334,4 +335,33 @@ pub fn parse_signal(bytes: &[u8]) -> Result<(Value, SignalRequest), ApiError> {
         return invalid("occurred_at must be an RFC 3339 date-time like 2026-11-29T17:54:32Z");
     }
     Ok((value, signal))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idem_actors::playbook::DecideError;
+    use idem_actors::StoreError;
+
+    /// What spans and metrics name a failure by is the slug of the problem it is answered with.
+    #[test]
+    fn a_failure_is_answered_with_the_problem_its_label_names() {
+        let json = serde_json::from_str::<Value>("{").expect_err("not JSON");
+        let claim = idem_actors::claim::ClaimError::Fenced;
+        let failures = [
+            SignalError::NoPlaybook("sim_swap".into()),
+            SignalError::Decide(DecideError::NoTransmitter),
+            SignalError::Streams("down".into()),
+            SignalError::Store(StoreError::Stopped),
+            SignalError::Response(json),
+            SignalError::Claim(std::sync::Arc::new(claim)),
+            SignalError::Actors(RegistryError::ActorFailed),
+            SignalError::Actors(RegistryError::Unavailable),
+            SignalError::Actors(RegistryError::Overloaded),
+        ];
+        for failure in failures {
+            let label = failure.label();
+            assert_eq!(refused("acme", failure).slug(), label);
+        }
+    }
 }

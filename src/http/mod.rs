@@ -41,7 +41,7 @@ pub struct Live {
     /// Each transmitter tenant's transmitter as its SETs are made with it (see
     /// [`transmitter::of`]), made once it is first needed.
     pub transmitters:
-        std::sync::OnceLock<std::collections::HashMap<String, Arc<idem_actors::set::Transmitter>>>,
+        std::sync::OnceLock<std::collections::HashMap<String, Arc<idem_actors::set::SetIssuer>>>,
 }
 
 impl Live {
@@ -72,7 +72,7 @@ pub struct App {
     /// The address this node listens on.
     pub listening: std::net::SocketAddr,
     /// The keys the transmitters derive from `key_secret`.
-    pub ssf: crate::transmitter::Secrets,
+    pub ssf: crate::transmitter::TransmitterSecrets,
 }
 
 /// The router of the whole service; each request traced when tracing is on.

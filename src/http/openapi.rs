@@ -26,7 +26,7 @@ use crate::http::problem::Kind;
     description = "Checks run in order: key syntax, content type, size, JSON shape (400/413/415); API key, signature and timestamp (401); playbook (400); then the claim. A retry of a completed key replays the stored status and body byte for byte with `Idempotent-Replayed: true`. Payloads compare by their RFC 8785 (JCS) form; a body naming a member twice is refused. A signed request without Idempotency-Key is claimed under its webhook-id. With `Prefer: wait=N`, a request whose key is in flight waits up to N seconds (capped by idempotency.max_wait) for the first request's answer and gets it as a replay with `Preference-Applied`; still in flight after the wait, 409. A playbook with once_per_subject answers further signals for a subject within its window with the first decision's response (`Idem-Deduplicated: subject`).",
     request_body(content = SignalRequest, content_type = "application/json"),
     params(
-        ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 257, pattern = r#"^([\x21\x23-\x7E][\x21-\x7E]{0,254}|"[\x21\x23-\x5B\x5D-\x7E]{1,255}")$"#, description = "1 to 255 visible ASCII characters, bare or as a quoted structured-field string"),
+        ("Idempotency-Key" = Option<String>, Header, min_length = 1, pattern = r#"^([\x21\x23-\x7E][\x21-\x7E]{0,254}|"[\x21\x23-\x5B\x5D-\x7E]{1,255}")$"#, description = "1 to 255 visible ASCII characters, bare or as a quoted structured-field string"),
         ("Prefer" = Option<String>, Header, description = "RFC 7240; `wait=N`: wait up to N seconds (capped by idempotency.max_wait) for an in-flight key's answer instead of a 409"),
         ("webhook-id" = Option<String>, Header, description = "Standard Webhooks id; required when the tenant has a signing_secret; must equal Idempotency-Key when both are sent; without Idempotency-Key, the request is claimed under it"),
         ("webhook-timestamp" = Option<String>, Header, description = "Unix seconds; required when the tenant has a signing_secret"),
@@ -47,7 +47,7 @@ use crate::http::problem::Kind;
             headers(("WWW-Authenticate" = String, description = "`Bearer` when the API key is missing or wrong"))),
         (status = 409, description = "key-in-flight: the key's first request is still running (after the wait, with Prefer: wait; at once beyond idempotency.max_waiters)", body = Problem, content_type = "application/problem+json",
             headers(("Retry-After" = String, description = "Seconds to wait: 2"))),
-        (status = 413, description = "payload-too-large: the body is over 64 KiB", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "payload-too-large: the body is over the largest taken", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported-media-type: not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "key-reused: the key was used with another payload", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "internal", body = Problem, content_type = "application/problem+json"),
@@ -83,7 +83,7 @@ fn get_decision() {}
         ("subject_id" = Option<String>, Query, description = "In place of `subject`: an RFC 9493 subject identifier object as JSON (emails compare lower-cased, members in any order), as SSF sources name subjects"),
         ("type" = Option<String>, Query, description = "Only decisions of this signal type"),
         ("after" = Option<String>, Query, pattern = r"^dec_.+$", description = "The `next_after` of the previous page"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "Page size, 1 to 200 (default 50)"),
+        ("limit" = Option<u32>, Query, minimum = 1, description = "Page size (its bounds and default are the handler's)"),
     ),
     responses(
         (status = 200, body = DecisionPage),
@@ -117,7 +117,7 @@ fn get_delivery() {}
     params(
         ("status" = Option<DeliveryStatus>, Query, description = "Only deliveries with this status"),
         ("after" = Option<String>, Query, pattern = r"^(queued|delivered|failed|dead|dropped):.+$", description = "The `next_after` of the previous page"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1 to 500 (default 50)"),
+        ("limit" = Option<u32>, Query, minimum = 1, description = "Page size (its bounds and default are the handler's)"),
     ),
     responses(
         (status = 200, body = DeliveryPage),
@@ -152,7 +152,7 @@ fn redeliver() {}
     summary = "A new series of attempts for every failed or dead delivery a filter matches",
     description = "Every matching delivery gets a new series of attempts, as the single redeliver gives one; the retry worker makes them, paced by each endpoint's limit of attempts at once. `since`/`until` compare with the delivery's creation time. With an `Idempotency-Key`, a retry of the same request redelivers nothing again and gets the first answer (`Idempotent-Replayed: true`); the same key with another filter is 422. Redelivery requests, single or bulk, are limited to 10 per second per tenant.",
     request_body(content = RedeliverRequest, content_type = "application/json"),
-    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 257, pattern = r#"^([\x21\x23-\x7E][\x21-\x7E]{0,254}|"[\x21\x23-\x5B\x5D-\x7E]{1,255}")$"#, description = "Makes a retried request redeliver nothing twice: 1 to 255 visible ASCII characters, bare or quoted")),
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, pattern = r#"^([\x21\x23-\x7E][\x21-\x7E]{0,254}|"[\x21\x23-\x5B\x5D-\x7E]{1,255}")$"#, description = "Makes a retried request redeliver nothing twice: 1 to 255 visible ASCII characters, bare or quoted")),
     responses(
         (status = 202, body = Redelivered, headers(("Idempotent-Replayed" = String, description = "`true` on a replay"))),
         (status = 400, description = "invalid-filter, malformed-json or invalid-idempotency-key", body = Problem, content_type = "application/problem+json"),
@@ -582,7 +582,7 @@ fn openapi() {}
         TransmitterMetadata, AuthorizationScheme, AccessToken, OAuthError, StreamConfig,
         StreamDelivery, StreamStatusBody
     )),
-    modifiers(&Extras)
+    modifiers(&Extras, &Limits)
 )]
 pub struct ApiDoc;
 
@@ -620,7 +620,110 @@ impl Modify for Extras {
     }
 }
 
+/// The limits the handlers enforce, written into the document from the handlers' own
+/// constants (utoipa's attributes take literals only), so the two cannot drift.
+struct Limits;
+
+impl Modify for Limits {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use crate::http::{decisions, deliveries, ingest};
+        let paths = &mut doc.paths.paths;
+        let pages = [
+            (
+                "/v1/decisions",
+                decisions::DEFAULT_LIMIT,
+                decisions::MAX_LIMIT,
+            ),
+            (
+                "/v1/deliveries",
+                deliveries::DEFAULT_LIMIT,
+                deliveries::MAX_LIMIT,
+            ),
+        ];
+        for (path, default, max) in pages {
+            let operation = paths.get_mut(path).and_then(|p| p.get.as_mut());
+            if let Some(limit) = operation.and_then(|o| parameter(o, "limit")) {
+                limit.description = Some(format!("Page size, 1 to {max} (default {default})"));
+                if let Some(schema) = object(limit) {
+                    schema.maximum = Some(utoipa::Number::UInt(max));
+                }
+            }
+        }
+        // A quoted key takes its two quotes beyond the key's own length.
+        let keyed = ["/v1/signals", "/v1/deliveries/redeliver"];
+        for path in keyed {
+            let operation = paths.get_mut(path).and_then(|p| p.post.as_mut());
+            let key = operation.and_then(|o| parameter(o, "Idempotency-Key"));
+            if let Some(schema) = key.and_then(object) {
+                schema.max_length = Some(crate::key::MAX_KEY_LEN + 2);
+            }
+        }
+        let signals = paths.get_mut("/v1/signals").and_then(|p| p.post.as_mut());
+        let too_large = signals.and_then(|o| o.responses.responses.get_mut("413"));
+        if let Some(utoipa::openapi::RefOr::T(response)) = too_large {
+            response.description = format!(
+                "payload-too-large: the body is over {} KiB",
+                ingest::MAX_BODY / 1024
+            );
+        }
+    }
+}
+
+/// The parameter `name` of `operation`.
+fn parameter<'o>(
+    operation: &'o mut utoipa::openapi::path::Operation,
+    name: &str,
+) -> Option<&'o mut utoipa::openapi::path::Parameter> {
+    let parameters = operation.parameters.as_mut()?;
+    parameters.iter_mut().find(|p| p.name == name)
+}
+
+/// The object schema of `parameter`.
+fn object(
+    parameter: &mut utoipa::openapi::path::Parameter,
+) -> Option<&mut utoipa::openapi::schema::Object> {
+    match parameter.schema.as_mut()? {
+        utoipa::openapi::RefOr::T(utoipa::openapi::Schema::Object(object)) => Some(object),
+        _ => None,
+    }
+}
+
 /// The document as JSON.
 pub fn document() -> serde_json::Value {
     serde_json::to_value(ApiDoc::openapi()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn parameter<'d>(doc: &'d Value, path: &str, method: &str, name: &str) -> &'d Value {
+        let parameters = doc["paths"][path][method]["parameters"].as_array();
+        let found = parameters.and_then(|ps| ps.iter().find(|p| p["name"] == name));
+        found.unwrap_or(&Value::Null)
+    }
+
+    #[test]
+    fn the_documents_limits_are_the_handlers() {
+        use crate::http::{decisions, deliveries};
+        let doc = document();
+        let max = |path, name| parameter(&doc, path, "get", name)["schema"]["maximum"].as_u64();
+        assert_eq!(
+            max("/v1/decisions", "limit"),
+            Some(decisions::MAX_LIMIT as u64)
+        );
+        assert_eq!(
+            max("/v1/deliveries", "limit"),
+            Some(deliveries::MAX_LIMIT as u64)
+        );
+        let key = parameter(&doc, "/v1/signals", "post", "Idempotency-Key");
+        let longest = crate::key::MAX_KEY_LEN as u64 + 2;
+        assert_eq!(key["schema"]["maxLength"].as_u64(), Some(longest));
+        let too_large = &doc["paths"]["/v1/signals"]["post"]["responses"]["413"]["description"];
+        let kib = crate::http::ingest::MAX_BODY / 1024;
+        assert!(too_large
+            .as_str()
+            .is_some_and(|d| d.contains(&format!("{kib} KiB"))));
+    }
 }

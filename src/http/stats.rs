@@ -9,12 +9,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use axum::extract::State;
-use axum::http::HeaderMap;
+
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idem_schemas::timefmt::rfc3339_millis;
 use idem_schemas::{DeliveryStatus, TenantStats};
 
+use crate::http::auth::TenantAuth;
 use crate::http::problem::ApiError;
 use crate::http::App;
 
@@ -82,9 +83,10 @@ impl Tally {
 }
 
 /// `GET /v1/stats`.
-pub async fn show(State(app): State<Arc<App>>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let live = app.live.load_full();
-    let tenant = live.api_keys.authenticate(&live.config, &headers)?;
+pub async fn show(
+    State(app): State<Arc<App>>,
+    TenantAuth { tenant, .. }: TenantAuth,
+) -> Result<Response, ApiError> {
     let count = |status| {
         app.engine
             .deliveries()

@@ -26,7 +26,7 @@ use idem_schemas::signature::{verify, Secret};
 use idem_schemas::timefmt::now_ms;
 use tokio::sync::Mutex;
 
-use crate::source::set::{Err as SetErr, Refusal};
+use crate::source::set::{Err as SetErr, SetRefusal};
 
 /// How the receiver runs.
 pub struct Options {
@@ -96,7 +96,7 @@ impl Seen {
 
 struct Receiver {
     secrets: Vec<Secret>,
-    ssf: Option<Arc<set::Transmitter>>,
+    ssf: Option<Arc<set::SetSource>>,
     tolerance_secs: u64,
     seen: Mutex<Seen>,
 }
@@ -112,7 +112,7 @@ pub async fn run(
         secrets: options.secrets,
         ssf: options
             .ssf
-            .map(|(issuer, audience)| set::Transmitter::new(issuer, audience)),
+            .map(|(issuer, audience)| set::SetSource::new(issuer, audience)),
         tolerance_secs: options.tolerance.as_secs(),
         seen: Mutex::new(seen),
     });
@@ -138,7 +138,7 @@ async fn receive(
         .is_some_and(|t| t.eq_ignore_ascii_case("application/secevent+jwt"));
     match (&r.ssf, is_set) {
         (Some(ssf), true) => receive_set(&r, ssf, &body).await,
-        (None, true) => refuse_set(Refusal::new(
+        (None, true) => refuse_set(SetRefusal::new(
             SetErr::AccessDenied,
             "this receiver takes no SETs (start it with --ssf-issuer)",
         )),
@@ -149,7 +149,7 @@ async fn receive(
 }
 
 /// RFC 8935's 400 for a refused SET.
-fn refuse_set(refusal: Refusal) -> Response {
+fn refuse_set(refusal: SetRefusal) -> Response {
     let body = serde_json::json!({"err": refusal.err.as_str(), "description": refusal.description});
     (
         StatusCode::BAD_REQUEST,
@@ -160,9 +160,12 @@ fn refuse_set(refusal: Refusal) -> Response {
 }
 
 /// A pushed SET: checked, recorded durably, printed, then 202.
-async fn receive_set(r: &Receiver, ssf: &set::Transmitter, body: &[u8]) -> Response {
+async fn receive_set(r: &Receiver, ssf: &set::SetSource, body: &[u8]) -> Response {
     let Ok(token) = std::str::from_utf8(body) else {
-        return refuse_set(Refusal::new(SetErr::InvalidRequest, "the SET is not text"));
+        return refuse_set(SetRefusal::new(
+            SetErr::InvalidRequest,
+            "the SET is not text",
+        ));
     };
     let accepted = match ssf.check(token.trim()).await {
         Ok(accepted) => accepted,
@@ -176,7 +179,7 @@ async fn receive_set(r: &Receiver, ssf: &set::Transmitter, body: &[u8]) -> Respo
         }
     };
     if accepted.id.chars().any(char::is_control) {
-        return refuse_set(Refusal::new(
+        return refuse_set(SetRefusal::new(
             SetErr::InvalidRequest,
             "a jti of control characters",
         ));

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use crate::source::set::{self, Err as SetErr, Expect, Keys, Refusal};
+use crate::source::set::{self, Err as SetErr, Expect, Keys, SetRefusal};
 
 /// The algorithms a receiver accepts: what SSF transmitters sign with.
 const ALGORITHMS: [&str; 2] = ["RS256", "ES256"];
@@ -25,7 +25,7 @@ const RETRY: Duration = Duration::from_secs(1);
 const MAX_DOCUMENT: usize = 256 * 1024;
 
 /// The transmitter a receiver takes SETs from.
-pub struct Transmitter {
+pub struct SetSource {
     issuer: String,
     audience: String,
     algorithms: Vec<String>,
@@ -48,15 +48,15 @@ pub struct Accepted {
     pub summary: String,
 }
 
-impl Transmitter {
+impl SetSource {
     /// SETs of `issuer` for `audience`.
-    pub fn new(issuer: String, audience: String) -> Arc<Transmitter> {
+    pub fn new(issuer: String, audience: String) -> Arc<SetSource> {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_default();
-        Arc::new(Transmitter {
+        Arc::new(SetSource {
             issuer,
             audience,
             algorithms: ALGORITHMS.iter().map(|a| a.to_string()).collect(),
@@ -113,7 +113,7 @@ impl Transmitter {
 
     /// The key `kid` names: from the keys held, or from the keys fetched again when they do not
     /// hold it and the last fetch is old enough.
-    async fn key(&self, kid: &str) -> Result<Arc<set::Key>, Refusal> {
+    async fn key(&self, kid: &str) -> Result<Arc<set::VerifyingKey>, SetRefusal> {
         let mut cached = self.keys.lock().await;
         if let Some(key) = cached.keys.get(kid) {
             return Ok(key.clone());
@@ -136,12 +136,12 @@ impl Transmitter {
             }
         }
         cached.keys.get(kid).cloned().ok_or_else(|| {
-            Refusal::new(SetErr::InvalidKey, "no key of the transmitter has this kid")
+            SetRefusal::new(SetErr::InvalidKey, "no key of the transmitter has this kid")
         })
     }
 
     /// `token` checked.
-    pub async fn check(&self, token: &str) -> Result<Accepted, Refusal> {
+    pub async fn check(&self, token: &str) -> Result<Accepted, SetRefusal> {
         let expect = Expect {
             issuer: &self.issuer,
             audience: &self.audience,

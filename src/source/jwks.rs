@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use super::set::{Key, Keys};
+use super::set::{Keys, VerifyingKey};
 
 /// The largest JWK Set document read.
 pub const MAX_JWKS: usize = 256 * 1024;
@@ -69,7 +69,7 @@ impl KeyCache {
         }
     }
 
-    fn cached(&self, kid: &str) -> Option<Arc<Key>> {
+    fn cached(&self, kid: &str) -> Option<Arc<VerifyingKey>> {
         let keys = match self.keys.read() {
             Ok(keys) => keys,
             Err(poisoned) => poisoned.into_inner(),
@@ -79,7 +79,7 @@ impl KeyCache {
 
     /// The key named `kid`: from the cache, else from the set fetched again if the last fetch is
     /// older than the interval.
-    pub async fn key(&self, kid: &str) -> Result<Arc<Key>, Missing> {
+    pub async fn key(&self, kid: &str) -> Result<Arc<VerifyingKey>, Missing> {
         if let Some(key) = self.cached(kid) {
             return Ok(key);
         }

@@ -60,29 +60,29 @@ impl Err {
 /// source expects.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {description}", err.as_str())]
-pub struct Refusal {
+pub struct SetRefusal {
     /// The code.
     pub err: Err,
     /// What is wrong.
     pub description: String,
 }
 
-impl Refusal {
+impl SetRefusal {
     /// A refusal with `err` and `description`.
     pub fn new(err: Err, description: impl Into<String>) -> Self {
-        Refusal {
+        SetRefusal {
             err,
             description: description.into(),
         }
     }
 }
 
-fn invalid(description: impl Into<String>) -> Refusal {
-    Refusal::new(Err::InvalidRequest, description)
+fn invalid(description: impl Into<String>) -> SetRefusal {
+    SetRefusal::new(Err::InvalidRequest, description)
 }
 
-fn bad_key(description: impl Into<String>) -> Refusal {
-    Refusal::new(Err::InvalidKey, description)
+fn bad_key(description: impl Into<String>) -> SetRefusal {
+    SetRefusal::new(Err::InvalidKey, description)
 }
 
 /// What kind of key verifies an algorithm.
@@ -120,7 +120,7 @@ pub fn algorithm(name: &str) -> Option<(Algorithm, KeyType)> {
 }
 
 /// One verification key of a transmitter's JWK Set.
-pub struct Key {
+pub struct VerifyingKey {
     decoding: DecodingKey,
     kind: KeyType,
     /// The `alg` the JWK names, if it names one: then no other is accepted with it.
@@ -130,12 +130,12 @@ pub struct Key {
 /// A transmitter's verification keys by `kid`.
 #[derive(Default, Clone)]
 pub struct Keys {
-    by_kid: HashMap<String, Arc<Key>>,
+    by_kid: HashMap<String, Arc<VerifyingKey>>,
 }
 
 impl Keys {
     /// The key named `kid`.
-    pub fn get(&self, kid: &str) -> Option<&Arc<Key>> {
+    pub fn get(&self, kid: &str) -> Option<&Arc<VerifyingKey>> {
         self.by_kid.get(kid)
     }
 
@@ -172,7 +172,7 @@ impl Keys {
     }
 }
 
-fn key(raw: &Value) -> Result<(String, Key), String> {
+fn key(raw: &Value) -> Result<(String, VerifyingKey), String> {
     let jwk: Jwk = serde_json::from_value(raw.clone()).map_err(|e| e.to_string())?;
     let kid = jwk.common.key_id.clone().ok_or("no kid")?;
     if matches!(jwk.common.public_key_use, Some(ref u) if *u != PublicKeyUse::Signature) {
@@ -206,7 +206,7 @@ fn key(raw: &Value) -> Result<(String, Key), String> {
     let alg = jwk.common.key_algorithm.map(|a| format!("{a:?}"));
     Ok((
         kid,
-        Key {
+        VerifyingKey {
             decoding,
             kind,
             alg,
@@ -238,7 +238,7 @@ pub struct Header {
 
 /// Reads the header of a compact JWS and checks what needs no key: three parts, `typ`, an
 /// `alg` the source allows, a `kid`.
-pub fn header(token: &str, expect: &Expect<'_>) -> Result<Header, Refusal> {
+pub fn header(token: &str, expect: &Expect<'_>) -> Result<Header, SetRefusal> {
     let parts = token.split('.').count();
     if parts == 5 {
         return Err(invalid(
@@ -299,9 +299,9 @@ impl Set {
 pub fn verify(
     token: &str,
     header: &Header,
-    key: &Key,
+    key: &VerifyingKey,
     expect: &Expect<'_>,
-) -> Result<Set, Refusal> {
+) -> Result<Set, SetRefusal> {
     let (alg, kind) =
         algorithm(&header.alg).ok_or_else(|| bad_key("the algorithm is not a public-key one"))?;
     if kind != key.kind {
@@ -342,16 +342,16 @@ pub fn verify(
 }
 
 /// Checks a verified SET's claims.
-fn claims_of(claims: Value, expect: &Expect<'_>) -> Result<Set, Refusal> {
+fn claims_of(claims: Value, expect: &Expect<'_>) -> Result<Set, SetRefusal> {
     let object = claims
         .as_object()
         .ok_or_else(|| invalid("the claims are not a JSON object"))?;
     let iss = object
         .get("iss")
         .and_then(Value::as_str)
-        .ok_or_else(|| Refusal::new(Err::InvalidIssuer, "the SET has no iss"))?;
+        .ok_or_else(|| SetRefusal::new(Err::InvalidIssuer, "the SET has no iss"))?;
     if iss != expect.issuer {
-        return Err(Refusal::new(
+        return Err(SetRefusal::new(
             Err::InvalidIssuer,
             "the SET's iss is not this source's transmitter",
         ));
@@ -362,7 +362,7 @@ fn claims_of(claims: Value, expect: &Expect<'_>) -> Result<Set, Refusal> {
         _ => false,
     };
     if !audience {
-        return Err(Refusal::new(
+        return Err(SetRefusal::new(
             Err::InvalidAudience,
             "this receiver is not among the SET's aud",
         ));

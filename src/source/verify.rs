@@ -43,7 +43,7 @@ pub enum Refused {
 }
 
 /// What the check reads of a delivery.
-pub struct Delivery<'a> {
+pub struct Received<'a> {
     /// Its headers.
     pub headers: &'a HeaderMap,
     /// The path and query it was posted to.
@@ -74,7 +74,7 @@ fn first<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 }
 
 /// Checks that `delivery` comes from the provider `source` is configured for.
-pub fn check(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
+pub fn check(source: &Source, delivery: &Received<'_>) -> Result<(), Refused> {
     let headers = delivery.headers;
     match source.kind {
         SourceKind::Okta => {
@@ -154,7 +154,7 @@ fn one_of(source: &Source, credential: &str) -> Result<(), Refused> {
 }
 
 /// `Stripe-Signature: t=…,v1=…`: one `v1` matching any secret suffices, then the timestamp.
-fn stripe(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
+fn stripe(source: &Source, delivery: &Received<'_>) -> Result<(), Refused> {
     let value = header(delivery.headers, "stripe-signature")?;
     let mut timestamp = None;
     let mut tags = Vec::new();
@@ -187,7 +187,7 @@ fn stripe(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
 /// signature. idem sees the path and query Twilio posted to, and the host it named (a proxy's
 /// `X-Forwarded-Host`, else `Host`, else the request's authority); the scheme is the one a proxy
 /// in front says (`X-Forwarded-Proto`), else either of https and http.
-fn twilio(source: &Source, delivery: &Delivery<'_>) -> Result<(), Refused> {
+fn twilio(source: &Source, delivery: &Received<'_>) -> Result<(), Refused> {
     let signature = header(delivery.headers, "x-twilio-signature")?;
     let tag = STANDARD
         .decode(signature.trim())
@@ -296,7 +296,7 @@ mod tests {
         let uri: Uri = uri.parse().expect("uri");
         check(
             source,
-            &Delivery {
+            &Received {
                 headers,
                 uri: &uri,
                 body,
@@ -402,7 +402,7 @@ mod tests {
             let uri: Uri = uri.parse().expect("uri");
             check(
                 &s,
-                &Delivery {
+                &Received {
                     headers,
                     uri: &uri,
                     body,

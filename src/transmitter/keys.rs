@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 /// A key that cannot be used, and why.
 #[derive(Debug, thiserror::Error)]
-pub enum KeyError {
+pub enum SigningKeyError {
     /// The file could not be read.
     #[error("cannot read {0}")]
     Read(String),
@@ -71,7 +71,7 @@ fn unsigned(bytes: &[u8]) -> &[u8] {
 }
 
 /// The DER inside a PEM `PRIVATE KEY` block.
-fn pkcs8_der(pem: &str) -> Result<Vec<u8>, KeyError> {
+fn pkcs8_der(pem: &str) -> Result<Vec<u8>, SigningKeyError> {
     const BEGIN: &str = "-----BEGIN PRIVATE KEY-----";
     const END: &str = "-----END PRIVATE KEY-----";
     let Some(start) = pem.find(BEGIN) else {
@@ -83,24 +83,26 @@ fn pkcs8_der(pem: &str) -> Result<Vec<u8>, KeyError> {
         } else {
             ""
         };
-        return Err(KeyError::NotPkcs8(hint));
+        return Err(SigningKeyError::NotPkcs8(hint));
     };
     let body = &pem[start + BEGIN.len()..];
-    let end = body.find(END).ok_or(KeyError::NotPkcs8(""))?;
+    let end = body.find(END).ok_or(SigningKeyError::NotPkcs8(""))?;
     let text: String = body[..end].split_whitespace().collect();
-    STANDARD.decode(text).map_err(|_| KeyError::NotPkcs8(""))
+    STANDARD
+        .decode(text)
+        .map_err(|_| SigningKeyError::NotPkcs8(""))
 }
 
 impl SigningKey {
     /// Reads the key in the PEM file at `path`.
-    pub fn read(path: &Path) -> Result<SigningKey, KeyError> {
+    pub fn read(path: &Path) -> Result<SigningKey, SigningKeyError> {
         let pem = std::fs::read_to_string(path)
-            .map_err(|e| KeyError::Read(format!("{}: {e}", path.display())))?;
+            .map_err(|e| SigningKeyError::Read(format!("{}: {e}", path.display())))?;
         SigningKey::from_pem(&pem)
     }
 
     /// The key in `pem`, a PKCS#8 `PRIVATE KEY` block.
-    pub fn from_pem(pem: &str) -> Result<SigningKey, KeyError> {
+    pub fn from_pem(pem: &str) -> Result<SigningKey, SigningKeyError> {
         let der = pkcs8_der(pem)?;
         let (pair, jwk, thumbprint) = match RsaKeyPair::from_pkcs8(&der) {
             Ok(rsa) => {
@@ -119,15 +121,15 @@ impl SigningKey {
                 )
                 .map_err(|_| match rsa_error.to_string().as_str() {
                     // ring takes RSA keys of 2048 to 4096 bits.
-                    "TooSmall" | "TooLarge" => KeyError::RsaSize,
-                    _ => KeyError::Unsupported,
+                    "TooSmall" | "TooLarge" => SigningKeyError::RsaSize,
+                    _ => SigningKeyError::Unsupported,
                 })?;
                 let point = ec.public_key().as_ref();
                 // An uncompressed P-256 point: 0x04 ‖ x ‖ y, 32 bytes each.
                 let (x, y) = point
                     .get(1..)
                     .map(|xy| xy.split_at(xy.len() / 2))
-                    .ok_or(KeyError::Unsupported)?;
+                    .ok_or(SigningKeyError::Unsupported)?;
                 let (x, y) = (b64(x), b64(y));
                 let thumbprint = format!(r#"{{"crv":"P-256","kty":"EC","x":"{x}","y":"{y}"}}"#);
                 let jwk = json!({"kty": "EC", "crv": "P-256", "x": x, "y": y});
@@ -183,7 +185,7 @@ impl SigningKey {
 
     /// A Security Event Token: a compact JWS of the JSON `claims` with the protected header
     /// `{"alg","kid","typ":"secevent+jwt"}`.
-    pub fn sign(&self, claims: &[u8]) -> Result<String, KeyError> {
+    pub fn sign(&self, claims: &[u8]) -> Result<String, SigningKeyError> {
         let input = format!("{}.{}", self.header, b64(claims));
         let rng = SystemRandom::new();
         let signature = match &self.pair {
@@ -195,12 +197,12 @@ impl SigningKey {
                     input.as_bytes(),
                     &mut out,
                 )
-                .map_err(|_| KeyError::Sign)?;
+                .map_err(|_| SigningKeyError::Sign)?;
                 out
             }
             Pair::Ec(ec) => ec
                 .sign(&rng, input.as_bytes())
-                .map_err(|_| KeyError::Sign)?
+                .map_err(|_| SigningKeyError::Sign)?
                 .as_ref()
                 .to_vec(),
         };
@@ -302,7 +304,7 @@ mod tests {
         let ed25519 = "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEINTuctv5E1hK1bbY8fdp+K06/nwoy/HU++CXqI9EdVhC\n-----END PRIVATE KEY-----\n";
         assert!(matches!(
             SigningKey::from_pem(ed25519),
-            Err(KeyError::Unsupported)
+            Err(SigningKeyError::Unsupported)
         ));
     }
 }

@@ -72,15 +72,15 @@ impl std::fmt::Debug for Receiver {
 }
 
 /// The key every node derives from `key_secret` to sign its transmitters' access tokens.
-pub struct Secrets {
+pub struct TransmitterSecrets {
     /// Signs access tokens.
     pub token_key: [u8; 32],
 }
 
-impl Secrets {
+impl TransmitterSecrets {
     /// The key `derive` gives (the engine's [`idem_actors::Engine::derived_key`]).
-    pub fn new(derive: impl Fn(&[u8]) -> [u8; 32]) -> Secrets {
-        Secrets {
+    pub fn new(derive: impl Fn(&[u8]) -> [u8; 32]) -> TransmitterSecrets {
+        TransmitterSecrets {
             token_key: derive(b"idem/ssf-token/v1"),
         }
     }

@@ -30,15 +30,15 @@ pub const MAX_REMOVED: usize = 10_000;
 /// A request that cannot be applied: its reason, for the 400.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct Refused(pub String);
+pub struct InvalidStream(pub String);
 
-fn refused(reason: impl Into<String>) -> Refused {
-    Refused(reason.into())
+fn refused(reason: impl Into<String>) -> InvalidStream {
+    InvalidStream(reason.into())
 }
 
 /// How a request asks for a stream's SETs to be delivered.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Delivery {
+pub struct DeliveryAsked {
     /// Push or poll.
     pub method: StreamMethod,
     /// A push stream's receiver URL.
@@ -51,14 +51,14 @@ pub struct Delivery {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Asked {
     /// `delivery`.
-    pub delivery: Option<Delivery>,
+    pub delivery: Option<DeliveryAsked>,
     /// `events_requested`.
     pub events_requested: Option<Vec<String>>,
     /// `description` (`Some(None)` for an explicit `null`).
     pub description: Option<Option<String>>,
 }
 
-fn text<'a>(object: &'a Map<String, Value>, name: &str) -> Result<Option<&'a str>, Refused> {
+fn text<'a>(object: &'a Map<String, Value>, name: &str) -> Result<Option<&'a str>, InvalidStream> {
     match object.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
@@ -73,7 +73,7 @@ fn http_url(url: &str) -> bool {
 }
 
 /// What the JSON object `body` asks for.
-pub fn asked(body: &Value) -> Result<Asked, Refused> {
+pub fn asked(body: &Value) -> Result<Asked, InvalidStream> {
     let object = body
         .as_object()
         .ok_or_else(|| refused("the body must be a JSON object"))?;
@@ -113,7 +113,7 @@ pub fn asked(body: &Value) -> Result<Asked, Refused> {
                 // A poll stream's URL is the transmitter's to give.
                 StreamMethod::Poll => (None, None),
             };
-            Some(Delivery {
+            Some(DeliveryAsked {
                 method,
                 endpoint_url,
                 authorization_header,
@@ -167,8 +167,8 @@ pub fn create(
     receiver: &str,
     now_ms: u64,
     asked: Asked,
-    seal: impl FnOnce(&str) -> Result<Vec<u8>, Refused>,
-) -> Result<Stream, Refused> {
+    seal: impl FnOnce(&str) -> Result<Vec<u8>, InvalidStream>,
+) -> Result<Stream, InvalidStream> {
     let delivery = asked
         .delivery
         .ok_or_else(|| refused("delivery is required"))?;
@@ -200,8 +200,8 @@ pub fn change(
     stream: &Stream,
     asked: Asked,
     whole: bool,
-    seal: impl FnOnce(&str) -> Result<Vec<u8>, Refused>,
-) -> Result<Stream, Refused> {
+    seal: impl FnOnce(&str) -> Result<Vec<u8>, InvalidStream>,
+) -> Result<Stream, InvalidStream> {
     let mut next = stream.clone();
     next.version += 1;
     match asked.delivery {
@@ -231,7 +231,7 @@ pub fn change(
 }
 
 /// The status a request names (§8.1.2).
-pub fn state(name: &str) -> Result<StreamState, Refused> {
+pub fn state(name: &str) -> Result<StreamState, InvalidStream> {
     match name {
         "enabled" => Ok(StreamState::Enabled),
         "paused" => Ok(StreamState::Paused),
@@ -272,7 +272,7 @@ pub fn with_subject(
     stream: &Stream,
     subject: [u8; 32],
     remove: bool,
-) -> Result<Option<Stream>, Refused> {
+) -> Result<Option<Stream>, InvalidStream> {
     let at = stream.removed_subjects.binary_search(&subject);
     let mut next = stream.clone();
     match (remove, at) {
@@ -294,7 +294,7 @@ pub fn with_subject(
 }
 
 /// What the transmitter says of a stream besides what is stored.
-pub struct Context<'a> {
+pub struct StreamContext<'a> {
     /// The tenant's issuer.
     pub issuer: &'a str,
     /// The receiver's audience.
@@ -307,7 +307,7 @@ pub struct Context<'a> {
 
 /// The stream's configuration as the receiver reads it (§8.1.1). The authorization header is
 /// the receiver's secret: it is not read back.
-pub fn view(stream: &Stream, context: &Context<'_>) -> StreamConfig {
+pub fn view(stream: &Stream, context: &StreamContext<'_>) -> StreamConfig {
     let (method, endpoint_url) = match stream.method {
         StreamMethod::Push => (PUSH, stream.endpoint_url.clone()),
         StreamMethod::Poll => (
@@ -348,7 +348,7 @@ mod tests {
 
     const REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
 
-    fn no_seal(_: &str) -> Result<Vec<u8>, Refused> {
+    fn no_seal(_: &str) -> Result<Vec<u8>, InvalidStream> {
         Ok(b"sealed".to_vec())
     }
 
@@ -378,7 +378,7 @@ mod tests {
         assert_eq!(stream.authorization.as_deref(), Some(&b"sealed"[..]));
         assert_eq!(stream.events_requested, [REVOKED, "urn:example:unknown"]);
         assert_eq!(events_delivered(&stream).collect::<Vec<_>>(), [REVOKED]);
-        let context = Context {
+        let context = StreamContext {
             issuer: "https://idem.example/ssf/acme",
             audience: "https://okta.example",
             poll_base: "https://idem.example/ssf/acme/streams",

@@ -286,9 +286,9 @@ impl ClaimState {
                 decision,
                 taken_over,
             } => {
-                let (me, dispatcher) = (myself.clone(), ctx.dispatcher.clone());
+                let (me, attempts) = (myself.clone(), ctx.attempts.clone());
                 tokio::spawn(async move {
-                    let outcomes = dispatcher.dispatch(&decision).await;
+                    let outcomes = attempts.inline(&decision).await;
                     // If the actor is gone (it failed), the claim stays in flight in the store
                     // and is taken over after `in_flight_timeout`.
                     let _ = me.cast(ClaimMsg::Dispatched {

@@ -29,8 +29,8 @@ use std::time::Duration;
 use idem_schemas::{Decision, StoredResponse, SubjectLink};
 use ractor::ActorRef;
 
+use crate::attempt::Attempts;
 use crate::digest::Digester;
-use crate::dispatch::Dispatcher;
 use crate::playbook::{DecideError, Decider};
 use crate::seal::Sealer;
 use crate::settings::Settings;
@@ -45,7 +45,7 @@ pub(crate) struct ClaimContext {
     /// The claim and delivery logs.
     pub store: Arc<dyn Store>,
     /// Makes the callback attempts.
-    pub dispatcher: Arc<Dispatcher>,
+    pub attempts: Arc<Attempts>,
     /// The keyed digests a decision names its subject by.
     pub digester: Digester,
     /// Seals a decision's SETs at rest.
@@ -60,7 +60,7 @@ impl ClaimContext {
     /// The context of the claims of the process of epoch `holder`.
     pub fn new(
         store: Arc<dyn Store>,
-        dispatcher: Arc<Dispatcher>,
+        attempts: Arc<Attempts>,
         (digester, sealer): (Digester, Arc<Sealer>),
         settings: Arc<Settings>,
         holder: u64,
@@ -68,7 +68,7 @@ impl ClaimContext {
     ) -> Self {
         ClaimContext {
             store,
-            dispatcher,
+            attempts,
             digester,
             sealer,
             core: core::Context {

@@ -148,7 +148,7 @@ pub struct Holder {
 
 impl Holder {
     /// The holder of the process of `epoch`, under `idempotency`.
-    pub fn of(epoch: u64, idempotency: &crate::settings::Idempotency) -> Holder {
+    pub fn of(epoch: u64, idempotency: &crate::settings::IdempotencySettings) -> Holder {
         let in_flight_timeout_ms = idempotency.in_flight_timeout_ms();
         Holder {
             epoch,

@@ -18,7 +18,7 @@ use idem_schemas::timefmt::now_ms;
 use idem_schemas::{DeliveryEvent, DeliveryStatus, DeliveryView, PlannedDelivery};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::dispatch::{Attempting, Dispatcher, Readiness};
+use crate::attempt::{Attempting, Attempts, Readiness};
 use crate::endpoint::Admission;
 use crate::failpoint;
 use crate::idle::IdleTimer;
@@ -36,7 +36,7 @@ pub struct DeliveryContext {
     /// The delivery logs.
     pub store: Arc<dyn Store>,
     /// Makes the attempts.
-    pub dispatcher: Arc<Dispatcher>,
+    pub attempts: Arc<Attempts>,
     /// The engine's settings (the retry policy is `delivery`'s).
     pub settings: Arc<Settings>,
     /// Deliveries woken on this node whose attempt has not ended yet, since when: the retry
@@ -62,15 +62,11 @@ pub enum DeliveryError {
 }
 
 impl DeliveryContext {
-    /// The context of delivery actors on `store`, attempting through `dispatcher`.
-    pub fn new(
-        store: Arc<dyn Store>,
-        dispatcher: Arc<Dispatcher>,
-        settings: Arc<Settings>,
-    ) -> Self {
+    /// The context of delivery actors on `store`, attempting through `attempts`.
+    pub fn new(store: Arc<dyn Store>, attempts: Arc<Attempts>, settings: Arc<Settings>) -> Self {
         DeliveryContext {
             store,
-            dispatcher,
+            attempts,
             settings,
             pending: Mutex::new(HashMap::new()),
         }
@@ -221,7 +217,7 @@ impl DeliveryActorState {
             Some(_) => self.ctx.settings.delivery.inline_timeout / 2,
             None => self.ctx.settings.delivery.inline_timeout,
         };
-        let dispatcher = &self.ctx.dispatcher;
+        let attempts = &self.ctx.attempts;
         let planned = PlannedDelivery {
             id: record.id.clone(),
             action: record.action.clone(),
@@ -231,7 +227,7 @@ impl DeliveryActorState {
             token: None,
         };
         let mut stream = None;
-        let admission = match dispatcher.readiness(&record.tenant, &planned).await {
+        let admission = match attempts.readiness(&record.tenant, &planned).await {
             // A SET to a paused stream: held, and looked at again a cooldown later.
             Readiness::Paused => {
                 let cooldown = self.ctx.settings.delivery.breaker_cooldown;
@@ -242,7 +238,7 @@ impl DeliveryActorState {
             Readiness::Polled => Admission::Held(u64::MAX),
             Readiness::Go(read) => {
                 stream = read;
-                let endpoints = dispatcher.endpoints();
+                let endpoints = attempts.endpoints();
                 endpoints.admit(&record.tenant, &record.url, wait).await
             }
         };
@@ -276,7 +272,7 @@ impl DeliveryActorState {
             number: self.delivery.attempts_total + 1,
         };
         let deadline = self.ctx.settings.delivery.inline_timeout;
-        let (status, attempt) = dispatcher.attempt(&of, stream, deadline, &permit).await;
+        let (status, attempt) = attempts.attempt(&of, stream, deadline, &permit).await;
         drop(permit);
         let next = self.ctx.settings.delivery.next_step(
             &record.id,

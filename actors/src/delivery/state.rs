@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::metrics::Metric;
-use crate::settings::{Delivery, Settings};
+use crate::settings::{DeliverySettings, Settings};
 use crate::store::{DeliveryWrite, Placement};
 use crate::stream_event::about_the_stream;
 
@@ -23,7 +23,7 @@ use crate::stream_event::about_the_stream;
 pub const KEPT_ATTEMPTS: usize = 100;
 
 /// The retry policy.
-impl Delivery {
+impl DeliverySettings {
     /// What follows an attempt of delivery `id` classified `status`, the `series_attempts`-th
     /// of its series, ended at `now`. Each wait is its step of the schedule stretched by up to
     /// a tenth, by an amount fixed by the delivery and attempt, so the retries of deliveries

@@ -24,7 +24,7 @@ use crate::metrics::Metric;
 use crate::outcome::Outcome;
 use crate::playbook::{DecideError, Decider, Playbooks};
 use crate::record::{self, Decided};
-use crate::set::Transmitter;
+use crate::set::SetIssuer;
 use crate::store::StoreError;
 use crate::supervise::RegistryError;
 use crate::trace;
@@ -41,7 +41,7 @@ pub struct Routed<'a> {
     /// How it came, and so what it is claimed by.
     pub by: By<'a>,
     /// The tenant's Shared Signals transmitter, if it is one: where `set` actions go.
-    pub transmitter: Option<Arc<Transmitter>>,
+    pub transmitter: Option<Arc<SetIssuer>>,
 }
 
 /// How a signal came.
@@ -264,7 +264,7 @@ impl Signals {
             false => Vec::new(),
         };
         let decision = decider.decide(&ctx.digester, &ctx.sealer, &streams, now_ms())?;
-        let outcomes = ctx.dispatcher.dispatch(&decision).await;
+        let outcomes = ctx.attempts.inline(&decision).await;
         let response = record::response(&decision, &outcomes)?;
         let decided = Decided::Keyless {
             decision: &decision,

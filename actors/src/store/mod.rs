@@ -24,7 +24,7 @@ use idem_schemas::{
 
 use crate::breaker::{EndpointEvent, EndpointHealth, EndpointId, Noted};
 use crate::codec::CodecError;
-use crate::settings::Delivery;
+use crate::settings::DeliverySettings;
 
 /// Identifies a claim: a tenant and the keyed digest of an idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -556,7 +556,7 @@ pub trait EndpointStore: Send + Sync {
         tenant: &'a str,
         url: &'a str,
         event: EndpointEvent,
-        settings: &'a Delivery,
+        settings: &'a DeliverySettings,
     ) -> Read<'a, Noted>;
 
     /// Every endpoint with a stored health (of `tenant` only, if given).

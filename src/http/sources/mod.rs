@@ -26,6 +26,7 @@ use idem_schemas::timefmt::now_ms;
 use idem_schemas::{NamedSource, OktaVerification, SourceList, SourceReceipt};
 
 use crate::config::Tenant;
+use crate::http::auth::TenantAuth;
 use crate::http::ingest::read_body;
 use crate::http::metrics::{SOURCE_DELIVERIES, SOURCE_EVENTS};
 use crate::http::problem::{ApiError, Kind};
@@ -107,7 +108,7 @@ async fn handle(
     // Authenticated before anything is parsed: an unauthenticated delivery claims nothing.
     verify::check(
         source,
-        &verify::Delivery {
+        &verify::Received {
             headers,
             uri: &parts.uri,
             body: &bytes,
@@ -218,7 +219,7 @@ pub async fn verify_hook(
         let uri = axum::http::Uri::from_static("/");
         verify::check(
             source,
-            &verify::Delivery {
+            &verify::Received {
                 headers: &headers,
                 uri: &uri,
                 body: &[],
@@ -252,43 +253,34 @@ pub async fn verify_hook(
 /// Another tenant's source is indistinguishable from a missing one.
 pub async fn status(
     State(app): State<Arc<App>>,
+    TenantAuth {
+        tenant: caller,
+        live,
+    }: TenantAuth,
     path: Result<Path<(String, String)>, PathRejection>,
-    headers: HeaderMap,
-) -> Response {
-    let live = app.live.load_full();
-    let answer = live
-        .api_keys
-        .authenticate(&live.config, &headers)
-        .and_then(|caller| {
-            let (tenant, source) = find(&live, path)?;
-            if caller.name != tenant.name {
-                return Err(ApiError::new(Kind::NotFound, "no such tenant or source"));
-            }
-            Ok(app.sources.of(&tenant.name, source).view(source.kind))
-        });
-    match answer {
-        Ok(status) => Json(status).into_response(),
-        Err(problem) => problem.into_response(),
+) -> Result<Response, ApiError> {
+    let (tenant, source) = find(&live, path)?;
+    if caller.name != tenant.name {
+        return Err(ApiError::new(Kind::NotFound, "no such tenant or source"));
     }
+    let status = app.sources.of(&tenant.name, source).view(source.kind);
+    Ok(Json(status).into_response())
 }
 
 /// `GET /v1/sources`, with the tenant's Bearer key: the tenant's sources by name, each with its
 /// status on this node.
-pub async fn list(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    let live = app.live.load_full();
-    match live.api_keys.authenticate(&live.config, &headers) {
-        Ok(tenant) => {
-            let mut data: Vec<NamedSource> = tenant
-                .sources
-                .values()
-                .map(|source| NamedSource {
-                    name: source.name.clone(),
-                    status: app.sources.of(&tenant.name, source).view(source.kind),
-                })
-                .collect();
-            data.sort_by(|a, b| a.name.cmp(&b.name));
-            Json(SourceList { data }).into_response()
-        }
-        Err(problem) => problem.into_response(),
-    }
+pub async fn list(
+    State(app): State<Arc<App>>,
+    TenantAuth { tenant, .. }: TenantAuth,
+) -> Json<SourceList> {
+    let mut data: Vec<NamedSource> = tenant
+        .sources
+        .values()
+        .map(|source| NamedSource {
+            name: source.name.clone(),
+            status: app.sources.of(&tenant.name, source).view(source.kind),
+        })
+        .collect();
+    data.sort_by(|a, b| a.name.cmp(&b.name));
+    Json(SourceList { data })
 }

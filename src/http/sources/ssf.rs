@@ -22,8 +22,8 @@ use crate::http::{App, Live};
 use crate::source::events;
 use crate::source::jwks::Missing;
 use crate::source::runtime::SourceState;
-use crate::source::set::{self, Err, Expect, Refusal, MAX_SET};
-use crate::source::verify::{self, Delivery};
+use crate::source::set::{self, Err, Expect, SetRefusal, MAX_SET};
+use crate::source::verify::{self, Received};
 use crate::source::Source;
 
 /// SSF's verification event.
@@ -39,13 +39,13 @@ pub const SECEVENT_JWT: &str = "application/secevent+jwt";
 #[derive(Debug)]
 pub enum NotTaken {
     /// It is refused, for good: RFC 8935's code and why.
-    Refused(Refusal),
+    Refused(SetRefusal),
     /// It could not be taken now (the store, the JWK Set): the transmitter sends it again.
     Later(ApiError),
 }
 
-impl From<Refusal> for NotTaken {
-    fn from(refusal: Refusal) -> Self {
+impl From<SetRefusal> for NotTaken {
+    fn from(refusal: SetRefusal) -> Self {
         NotTaken::Refused(refusal)
     }
 }
@@ -73,7 +73,7 @@ pub async fn take(
     let header = set::header(token, &expect)?;
     let kid = header.kid.as_deref().unwrap_or_default();
     let key = keys.key(kid).await.map_err(|missing| match missing {
-        Missing::Unknown => NotTaken::Refused(Refusal::new(
+        Missing::Unknown => NotTaken::Refused(SetRefusal::new(
             Err::InvalidKey,
             "no key of the transmitter's JWK Set has this kid",
         )),
@@ -103,7 +103,7 @@ pub async fn take(
                 own += 1;
             }
             _ => match take::prepare(source, event) {
-                Ready::Refused(why) => return Err(Refusal::new(Err::InvalidRequest, why).into()),
+                Ready::Refused(why) => return Err(SetRefusal::new(Err::InvalidRequest, why).into()),
                 other => ready.push(other),
             },
         }
@@ -148,7 +148,7 @@ pub async fn take(
 }
 
 /// RFC 8935 §2.3's answer to a refused SET.
-pub fn refused(refusal: &Refusal) -> Response {
+pub fn refused(refusal: &SetRefusal) -> Response {
     let body = SetError {
         err: refusal.err.as_str().to_string(),
         description: refusal.description.clone(),
@@ -173,7 +173,7 @@ pub async fn push(
     let outcome = async {
         let headers = &parts.headers;
         if events::media_type(headers).as_deref() != Some(SECEVENT_JWT) {
-            return Err(NotTaken::Refused(Refusal::new(
+            return Err(NotTaken::Refused(SetRefusal::new(
                 Err::InvalidRequest,
                 format!("a SET is pushed as {SECEVENT_JWT}"),
             )));
@@ -183,7 +183,7 @@ pub async fn push(
             .map_err(NotTaken::Later)?;
         verify::check(
             source,
-            &Delivery {
+            &Received {
                 headers,
                 uri: &parts.uri,
                 body: &bytes,
@@ -193,13 +193,13 @@ pub async fn push(
             },
         )
         .map_err(|refused| {
-            Refusal::new(
+            SetRefusal::new(
                 Err::AuthenticationFailed,
                 format!("the push is not authenticated: {refused}"),
             )
         })?;
         let token = std::str::from_utf8(&bytes)
-            .map_err(|_| Refusal::new(Err::InvalidRequest, "a SET is ASCII"))?
+            .map_err(|_| SetRefusal::new(Err::InvalidRequest, "a SET is ASCII"))?
             .trim();
         take(app, tenant, source, state, token).await
     }

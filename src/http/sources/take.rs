@@ -167,7 +167,7 @@ fn fate(
 
 /// What came of a delivery's events to be claimed, in their order, and, when the tenant's
 /// `rate_limit` stopped some from being claimed now, the 429 that says when to send again.
-pub struct Claimed {
+pub struct EventFates {
     /// Each event's outcome; `None` for one not claimed now.
     pub outcomes: Vec<Option<Result<Fate, ApiError>>>,
     /// Set when some were not claimed for the tenant's rate limit.
@@ -184,7 +184,7 @@ pub async fn claim_all(
     tenant: &Tenant,
     source: &Source,
     prepared: Vec<Prepared<'_>>,
-) -> Claimed {
+) -> EventFates {
     let mut outcomes: Vec<Option<Result<Fate, ApiError>>> = std::iter::repeat_with(|| None)
         .take(prepared.len())
         .collect();
@@ -231,7 +231,7 @@ pub async fn claim_all(
     if let Some(rate) = tenant.rate_limit.filter(|_| tokens > 0) {
         app.limiter.give_back(&tenant.name, rate, tokens);
     }
-    Claimed { outcomes, limited }
+    EventFates { outcomes, limited }
 }
 
 /// The 429 of a delivery that `tenant`'s `rate` stopped part-way: the events taken are

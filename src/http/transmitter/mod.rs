@@ -43,14 +43,14 @@ fn issuer(app: &App, live: &Live, tenant: &str) -> String {
 
 /// `tenant`'s transmitter as its SETs are made with it, if it is one: made once per
 /// configuration (the first time a signal or a stream asks for it).
-pub fn of(app: &App, live: &Live, tenant: &str) -> Option<Arc<set::Transmitter>> {
+pub fn of(app: &App, live: &Live, tenant: &str) -> Option<Arc<set::SetIssuer>> {
     let made = live.transmitters.get_or_init(|| {
         let tenants = live.config.tenants.values();
         let signing = tenants.filter_map(|tenant| Some((tenant, tenant.ssf.as_ref()?)));
         signing
             .filter_map(|(tenant, ssf)| {
                 let signer: Arc<dyn SetSigner> = ssf.keys.first()?.clone();
-                let transmitter = set::Transmitter {
+                let transmitter = set::SetIssuer {
                     issuer: issuer(app, live, &tenant.name),
                     signer,
                     audiences: ssf

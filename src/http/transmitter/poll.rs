@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idem_actors::delivery::PollAnswer;
@@ -17,7 +16,7 @@ use idem_schemas::{Stream, StreamMethod};
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
-use super::streams::{json_body, unavailable, Caller};
+use super::streams::{json_body, unavailable, ReceiverAuth};
 use crate::http::problem::{ApiError, Kind};
 use crate::http::App;
 
@@ -109,11 +108,10 @@ fn asked(body: &Value) -> Result<Asked, ApiError> {
 /// `POST /ssf/{tenant}/streams/{stream_id}/poll`.
 pub async fn poll(
     State(app): State<Arc<App>>,
-    Path((tenant, stream_id)): Path<(String, String)>,
-    headers: HeaderMap,
+    caller: ReceiverAuth,
+    Path((_, stream_id)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let caller = Caller::authenticate(&app, &tenant, &headers)?;
     let asked = asked(&json_body(&body)?)?;
     let stream = caller.stream(&app, &stream_id).await?;
     if stream.method != StreamMethod::Poll {

@@ -10,8 +10,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{FromRequestParts, Query, RawPathParams, State};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idem_schemas::timefmt::now_ms;
@@ -24,7 +25,7 @@ use crate::config::Tenant;
 use crate::http::problem::{ApiError, Kind};
 use crate::http::query;
 use crate::http::{App, Live};
-use crate::transmitter::stream::{self, Context, Refused};
+use crate::transmitter::stream::{self, InvalidStream, StreamContext};
 use crate::transmitter::Transmitter;
 use idem_actors::set::stream_owner;
 use idem_actors::stream_event::StreamEvent;
@@ -37,29 +38,42 @@ const MAX_BODY: usize = 64 * 1024;
 /// How often a change is made again after losing a race to another writer.
 const ATTEMPTS: usize = 5;
 
-/// Who is asking, of which tenant.
-pub(super) struct Caller {
+/// A receiver of a tenant's transmitter, authenticated by the access token its
+/// `Authorization: Bearer` header carries (401 otherwise; 404 for a tenant that is no
+/// transmitter), with the configuration in force when the request came: the extractor of every
+/// stream route.
+pub struct ReceiverAuth {
     live: Arc<Live>,
-    pub(super) tenant: String,
-    receiver: String,
+    /// The tenant.
+    pub tenant: String,
+    /// The receiver's `client_id`.
+    pub receiver: String,
 }
 
-impl Caller {
-    pub(super) fn authenticate(
-        app: &App,
-        tenant: &str,
-        headers: &HeaderMap,
-    ) -> Result<Self, ApiError> {
+impl FromRequestParts<Arc<App>> for ReceiverAuth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, ApiError> {
+        let not_found = || ApiError::new(Kind::NotFound, "no Shared Signals transmitter here");
+        let params = RawPathParams::from_request_parts(parts, app)
+            .await
+            .map_err(|_| not_found())?;
+        let tenant = params
+            .iter()
+            .find_map(|(name, value)| (name == "tenant").then_some(value))
+            .ok_or_else(not_found)?;
         let live = app.live.load_full();
         let (t, ssf) = find(&live, tenant)?;
-        let receiver = receiver(app, t, ssf, headers)?;
-        Ok(Caller {
+        let receiver = receiver(app, t, ssf, &parts.headers)?;
+        Ok(ReceiverAuth {
             tenant: t.name.clone(),
             live: live.clone(),
             receiver,
         })
     }
+}
 
+impl ReceiverAuth {
     fn parts(&self) -> (&Tenant, &Transmitter) {
         let tenant = &self.live.config.tenants[&self.tenant];
         match &tenant.ssf {
@@ -80,7 +94,7 @@ impl Caller {
             .unwrap_or_default();
         stream::view(
             stream,
-            &Context {
+            &StreamContext {
                 issuer: &issuer,
                 audience,
                 poll_base: &poll_base,
@@ -172,12 +186,12 @@ impl Caller {
         }
     }
 
-    fn seal(&self, app: &App, id: &str, header: &str) -> Result<Vec<u8>, Refused> {
+    fn seal(&self, app: &App, id: &str, header: &str) -> Result<Vec<u8>, InvalidStream> {
         app.engine
             .streams()
             .sealer()
             .seal(&stream_owner(&self.tenant, id), header.as_bytes())
-            .map_err(|e| Refused(e.to_string()))
+            .map_err(|e| InvalidStream(e.to_string()))
     }
 }
 
@@ -186,7 +200,7 @@ pub(super) fn unavailable(e: idem_actors::StoreError) -> ApiError {
     ApiError::new(Kind::Unavailable, "the store cannot be reached; retry")
 }
 
-fn invalid(e: Refused) -> ApiError {
+fn invalid(e: InvalidStream) -> ApiError {
     ApiError::new(Kind::InvalidStream, e.0)
 }
 
@@ -244,11 +258,9 @@ fn new_id() -> Result<String, ApiError> {
 /// `POST /ssf/{tenant}/streams`: 201 with the new stream.
 pub async fn create(
     State(app): State<Arc<App>>,
-    Path(tenant): Path<String>,
-    headers: HeaderMap,
+    caller: ReceiverAuth,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let caller = Caller::authenticate(&app, &tenant, &headers)?;
     let asked = stream::asked(&json_body(&body)?).map_err(invalid)?;
     caller.may_push(&asked)?;
     let mine = app
@@ -286,11 +298,9 @@ pub async fn create(
 /// `GET /ssf/{tenant}/streams[?stream_id=]`: one stream, or all of the receiver's.
 pub async fn read(
     State(app): State<Arc<App>>,
-    Path(tenant): Path<String>,
+    caller: ReceiverAuth,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let caller = Caller::authenticate(&app, &tenant, &headers)?;
     match query_stream_id(&q, true)? {
         Some(id) => {
             let stream = caller.stream(&app, &id).await?;
@@ -315,12 +325,10 @@ pub async fn read(
 /// `PATCH` (`whole` false) or `PUT` (`whole` true) `/ssf/{tenant}/streams`.
 async fn change(
     app: Arc<App>,
-    tenant: String,
-    headers: HeaderMap,
+    caller: ReceiverAuth,
     body: Bytes,
     whole: bool,
 ) -> Result<Response, ApiError> {
-    let caller = Caller::authenticate(&app, &tenant, &headers)?;
     let body = json_body(&body)?;
     let id = body_stream_id(&body)?;
     let asked = stream::asked(&body).map_err(invalid)?;
@@ -338,31 +346,27 @@ async fn change(
 /// `PATCH /ssf/{tenant}/streams`: changes what the body names.
 pub async fn update(
     State(app): State<Arc<App>>,
-    Path(tenant): Path<String>,
-    headers: HeaderMap,
+    caller: ReceiverAuth,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    change(app, tenant, headers, body, false).await
+    change(app, caller, body, false).await
 }
 
 /// `PUT /ssf/{tenant}/streams`: replaces every receiver-supplied property.
 pub async fn replace(
     State(app): State<Arc<App>>,
-    Path(tenant): Path<String>,
-    headers: HeaderMap,
+    caller: ReceiverAuth,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    change(app, tenant, headers, body, true).await
+    change(app, caller, body, true).await
 }
 
 /// `DELETE /ssf/{tenant}/streams?stream_id=`: 204.
 pub async fn delete(
     State(app): State<Arc<App>>,
-    Path(tenant): Path<String>,
+    caller: ReceiverAuth,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let caller = Caller::authenticate(&app, &tenant, &headers)?;
     let id = query_stream_id(&q, false)?.unwrap_or_default();
     caller.stream(&app, &id).await?;
     app.engine
@@ -376,11 +380,9 @@ pub async fn delete(
 /// `GET /ssf/{tenant}/streams/status?stream_id=`.
 pub async fn status(
     State(app): State<Arc<App>>,
-    Path(tenant): Path<String>,
+    caller: ReceiverAuth,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let caller = Caller::authenticate(&app, &tenant, &headers)?;
     let id = query_stream_id(&q, false)?.unwrap_or_default();
     let stream = caller.stream(&app, &id).await?;
     Ok(Json(stream::status_view(&stream)).into_response())
@@ -389,11 +391,9 @@ pub async fn status(
 /// `POST /ssf/{tenant}/streams/status {"stream_id", "status", "reason"}`.
 pub async fn set_status(
     State(app): State<Arc<App>>,
-    Path(tenant): Path<String>,
-    headers: HeaderMap,
+    caller: ReceiverAuth,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let caller = Caller::authenticate(&app, &tenant, &headers)?;
     let body = json_body(&body)?;
     let id = body_stream_id(&body)?;
     let state = body
@@ -433,11 +433,9 @@ pub async fn set_status(
 /// after the last one.
 pub async fn verify(
     State(app): State<Arc<App>>,
-    Path(tenant): Path<String>,
-    headers: HeaderMap,
+    caller: ReceiverAuth,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let caller = Caller::authenticate(&app, &tenant, &headers)?;
     let body = json_body(&body)?;
     let id = body_stream_id(&body)?;
     let state = short_text(&body, "state")?;
@@ -470,12 +468,10 @@ pub async fn verify(
 /// "subject"}`, the subject digested as signals' subjects are.
 async fn subject(
     app: Arc<App>,
-    tenant: String,
-    headers: HeaderMap,
+    caller: ReceiverAuth,
     body: Bytes,
     remove: bool,
 ) -> Result<Response, ApiError> {
-    let caller = Caller::authenticate(&app, &tenant, &headers)?;
     let body = json_body(&body)?;
     let id = body_stream_id(&body)?;
     let subject = body
@@ -506,19 +502,17 @@ async fn subject(
 /// `POST /ssf/{tenant}/streams/subjects:add`.
 pub async fn add_subject(
     State(app): State<Arc<App>>,
-    Path(tenant): Path<String>,
-    headers: HeaderMap,
+    caller: ReceiverAuth,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    subject(app, tenant, headers, body, false).await
+    subject(app, caller, body, false).await
 }
 
 /// `POST /ssf/{tenant}/streams/subjects:remove`.
 pub async fn remove_subject(
     State(app): State<Arc<App>>,
-    Path(tenant): Path<String>,
-    headers: HeaderMap,
+    caller: ReceiverAuth,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    subject(app, tenant, headers, body, true).await
+    subject(app, caller, body, true).await
 }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use super::PgStore;
 use crate::breaker::{EndpointEvent, EndpointHealth, EndpointId, Noted};
 use crate::codec;
-use crate::settings::Delivery;
+use crate::settings::DeliverySettings;
 use crate::store::{EndpointStore, Read, StoreError};
 
 impl EndpointStore for PgStore {
@@ -19,7 +19,7 @@ impl EndpointStore for PgStore {
         tenant: &'a str,
         url: &'a str,
         event: EndpointEvent,
-        settings: &'a Delivery,
+        settings: &'a DeliverySettings,
     ) -> Read<'a, Noted> {
         Box::pin(async move {
             let mut client = self.client().await?;

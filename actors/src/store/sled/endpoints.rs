@@ -11,7 +11,7 @@ use super::keys::{queued_key, split_queued_key, tenant_prefix};
 use super::SledStore;
 use crate::breaker::{EndpointEvent, EndpointHealth, EndpointId, Noted};
 use crate::codec;
-use crate::settings::Delivery;
+use crate::settings::DeliverySettings;
 use crate::store::{EndpointStore, LeaseStore, Read, Store, StoreError, Unit};
 
 fn endpoint_key(tenant: &str, url: &str) -> Vec<u8> {
@@ -27,7 +27,7 @@ impl SledStore {
         tenant: &str,
         url: &str,
         event: EndpointEvent,
-        settings: &Delivery,
+        settings: &DeliverySettings,
     ) -> Result<(Noted, bool), StoreError> {
         self.commits.usable()?;
         let key = endpoint_key(tenant, url);
@@ -114,7 +114,7 @@ impl EndpointStore for SledStore {
         tenant: &'a str,
         url: &'a str,
         event: EndpointEvent,
-        settings: &'a Delivery,
+        settings: &'a DeliverySettings,
     ) -> Read<'a, Noted> {
         Box::pin(async move {
             let (noted, moved) = self.apply_endpoint(tenant, url, event, settings)?;

@@ -30,7 +30,7 @@ use crate::trace::{self, TraceContext};
 /// The most of a receiver's error answer read for its `err`.
 const MAX_ERROR_BODY: usize = 4096;
 
-/// Where the dispatcher finds a tenant's callback secrets (read at every attempt, so a config
+/// Where the attempts finds a tenant's callback secrets (read at every attempt, so a config
 /// reload that rotates them takes effect at once).
 pub trait Keyring: Send + Sync + 'static {
     /// The secrets to sign `tenant`'s callbacks with; every one signs.
@@ -53,7 +53,7 @@ pub struct Attempting<'a> {
 }
 
 /// Sends callback attempts.
-pub struct Dispatcher {
+pub struct Attempts {
     client: reqwest::Client,
     keyring: Arc<dyn Keyring>,
     inline_timeout: Duration,
@@ -97,8 +97,8 @@ pub fn classify(code: u16) -> ActionStatus {
     }
 }
 
-impl Dispatcher {
-    /// A dispatcher whose inline attempts have `inline_timeout` as deadline, admitted by and
+impl Attempts {
+    /// A attempts whose inline attempts have `inline_timeout` as deadline, admitted by and
     /// told to `endpoints`; SETs' streams are read from `store`, their bytes unsealed by
     /// `sealer`.
     pub fn new(
@@ -112,7 +112,7 @@ impl Dispatcher {
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        Ok(Dispatcher {
+        Ok(Attempts {
             client,
             keyring,
             inline_timeout,
@@ -154,7 +154,7 @@ impl Dispatcher {
     /// attempts takes at most half of it, and the attempt has what is left. A callback whose
     /// endpoint is open, or has no place within that half, is held back: it has no outcome,
     /// and is queued without an attempt.
-    pub async fn dispatch(&self, decision: &Decision) -> Vec<ActionOutcome> {
+    pub async fn inline(&self, decision: &Decision) -> Vec<ActionOutcome> {
         let started = Instant::now();
         let attempts = decision.deliveries.iter().map(|delivery| async move {
             // A SET to a paused stream is held back, as one to an open endpoint is; one to a
@@ -349,7 +349,7 @@ impl Dispatcher {
     }
 }
 
-impl Dispatcher {
+impl Attempts {
     /// Whether `delivery` is to be attempted now: a callback is; a SET to a stream of
     /// `tenant` waits while its stream is a poll stream (not disabled), where it waits to be
     /// polled, or is paused, which holds its decisions' SETs (not the stream's events about
@@ -586,14 +586,14 @@ mod tests {
             SledStore::open(dir.path(), Duration::from_secs(30)).expect("open");
         let settings = Arc::new(Settings::default());
         let endpoints = Arc::new(Endpoints::new(store.clone(), settings));
-        let dispatcher = Dispatcher::new(
+        let attempts = Attempts::new(
             Arc::new(NoSecrets),
             Duration::from_secs(1),
             endpoints,
             store.clone(),
             Arc::new(Sealer::new([7; 32])),
         )
-        .expect("dispatcher");
+        .expect("attempts");
         let streams = [
             ("st_poll", StreamMethod::Poll, StreamState::Enabled),
             ("st_paused", StreamMethod::Push, StreamState::Paused),
@@ -612,16 +612,16 @@ mod tests {
             token: None,
         };
         let late = |id: &'static str| {
-            let (dispatcher, delivery) = (&dispatcher, set_to(id));
+            let (attempts, delivery) = (&attempts, set_to(id));
             async move {
-                match dispatcher.set("acme", id, None, &delivery).await {
+                match attempts.set("acme", id, None, &delivery).await {
                     Ok(_) => panic!("{id}: a request was made"),
                     Err((status, why)) => (status, why),
                 }
             }
         };
         assert!(matches!(
-            dispatcher.readiness("acme", &set_to("st_poll")).await,
+            attempts.readiness("acme", &set_to("st_poll")).await,
             Readiness::Polled
         ));
         let (status, why) = late("st_poll").await;
