@@ -1,4 +1,4 @@
-//! The `idem` binary: `serve`, `sign` and `check-config`. Errors end here, with one line on
+//! The `idem` binary: `serve`, `receive`, `sign` and `check-config`. Errors end here, with one line on
 //! stderr and exit status 2 for a bad configuration.
 
 use std::io::{Read, Write};

@@ -1,7 +1,7 @@
 //! A delivery's state machine and retry policy, with no actor or store in it: `DeliveryState`
 //! is the fold of a delivery's log (created with its envelope bytes, then each attempt answered
 //! with what follows, any wait for its endpoint, and any redelivery), `DeliveryState::hold` what
-//! a wait for its endpoint does (bounded by `max_hold`), `Delivery::next_step`
+//! a wait for its endpoint does (bounded by `max_hold`), `DeliverySettings::next_step`
 //! what follows an attempt (the schedule's next step, with jitter), and `new_logs` the logs a
 //! decision's inline attempts start, with what to count for them.
 

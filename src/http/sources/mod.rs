@@ -5,7 +5,7 @@
 //! commit makes the batch durable; the answer counts what became of each event once every
 //! accepted one's claim and decision are on disk. Callbacks are queued in the same write and
 //! made by the retry worker after the answer: providers time out in seconds. An event's claim
-//! lasts at least [`idem_actors::signal::EVENT_CLAIM_MIN`], the longest a provider retries.
+//! lasts at least [`idem_actors::signals::EVENT_CLAIM_MIN`], the longest a provider retries.
 //! An `ssf` source's SETs are taken by `ssf` (pushed here, or polled by `poll`); `take` carries
 //! one event into the engine for every kind. Also `GET`, Okta's one-time verification of an
 //! event hook, and `GET …/status`, what became of a source's events on this node.
