@@ -8,6 +8,7 @@ pub mod decisions;
 pub mod deliveries;
 pub mod endpoints;
 pub mod ingest;
+pub mod known_series;
 pub mod metrics;
 pub mod openapi;
 pub mod problem;
@@ -16,6 +17,7 @@ pub mod ratelimit;
 pub mod server;
 pub mod sources;
 pub mod stats;
+pub mod store_state;
 pub mod traces;
 pub mod transmitter;
 
