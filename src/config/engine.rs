@@ -23,7 +23,7 @@ const MIN_KEY_SECRET: usize = 32;
 #[serde(deny_unknown_fields)]
 pub(super) struct RawStore {
     backend: Option<String>,
-    url: Option<String>,
+    url: Option<SecretText>,
     pool_size: Option<i64>,
 }
 
@@ -101,13 +101,22 @@ fn backend(raw: RawStore, data_dir: &Path) -> Result<Backend, ConfigError> {
             })
         }
         "postgres" => {
-            let url = raw.url.ok_or_else(|| {
+            let raw_url = raw.url.ok_or_else(|| {
                 invalid(
                     "store.url",
                     "is required with backend = \"postgres\", e.g. \"postgres://postgres@127.0.0.1:5432/idem\"",
                 )
             })?;
-            Backend::check_postgres_url(&url).map_err(|why| invalid("store.url", why))?;
+            // Read from a file or the environment, the URL holds a password: never echoed.
+            let written = matches!(raw_url, SecretText::Literal(_));
+            let url = raw_url.resolve("store.url")?;
+            Backend::check_postgres_url(&url).map_err(|why| match written {
+                true => invalid("store.url", why),
+                false => invalid(
+                    "store.url",
+                    "what it names is not a PostgreSQL URL (postgres://user:password@host:port/database)",
+                ),
+            })?;
             let pool_size = number(
                 "store.pool_size",
                 raw.pool_size,
