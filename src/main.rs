@@ -1,5 +1,5 @@
-//! The `idem` binary: `serve`, `receive`, `sign` and `check-config`. Errors end here, with one line on
-//! stderr and exit status 2 for a bad configuration.
+//! The `idem` binary: `serve`, `sign`, `receive`, `check-config` and `healthcheck`. Errors end
+//! here, with one line on stderr and exit status 2 for a bad configuration.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -80,6 +80,13 @@ enum Command {
         /// The configuration file.
         #[arg(long)]
         config: PathBuf,
+    },
+    /// Ask a running idem's /healthz: exit 0 when it answers 200, else 1 with the reason (a
+    /// container's HEALTHCHECK).
+    Healthcheck {
+        /// The URL to ask.
+        #[arg(long, default_value = idem::healthcheck::DEFAULT_URL)]
+        url: String,
     },
 }
 
@@ -171,6 +178,16 @@ fn main() -> ExitCode {
             Err(e) => {
                 eprintln!("{e}");
                 ExitCode::from(2)
+            }
+        },
+        Command::Healthcheck { url } => match idem::healthcheck::check(&url) {
+            Ok(()) => {
+                println!("healthy: {url} answered 200");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("unhealthy: {e}");
+                ExitCode::FAILURE
             }
         },
     }

@@ -66,6 +66,7 @@ pub async fn run(
     on_listen: impl FnOnce(std::net::SocketAddr),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    crate::http::known_series::export(&config);
     let live = Arc::new(ArcSwap::from_pointee(Live::new(config.clone())));
     let keyring = Arc::new(ConfigKeyring(live.clone()));
     let engine = Engine::start(config.engine.clone(), keyring).await?;
@@ -158,6 +159,7 @@ async fn reload_on_sighup(path: PathBuf, live: Arc<ArcSwap<Live>>, started: Conf
                 if !later.is_empty() {
                     tracing::warn!(keys = ?later, "these keys take effect only after a restart");
                 }
+                crate::http::known_series::export(&new);
                 let tenants = new.tenants.len();
                 live.store(Arc::new(Live::new(new)));
                 tracing::info!(tenants, "configuration reloaded");

@@ -58,6 +58,12 @@ static FAILED: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
+/// Makes the trace metrics show from the start, at zero (with tracing off too).
+pub fn export_metrics() {
+    LazyLock::force(&DROPPED);
+    LazyLock::force(&FAILED);
+}
+
 /// How log lines are written (`idem serve --log-format`).
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum LogFormat {

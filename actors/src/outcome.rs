@@ -37,6 +37,17 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome's label.
+    pub const LABELS: [&'static str; 7] = [
+        "first",
+        "keyless",
+        "deduplicated",
+        "replayed",
+        "awaited",
+        "key-in-flight",
+        "key-reused",
+    ];
+
     /// Its name, as spans, metrics and the front say it (the last two are also the slugs of
     /// the problem documents they are answered with).
     pub fn label(&self) -> &'static str {
@@ -109,6 +120,7 @@ mod tests {
         ];
         let labels: std::collections::BTreeSet<_> = outcomes.iter().map(Outcome::label).collect();
         assert_eq!(labels.len(), outcomes.len());
+        assert_eq!(labels, Outcome::LABELS.into_iter().collect());
         let taken: Vec<_> = outcomes.iter().map(Outcome::taken_now).collect();
         assert_eq!(taken, [true, true, true, false, false, false, false]);
     }

@@ -581,6 +581,35 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
     }
 
     #[test]
+    fn the_store_url_may_be_read_from_a_file_or_the_environment_and_is_never_echoed() {
+        let url = "postgres://idem:s3cret-pw@db:5432/idem";
+        let file = std::env::temp_dir().join(format!("idem-store-url-{}", std::process::id()));
+        std::fs::write(&file, format!("{url}\n")).expect("write");
+        let pg = |url: &str| format!("[store]\nbackend = \"postgres\"\nurl = {url}\n{MINIMAL}");
+        let c = Config::parse(&pg(&format!("{{ file = \"{}\" }}", file.display()))).expect("valid");
+        assert_eq!(
+            c.engine.store,
+            Backend::Postgres {
+                url: url.into(),
+                pool_size: 16
+            }
+        );
+        let var = "IDEM_TEST_CONFIG_STORE_URL";
+        std::env::set_var(var, url);
+        let c = Config::parse(&pg(&format!("{{ env = \"{var}\" }}"))).expect("valid");
+        assert!(matches!(c.engine.store, Backend::Postgres { url: u, .. } if u == url));
+
+        std::fs::write(&file, "mysql://idem:s3cret-pw@db/idem").expect("write");
+        let e = err(&pg(&format!("{{ file = \"{}\" }}", file.display())));
+        assert!(e.contains("store.url") && !e.contains("s3cret"), "{e}");
+        std::fs::remove_file(&file).expect("remove");
+        let e = err(&pg(&format!("{{ file = \"{}\" }}", file.display())));
+        assert!(e.contains("store.url") && e.contains("cannot read"), "{e}");
+        let e = err(&pg("{ env = \"IDEM_TEST_CONFIG_STORE_URL_UNSET\" }"));
+        assert!(e.contains("store.url") && e.contains("not set"), "{e}");
+    }
+
+    #[test]
     fn refusals_name_the_key() {
         assert!(err("").contains("idempotency.key_secret"));
         let unknown = format!("{MINIMAL}\n[delivery]\nretries = 3\n");

@@ -4,7 +4,8 @@
 
 use std::path::Path;
 
-use idem_actors::settings::{read, Backend};
+use idem_actors::settings::read::{self, SecretText};
+use idem_actors::settings::Backend;
 use serde::Deserialize;
 
 use super::{invalid, ConfigError};
@@ -18,7 +19,9 @@ const MAX_POOL: i64 = 1024;
 #[serde(deny_unknown_fields)]
 pub(super) struct StoreSection {
     backend: Option<String>,
-    url: Option<String>,
+    /// A URL may hold a password: like any secret it may be read from a file or the
+    /// environment.
+    url: Option<SecretText>,
     pool_size: Option<i64>,
 }
 
@@ -38,13 +41,22 @@ impl StoreSection {
                 })
             }
             "postgres" => {
-                let url = self.url.ok_or_else(|| {
+                let written = self.url.ok_or_else(|| {
                     invalid(
                         "store.url",
                         "is required with backend = \"postgres\", e.g. \"postgres://postgres@127.0.0.1:5432/idem\"",
                     )
                 })?;
-                Backend::check_postgres_url(&url).map_err(|why| invalid("store.url", why))?;
+                // Read from a file or the environment, the URL holds a password: never echoed.
+                let literal = matches!(written, SecretText::Literal(_));
+                let url = written.resolve().map_err(|why| invalid("store.url", why))?;
+                Backend::check_postgres_url(&url).map_err(|why| match literal {
+                    true => invalid("store.url", why),
+                    false => invalid(
+                        "store.url",
+                        "what it names is not a PostgreSQL URL (postgres://user:password@host:port/database)",
+                    ),
+                })?;
                 let pool_size = match self.pool_size {
                     None => POOL,
                     Some(n) => read::bounded(n, 1, MAX_POOL, "connections")

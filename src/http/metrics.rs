@@ -55,7 +55,8 @@ pub static DECISIONS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers once")
 });
 
-static REQUEST_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+/// Request latency by route pattern and method.
+pub static REQUEST_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         "idem_http_request_duration_seconds",
         "HTTP request latency by route",
@@ -159,6 +160,7 @@ pub async fn render(State(app): State<Arc<App>>) -> Response {
     QUEUE_DEPTH.set(gauges.queued as i64);
     OLDEST_QUEUED.set(gauges.oldest_queued_age_s() as i64);
     count_endpoints(&app);
+    crate::http::store_state::probe(&app.engine).await;
     LazyLock::force(&SIGNALS);
     LazyLock::force(&idem_actors::metrics::CLAIM_TRANSITIONS);
     LazyLock::force(&idem_actors::metrics::DELIVERY_ATTEMPTS);

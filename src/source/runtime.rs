@@ -51,6 +51,11 @@ impl Fate {
         taken_now: false,
     };
 
+    /// Every fate's label: the outcomes a source's event can have (it is never keyless, and
+    /// never waits), `ignored` and `refused`.
+    pub const LABELS: [&'static str; 5] =
+        ["first", "deduplicated", "replayed", "ignored", "refused"];
+
     /// Its name in the metrics: its outcome's label, `ignored` or `refused`.
     pub fn label(self) -> &'static str {
         match self {

@@ -1,4 +1,5 @@
-//! The binary's other subcommands and its refusal of bad configuration.
+//! The binary's other subcommands (`sign`, `check-config`, `healthcheck`) and its refusal of
+//! bad configuration.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -167,4 +168,44 @@ fn check_config_accepts_the_example_and_refuses_bad_keys_in_one_line() {
             assert!(err.contains(names), "{err} should name {names}");
         }
     }
+}
+
+#[tokio::test]
+async fn healthcheck_exits_0_when_healthz_answers_200_and_1_with_the_reason_otherwise() {
+    let (_dir, receiver, idem_, _client) = Harness::new().start().await;
+    receiver.script(
+        "/healthz",
+        &[Answer {
+            body: Some(
+                r#"{"status":503,"detail":"the store cannot write: store: no answer within 5s"}"#,
+            ),
+            ..status(503)
+        }],
+    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let nothing = format!("http://{}/healthz", closed.local_addr().expect("addr"));
+    drop(closed);
+    let run = |url: String| {
+        tokio::task::spawn_blocking(move || idem(&["healthcheck", "--url", &url], b""))
+    };
+
+    let (code, out, _) = run(format!("{}/healthz", idem_.base)).await.expect("join");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("healthy"), "{out}");
+
+    let (code, _, err) = run(receiver.url("/healthz")).await.expect("join");
+    assert_eq!(code, 1);
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("answered 503: the store cannot write"),
+        "{err}"
+    );
+
+    let (code, _, err) = run(nothing).await.expect("join");
+    assert_eq!(code, 1);
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("did not answer"), "{err}");
+
+    let (code, _, err) = run("localhost:8080".into()).await.expect("join");
+    assert_eq!(code, 1, "{err}");
 }

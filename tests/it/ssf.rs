@@ -394,6 +394,12 @@ async fn every_refusal_answers_its_code_and_claims_nothing() {
         r#"idem_source_deliveries_total{kind="ssf",outcome="invalid_key"}"#,
     );
     assert_eq!(invalid_key, Some(5.0), "{text}");
+    // Each refused SET is an event refused, as the source's status counts it.
+    let refused = metric_value(
+        &text,
+        r#"idem_source_events_total{kind="ssf",outcome="refused"}"#,
+    );
+    assert_eq!(refused, Some(cases.len() as f64), "{text}");
 }
 
 #[tokio::test]
@@ -526,6 +532,12 @@ async fn a_polled_set_is_acknowledged_once_claimed_and_is_one_decision_with_its_
     assert_eq!(s["accepted"], 2, "{s}");
     assert_eq!(s["duplicates"], 1, "{s}");
     assert_eq!(s["refused"], 1, "{s}");
+    let metrics = text(&client.send("GET", "/metrics", Req::new("")).await);
+    let refused = metric_value(
+        &metrics,
+        r#"idem_source_events_total{kind="ssf",outcome="refused"}"#,
+    );
+    assert_eq!(refused, Some(1.0), "a polled SET refused: {metrics}");
     assert_eq!(s["poll"]["acked"], 2, "{s}");
     assert!(s["poll"]["last_at"].is_string(), "{s}");
     assert!(

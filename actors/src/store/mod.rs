@@ -327,6 +327,23 @@ fn postgres_detail(e: &tokio_postgres::Error) -> String {
     }
 }
 
+impl StoreError {
+    /// Whether the store refused a write because it takes none: a database that is read-only
+    /// (a standby, `default_transaction_read_only`) or a data directory on a read-only file
+    /// system, rather than one that failed or could not be reached.
+    pub fn is_read_only(&self) -> bool {
+        use tokio_postgres::error::SqlState;
+        let read_only_io = |e: &std::io::Error| e.kind() == std::io::ErrorKind::ReadOnlyFilesystem;
+        match self {
+            StoreError::Postgres(e) => e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION),
+            StoreError::Io(e) => read_only_io(e),
+            StoreError::Sled(::sled::Error::Io(e)) => read_only_io(e),
+            StoreError::Halted(e) => e.is_read_only(),
+            _ => false,
+        }
+    }
+}
+
 impl From<tokio_postgres::Error> for StoreError {
     fn from(e: tokio_postgres::Error) -> Self {
         StoreError::Postgres(Arc::new(e))

@@ -196,6 +196,9 @@ async fn poll_source(
                 Ok(_) => next.acks.push(jti.clone()),
                 Err(NotTaken::Refused(refusal)) => {
                     state.count(crate::source::runtime::Fate::Refused);
+                    crate::http::metrics::SOURCE_EVENTS
+                        .with_label_values(&["ssf", "refused"])
+                        .inc();
                     next.set_errs.insert(
                         jti.clone(),
                         SetError {

@@ -215,6 +215,7 @@ pub async fn push(
         Ok(_) => StatusCode::ACCEPTED.into_response(),
         Err(NotTaken::Refused(refusal)) => {
             state.count(Fate::Refused);
+            SOURCE_EVENTS.with_label_values(&["ssf", "refused"]).inc();
             tracing::info!(tenant = %tenant.name, source = %source.name, err = refusal.err.as_str(), description = %refusal.description, "a SET was refused");
             refused(&refusal)
         }
