@@ -14,8 +14,8 @@ use std::process::ExitCode;
 
 use idem_actors::store::rule::Fencing;
 use model::bulk::{BulkBounds, BulkModel, BulkSabotage};
+use model::claims::{Bounds, ClaimModel, Sabotage, Scenario};
 use model::delivery::{DeliveryBounds, DeliveryModel};
-use model::{Bounds, ClaimModel, Sabotage, Scenario};
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
 /// What the command line asks for.

@@ -5,8 +5,8 @@
 
 use idem_actors::store::rule::Fencing;
 use model::bulk::{BulkBounds, BulkModel, BulkSabotage};
+use model::claims::{Bounds, ClaimModel, Sabotage, Scenario};
 use model::delivery::{DeliveryAction, DeliveryBounds, DeliveryModel};
-use model::{Bounds, ClaimModel, Sabotage, Scenario};
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
 /// Bounds small enough for a test build: no crash but where the scenario needs one.
