@@ -1,0 +1,224 @@
+//! What the bulk model's system is: the store's delivery logs and the bulk claim's row
+//! ([`Row`]), the copies of the request being handled and how far each has got ([`Run`],
+//! [`Stage`]), what the client was answered ([`Answer`]), the whole ([`BulkState`]) and the steps
+//! the checker takes from it ([`BulkAction`]).
+
+use std::hash::{Hash, Hasher};
+
+use idem_actors::delivery::state::DeliveryState;
+use idem_actors::signals::bulk::{self, BulkReply, Held, Matches, Plan};
+use idem_actors::store::rule::Current;
+use idem_actors::store::{ClaimId, ClaimLog, LogHead};
+use idem_schemas::{AttemptRecord, ClaimEvent, DeliveryEvent, DeliveryStatus, Redelivered};
+
+use super::DELIVERIES;
+
+/// The bulk claim's row in the store.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Row {
+    pub(super) current: Current,
+    pub(super) holder: u64,
+    /// Since when its holder holds it (the claim, or the last take-over).
+    pub(super) held_since: u64,
+    pub(super) events: Vec<ClaimEvent>,
+}
+
+/// A copy of the request, handled by a node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Run {
+    pub(super) node: usize,
+    /// The node's epoch when the copy arrived: the holder of the claim it makes or takes over.
+    pub(super) epoch: u64,
+    pub(super) stage: Stage,
+}
+
+/// How far a copy has got.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// It has arrived: next, it reads the claim, scans and claims.
+    Arrived,
+    /// Its start found the claim held by a holder that looks gone: next, it takes it over, from
+    /// the log it read.
+    TakingOver(ClaimLog),
+    /// It holds the claim at `head`: the deliveries it has yet to redeliver, the claim's time,
+    /// how many it has done and how many count.
+    Holding {
+        head: LogHead,
+        left: Vec<String>,
+        since_ms: Option<u64>,
+        done: u8,
+        counted: u64,
+    },
+}
+
+/// What the client was answered.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Answer {
+    First(Vec<u8>),
+    Replayed(Vec<u8>),
+    /// 409.
+    InFlight,
+    /// 422.
+    Mismatch,
+    /// The connection broke (its node crashed): retried.
+    Error,
+}
+
+impl Answer {
+    pub(super) fn of(reply: BulkReply) -> Answer {
+        match reply {
+            BulkReply::First(r) => Answer::First(r.body),
+            BulkReply::Replayed(r) => Answer::Replayed(r.body),
+            BulkReply::InFlight => Answer::InFlight,
+            BulkReply::Mismatch => Answer::Mismatch,
+        }
+    }
+
+    /// It, in a few words.
+    pub(super) fn name(&self) -> String {
+        let count = |body: &Vec<u8>| count(body).map_or("?".into(), |n| n.to_string());
+        match self {
+            Answer::First(body) => format!("202 (redelivered {})", count(body)),
+            Answer::Replayed(body) => format!("a replay of 202 (redelivered {})", count(body)),
+            Answer::InFlight => "409".into(),
+            Answer::Mismatch => "422".into(),
+            Answer::Error => "an error".into(),
+        }
+    }
+
+    /// The count its bytes say, if it carries them.
+    pub(super) fn count(&self) -> Option<u64> {
+        match self {
+            Answer::First(body) | Answer::Replayed(body) => count(body),
+            Answer::InFlight | Answer::Mismatch | Answer::Error => None,
+        }
+    }
+}
+
+/// The count a response's bytes say (none if they do not parse: never equal to a size).
+pub(super) fn count(body: &[u8]) -> Option<u64> {
+    serde_json::from_slice::<Redelivered>(body)
+        .ok()
+        .map(|r| r.redelivered)
+}
+
+/// The whole system.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BulkState {
+    /// The store's delivery logs, as [`DELIVERIES`].
+    pub deliveries: Vec<Vec<DeliveryEvent>>,
+    /// The store's row of the request's claim.
+    pub row: Option<Row>,
+    /// Each node's epoch (a crash starts another).
+    pub epochs: Vec<u64>,
+    /// The copies being handled.
+    pub runs: Vec<Run>,
+    /// What the client was answered (a set).
+    pub answers: Vec<Answer>,
+    pub copies_left: u8,
+    pub crashes_left: u8,
+    pub stalls_left: u8,
+    /// The store's clock.
+    pub now: u64,
+    /// How many times the request redelivered each delivery.
+    pub redelivered: Vec<u8>,
+    /// A node crashed while it held the request with some of its deliveries done, some not.
+    pub crashed_part_way: bool,
+    /// The claim was taken over from a holder that still ran.
+    pub taken_from_running: bool,
+}
+
+/// A step.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum BulkAction {
+    /// The client sends a copy to the node.
+    Send(usize),
+    /// The copy at this place reads the claim, and scans and claims unless the claim answers it.
+    Claim(usize),
+    /// The copy at this place takes the claim over.
+    TakeOver(usize),
+    /// The copy at this place redelivers one of its deliveries, or counts it.
+    Redeliver {
+        run: usize,
+        delivery: String,
+    },
+    /// The copy at this place, with all its deliveries done, records its answer.
+    Record(usize),
+    /// The series of attempts of the queued delivery at this place ends failed.
+    Fail(usize),
+    Crash(usize),
+    /// `in_flight_timeout` passes while the claim's holder still runs: its claim may be taken
+    /// over, and it runs on.
+    Stall,
+}
+
+/// A fixed order for values without one.
+fn hash_of<T: Hash>(value: &T) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    value.hash(&mut h);
+    h.finish()
+}
+
+pub(super) fn fold(log: &[DeliveryEvent]) -> Option<DeliveryState> {
+    DeliveryState::fold(log.to_vec()).ok()
+}
+
+pub(super) fn attempt(at_ms: u64, code: u16) -> AttemptRecord {
+    AttemptRecord {
+        at_ms,
+        code: Some(code),
+        error: None,
+        latency_ms: 1,
+        retry_after_ms: None,
+    }
+}
+
+pub(super) fn head_of(id: &ClaimId, row: &Row) -> LogHead {
+    LogHead {
+        id: id.clone(),
+        generation: row.current.generation,
+        expires_at_ms: row.current.expires_at_ms,
+        next: row.current.writes,
+    }
+}
+
+impl Row {
+    /// The deliveries its claim fixed.
+    pub(super) fn fixed(&self) -> Vec<String> {
+        match bulk::plan(&self.events, Held::Claimed, None) {
+            Ok(Plan {
+                matches: Matches::Fixed(ids),
+                ..
+            }) => ids,
+            _ => Vec::new(),
+        }
+    }
+
+    /// The answer it records, once it has one.
+    pub(super) fn response(&self) -> Option<&[u8]> {
+        self.events.iter().find_map(|e| match e {
+            ClaimEvent::Dispatched { response, .. } => Some(&response.body[..]),
+            _ => None,
+        })
+    }
+
+    pub(super) fn taken_over(&self) -> bool {
+        self.current.generation != self.current.claimed_at_ms
+    }
+}
+
+impl BulkState {
+    pub(super) fn status(&self, delivery: usize) -> Option<DeliveryStatus> {
+        fold(&self.deliveries[delivery]).map(|d| d.placement.status)
+    }
+
+    pub(super) fn index(delivery: &str) -> Option<usize> {
+        DELIVERIES.iter().position(|(id, _, _)| *id == delivery)
+    }
+
+    pub(super) fn normalize(&mut self) {
+        self.runs.sort_by_cached_key(hash_of);
+        self.answers.sort_by_cached_key(hash_of);
+        self.answers.dedup();
+    }
+}
