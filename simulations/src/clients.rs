@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use idem_schemas::signature::Secret;
 
+use crate::args::Args;
 use crate::rng::Rng;
-use crate::{Args, SIGNING_SECRET};
+use crate::SIGNING_SECRET;
 
 /// One signal to send until it is answered 201.
 #[derive(Debug, Clone)]
