@@ -9,7 +9,7 @@
 //! code with one rule switched off: fencing in the store rule, or the core's answer after the
 //! recovery point.
 //!
-//! Each `claims::Scenario` is a path of the service: signals with callbacks attempted inline;
+//! Each `claims::ClaimScenario` is a path of the service: signals with callbacks attempted inline;
 //! copies that wait for the first request's answer (`Prefer: wait`); keys decided once per
 //! subject, through the subject's claim; and source events, whose decision and queued callbacks
 //! are one write, the retry worker making the callbacks. `delivery` checks the delivery lease

@@ -14,13 +14,13 @@ use std::process::ExitCode;
 
 use idem_actors::store::rule::Fencing;
 use model::bulk::{BulkBounds, BulkModel, BulkSabotage};
-use model::claims::{Bounds, ClaimModel, Sabotage, Scenario};
+use model::claims::{Bounds, ClaimModel, ClaimScenario, Sabotage};
 use model::delivery::{DeliveryBounds, DeliveryModel};
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
 /// What the command line asks for.
 struct Args {
-    scenarios: Vec<Scenario>,
+    scenarios: Vec<ClaimScenario>,
     /// Whether the bulk redelivery is checked.
     bulk: bool,
     /// Bounds given on the command line, over each scenario's own.
@@ -37,7 +37,7 @@ struct Args {
 
 fn parse() -> Result<Args, String> {
     let mut parsed = Args {
-        scenarios: Scenario::ALL.to_vec(),
+        scenarios: ClaimScenario::ALL.to_vec(),
         bulk: true,
         nodes: None,
         keys: None,
@@ -60,11 +60,11 @@ fn parse() -> Result<Args, String> {
         match flag.as_str() {
             "--scenario" => {
                 let scenario = match value.as_str() {
-                    "inline" => Some(Scenario::Inline),
-                    "waiting" => Some(Scenario::Waiting),
-                    "subject" => Some(Scenario::Subject),
-                    "queued" => Some(Scenario::Queued),
-                    "expiring" => Some(Scenario::Expiring),
+                    "inline" => Some(ClaimScenario::Inline),
+                    "waiting" => Some(ClaimScenario::Waiting),
+                    "subject" => Some(ClaimScenario::Subject),
+                    "queued" => Some(ClaimScenario::Queued),
+                    "expiring" => Some(ClaimScenario::Expiring),
                     "bulk" => None,
                     other => {
                         return Err(format!(

@@ -5,12 +5,12 @@
 
 use idem_actors::store::rule::Fencing;
 use model::bulk::{BulkBounds, BulkModel, BulkSabotage};
-use model::claims::{Bounds, ClaimModel, Sabotage, Scenario};
+use model::claims::{Bounds, ClaimModel, ClaimScenario, Sabotage};
 use model::delivery::{DeliveryAction, DeliveryBounds, DeliveryModel};
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
 /// Bounds small enough for a test build: no crash but where the scenario needs one.
-fn small(scenario: Scenario) -> Bounds {
+fn small(scenario: ClaimScenario) -> Bounds {
     let bounds = Bounds {
         nodes: 2,
         keys: 1,
@@ -19,14 +19,16 @@ fn small(scenario: Scenario) -> Bounds {
         stalls: 1,
     };
     match scenario {
-        Scenario::Inline | Scenario::Waiting => bounds,
+        ClaimScenario::Inline | ClaimScenario::Waiting => bounds,
         // Its one write leaves nothing in flight: a crash is what it is about.
-        Scenario::Queued | Scenario::Subject | Scenario::Expiring => Bounds::default_for(scenario),
+        ClaimScenario::Queued | ClaimScenario::Subject | ClaimScenario::Expiring => {
+            Bounds::default_for(scenario)
+        }
     }
 }
 
 /// Checks all of `scenario`'s space.
-fn check(scenario: Scenario) -> impl Checker<ClaimModel> {
+fn check(scenario: ClaimScenario) -> impl Checker<ClaimModel> {
     ClaimModel::new(scenario, small(scenario), None)
         .checker()
         .spawn_bfs()
@@ -34,7 +36,7 @@ fn check(scenario: Scenario) -> impl Checker<ClaimModel> {
 }
 
 /// Every property of `scenario` holds, and every case it is for is reached.
-fn holds(scenario: Scenario) {
+fn holds(scenario: ClaimScenario) {
     let checker = check(scenario);
     assert!(
         checker.unique_state_count() > 10_000,
@@ -67,33 +69,37 @@ where
 
 #[test]
 fn inline_callbacks_hold_and_reach_take_overs_and_fencing() {
-    holds(Scenario::Inline);
+    holds(ClaimScenario::Inline);
 }
 
 #[test]
 fn waiters_hold_and_are_answered_with_the_first_requests_bytes() {
-    holds(Scenario::Waiting);
+    holds(ClaimScenario::Waiting);
 }
 
 #[test]
 fn a_subject_decides_once_and_answers_every_key_with_its_decision() {
-    holds(Scenario::Subject);
+    holds(ClaimScenario::Subject);
 }
 
 #[test]
 fn queued_callbacks_come_only_from_a_durable_claim() {
-    holds(Scenario::Queued);
+    holds(ClaimScenario::Queued);
 }
 
 #[test]
 fn a_key_expiring_while_its_decision_runs_stays_held_until_it_completes() {
-    holds(Scenario::Expiring);
+    holds(ClaimScenario::Expiring);
 }
 
 /// The counterexample to `property` in `scenario` under `sabotage`, as described steps. The
 /// search ends at the first one: a broken rule can make the space far larger, and one
 /// counterexample is all there is to show.
-fn counterexample(scenario: Scenario, sabotage: Sabotage, property: &'static str) -> Vec<String> {
+fn counterexample(
+    scenario: ClaimScenario,
+    sabotage: Sabotage,
+    property: &'static str,
+) -> Vec<String> {
     let checker = ClaimModel::new(scenario, small(scenario), Some(sabotage))
         .checker()
         .finish_when(HasDiscoveries::AnyOf([property].into()))
@@ -128,7 +134,7 @@ where
 #[test]
 fn without_fencing_a_stale_write_is_caught() {
     let steps = counterexample(
-        Scenario::Inline,
+        ClaimScenario::Inline,
         Sabotage::NoFencing,
         "no write of a fenced-out holder is visible",
     );
@@ -145,7 +151,7 @@ fn without_fencing_a_stale_write_is_caught() {
 #[test]
 fn an_answer_before_its_recovery_point_is_caught() {
     let steps = counterexample(
-        Scenario::Inline,
+        ClaimScenario::Inline,
         Sabotage::AnswerBeforeRecoveryPoint,
         "one decision per key, every answer its recorded bytes",
     );
@@ -164,7 +170,7 @@ fn an_answer_before_its_recovery_point_is_caught() {
 #[test]
 fn replacing_an_expired_claim_that_still_runs_is_caught() {
     let steps = counterexample(
-        Scenario::Expiring,
+        ClaimScenario::Expiring,
         Sabotage::ReplaceOnExpiry,
         "an expired claim still running keeps its key: nothing fails before in_flight_timeout",
     );

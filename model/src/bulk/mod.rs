@@ -29,7 +29,7 @@ use idem_actors::Settings;
 use idem_schemas::{DeliveryEvent, DeliveryRecord, DeliveryStatus, NextStep};
 use stateright::{Model, Property};
 
-pub use state::{Answer, BulkAction, BulkState, Row, Run, Stage};
+pub use state::{BulkAction, BulkAnswer, BulkRow, BulkState, HandledCopy, Stage};
 
 use state::{attempt, fold};
 

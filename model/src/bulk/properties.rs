@@ -6,12 +6,13 @@
 
 use stateright::Property;
 
-use super::state::{count, fold, Answer, BulkState, Row};
+use super::state::{count, fold, BulkAnswer, BulkRow, BulkState};
 use super::{BulkModel, DELIVERIES};
 
 /// The properties `model` is checked for, with those its bounds' take-overs must reach.
 pub(super) fn of(model: &BulkModel) -> Vec<Property<BulkModel>> {
-    let mut properties = vec![
+    let mut properties =
+        vec![
         Property::always(
             "each delivery the claim matched is redelivered at most once by the request",
             |_, s: &BulkState| s.redelivered.iter().all(|&n| n <= 1),
@@ -19,7 +20,7 @@ pub(super) fn of(model: &BulkModel) -> Vec<Property<BulkModel>> {
         Property::always(
             "the request redelivers only what its claim matched, never one failed after it",
             |_, s: &BulkState| {
-                let fixed = s.row.as_ref().map(Row::fixed).unwrap_or_default();
+                let fixed = s.row.as_ref().map(BulkRow::fixed).unwrap_or_default();
                 (0..s.redelivered.len())
                     .all(|n| s.redelivered[n] == 0 || fixed.iter().any(|id| id == DELIVERIES[n].0))
             },
@@ -48,7 +49,7 @@ pub(super) fn of(model: &BulkModel) -> Vec<Property<BulkModel>> {
                 row.response().is_none_or(|body| count(body) == matched)
                     && s.answers
                         .iter()
-                        .filter(|a| matches!(a, Answer::First(_) | Answer::Replayed(_)))
+                        .filter(|a| matches!(a, BulkAnswer::First(_) | BulkAnswer::Replayed(_)))
                         .all(|a| a.count() == matched)
             },
         ),
@@ -58,7 +59,7 @@ pub(super) fn of(model: &BulkModel) -> Vec<Property<BulkModel>> {
         ),
         Property::sometimes(
             "a retry is answered with the recorded count",
-            |_, s: &BulkState| s.answers.iter().any(|a| matches!(a, Answer::Replayed(_))),
+            |_, s: &BulkState| s.answers.iter().any(|a| matches!(a, BulkAnswer::Replayed(_))),
         ),
         Property::sometimes(
             "a delivery fails after the claim while the request runs",

@@ -1,7 +1,7 @@
 //! What the bulk model's system is: the store's delivery logs and the bulk claim's row
-//! ([`Row`]), the copies of the request being handled and how far each has got ([`Run`],
-//! [`Stage`]), what the client was answered ([`Answer`]), the whole ([`BulkState`]) and the steps
-//! the checker takes from it ([`BulkAction`]).
+//! ([`BulkRow`]), the copies of the request being handled and how far each has got
+//! ([`HandledCopy`], [`Stage`]), what the client was answered ([`BulkAnswer`]), the whole
+//! ([`BulkState`]) and the steps the checker takes from it ([`BulkAction`]).
 
 use std::hash::{Hash, Hasher};
 
@@ -15,7 +15,7 @@ use super::DELIVERIES;
 
 /// The bulk claim's row in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Row {
+pub struct BulkRow {
     pub(super) current: Current,
     pub(super) holder: u64,
     /// Since when its holder holds it (the claim, or the last take-over).
@@ -25,7 +25,7 @@ pub struct Row {
 
 /// A copy of the request, handled by a node.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Run {
+pub struct HandledCopy {
     pub(super) node: usize,
     /// The node's epoch when the copy arrived: the holder of the claim it makes or takes over.
     pub(super) epoch: u64,
@@ -53,7 +53,7 @@ pub enum Stage {
 
 /// What the client was answered.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Answer {
+pub enum BulkAnswer {
     First(Vec<u8>),
     Replayed(Vec<u8>),
     /// 409.
@@ -64,13 +64,13 @@ pub enum Answer {
     Error,
 }
 
-impl Answer {
-    pub(super) fn of(reply: BulkReply) -> Answer {
+impl BulkAnswer {
+    pub(super) fn of(reply: BulkReply) -> BulkAnswer {
         match reply {
-            BulkReply::First(r) => Answer::First(r.body),
-            BulkReply::Replayed(r) => Answer::Replayed(r.body),
-            BulkReply::InFlight => Answer::InFlight,
-            BulkReply::Mismatch => Answer::Mismatch,
+            BulkReply::First(r) => BulkAnswer::First(r.body),
+            BulkReply::Replayed(r) => BulkAnswer::Replayed(r.body),
+            BulkReply::InFlight => BulkAnswer::InFlight,
+            BulkReply::Mismatch => BulkAnswer::Mismatch,
         }
     }
 
@@ -78,19 +78,19 @@ impl Answer {
     pub(super) fn name(&self) -> String {
         let count = |body: &Vec<u8>| count(body).map_or("?".into(), |n| n.to_string());
         match self {
-            Answer::First(body) => format!("202 (redelivered {})", count(body)),
-            Answer::Replayed(body) => format!("a replay of 202 (redelivered {})", count(body)),
-            Answer::InFlight => "409".into(),
-            Answer::Mismatch => "422".into(),
-            Answer::Error => "an error".into(),
+            BulkAnswer::First(body) => format!("202 (redelivered {})", count(body)),
+            BulkAnswer::Replayed(body) => format!("a replay of 202 (redelivered {})", count(body)),
+            BulkAnswer::InFlight => "409".into(),
+            BulkAnswer::Mismatch => "422".into(),
+            BulkAnswer::Error => "an error".into(),
         }
     }
 
     /// The count its bytes say, if it carries them.
     pub(super) fn count(&self) -> Option<u64> {
         match self {
-            Answer::First(body) | Answer::Replayed(body) => count(body),
-            Answer::InFlight | Answer::Mismatch | Answer::Error => None,
+            BulkAnswer::First(body) | BulkAnswer::Replayed(body) => count(body),
+            BulkAnswer::InFlight | BulkAnswer::Mismatch | BulkAnswer::Error => None,
         }
     }
 }
@@ -108,13 +108,13 @@ pub struct BulkState {
     /// The store's delivery logs, as [`DELIVERIES`].
     pub deliveries: Vec<Vec<DeliveryEvent>>,
     /// The store's row of the request's claim.
-    pub row: Option<Row>,
+    pub row: Option<BulkRow>,
     /// Each node's epoch (a crash starts another).
     pub epochs: Vec<u64>,
     /// The copies being handled.
-    pub runs: Vec<Run>,
+    pub runs: Vec<HandledCopy>,
     /// What the client was answered (a set).
-    pub answers: Vec<Answer>,
+    pub answers: Vec<BulkAnswer>,
     pub copies_left: u8,
     pub crashes_left: u8,
     pub stalls_left: u8,
@@ -173,7 +173,7 @@ pub(super) fn attempt(at_ms: u64, code: u16) -> AttemptRecord {
     }
 }
 
-pub(super) fn head_of(id: &ClaimId, row: &Row) -> LogHead {
+pub(super) fn head_of(id: &ClaimId, row: &BulkRow) -> LogHead {
     LogHead {
         id: id.clone(),
         generation: row.current.generation,
@@ -182,7 +182,7 @@ pub(super) fn head_of(id: &ClaimId, row: &Row) -> LogHead {
     }
 }
 
-impl Row {
+impl BulkRow {
     /// The deliveries its claim fixed.
     pub(super) fn fixed(&self) -> Vec<String> {
         match bulk::plan(&self.events, Held::Claimed, None) {

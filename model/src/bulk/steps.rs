@@ -13,7 +13,9 @@ use idem_actors::store::rule::{self, Current, Fencing};
 use idem_actors::store::{ClaimLog, ClaimWrite, LogHead};
 use idem_schemas::{ClaimEvent, DeliveryEvent, NextStep};
 
-use super::state::{attempt, fold, head_of, Answer, BulkAction, BulkState, Row, Run, Stage};
+use super::state::{
+    attempt, fold, head_of, BulkAction, BulkAnswer, BulkRow, BulkState, HandledCopy, Stage,
+};
 use super::{BulkModel, DELIVERIES, IN_FLIGHT_TIMEOUT, KEY_TTL, TENANT};
 
 impl BulkModel {
@@ -23,7 +25,7 @@ impl BulkModel {
     }
 
     /// The copy at `run` is answered, and is done; what happened.
-    fn finish(s: &mut BulkState, run: usize, answer: Answer) -> String {
+    fn finish(s: &mut BulkState, run: usize, answer: BulkAnswer) -> String {
         let said = format!("{} is answered {}", Self::who(s, run), answer.name());
         s.runs.remove(run);
         s.answers.push(answer);
@@ -39,7 +41,7 @@ impl BulkModel {
         plan: Result<Plan, Invariant>,
     ) -> String {
         let Ok(Plan { matches, since_ms }) = plan else {
-            return Self::finish(s, run, Answer::Error);
+            return Self::finish(s, run, BulkAnswer::Error);
         };
         let left = match matches {
             Matches::Fixed(ids) => ids,
@@ -62,7 +64,7 @@ impl BulkModel {
     /// the start fixes either way.
     fn claim(&self, s: &mut BulkState, run: usize) -> String {
         if let Some(reply) = self.answer(s, run) {
-            return Self::finish(s, run, Answer::of(reply));
+            return Self::finish(s, run, BulkAnswer::of(reply));
         }
         let ids = self.matching(s);
         let epoch = s.runs[run].epoch;
@@ -72,7 +74,7 @@ impl BulkModel {
         let ift = IN_FLIGHT_TIMEOUT.as_millis() as u64;
         if rule::may_start(current.as_ref(), now, ift, Fencing::On) {
             s.now = now;
-            let row = Row {
+            let row = BulkRow {
                 current: Current {
                     generation: now,
                     expires_at_ms: claim.expires_at_ms,
@@ -99,7 +101,7 @@ impl BulkModel {
             head: head_of(&self.id, row),
         };
         match self.answer(s, run) {
-            Some(reply) => Self::finish(s, run, Answer::of(reply)),
+            Some(reply) => Self::finish(s, run, BulkAnswer::of(reply)),
             None => {
                 s.runs[run].stage = Stage::TakingOver(log);
                 let who = Self::who(s, run);
@@ -126,7 +128,7 @@ impl BulkModel {
                 row.current.generation += 1;
                 row.holder = epoch;
                 row.held_since = s.now;
-                let running = |r: &Run| matches!(r.stage, Stage::Holding { .. });
+                let running = |r: &HandledCopy| matches!(r.stage, Stage::Holding { .. });
                 s.taken_from_running |= s.runs.iter().any(running);
                 let head = LogHead {
                     generation: row.current.generation,
@@ -138,7 +140,7 @@ impl BulkModel {
             }
             _ => {
                 let reply = self.answer(s, run).unwrap_or(BulkReply::InFlight);
-                let answered = Self::finish(s, run, Answer::of(reply));
+                let answered = Self::finish(s, run, BulkAnswer::of(reply));
                 format!("{answered}: its take-over is refused")
             }
         }
@@ -196,14 +198,14 @@ impl BulkModel {
             return "nothing".into();
         };
         let Ok(response) = record::redelivered(counted) else {
-            return Self::finish(s, run, Answer::Error);
+            return Self::finish(s, run, BulkAnswer::Error);
         };
         let decided = Decided::Redelivered {
             head: head.clone(),
             response: response.clone(),
         };
         let Ok(writes) = record::writes(decided, &self.settings) else {
-            return Self::finish(s, run, Answer::Error);
+            return Self::finish(s, run, BulkAnswer::Error);
         };
         let current = s.row.as_ref().map(|r| r.current);
         match s.row.as_mut() {
@@ -213,7 +215,7 @@ impl BulkModel {
                 }
                 row.current.writes += 1;
                 row.current.completed = row.events.last() == Some(&ClaimEvent::Completed);
-                let answered = Self::finish(s, run, Answer::First(response.body));
+                let answered = Self::finish(s, run, BulkAnswer::First(response.body));
                 format!("{answered}, recorded")
             }
             _ => {
@@ -221,7 +223,7 @@ impl BulkModel {
                     .answer(s, run)
                     .filter(|reply| *reply != BulkReply::InFlight)
                     .unwrap_or(BulkReply::First(response));
-                let answered = Self::finish(s, run, Answer::of(theirs));
+                let answered = Self::finish(s, run, BulkAnswer::of(theirs));
                 format!("{answered}: its record is fenced")
             }
         }
@@ -232,7 +234,7 @@ impl BulkModel {
         match *action {
             BulkAction::Send(node) => {
                 s.copies_left -= 1;
-                s.runs.push(Run {
+                s.runs.push(HandledCopy {
                     node,
                     epoch: s.epochs[node],
                     stage: Stage::Arrived,
@@ -258,7 +260,7 @@ impl BulkModel {
             BulkAction::Crash(node) => {
                 s.crashes_left -= 1;
                 s.epochs[node] += 100;
-                let (lost, kept): (Vec<Run>, Vec<Run>) =
+                let (lost, kept): (Vec<HandledCopy>, Vec<HandledCopy>) =
                     s.runs.drain(..).partition(|r| r.node == node);
                 s.runs = kept;
                 let mut part_way = false;
@@ -267,7 +269,7 @@ impl BulkModel {
                         part_way |= *done > 0 && !left.is_empty();
                     }
                     // The client's connection breaks, and it retries.
-                    s.answers.push(Answer::Error);
+                    s.answers.push(BulkAnswer::Error);
                     s.copies_left += 1;
                 }
                 s.crashed_part_way |= part_way;

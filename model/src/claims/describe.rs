@@ -4,15 +4,15 @@
 use idem_actors::store::{ClaimWrite, LogHead, Written};
 use idem_schemas::ClaimEvent;
 
-use super::state::{Action, Msg, Port, State};
+use super::state::{ClaimAction, Msg, Port, State};
 
 impl State {
     /// `action`, taken from this state, in a few words.
-    pub fn describe(&self, action: &Action) -> String {
+    pub fn describe(&self, action: &ClaimAction) -> String {
         let head = |h: &LogHead| format!("gen {} at {}", h.generation, h.next);
         match action {
-            Action::Send { key, node } => format!("client sends key {key} to node {node}"),
-            Action::Deliver { msg, ok } => match self.net.get(*msg) {
+            ClaimAction::Send { key, node } => format!("client sends key {key} to node {node}"),
+            ClaimAction::Deliver { msg, ok } => match self.net.get(*msg) {
                 Some(Msg::Request {
                     node, claim, port, ..
                 }) => match port {
@@ -93,14 +93,14 @@ impl State {
                 }
                 None => "nothing".into(),
             },
-            Action::Retry(n) => match self.deliveries.get(*n) {
+            ClaimAction::Retry(n) => match self.deliveries.get(*n) {
                 Some(d) => format!("the retry worker makes {}", d.id),
                 None => "nothing".into(),
             },
-            Action::Crash(n) => format!("node {n} crashes"),
-            Action::Stall(n) => format!("node {n} stalls past its heartbeat"),
-            Action::Wake(n) => format!("node {n} wakes"),
-            Action::TimeOut => "in_flight_timeout passes".into(),
+            ClaimAction::Crash(n) => format!("node {n} crashes"),
+            ClaimAction::Stall(n) => format!("node {n} stalls past its heartbeat"),
+            ClaimAction::Wake(n) => format!("node {n} wakes"),
+            ClaimAction::TimeOut => "in_flight_timeout passes".into(),
         }
     }
 }

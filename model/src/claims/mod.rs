@@ -27,9 +27,9 @@ use idem_schemas::{SignalRequest, Verdict};
 use serde_json::json;
 use stateright::{Model, Property};
 
-pub use scenario::{Bounds, Sabotage, Scenario};
-pub use state::{Action, Answer, At, Live, Msg, Node, Port, State};
-pub use store::{Row, Stored};
+pub use scenario::{Bounds, ClaimScenario, Sabotage};
+pub use state::{At, ClaimAction, IdemNode, LiveActor, Msg, Port, Response, State};
+pub use store::{ClaimRow, Stored};
 
 use scenario::{EXPIRES_AT_ONCE, FINAL_RETRIES, IN_FLIGHT_TIMEOUT, WAIT, WINDOW};
 use store::fold;
@@ -37,14 +37,14 @@ use store::fold;
 /// The model: the scenario, its bounds, and the protocol checked.
 #[derive(Debug, Clone)]
 pub struct ClaimModel {
-    pub scenario: Scenario,
+    pub scenario: ClaimScenario,
     pub bounds: Bounds,
     pub sabotage: Option<Sabotage>,
     /// What every core reads.
     settings: Arc<Settings>,
     /// Each key's claim and request, as the engine chooses them.
     signals: Vec<Claimed>,
-    /// The claims: each key's, then the subject's (in [`Scenario::Subject`]).
+    /// The claims: each key's, then the subject's (in [`ClaimScenario::Subject`]).
     claims: Vec<ClaimId>,
 }
 
@@ -57,17 +57,17 @@ struct Claimed {
 
 impl ClaimModel {
     /// `scenario` as it runs, within `bounds`; `sabotage` breaks one rule.
-    pub fn new(scenario: Scenario, bounds: Bounds, sabotage: Option<Sabotage>) -> Self {
+    pub fn new(scenario: ClaimScenario, bounds: Bounds, sabotage: Option<Sabotage>) -> Self {
         let mut settings = Settings::default();
         settings.idempotency.key_ttl = match scenario {
-            Scenario::Expiring => EXPIRES_AT_ONCE,
+            ClaimScenario::Expiring => EXPIRES_AT_ONCE,
             _ => WINDOW,
         };
         settings.idempotency.in_flight_timeout = IN_FLIGHT_TIMEOUT;
         let playbook = Playbook {
             decision: Verdict::Deny,
             actions: vec![Callback::callback("lock_account", "http://receiver/lock")],
-            once_per_subject: (scenario == Scenario::Subject).then_some(WINDOW),
+            once_per_subject: (scenario == ClaimScenario::Subject).then_some(WINDOW),
         };
         let digester = Digester::new(b"the model's key secret");
         let mut claims: Vec<ClaimId> = Vec::new();
@@ -84,20 +84,22 @@ impl ClaimModel {
                 json!({"type": "sim_swap", "key": key}),
             );
             let by = match scenario {
-                Scenario::Queued => By::Event {
+                ClaimScenario::Queued => By::Event {
                     source: "okta",
                     id: &name,
                 },
-                Scenario::Waiting => By::Request {
+                ClaimScenario::Waiting => By::Request {
                     key: Some(&name),
                     body: &body,
                     wait: Some(WAIT),
                 },
-                Scenario::Inline | Scenario::Subject | Scenario::Expiring => By::Request {
-                    key: Some(&name),
-                    body: &body,
-                    wait: None,
-                },
+                ClaimScenario::Inline | ClaimScenario::Subject | ClaimScenario::Expiring => {
+                    By::Request {
+                        key: Some(&name),
+                        body: &body,
+                        wait: None,
+                    }
+                }
             };
             let chosen = claimed(&digester, &settings, "acme", &signal, &playbook, &by)
                 .unwrap_or_else(|| unreachable!("every signal of the model is claimed"));
@@ -132,13 +134,13 @@ impl ClaimModel {
 
 impl Model for ClaimModel {
     type State = State;
-    type Action = Action;
+    type Action = ClaimAction;
 
     fn init_states(&self) -> Vec<State> {
         let b = self.bounds;
         vec![State {
             nodes: (0..b.nodes)
-                .map(|n| Node {
+                .map(|n| IdemNode {
                     epoch: n as u64 + 1,
                     stalled: false,
                     claims: vec![None; self.claims.len()],
@@ -160,11 +162,11 @@ impl Model for ClaimModel {
         }]
     }
 
-    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+    fn actions(&self, s: &State, actions: &mut Vec<ClaimAction>) {
         for key in 0..self.bounds.keys {
             if s.copies_left[key] > 0 || s.wants_final_retry(key) {
                 for node in 0..self.bounds.nodes {
-                    actions.push(Action::Send { key, node });
+                    actions.push(ClaimAction::Send { key, node });
                 }
             }
         }
@@ -175,27 +177,27 @@ impl Model for ClaimModel {
             if matches!(msg, Msg::WaitOver { after: Some(t), .. } if s.timeouts <= *t) {
                 continue;
             }
-            actions.push(Action::Deliver { msg: n, ok: true });
+            actions.push(ClaimAction::Deliver { msg: n, ok: true });
             if matches!(msg, Msg::ActionsDone { .. }) {
-                actions.push(Action::Deliver { msg: n, ok: false });
+                actions.push(ClaimAction::Deliver { msg: n, ok: false });
             }
         }
         // The retry worker attempts what is queued in the store (the delivery model checks its
         // leases; here, that it only ever sends what the store holds).
         // A queued inline attempt's retries are the delivery model's to check.
         for (n, delivery) in s.deliveries.iter().enumerate() {
-            if delivery.due && self.scenario == Scenario::Queued {
-                actions.push(Action::Retry(n));
+            if delivery.due && self.scenario == ClaimScenario::Queued {
+                actions.push(ClaimAction::Retry(n));
             }
         }
         for (n, node) in s.nodes.iter().enumerate() {
             if s.crashes_left > 0 {
-                actions.push(Action::Crash(n));
+                actions.push(ClaimAction::Crash(n));
             }
             if node.stalled {
-                actions.push(Action::Wake(n));
+                actions.push(ClaimAction::Wake(n));
             } else if s.stalls_left > 0 {
-                actions.push(Action::Stall(n));
+                actions.push(ClaimAction::Stall(n));
             }
         }
         // Time passes: once at any moment (a slow holder outlived by its timeout), and again
@@ -209,14 +211,14 @@ impl Model for ClaimModel {
                 .flatten()
                 .any(|r| !r.timed_out && matches!(fold(&r.events), Some(Phase::InFlight(_))));
         if s.timeouts == 0 || stuck {
-            actions.push(Action::TimeOut);
+            actions.push(ClaimAction::TimeOut);
         }
     }
 
-    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+    fn next_state(&self, last: &State, action: ClaimAction) -> Option<State> {
         let mut s = last.clone();
         match action {
-            Action::Send { key, node } => {
+            ClaimAction::Send { key, node } => {
                 match s.copies_left[key] {
                     0 => s.final_retries[key] -= 1,
                     _ => s.copies_left[key] -= 1,
@@ -230,17 +232,17 @@ impl Model for ClaimModel {
                     offered: None,
                 });
             }
-            Action::Deliver { msg, ok } => {
+            ClaimAction::Deliver { msg, ok } => {
                 let msg = s.net.remove(msg);
                 self.deliver(&mut s, msg, ok);
             }
-            Action::Retry(n) => {
+            ClaimAction::Retry(n) => {
                 let delivery = &mut s.deliveries[n];
                 delivery.due = false;
                 let callback = (delivery.id.clone(), delivery.body.clone());
                 s.callbacks.push(callback);
             }
-            Action::Crash(n) => {
+            ClaimAction::Crash(n) => {
                 s.crashes_left -= 1;
                 let node = &mut s.nodes[n];
                 node.epoch += 100;
@@ -257,15 +259,15 @@ impl Model for ClaimModel {
                     .collect();
                 node.claims = vec![None; node.claims.len()];
                 for key in waiting {
-                    s.answer(key, Answer::Error);
+                    s.answer(key, Response::Error);
                 }
             }
-            Action::Stall(n) => {
+            ClaimAction::Stall(n) => {
                 s.stalls_left -= 1;
                 s.nodes[n].stalled = true;
             }
-            Action::Wake(n) => s.nodes[n].stalled = false,
-            Action::TimeOut => {
+            ClaimAction::Wake(n) => s.nodes[n].stalled = false,
+            ClaimAction::TimeOut => {
                 s.timeouts += 1;
                 // Clients that gave up for now retry later.
                 s.final_retries = vec![FINAL_RETRIES; s.final_retries.len()];

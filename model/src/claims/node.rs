@@ -16,7 +16,7 @@ use idem_schemas::{
 };
 
 use super::scenario::{Sabotage, IN_FLIGHT_TIMEOUT};
-use super::state::{Answer, At, Live, Msg, Port, State};
+use super::state::{At, LiveActor, Msg, Port, Response, State};
 use super::store::head_of;
 use super::ClaimModel;
 
@@ -47,7 +47,7 @@ impl ClaimModel {
             });
             let core = Core::new(self.claims[claim].clone(), log).ok()?;
             n.lives += 1;
-            n.claims[claim] = Some(Live {
+            n.claims[claim] = Some(LiveActor {
                 life: n.lives,
                 core,
             });
@@ -134,7 +134,7 @@ impl ClaimModel {
                         });
                     }
                 }
-                Effect::Reply(Port::Client { key }, reply) => s.answer(key, Answer::of(&reply)),
+                Effect::Reply(Port::Client { key }, reply) => s.answer(key, Response::of(&reply)),
                 Effect::Reply(
                     Port::Offer {
                         at,
@@ -146,7 +146,7 @@ impl ClaimModel {
                     at,
                     claim,
                     generation,
-                    answer: Answer::of(&reply),
+                    answer: Response::of(&reply),
                 }),
                 Effect::StartTimer { waiter, wait } => {
                     let after = (wait >= IN_FLIGHT_TIMEOUT).then_some(s.timeouts);
@@ -164,7 +164,7 @@ impl ClaimModel {
                 }
                 Effect::AnnounceAnswer => announce(s, at.node, claim),
                 Effect::Reread => s.net.push(Msg::Reread { at, claim }),
-                // The retry worker is always ready (see `Action::Retry`); counts, logs and
+                // The retry worker is always ready (see `ClaimAction::Retry`); counts, logs and
                 // failpoints change nothing here.
                 // Made within the request's step (see `Msg::Request`).
                 Effect::Decide { .. }

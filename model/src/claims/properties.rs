@@ -9,8 +9,8 @@ use idem_actors::claim::phase::Phase;
 use idem_schemas::ClaimEvent;
 use stateright::Property;
 
-use super::scenario::{Scenario, T0};
-use super::state::{decision_of, Answer, State};
+use super::scenario::{ClaimScenario, T0};
+use super::state::{decision_of, Response, State};
 use super::store::fold;
 use super::ClaimModel;
 
@@ -18,7 +18,7 @@ use super::ClaimModel;
 pub(super) fn of(model: &ClaimModel) -> Vec<Property<ClaimModel>> {
     // Keys decided again once expired: the properties of one decision per key do not hold
     // there, and the scenario has its own.
-    if model.scenario == Scenario::Expiring {
+    if model.scenario == ClaimScenario::Expiring {
         return expiring_properties();
     }
     let mut properties = vec![
@@ -26,7 +26,7 @@ pub(super) fn of(model: &ClaimModel) -> Vec<Property<ClaimModel>> {
             "one decision per key, every answer its recorded bytes",
             |m: &ClaimModel, s: &State| {
                 (0..s.answers.len()).all(|key| {
-                    let mut bodies = s.answers[key].iter().filter_map(Answer::body);
+                    let mut bodies = s.answers[key].iter().filter_map(Response::body);
                     let Some(first) = bodies.next() else {
                         return true;
                     };
@@ -70,7 +70,7 @@ pub(super) fn of(model: &ClaimModel) -> Vec<Property<ClaimModel>> {
                         let answered_with = m.key_of(claim).is_none_or(|key| {
                             s.answers[key]
                                 .iter()
-                                .filter_map(Answer::body)
+                                .filter_map(Response::body)
                                 .all(|b| decision_of(b) == Some(d.id.as_bytes()))
                         });
                         planned && answered_with
@@ -91,7 +91,7 @@ pub(super) fn of(model: &ClaimModel) -> Vec<Property<ClaimModel>> {
     ];
     // A claim in flight (inline callbacks, or an offer to the subject's claim) is what a
     // crash or a stall leaves to be taken over, and its old holder to be fenced.
-    if model.scenario != Scenario::Queued {
+    if model.scenario != ClaimScenario::Queued {
         properties.extend(vec![
             Property::sometimes("a claim is taken over", |_, s: &State| {
                 s.rows.iter().flatten().any(|row| match row.events.first() {
@@ -100,23 +100,23 @@ pub(super) fn of(model: &ClaimModel) -> Vec<Property<ClaimModel>> {
                 })
             }),
             Property::sometimes("a stale holder is fenced out", |_, s: &State| {
-                s.answers.iter().flatten().any(|a| *a == Answer::Error)
+                s.answers.iter().flatten().any(|a| *a == Response::Error)
                     && s.rows.iter().flatten().any(|row| row.current.completed)
             }),
         ]);
     }
     properties.extend(match model.scenario {
-        Scenario::Inline | Scenario::Expiring => vec![],
-        Scenario::Waiting => vec![Property::sometimes(
+        ClaimScenario::Inline | ClaimScenario::Expiring => vec![],
+        ClaimScenario::Waiting => vec![Property::sometimes(
             "a waiter is answered with the first request's bytes",
             |_, s: &State| {
                 s.answers
                     .iter()
                     .flatten()
-                    .any(|a| matches!(a, Answer::Awaited(_)))
+                    .any(|a| matches!(a, Response::Awaited(_)))
             },
         )],
-        Scenario::Subject => vec![
+        ClaimScenario::Subject => vec![
             Property::always(
                 "one decision per subject: every key answered with the subject's",
                 |m: &ClaimModel, s: &State| {
@@ -133,7 +133,7 @@ pub(super) fn of(model: &ClaimModel) -> Vec<Property<ClaimModel>> {
                     s.answers
                         .iter()
                         .flatten()
-                        .filter_map(Answer::body)
+                        .filter_map(Response::body)
                         .all(|b| is_it(decision_of(b)))
                         && s.callbacks.iter().all(|(_, body)| is_it(Some(body)))
                 },
@@ -144,11 +144,11 @@ pub(super) fn of(model: &ClaimModel) -> Vec<Property<ClaimModel>> {
                     s.answers
                         .iter()
                         .flatten()
-                        .any(|a| matches!(a, Answer::Deduplicated(_)))
+                        .any(|a| matches!(a, Response::Deduplicated(_)))
                 },
             ),
         ],
-        Scenario::Queued => vec![
+        ClaimScenario::Queued => vec![
             Property::always(
                 "a queued delivery is stored only with its durable decision",
                 |_, s: &State| {
@@ -175,7 +175,7 @@ pub(super) fn of(model: &ClaimModel) -> Vec<Property<ClaimModel>> {
     properties
 }
 
-/// The properties of [`Scenario::Expiring`], whose keys expire while their decisions run.
+/// The properties of [`ClaimScenario::Expiring`], whose keys expire while their decisions run.
 fn expiring_properties() -> Vec<Property<ClaimModel>> {
     vec![
         // With no crash or stall, only `in_flight_timeout` passing lets a running decision be
@@ -183,7 +183,7 @@ fn expiring_properties() -> Vec<Property<ClaimModel>> {
         Property::always(
             "an expired claim still running keeps its key: nothing fails before in_flight_timeout",
             |_, s: &State| {
-                s.timeouts > 0 || s.answers.iter().flatten().all(|a| *a != Answer::Error)
+                s.timeouts > 0 || s.answers.iter().flatten().all(|a| *a != Response::Error)
             },
         ),
         Property::always(
@@ -200,7 +200,7 @@ fn expiring_properties() -> Vec<Property<ClaimModel>> {
             |_, s: &State| {
                 s.timeouts == 0
                     && s.rows.iter().flatten().all(|row| !row.current.completed)
-                    && s.answers.iter().flatten().any(|a| *a == Answer::Conflict)
+                    && s.answers.iter().flatten().any(|a| *a == Response::Conflict)
             },
         ),
         Property::sometimes(
@@ -214,7 +214,7 @@ fn expiring_properties() -> Vec<Property<ClaimModel>> {
                     && s.answers
                         .iter()
                         .flatten()
-                        .filter(|a| matches!(a, Answer::First(_)))
+                        .filter(|a| matches!(a, Response::First(_)))
                         .count()
                         == 2
             },

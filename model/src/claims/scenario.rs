@@ -1,7 +1,7 @@
 //! The scenarios the claim model runs and how far it goes in each: the paths of the service it
-//! checks ([`Scenario`]), the bounds on nodes, keys, copies, crashes and stalls ([`Bounds`], each
-//! scenario's own by default), the rules a sabotage switches off ([`Sabotage`]), and the fixed
-//! times and windows every run shares.
+//! checks ([`ClaimScenario`]), the bounds on nodes, keys, copies, crashes and stalls
+//! ([`Bounds`], each scenario's own by default), the rules a sabotage switches off
+//! ([`Sabotage`]), and the fixed times and windows every run shares.
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ pub(super) const IN_FLIGHT_TIMEOUT: Duration = Duration::from_secs(30);
 /// `key_ttl` and the once-per-subject window: longer than any run of the model (expiry is
 /// outside it).
 pub(super) const WINDOW: Duration = Duration::from_secs(86_400);
-/// `key_ttl` in [`Scenario::Expiring`]: a claim has expired by the next one made.
+/// `key_ttl` in [`ClaimScenario::Expiring`]: a claim has expired by the next one made.
 pub(super) const EXPIRES_AT_ONCE: Duration = Duration::from_millis(1);
 /// How long a waiting copy may wait (its deadline comes whenever the checker says).
 pub(super) const WAIT: Duration = Duration::from_secs(10);
@@ -22,7 +22,7 @@ pub(super) const FINAL_RETRIES: u8 = 2;
 
 /// A path of the service the checker runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Scenario {
+pub enum ClaimScenario {
     /// Keyed signals whose callbacks are attempted inside the request.
     Inline,
     /// The same, every copy waiting for the first request's answer (`Prefer: wait`).
@@ -38,14 +38,14 @@ pub enum Scenario {
     Expiring,
 }
 
-impl Scenario {
+impl ClaimScenario {
     /// Every scenario, in the order they are checked.
-    pub const ALL: [Scenario; 5] = [
-        Scenario::Inline,
-        Scenario::Waiting,
-        Scenario::Subject,
-        Scenario::Queued,
-        Scenario::Expiring,
+    pub const ALL: [ClaimScenario; 5] = [
+        ClaimScenario::Inline,
+        ClaimScenario::Waiting,
+        ClaimScenario::Subject,
+        ClaimScenario::Queued,
+        ClaimScenario::Expiring,
     ];
 }
 
@@ -67,7 +67,7 @@ pub struct Bounds {
 impl Bounds {
     /// The bounds `scenario` is checked within by default: two nodes, and as much else as
     /// reaches the cases the scenario is for within a few minutes.
-    pub fn default_for(scenario: Scenario) -> Bounds {
+    pub fn default_for(scenario: ClaimScenario) -> Bounds {
         let base = Bounds {
             nodes: 2,
             keys: 1,
@@ -76,13 +76,13 @@ impl Bounds {
             stalls: 1,
         };
         match scenario {
-            Scenario::Inline | Scenario::Queued => base,
+            ClaimScenario::Inline | ClaimScenario::Queued => base,
             // A crash is what leaves a holder gone; a stall adds little to waiting but states.
-            Scenario::Waiting => Bounds { stalls: 0, ..base },
+            ClaimScenario::Waiting => Bounds { stalls: 0, ..base },
             // Two keys about one subject on one node, each sent once (then retried as its
             // client does): the subject's claim is always on the offering key's node, and the
             // keys' contention for it is the same on one node as on two.
-            Scenario::Subject => Bounds {
+            ClaimScenario::Subject => Bounds {
                 nodes: 1,
                 keys: 2,
                 copies: 1,
@@ -91,7 +91,7 @@ impl Bounds {
             },
             // With no crash or stall, only the expiry and `in_flight_timeout` end a claim: a
             // copy on the other node meets the expired claim still running.
-            Scenario::Expiring => Bounds {
+            ClaimScenario::Expiring => Bounds {
                 crashes: 0,
                 stalls: 0,
                 ..base

@@ -1,8 +1,8 @@
-//! The claim model's state and messages: each node's claim actors ([`Node`], [`Live`]), the
-//! messages on their way between the nodes, the store and the receiver ([`Msg`], addressed to an
-//! actor's life [`At`] or answering a [`Port`]), the answers as they travel ([`Answer`]), the
-//! whole system ([`State`]) and the steps the checker takes from it ([`Action`]), with the
-//! bookkeeping of clients' answers and retries.
+//! The claim model's state and messages: each node's claim actors ([`IdemNode`],
+//! [`LiveActor`]), the messages on their way between the nodes, the store and the receiver
+//! ([`Msg`], addressed to an actor's life [`At`] or answering a [`Port`]), the answers as they
+//! travel ([`Response`]), the whole system ([`State`]) and the steps the checker takes from it
+//! ([`ClaimAction`]), with the bookkeeping of clients' answers and retries.
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use idem_actors::store::{LogHead, Unit, Written};
 use idem_schemas::{Decision, StoredResponse};
 
 use super::scenario::{IN_FLIGHT_TIMEOUT, T0};
-use super::store::{Row, Stored};
+use super::store::{ClaimRow, Stored};
 
 /// Where an answer goes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -41,14 +41,14 @@ pub struct At {
 
 /// A claim's actor: its life and its core.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Live {
+pub struct LiveActor {
     pub(super) life: u32,
     pub(super) core: Core<Port>,
 }
 
-/// An answer, as it travels.
+/// A response to a client's copy or to a claim's offer, as it travels.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Answer {
+pub enum Response {
     First(Vec<u8>),
     Replay(Vec<u8>),
     Awaited(Vec<u8>),
@@ -61,16 +61,16 @@ pub enum Answer {
     Error,
 }
 
-impl Answer {
-    pub(super) fn of(reply: &Reply) -> Answer {
+impl Response {
+    pub(super) fn of(reply: &Reply) -> Response {
         match reply {
-            Reply::First(a) => Answer::First(a.response.body.clone()),
-            Reply::Replayed(a) => Answer::Replay(a.response.body.clone()),
-            Reply::Awaited(a) => Answer::Awaited(a.response.body.clone()),
-            Reply::Deduplicated(a) => Answer::Deduplicated(a.response.body.clone()),
-            Reply::InFlight => Answer::Conflict,
-            Reply::Mismatch => Answer::Mismatch,
-            Reply::Failed(_) => Answer::Error,
+            Reply::First(a) => Response::First(a.response.body.clone()),
+            Reply::Replayed(a) => Response::Replay(a.response.body.clone()),
+            Reply::Awaited(a) => Response::Awaited(a.response.body.clone()),
+            Reply::Deduplicated(a) => Response::Deduplicated(a.response.body.clone()),
+            Reply::InFlight => Response::Conflict,
+            Reply::Mismatch => Response::Mismatch,
+            Reply::Failed(_) => Response::Error,
         }
     }
 
@@ -88,36 +88,37 @@ impl Answer {
                 .unwrap_or_default(),
         };
         match self {
-            Answer::First(b) => Reply::First(response(b)),
-            Answer::Replay(b) => Reply::Replayed(response(b)),
-            Answer::Awaited(b) => Reply::Awaited(response(b)),
-            Answer::Deduplicated(b) => Reply::Deduplicated(response(b)),
-            Answer::Conflict => Reply::InFlight,
-            Answer::Mismatch => Reply::Mismatch,
-            Answer::Error => Reply::Failed(Arc::new(ClaimError::Subject("failed".into()))),
+            Response::First(b) => Reply::First(response(b)),
+            Response::Replay(b) => Reply::Replayed(response(b)),
+            Response::Awaited(b) => Reply::Awaited(response(b)),
+            Response::Deduplicated(b) => Reply::Deduplicated(response(b)),
+            Response::Conflict => Reply::InFlight,
+            Response::Mismatch => Reply::Mismatch,
+            Response::Error => Reply::Failed(Arc::new(ClaimError::Subject("failed".into()))),
         }
     }
 
     /// The response's bytes, if it carries one.
     pub(super) fn body(&self) -> Option<&Vec<u8>> {
         match self {
-            Answer::First(b) | Answer::Replay(b) | Answer::Awaited(b) | Answer::Deduplicated(b) => {
-                Some(b)
-            }
-            Answer::Conflict | Answer::Mismatch | Answer::Error => None,
+            Response::First(b)
+            | Response::Replay(b)
+            | Response::Awaited(b)
+            | Response::Deduplicated(b) => Some(b),
+            Response::Conflict | Response::Mismatch | Response::Error => None,
         }
     }
 }
 
 /// An idem node.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Node {
+pub struct IdemNode {
     /// This incarnation's epoch (the holder of the claims it makes).
     pub(super) epoch: u64,
     /// Stopped (SIGSTOP): its heartbeat has expired, and nothing it holds moves.
     pub(super) stalled: bool,
     /// Its claims' actors, by claim: its memory, lost in a crash.
-    pub(super) claims: Vec<Option<Live>>,
+    pub(super) claims: Vec<Option<LiveActor>>,
     /// Actors started on it so far.
     pub(super) lives: u32,
 }
@@ -164,7 +165,7 @@ pub enum Msg {
         at: At,
         claim: usize,
         generation: u64,
-        answer: Answer,
+        answer: Response,
     },
     /// A waiter's deadline: it may pass at any moment, unless it is `in_flight_timeout` or
     /// more away (an offer's wait), which passes only once that much time has (`after`
@@ -203,14 +204,14 @@ impl Msg {
 /// The whole system.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct State {
-    pub nodes: Vec<Node>,
+    pub nodes: Vec<IdemNode>,
     /// The store's claims, by claim.
-    pub rows: Vec<Option<Row>>,
+    pub rows: Vec<Option<ClaimRow>>,
     /// The store's deliveries.
     pub deliveries: Vec<Stored>,
     pub net: Vec<Msg>,
     /// What each key's client was answered.
-    pub answers: Vec<Vec<Answer>>,
+    pub answers: Vec<Vec<Response>>,
     /// What the receiver saw: delivery id and body.
     pub callbacks: Vec<(String, Vec<u8>)>,
     pub copies_left: Vec<u8>,
@@ -230,7 +231,7 @@ pub struct State {
 
 /// A step of the model.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Action {
+pub enum ClaimAction {
     /// The key's client sends a copy to the node.
     Send {
         key: usize,
@@ -284,8 +285,8 @@ impl State {
         self.final_retries[key] > 0 && !answered && !on_its_way && !waiting
     }
 
-    pub(super) fn answer(&mut self, key: usize, answer: Answer) {
-        if answer == Answer::Error {
+    pub(super) fn answer(&mut self, key: usize, answer: Response) {
+        if answer == Response::Error {
             // The client retries an error.
             self.copies_left[key] += 1;
         }

@@ -14,7 +14,7 @@ use super::ClaimModel;
 
 /// A claim's row in the store: its current generation.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Row {
+pub struct ClaimRow {
     pub(super) current: Current,
     pub(super) holder: u64,
     /// Its holder has held it for `in_flight_timeout`, by the store's clock.
@@ -35,7 +35,7 @@ pub struct Stored {
 impl State {
     /// Whether the store sees the holder of `row` as gone: timed out, or its node's heartbeat
     /// expired (crashed: another epoch; or stalled).
-    fn holder_gone(&self, row: &Row) -> bool {
+    fn holder_gone(&self, row: &ClaimRow) -> bool {
         row.timed_out
             || !self
                 .nodes
@@ -59,7 +59,7 @@ pub(super) fn fold(events: &[ClaimEvent]) -> Option<Phase> {
         .ok()
 }
 
-pub(super) fn head_of(id: &ClaimId, row: &Row) -> LogHead {
+pub(super) fn head_of(id: &ClaimId, row: &ClaimRow) -> LogHead {
     LogHead {
         id: id.clone(),
         generation: row.current.generation,
@@ -105,7 +105,7 @@ impl ClaimModel {
                     fencing,
                 ) {
                     true => {
-                        let row = Row {
+                        let row = ClaimRow {
                             current: Current {
                                 generation: c.claimed_at_ms,
                                 expires_at_ms: c.expires_at_ms,
