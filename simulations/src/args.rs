@@ -10,7 +10,7 @@ use crate::process;
 
 /// The run's parameters.
 #[derive(Debug, Clone)]
-pub struct Args {
+pub struct RunArgs {
     pub seed: u64,
     pub keys: usize,
     pub keyless: usize,
@@ -30,8 +30,8 @@ pub struct Args {
     pub skew: bool,
 }
 
-pub fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
+pub fn parse_args() -> Result<RunArgs, String> {
+    let mut args = RunArgs {
         seed: 1,
         keys: 60,
         keyless: 10,

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::args::Args;
+use crate::args::RunArgs;
 use crate::database::Server;
 use crate::process::IdemProcess;
 use crate::proxy::Proxy;
@@ -96,7 +96,7 @@ pub struct Chaos {
 
 impl Chaos {
     /// Injects `args.crashes` faults spread over the run, on a thread of its own, until stopped.
-    pub fn spawn(self, args: &Args) -> JoinHandle<()> {
+    pub fn spawn(self, args: &RunArgs) -> JoinHandle<()> {
         let Chaos {
             nodes,
             database,

@@ -22,20 +22,20 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::clients::{request, Outcome};
+use crate::clients::{request, ClientOutcome};
 use crate::cloudevents::EventOutcome;
-use crate::receiver::Receiver;
+use crate::receiver::FaultyReceiver;
 use crate::report::Report;
 use crate::sources::SourceOutcome;
 use crate::ssf::SetOutcome;
-use crate::streams::Run;
+use crate::streams::Transmitted;
 use crate::MAX_RETRIES;
 
 /// The webhook-ids and bodies seen for one (decision, action).
 type Sightings = (BTreeSet<String>, BTreeSet<Vec<u8>>);
 
 /// What the senders beside the clients saw.
-pub struct Sources<'a> {
+pub struct SenderOutcomes<'a> {
     /// The Okta event hook.
     pub okta: &'a SourceOutcome,
     /// The Shared Signals transmitter.
@@ -47,10 +47,10 @@ pub struct Sources<'a> {
 /// Checks the run.
 pub async fn check(
     base: &str,
-    outcome: &Outcome,
-    sources: &Sources<'_>,
-    transmitted: Run,
-    receiver: &Receiver,
+    outcome: &ClientOutcome,
+    sources: &SenderOutcomes<'_>,
+    transmitted: Transmitted,
+    receiver: &FaultyReceiver,
 ) -> Report {
     let mut report = Report::default();
     let http = reqwest::Client::new();
@@ -64,7 +64,7 @@ pub async fn check(
         by_label.entry(&a.label).or_default().push(&a.body);
     }
     let mut key_decision: BTreeMap<String, String> = BTreeMap::new();
-    let keyed: BTreeMap<&str, &crate::clients::Job> = outcome
+    let keyed: BTreeMap<&str, &crate::clients::SignalJob> = outcome
         .jobs
         .iter()
         .filter(|j| j.key.is_some())

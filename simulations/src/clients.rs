@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use idem_schemas::signature::Secret;
 
-use crate::args::Args;
+use crate::args::RunArgs;
 use crate::rng::Rng;
 use crate::SIGNING_SECRET;
 
 /// One signal to send until it is answered 201.
 #[derive(Debug, Clone)]
-pub struct Job {
+pub struct SignalJob {
     /// Echoed in the signal's metadata (`sim`), so callbacks can be traced back to it.
     pub label: String,
     /// The idempotency key, for keyed jobs.
@@ -26,28 +26,28 @@ pub struct Job {
 
 /// A 201 a client received.
 #[derive(Debug, Clone)]
-pub struct Answer {
+pub struct Created {
     pub label: String,
     pub body: Vec<u8>,
 }
 
 /// What the clients saw.
 #[derive(Debug, Default)]
-pub struct Outcome {
+pub struct ClientOutcome {
     pub requests: usize,
     pub firsts: usize,
     pub replays: usize,
     pub conflicts: usize,
     pub errors: usize,
-    pub answers: Vec<Answer>,
+    pub answers: Vec<Created>,
     /// Answers that should never happen (422, other 4xx, a job never answered).
     pub unexpected: Vec<String>,
     /// Every job of the plan, for the checker.
-    pub jobs: Vec<Job>,
+    pub jobs: Vec<SignalJob>,
 }
 
 /// The jobs of a run: storms first, then the rest shuffled.
-pub fn plan(args: &Args, rng: &mut Rng) -> Vec<Job> {
+pub fn plan(args: &RunArgs, rng: &mut Rng) -> Vec<SignalJob> {
     let body = |label: &str, n: usize, rng: &mut Rng| {
         let kind = if rng.chance(70) {
             "sim_swap"
@@ -61,7 +61,7 @@ pub fn plan(args: &Args, rng: &mut Rng) -> Vec<Job> {
     let mut rest = Vec::new();
     for k in 0..args.keys {
         let label = format!("key-{}-{k}", args.seed);
-        let job = Job {
+        let job = SignalJob {
             key: Some(label.clone()),
             body: body(&label, k, rng),
             label,
@@ -75,7 +75,7 @@ pub fn plan(args: &Args, rng: &mut Rng) -> Vec<Job> {
     }
     for n in 0..args.keyless {
         let label = format!("keyless-{}-{n}", args.seed);
-        rest.push(Job {
+        rest.push(SignalJob {
             key: None,
             body: body(&label, 90_000 + n, rng),
             label,
@@ -90,7 +90,7 @@ pub fn plan(args: &Args, rng: &mut Rng) -> Vec<Job> {
 pub fn request(
     http: &reqwest::Client,
     base: &str,
-    job: &Job,
+    job: &SignalJob,
     attempt: usize,
 ) -> reqwest::RequestBuilder {
     let id = match &job.key {
@@ -120,11 +120,11 @@ pub fn request(
 /// each request goes to one of `bases` (the nodes) at random, so a key's copies spread over them.
 pub async fn run(
     bases: &[String],
-    plan: Vec<Job>,
+    plan: Vec<SignalJob>,
     clients: usize,
     seed: u64,
     think: Duration,
-) -> Outcome {
+) -> ClientOutcome {
     let jobs = plan.clone();
     let queue = Arc::new(Mutex::new(VecDeque::from(plan)));
     let mut tasks = Vec::new();
@@ -133,7 +133,7 @@ pub async fn run(
         let mut rng = Rng::new(seed ^ (c as u64 + 1).wrapping_mul(0x1234_5678_9abc));
         tasks.push(tokio::spawn(async move {
             let http = reqwest::Client::new();
-            let mut out = Outcome::default();
+            let mut out = ClientOutcome::default();
             loop {
                 let next = queue.lock().map(|mut q| q.pop_front()).unwrap_or(None);
                 let Some(job) = next else { break };
@@ -144,9 +144,9 @@ pub async fn run(
             out
         }));
     }
-    let mut total = Outcome {
+    let mut total = ClientOutcome {
         jobs,
-        ..Outcome::default()
+        ..ClientOutcome::default()
     };
     for t in tasks {
         if let Ok(o) = t.await {
@@ -165,9 +165,9 @@ pub async fn run(
 async fn send_until_answered(
     http: &reqwest::Client,
     bases: &[String],
-    job: &Job,
+    job: &SignalJob,
     rng: &mut Rng,
-    out: &mut Outcome,
+    out: &mut ClientOutcome,
 ) {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut attempt = 0;
@@ -187,7 +187,7 @@ async fn send_until_answered(
                         } else {
                             out.firsts += 1;
                         }
-                        out.answers.push(Answer {
+                        out.answers.push(Created {
                             label: job.label.clone(),
                             body,
                         });

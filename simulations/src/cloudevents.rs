@@ -22,7 +22,7 @@ pub const SWAPPED: &str = "org.camaraproject.sim-swap-subscriptions.v0.swapped";
 
 /// One event the operator emits.
 #[derive(Debug, Clone)]
-pub struct Event {
+pub struct CloudEvent {
     pub id: String,
     pub source: String,
     pub phone: String,
@@ -31,7 +31,7 @@ pub struct Event {
 /// What the operator saw.
 #[derive(Debug, Default)]
 pub struct EventOutcome {
-    pub events: Vec<Event>,
+    pub events: Vec<CloudEvent>,
     pub requests: usize,
     pub answered: usize,
     pub errors: usize,
@@ -39,9 +39,9 @@ pub struct EventOutcome {
 }
 
 /// `count` events; pairs share an `id` under two `source`s.
-pub fn plan(seed: u64, count: usize) -> Vec<Event> {
+pub fn plan(seed: u64, count: usize) -> Vec<CloudEvent> {
     (0..count)
-        .map(|n| Event {
+        .map(|n| CloudEvent {
             id: format!("ce-{seed}-{}", n / 2),
             source: format!("https://operator{}.sim.example/sim-swap", n % 2),
             phone: format!("+4478{seed:02}{n:05}"),
@@ -49,7 +49,7 @@ pub fn plan(seed: u64, count: usize) -> Vec<Event> {
         .collect()
 }
 
-fn event(e: &Event) -> Value {
+fn event(e: &CloudEvent) -> Value {
     json!({
         "specversion": "1.0", "id": e.id, "source": e.source, "type": SWAPPED,
         "datacontenttype": "application/json", "time": "2026-12-01T10:00:00.000Z",
@@ -60,7 +60,7 @@ fn event(e: &Event) -> Value {
 /// A request carrying `events[at..]` in some mode: its content type, extra headers, body, and
 /// how many events it carries.
 fn request(
-    events: &[Event],
+    events: &[CloudEvent],
     at: usize,
     rng: &mut Rng,
 ) -> (String, Vec<(String, String)>, String, usize) {
@@ -97,7 +97,12 @@ fn request(
 }
 
 /// Sends every event (two or three times) over about `seconds`.
-pub async fn run(bases: &[String], events: Vec<Event>, seed: u64, seconds: u64) -> EventOutcome {
+pub async fn run(
+    bases: &[String],
+    events: Vec<CloudEvent>,
+    seed: u64,
+    seconds: u64,
+) -> EventOutcome {
     let http = reqwest::Client::new();
     let mut rng = Rng::new(seed.wrapping_mul(0xce));
     let mut out = EventOutcome::default();

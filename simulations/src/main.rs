@@ -68,7 +68,7 @@ use std::time::Duration;
 
 use idem_schemas::signature::Secret;
 
-use crate::args::{parse_args, Args};
+use crate::args::{parse_args, RunArgs};
 use crate::chaos::{failpoints, Fault};
 use crate::nodes::clock_offset;
 use crate::rng::Rng;
@@ -99,14 +99,14 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: Args) -> Result<usize, String> {
+async fn run(args: RunArgs) -> Result<usize, String> {
     let binary = match &args.idem {
         Some(path) => path.clone(),
         None => devtools::build_idem(&["failpoints"], "failpoints")?,
     };
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let secret = Secret::parse(CALLBACK_SECRET).map_err(|e| e.to_string())?;
-    let receiver = receiver::Receiver::start(args.seed, secret, Duration::from_millis(600))
+    let receiver = receiver::FaultyReceiver::start(args.seed, secret, Duration::from_millis(600))
         .await
         .map_err(|e| e.to_string())?;
     let recv = format!("http://{}", receiver.addr);
@@ -241,12 +241,12 @@ async fn run(args: Args) -> Result<usize, String> {
     let mut report = check::check(
         &bases[0],
         &outcome,
-        &check::Sources {
+        &check::SenderOutcomes {
             okta: &source,
             ssf: &sets,
             cloudevents: &operator,
         },
-        streams::Run {
+        streams::Transmitted {
             streams,
             pause,
             poller,

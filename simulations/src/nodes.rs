@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::args::Args;
+use crate::args::RunArgs;
 use crate::process::IdemProcess;
 use crate::proxy::Proxy;
 use crate::rng::Rng;
@@ -26,7 +26,7 @@ pub fn clock_offset(seed: u64, n: usize) -> String {
 /// calling the receiver at `recv` and the transmitter at `tx`; each node's base URL, its process
 /// (not started) and, with `--partitions`, its route to the database.
 pub async fn configure(
-    args: &Args,
+    args: &RunArgs,
     dir: &Path,
     binary: &Path,
     database: &Option<String>,

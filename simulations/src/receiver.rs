@@ -58,7 +58,7 @@ const WEIGHTS: [(Fault, u64); 6] = [
 ];
 
 /// What the receiver saw.
-pub struct Receiver {
+pub struct FaultyReceiver {
     /// Its address.
     pub addr: std::net::SocketAddr,
     /// Every callback.
@@ -69,9 +69,13 @@ pub struct Receiver {
     pub faulty: Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl Receiver {
+impl FaultyReceiver {
     /// Starts the receiver; faults are drawn from `seed`.
-    pub async fn start(seed: u64, secret: Secret, hang: Duration) -> std::io::Result<Receiver> {
+    pub async fn start(
+        seed: u64,
+        secret: Secret,
+        hang: Duration,
+    ) -> std::io::Result<FaultyReceiver> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -105,7 +109,7 @@ impl Receiver {
                 });
             }
         });
-        Ok(Receiver {
+        Ok(FaultyReceiver {
             addr,
             seen,
             faults,

@@ -18,7 +18,7 @@ pub const OKTA_AUTH: &str = "Basic c2ltdWxhdGVkLW9rdGE=";
 
 /// One event the provider emits.
 #[derive(Debug, Clone)]
-pub struct Event {
+pub struct OktaEvent {
     pub id: String,
     pub subject: String,
     /// Of a type the source maps (to `port_out`).
@@ -28,7 +28,7 @@ pub struct Event {
 /// What the provider saw.
 #[derive(Debug, Default)]
 pub struct SourceOutcome {
-    pub events: Vec<Event>,
+    pub events: Vec<OktaEvent>,
     pub requests: usize,
     pub answered: usize,
     pub errors: usize,
@@ -39,9 +39,9 @@ pub struct SourceOutcome {
 }
 
 /// `events` events, in overlapping batches (event numbers), shuffled.
-pub fn plan(seed: u64, events: usize, rng: &mut Rng) -> (Vec<Event>, Vec<Vec<usize>>) {
-    let all: Vec<Event> = (0..events)
-        .map(|n| Event {
+pub fn plan(seed: u64, events: usize, rng: &mut Rng) -> (Vec<OktaEvent>, Vec<Vec<usize>>) {
+    let all: Vec<OktaEvent> = (0..events)
+        .map(|n| OktaEvent {
             id: format!("okta-{seed}-{n}"),
             subject: format!("+4479{n:06}"),
             mapped: n % 7 != 3,
@@ -67,7 +67,7 @@ pub fn plan(seed: u64, events: usize, rng: &mut Rng) -> (Vec<Event>, Vec<Vec<usi
     (all, batches)
 }
 
-fn body(events: &[Event], batch: &[usize]) -> String {
+fn body(events: &[OktaEvent], batch: &[usize]) -> String {
     let items: Vec<Value> = batch
         .iter()
         .map(|&n| {
@@ -143,7 +143,7 @@ pub async fn until_answered(
 /// Sends every batch until it is answered 200, to a node at random each time.
 pub async fn run(
     bases: &[String],
-    events: Vec<Event>,
+    events: Vec<OktaEvent>,
     batches: Vec<Vec<usize>>,
     seed: u64,
     think: Duration,
@@ -178,7 +178,7 @@ pub async fn run(
                     }
                     // The answer says how many, not which: attribute acceptance only when the
                     // whole batch was accepted or none of it.
-                    let mapped: Vec<&Event> = batch
+                    let mapped: Vec<&OktaEvent> = batch
                         .iter()
                         .map(|&n| &events[n])
                         .filter(|e| e.mapped)

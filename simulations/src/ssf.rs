@@ -37,7 +37,7 @@ enum Way {
 
 /// One SET the transmitter sends.
 #[derive(Debug, Clone)]
-pub struct Set {
+pub struct SentSet {
     pub jti: String,
     /// Its subject identifier, as the decisions API is asked for it.
     pub subject: Value,
@@ -47,7 +47,7 @@ pub struct Set {
 /// What the transmitter saw.
 #[derive(Debug, Default)]
 pub struct SetOutcome {
-    pub sets: Vec<Set>,
+    pub sets: Vec<SentSet>,
     pub pushes: usize,
     pub accepted: usize,
     pub errors: usize,
@@ -58,13 +58,13 @@ pub struct SetOutcome {
 }
 
 /// `count` SETs, each with its way, in a shuffled order.
-pub fn plan(seed: u64, count: usize, rng: &mut Rng) -> Vec<Set> {
-    let mut sets: Vec<Set> = (0..count)
+pub fn plan(seed: u64, count: usize, rng: &mut Rng) -> Vec<SentSet> {
+    let mut sets: Vec<SentSet> = (0..count)
         .map(|n| {
             let local = format!("set{seed}x{n}");
             // The subject as the decisions API is asked: lower-cased. The SET writes it with
             // its domain upper-cased at random, which must make no difference.
-            Set {
+            SentSet {
                 jti: format!("jti-{seed}-{n}"),
                 subject: json!({"format": "email", "email": format!("{local}@sim.example")}),
                 way: [Way::Push, Way::Push, Way::Poll, Way::Both][rng.range(0, 4) as usize],
@@ -75,7 +75,7 @@ pub fn plan(seed: u64, count: usize, rng: &mut Rng) -> Vec<Set> {
     sets
 }
 
-fn claims(set: &Set, upper: bool) -> Value {
+fn claims(set: &SentSet, upper: bool) -> Value {
     let email = set.subject["email"].as_str().unwrap_or_default();
     let email = match upper {
         true => email.replace("@sim.example", "@SIM.Example"),
@@ -93,7 +93,7 @@ fn claims(set: &Set, upper: bool) -> Value {
 pub async fn run(
     transmitter: &Transmitter,
     bases: &[String],
-    sets: Vec<Set>,
+    sets: Vec<SentSet>,
     seed: u64,
     seconds: u64,
 ) -> SetOutcome {

@@ -13,11 +13,11 @@ use idem_actors::delivery::state::{attempt_after_final, DeliveryState};
 use idem_actors::store::status_number;
 use idem_schemas::{ClaimEvent, DeliveryEvent};
 
-use crate::clients::Outcome;
+use crate::clients::ClientOutcome;
 use crate::report::Report;
 
 /// Checks the claims and deliveries in the database at `url` (see the module's doc).
-pub async fn check(url: &str, outcome: &Outcome, report: &mut Report) {
+pub async fn check(url: &str, outcome: &ClientOutcome, report: &mut Report) {
     let client = match connect(url).await {
         Ok(client) => client,
         Err(e) => return report.expect(false, || format!("cannot read the database: {e}")),

@@ -64,7 +64,7 @@ pub fn action() -> String {
 }
 
 /// The receiver's streams.
-pub struct Streams {
+pub struct ReceiverStreams {
     token: String,
     push: String,
     paused: String,
@@ -150,7 +150,7 @@ async fn call(
 }
 
 /// Makes the receiver's four streams (the disabled one disabled) through `base`.
-pub async fn create(base: &str, recv: &str, seed: u64) -> Result<Streams, String> {
+pub async fn create(base: &str, recv: &str, seed: u64) -> Result<ReceiverStreams, String> {
     let http = reqwest::Client::new();
     let token = token(&http, base).await?;
     let mut rng = Rng::new(seed.wrapping_mul(13).wrapping_add(5));
@@ -175,7 +175,7 @@ pub async fn create(base: &str, recv: &str, seed: u64) -> Result<Streams, String
     }
     let status = json!({"stream_id": ids[2], "status": "disabled", "reason": "offboarded"});
     call(&http, &bases, &mut rng, &token, "streams/status", status).await?;
-    Ok(Streams {
+    Ok(ReceiverStreams {
         token,
         poll: ids.pop().unwrap_or_default(),
         off: ids.pop().unwrap_or_default(),
@@ -185,7 +185,7 @@ pub async fn create(base: &str, recv: &str, seed: u64) -> Result<Streams, String
 }
 
 /// Pauses the paused stream a quarter into the run and enables it [`PAUSE`] later.
-pub async fn pause(streams: &Streams, bases: &[String], seed: u64, seconds: u64) -> Pause {
+pub async fn pause(streams: &ReceiverStreams, bases: &[String], seed: u64, seconds: u64) -> Pause {
     let http = reqwest::Client::new();
     let mut rng = Rng::new(seed.wrapping_mul(17).wrapping_add(3));
     tokio::time::sleep(Duration::from_millis(seconds * 250)).await;
@@ -206,7 +206,7 @@ async fn set_paused(
     http: &reqwest::Client,
     bases: &[String],
     rng: &mut Rng,
-    streams: &Streams,
+    streams: &ReceiverStreams,
     state: &str,
 ) {
     let body = json!({"stream_id": streams.paused, "status": state});
@@ -216,8 +216,8 @@ async fn set_paused(
 }
 
 /// The streams of a run, as the checker takes them.
-pub struct Run {
-    pub streams: Streams,
+pub struct Transmitted {
+    pub streams: ReceiverStreams,
     pub pause: Pause,
     pub poller: Poller,
 }
@@ -231,7 +231,7 @@ pub struct Poller {
 
 impl Poller {
     /// Starts polling the poll stream through nodes at random.
-    pub fn start(streams: &Streams, bases: &[String], seed: u64) -> Poller {
+    pub fn start(streams: &ReceiverStreams, bases: &[String], seed: u64) -> Poller {
         let stop = Arc::new(AtomicBool::new(false));
         let polled = Arc::new(Mutex::new(Polled::default()));
         let task = tokio::spawn(poll(streams, bases, seed, stop.clone(), polled.clone()));
@@ -249,7 +249,7 @@ impl Poller {
 
 /// Polls until `stop`, through nodes at random, into `out`.
 fn poll(
-    streams: &Streams,
+    streams: &ReceiverStreams,
     bases: &[String],
     seed: u64,
     stop: Arc<AtomicBool>,
@@ -329,13 +329,13 @@ struct Seen<'a> {
 /// may have been taken), for the checker's test of delivered SETs.
 pub async fn check(
     base: &str,
-    run: Run,
+    run: Transmitted,
     pushed: &[Callback],
     named: &BTreeSet<String>,
     report: &mut Report,
     delivered: &mut BTreeSet<String>,
 ) {
-    let Run {
+    let Transmitted {
         streams,
         pause,
         poller,
