@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::load::{drive, Stats};
-use crate::server::{start_idem, Idem};
+use crate::server::{start_idem, IdemUnderLoad};
 
 /// Requests sent before the counters are zeroed: connections opened, caches and pools warm.
 pub const WARM_UP: u64 = 300;
@@ -113,7 +113,7 @@ pub fn start(
     binary: &Path,
     dir: &Path,
     receiver: (SocketAddr, bool),
-) -> Result<(Idem, Counters), String> {
+) -> Result<(IdemUnderLoad, Counters), String> {
     let out = dir.join("cg.out");
     let mut out_flag = OsString::from("--callgrind-out-file=");
     out_flag.push(&out);

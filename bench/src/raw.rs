@@ -31,8 +31,8 @@ pub async fn connect(addr: SocketAddr, n: usize) -> std::io::Result<Vec<TcpStrea
     Ok(conns)
 }
 
-/// What came back for one request.
-pub struct Answer {
+/// One request's exchange: what came back, and how long it took.
+pub struct Exchange {
     /// The status code (0: no answer).
     pub status: u16,
     /// Whether `Idempotent-Replayed: true` was among the headers.
@@ -42,11 +42,11 @@ pub struct Answer {
 }
 
 /// Sends `request` on `stream` and reads the answer; the stream stays usable when it succeeds.
-pub async fn exchange(stream: &mut TcpStream, request: &[u8]) -> Answer {
+pub async fn exchange(stream: &mut TcpStream, request: &[u8]) -> Exchange {
     let started = Instant::now();
     // No answer reads as status 0.
     let (status, replayed) = round_trip(stream, request).await.unwrap_or_default();
-    Answer {
+    Exchange {
         status,
         replayed,
         latency: started.elapsed(),

@@ -11,7 +11,7 @@ use serde_json::json;
 use crate::load::Stats;
 
 /// One row of the table.
-pub struct Row {
+pub struct ScenarioRow {
     /// The scenario.
     pub name: String,
     /// What the load generator saw.
@@ -73,7 +73,7 @@ pub struct Figures {
 
 impl Figures {
     /// The figures of `row`, with its ratio to `keyless` requests/s if given.
-    pub fn of(row: &Row, keyless: Option<f64>) -> Figures {
+    pub fn of(row: &ScenarioRow, keyless: Option<f64>) -> Figures {
         let s = &row.stats;
         Figures {
             name: row.name.clone(),
@@ -221,13 +221,13 @@ fn median(mut values: Vec<f64>) -> f64 {
 mod tests {
     use super::*;
 
-    fn row(name: &str, requests: u64, latencies_ms: &[u64], status: u16) -> Row {
+    fn row(name: &str, requests: u64, latencies_ms: &[u64], status: u16) -> ScenarioRow {
         let mut latencies: Vec<Duration> = latencies_ms
             .iter()
             .map(|&ms| Duration::from_millis(ms))
             .collect();
         latencies.sort();
-        Row {
+        ScenarioRow {
             name: name.into(),
             stats: Stats {
                 requests,

@@ -60,7 +60,7 @@ pub fn start_idem(
     (receiver, traces): (SocketAddr, bool),
     key_ttl: &str,
     wrapper: &[OsString],
-) -> Result<Idem, String> {
+) -> Result<IdemUnderLoad, String> {
     let data = dir.join("data");
     // The transmitter's signing key: ES256, whose signature costs a fraction of RS256's.
     let key = dir.join("transmitter.pem");
@@ -122,11 +122,11 @@ actions = [ {{ name = "lock_account", url = "http://{receiver}/lock" }} ]
         jwks = dir.join("jwks.json").display(),
         key = key.display(),
     );
-    Idem::start(binary, dir, &data, &config, wrapper).map_err(|e| e.to_string())
+    IdemUnderLoad::start(binary, dir, &data, &config, wrapper).map_err(|e| e.to_string())
 }
 
-/// A running idem.
-pub struct Idem {
+/// A running idem the bench loads.
+pub struct IdemUnderLoad {
     child: Child,
     /// `http://127.0.0.1:port`.
     pub base: String,
@@ -136,7 +136,7 @@ pub struct Idem {
     pub data_dir: PathBuf,
 }
 
-impl Idem {
+impl IdemUnderLoad {
     /// Starts `binary serve` with `config`, whose `data_dir` is `data_dir`, under `wrapper` if
     /// it is not empty.
     pub fn start(
@@ -145,7 +145,7 @@ impl Idem {
         data_dir: &Path,
         config: &str,
         wrapper: &[OsString],
-    ) -> std::io::Result<Idem> {
+    ) -> std::io::Result<IdemUnderLoad> {
         let path = dir.join("idem.toml");
         std::fs::write(&path, config)?;
         let (child, base) = devtools::serve_under(wrapper, binary, &path, &[], Stdio::inherit())?;
@@ -153,7 +153,7 @@ impl Idem {
             .trim_start_matches("http://")
             .parse()
             .map_err(|_| std::io::Error::other(format!("idem listens on {base}?")))?;
-        Ok(Idem {
+        Ok(IdemUnderLoad {
             child,
             base,
             addr,
@@ -212,7 +212,7 @@ impl Idem {
     }
 }
 
-impl Drop for Idem {
+impl Drop for IdemUnderLoad {
     fn drop(&mut self) {
         // SAFETY: kill(2) on our own child's pid; a clean shutdown flushes the store.
         unsafe {

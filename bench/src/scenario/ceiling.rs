@@ -1,13 +1,13 @@
 //! `ceiling`: the load generator against the trivial in-process server (the receiver, answering
 //! everything at once): its own limit on these cores, with idem out of the picture.
 
-use super::Context;
+use super::ScenarioContext;
 use crate::load::drive;
-use crate::report::Row;
+use crate::report::ScenarioRow;
 use crate::signals::signal;
 
 /// The scenario.
-pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
+pub async fn run(ctx: &ScenarioContext<'_>) -> Result<ScenarioRow, String> {
     let url = format!("http://{}/ceiling", ctx.receiver);
     let http = ctx.http.clone();
     let stats = drive(
@@ -21,7 +21,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
         },
     )
     .await;
-    Ok(Row {
+    Ok(ScenarioRow {
         name: "ceiling".into(),
         rss: 0,
         disk: 0,

@@ -4,14 +4,14 @@
 //! the decision kept for lookup (one group commit), which the other scenarios' rates are a ratio
 //! to.
 
-use super::{with_storage_written, Context};
+use super::{with_storage_written, ScenarioContext};
 use crate::callgrind::{self, Counters, Measured};
-use crate::report::Row;
-use crate::server::Idem;
+use crate::report::ScenarioRow;
+use crate::server::IdemUnderLoad;
 use crate::signals::signal;
 
 /// The scenario.
-pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
+pub async fn run(ctx: &ScenarioContext<'_>) -> Result<ScenarioRow, String> {
     let idem = ctx.start_idem("24h")?;
     let (http, url) = (ctx.http.clone(), idem.signals_url());
     Ok(with_storage_written(ctx, &idem, "keyless", move |n| {
@@ -22,7 +22,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
 
 /// `--callgrind`: the same requests.
 pub async fn instructions(
-    idem: &Idem,
+    idem: &IdemUnderLoad,
     http: reqwest::Client,
     counters: &Counters,
     requests: u64,

@@ -26,12 +26,12 @@ use serde_json::json;
 use crate::args::{Args, Scenario};
 use crate::callgrind::{self, Counters, Measured, CONCURRENCY, WARM_UP};
 use crate::load::{drive, Stats};
-use crate::report::{Figures, Row};
-use crate::server::{fresh_database, start_idem, Idem, StoreKind};
+use crate::report::{Figures, ScenarioRow};
+use crate::server::{fresh_database, start_idem, IdemUnderLoad, StoreKind};
 use crate::signals::client;
 
 /// What a scenario runs with.
-pub struct Context<'a> {
+pub struct ScenarioContext<'a> {
     /// The command line.
     pub args: &'a Args,
     /// The idem binary.
@@ -48,9 +48,9 @@ pub struct Context<'a> {
     pub nodes: usize,
 }
 
-impl Context<'_> {
+impl ScenarioContext<'_> {
     /// A fresh idem on the scenario's dir, its keys kept for `key_ttl`.
-    pub fn start_idem(&self, key_ttl: &str) -> Result<Idem, String> {
+    pub fn start_idem(&self, key_ttl: &str) -> Result<IdemUnderLoad, String> {
         start_idem(
             self.binary,
             self.dir,
@@ -78,8 +78,8 @@ impl Context<'_> {
         .await
     }
 
-    /// [`Context::start_idem`] on each of the scenario's nodes (one config, one store).
-    pub fn start_nodes(&self, key_ttl: &str) -> Result<Vec<Idem>, String> {
+    /// [`ScenarioContext::start_idem`] on each of the scenario's nodes (one config, one store).
+    pub fn start_nodes(&self, key_ttl: &str) -> Result<Vec<IdemUnderLoad>, String> {
         (0..self.nodes)
             .map(|n| {
                 let dir = self.dir.join(format!("node{n}"));
@@ -98,7 +98,7 @@ pub async fn run_scenarios(
     binary: &Path,
     receiver: SocketAddr,
     extra: &mut serde_json::Map<String, serde_json::Value>,
-) -> Result<Vec<Row>, String> {
+) -> Result<Vec<ScenarioRow>, String> {
     let mut rows = Vec::new();
     for scenario in args.scenarios() {
         // The baselines and the ceiling run no idem: once, whatever the stores.
@@ -121,7 +121,7 @@ pub async fn run_scenarios(
                 StoreKind::Sled => 1,
                 StoreKind::Postgres => args.nodes,
             };
-            let ctx = Context {
+            let ctx = ScenarioContext {
                 args,
                 binary,
                 receiver,
@@ -166,7 +166,7 @@ pub async fn run_scenarios(
 /// requests (`requests` of them, but for the storm's fixed bursts).
 pub async fn instructions(
     scenario: Scenario,
-    idem: &Idem,
+    idem: &IdemUnderLoad,
     receiver: SocketAddr,
     counters: &Counters,
     requests: u64,
@@ -190,7 +190,12 @@ pub async fn instructions(
 /// `keyless` and `unique`: `send(n)` from the bench's closed-loop workers against `idem` for the
 /// bench's duration (paced by `--rate` if given), and what the server wrote to storage per
 /// request.
-async fn with_storage_written<F, Fut>(ctx: &Context<'_>, idem: &Idem, name: &str, send: F) -> Row
+async fn with_storage_written<F, Fut>(
+    ctx: &ScenarioContext<'_>,
+    idem: &IdemUnderLoad,
+    name: &str,
+    send: F,
+) -> ScenarioRow
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = u16> + Send,
@@ -201,7 +206,7 @@ where
     // several times the records' own bytes, and it moves with the number of entries a request
     // writes more than with their size.
     let written = idem.storage_bytes_written().saturating_sub(written);
-    Row {
+    ScenarioRow {
         name: name.into(),
         rss: idem.peak_rss(),
         disk: idem.disk_bytes(),

@@ -9,9 +9,9 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio_postgres::{Client, NoTls};
 
-use super::Context;
+use super::ScenarioContext;
 use crate::load::{drive, Stats};
-use crate::report::Row;
+use crate::report::ScenarioRow;
 
 const DSN: &str = "host=127.0.0.1 user=postgres dbname=test";
 
@@ -26,9 +26,9 @@ async fn connect() -> Result<Client, String> {
 }
 
 /// The scenario: the bench's concurrency, duration and rate against the local PostgreSQL.
-pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
+pub async fn run(ctx: &ScenarioContext<'_>) -> Result<ScenarioRow, String> {
     let stats = claims(ctx.args.concurrency, ctx.args.duration, ctx.args.rate).await?;
-    Ok(Row {
+    Ok(ScenarioRow {
         name: "pg".into(),
         rss: 0,
         disk: 0,

@@ -13,8 +13,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
-use super::Context;
-use crate::report::Row;
+use super::ScenarioContext;
+use crate::report::ScenarioRow;
 
 /// The server, killed when dropped.
 struct Server {
@@ -98,7 +98,7 @@ impl Connection {
 }
 
 /// The scenario: the bench's concurrency, duration and rate against a fresh redis-server.
-pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
+pub async fn run(ctx: &ScenarioContext<'_>) -> Result<ScenarioRow, String> {
     let server = start(ctx.dir).await?;
     let mut connections = Vec::new();
     for _ in 0..ctx.args.concurrency {
@@ -123,7 +123,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
         })
         .await;
     drop(server);
-    Ok(Row {
+    Ok(ScenarioRow {
         name: "redis".into(),
         rss: 0,
         disk: 0,

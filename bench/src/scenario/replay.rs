@@ -4,23 +4,23 @@
 
 use std::time::Duration;
 
-use super::Context;
+use super::ScenarioContext;
 use crate::callgrind::{self, Counters, Measured};
 use crate::load::drive;
-use crate::report::Row;
-use crate::server::Idem;
+use crate::report::ScenarioRow;
+use crate::server::IdemUnderLoad;
 use crate::signals::signal;
 
 /// The keys completed first and replayed.
 const KEYS: u64 = 1000;
 
 /// The scenario.
-pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
+pub async fn run(ctx: &ScenarioContext<'_>) -> Result<ScenarioRow, String> {
     let nodes = ctx.start_nodes("24h")?;
     let idem = &nodes[0];
     complete_keys(idem, &ctx.http, ctx.args.concurrency).await;
     let http = ctx.http.clone();
-    let urls: Vec<String> = nodes.iter().map(Idem::signals_url).collect();
+    let urls: Vec<String> = nodes.iter().map(IdemUnderLoad::signals_url).collect();
     let stats = drive(
         ctx.args.concurrency,
         ctx.args.duration,
@@ -29,7 +29,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
         move |n| replay(http.clone(), urls[n as usize % urls.len()].clone(), n),
     )
     .await;
-    Ok(Row {
+    Ok(ScenarioRow {
         name: "replay".into(),
         rss: idem.peak_rss(),
         disk: idem.disk_bytes(),
@@ -41,7 +41,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
 
 /// `--callgrind`: the keys completed before the warm-up, then the same replays.
 pub async fn instructions(
-    idem: &Idem,
+    idem: &IdemUnderLoad,
     http: reqwest::Client,
     counters: &Counters,
     requests: u64,
@@ -58,7 +58,7 @@ pub async fn instructions(
 }
 
 /// Sends signal `k` under key `r-<k>` for each of the `KEYS` keys, completing them.
-async fn complete_keys(idem: &Idem, http: &reqwest::Client, concurrency: usize) {
+async fn complete_keys(idem: &IdemUnderLoad, http: &reqwest::Client, concurrency: usize) {
     let (http, url) = (http.clone(), idem.signals_url());
     drive(
         concurrency,

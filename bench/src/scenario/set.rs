@@ -9,16 +9,16 @@ use std::net::SocketAddr;
 use serde_json::json;
 
 use super::unique::request;
-use super::{with_storage_written, Context};
+use super::{with_storage_written, ScenarioContext};
 use crate::callgrind::{self, Counters, Measured};
-use crate::report::Row;
-use crate::server::Idem;
+use crate::report::ScenarioRow;
+use crate::server::IdemUnderLoad;
 use crate::signals::{SESSION_REVOKED, SET_RECEIVER, SET_RECEIVER_SECRET, SET_TYPE};
 
 /// The bench receiver's push stream at `idem`, to `receiver`.
 async fn subscribe(
     http: &reqwest::Client,
-    idem: &Idem,
+    idem: &IdemUnderLoad,
     receiver: SocketAddr,
 ) -> Result<(), String> {
     let token: serde_json::Value = http
@@ -59,7 +59,7 @@ async fn subscribe(
 }
 
 /// The scenario.
-pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
+pub async fn run(ctx: &ScenarioContext<'_>) -> Result<ScenarioRow, String> {
     let idem = ctx.start_idem("24h")?;
     subscribe(&ctx.http, &idem, ctx.receiver).await?;
     let http = ctx.http.clone();
@@ -73,7 +73,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
 
 /// `--callgrind`: the same requests, every one under a new key.
 pub async fn instructions(
-    idem: &Idem,
+    idem: &IdemUnderLoad,
     receiver: SocketAddr,
     http: reqwest::Client,
     counters: &Counters,

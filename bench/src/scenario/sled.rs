@@ -12,8 +12,8 @@ use std::sync::mpsc;
 
 use tokio::sync::oneshot;
 
-use super::Context;
-use crate::report::Row;
+use super::ScenarioContext;
+use crate::report::ScenarioRow;
 
 /// Bytes of a `noop` claim's log entry (its claim with the decision, the recovery point with the
 /// response's bytes, completed) and of its decision record, as idem writes them.
@@ -21,7 +21,7 @@ const LOG_BYTES: usize = 450;
 const DECISION_BYTES: usize = 110;
 
 /// The scenario.
-pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
+pub async fn run(ctx: &ScenarioContext<'_>) -> Result<ScenarioRow, String> {
     let dir = ctx.dir.join("sled");
     let db = ::sled::Config::new()
         .path(&dir)
@@ -59,7 +59,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
         })
         .await;
     let disk = db.size_on_disk().unwrap_or(0);
-    Ok(Row {
+    Ok(ScenarioRow {
         name: "sled".into(),
         rss: 0,
         disk,

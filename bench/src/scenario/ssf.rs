@@ -11,10 +11,10 @@ use std::sync::Arc;
 use devtools::jose::{self, SigningKey};
 use serde_json::json;
 
-use super::{with_storage_written, Context};
+use super::{with_storage_written, ScenarioContext};
 use crate::callgrind::{self, Counters, Measured, WARM_UP};
-use crate::report::Row;
-use crate::server::Idem;
+use crate::report::ScenarioRow;
+use crate::server::IdemUnderLoad;
 use crate::signals::{SSF_AUDIENCE, SSF_EVENT, SSF_ISSUER};
 
 /// SETs signed ahead per second of load (more than idem answers on two cores).
@@ -87,7 +87,7 @@ async fn push(http: reqwest::Client, url: String, tokens: Arc<Vec<String>>, n: u
 }
 
 /// The scenario.
-pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
+pub async fn run(ctx: &ScenarioContext<'_>) -> Result<ScenarioRow, String> {
     let count = (ctx.args.duration.as_secs().max(1) * PER_SECOND).max(10_000);
     let tokens = signed(ctx.dir, count)?;
     let idem = ctx.start_idem("24h")?;
@@ -108,7 +108,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
 
 /// `--callgrind`: the same SETs, every one new.
 pub async fn instructions(
-    idem: &Idem,
+    idem: &IdemUnderLoad,
     http: reqwest::Client,
     counters: &Counters,
     requests: u64,

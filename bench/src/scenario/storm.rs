@@ -10,12 +10,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::Context;
+use super::ScenarioContext;
 use crate::callgrind::{Counters, Measured};
 use crate::load::Stats;
 use crate::raw;
-use crate::report::{ms, Row};
-use crate::server::Idem;
+use crate::report::{ms, ScenarioRow};
+use crate::server::IdemUnderLoad;
 use crate::signals::signed;
 
 /// `--callgrind`: keys, one burst each.
@@ -24,7 +24,7 @@ const CALLGRIND_KEYS: u64 = 20;
 const CALLGRIND_COPIES: usize = 200;
 
 /// The scenario.
-pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
+pub async fn run(ctx: &ScenarioContext<'_>) -> Result<ScenarioRow, String> {
     let (keys, copies) = (ctx.args.storm_keys, ctx.args.storm_copies);
     let nodes = ctx.start_nodes("24h")?;
     let idem = &nodes[0];
@@ -38,7 +38,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
         .await?
         .losers;
     let http_floor = storm(&addrs, "/v1/nowhere", keys, copies).await?.losers;
-    Ok(Row {
+    Ok(ScenarioRow {
         name: "storm".into(),
         rss: idem.peak_rss(),
         disk: idem.disk_bytes(),
@@ -56,7 +56,7 @@ pub async fn run(ctx: &Context<'_>) -> Result<Row, String> {
 /// `--callgrind`: `CALLGRIND_COPIES` connections opened and warmed by two bursts (all of them,
 /// then half: 300 requests), the counters zeroed, then `CALLGRIND_KEYS` bursts of
 /// `CALLGRIND_COPIES` copies; every request counts, the winners' too.
-pub async fn instructions(idem: &Idem, counters: &Counters) -> Result<Measured, String> {
+pub async fn instructions(idem: &IdemUnderLoad, counters: &Counters) -> Result<Measured, String> {
     let (addr, path) = (idem.addr, "/v1/signals");
     let mut conns = connect(addr, CALLGRIND_COPIES).await?;
     burst(&mut conns, addr, path, 0).await;
@@ -163,7 +163,7 @@ async fn burst(
     addr: SocketAddr,
     path: &str,
     k: u64,
-) -> Vec<raw::Answer> {
+) -> Vec<raw::Exchange> {
     let key = format!("storm-{}-{k}", idem_schemas::timefmt::now_ms());
     let (body, headers) = signed("sim_swap", k, Some(&key));
     let request = Arc::new(raw::request(path, addr, &headers, &body));

@@ -3,11 +3,11 @@
 //! `claim`: the same with a playbook without actions (`noop`), so a signal is one durable write,
 //! its claim, recovery point and completion at once: the job the `redis` anchor does.
 
-use super::{with_storage_written, Context};
+use super::{with_storage_written, ScenarioContext};
 use crate::args::Scenario;
 use crate::callgrind::{self, Counters, Measured};
-use crate::report::Row;
-use crate::server::Idem;
+use crate::report::ScenarioRow;
+use crate::server::IdemUnderLoad;
 use crate::signals::signal;
 
 /// The signal type `scenario` (`unique` or `claim`) sends.
@@ -19,10 +19,10 @@ fn signal_type(scenario: Scenario) -> &'static str {
 }
 
 /// The scenario.
-pub async fn run(ctx: &Context<'_>, scenario: Scenario) -> Result<Row, String> {
+pub async fn run(ctx: &ScenarioContext<'_>, scenario: Scenario) -> Result<ScenarioRow, String> {
     let nodes = ctx.start_nodes("24h")?;
     let http = ctx.http.clone();
-    let urls: Vec<String> = nodes.iter().map(Idem::signals_url).collect();
+    let urls: Vec<String> = nodes.iter().map(IdemUnderLoad::signals_url).collect();
     let run_id = idem_schemas::timefmt::now_ms();
     let kind = signal_type(scenario);
     Ok(
@@ -37,7 +37,7 @@ pub async fn run(ctx: &Context<'_>, scenario: Scenario) -> Result<Row, String> {
 /// `--callgrind`: the same requests, every one under a new key.
 pub async fn instructions(
     scenario: Scenario,
-    idem: &Idem,
+    idem: &IdemUnderLoad,
     http: reqwest::Client,
     counters: &Counters,
     requests: u64,

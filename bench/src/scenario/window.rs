@@ -7,16 +7,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::Context;
+use super::ScenarioContext;
 use crate::load::drive;
-use crate::report::{ms, Row};
+use crate::report::{ms, ScenarioRow};
 use crate::signals::signal;
 
 /// The scenario: fill the key window, measure what it costs, then let it expire and sweep.
 pub async fn run(
-    ctx: &Context<'_>,
+    ctx: &ScenarioContext<'_>,
     extra: &mut serde_json::Map<String, serde_json::Value>,
-) -> Result<Row, String> {
+) -> Result<ScenarioRow, String> {
     let (args, http) = (ctx.args, &ctx.http);
     let keys = args.window_keys;
     // Long enough to fill the window at a pessimistic 2,000 keys/s (or the pace asked for, if
@@ -101,7 +101,7 @@ pub async fn run(
     extra.insert("disk_bytes_after_sweep".into(), json!(after));
     extra.insert("replay_p50_ms".into(), json!(ms(replay.percentile(50.0))));
     extra.insert("replay_p99_ms".into(), json!(ms(replay.percentile(99.0))));
-    Ok(Row {
+    Ok(ScenarioRow {
         name: "window".into(),
         rss: idem.peak_rss(),
         disk: full_disk,
