@@ -19,32 +19,32 @@ fn b64(bytes: &[u8]) -> String {
     URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// A transmitter's signing key.
-pub enum SigningKey {
+/// A transmitter's key for signing compact JWS, and its `kid`.
+pub enum JwsKey {
     Rsa { kid: String, key: RsaKeyPair },
     Ec { kid: String, key: EcdsaKeyPair },
 }
 
-impl SigningKey {
+impl JwsKey {
     /// The fixture RSA key under `kid`.
-    pub fn rsa(kid: &str) -> SigningKey {
+    pub fn rsa(kid: &str) -> JwsKey {
         let body: String = RSA_PEM
             .lines()
             .filter(|l| !l.starts_with("-----"))
             .collect();
         let der = STANDARD.decode(body).expect("PEM base64");
-        SigningKey::Rsa {
+        JwsKey::Rsa {
             kid: kid.into(),
             key: RsaKeyPair::from_pkcs8(&der).expect("RSA PKCS#8"),
         }
     }
 
     /// A new P-256 key under `kid`.
-    pub fn ec(kid: &str) -> SigningKey {
+    pub fn ec(kid: &str) -> JwsKey {
         let rng = SystemRandom::new();
         let alg = &signature::ECDSA_P256_SHA256_FIXED_SIGNING;
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(alg, &rng).expect("P-256 key");
-        SigningKey::Ec {
+        JwsKey::Ec {
             kid: kid.into(),
             key: EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng).expect("P-256 key"),
         }
@@ -52,26 +52,26 @@ impl SigningKey {
 
     pub fn kid(&self) -> &str {
         match self {
-            SigningKey::Rsa { kid, .. } | SigningKey::Ec { kid, .. } => kid,
+            JwsKey::Rsa { kid, .. } | JwsKey::Ec { kid, .. } => kid,
         }
     }
 
     pub fn alg(&self) -> &'static str {
         match self {
-            SigningKey::Rsa { .. } => "RS256",
-            SigningKey::Ec { .. } => "ES256",
+            JwsKey::Rsa { .. } => "RS256",
+            JwsKey::Ec { .. } => "ES256",
         }
     }
 
     /// The public JWK.
     pub fn jwk(&self) -> Value {
         match self {
-            SigningKey::Rsa { kid, key } => {
+            JwsKey::Rsa { kid, key } => {
                 let public: ring::rsa::PublicKeyComponents<Vec<u8>> = key.public().into();
                 json!({"kty": "RSA", "kid": kid, "use": "sig", "alg": "RS256",
                     "n": b64(&public.n), "e": b64(&public.e)})
             }
-            SigningKey::Ec { kid, key } => {
+            JwsKey::Ec { kid, key } => {
                 let point = key.public_key().as_ref();
                 json!({"kty": "EC", "kid": kid, "use": "sig", "crv": "P-256",
                     "x": b64(&point[1..33]), "y": b64(&point[33..65])})
@@ -82,8 +82,8 @@ impl SigningKey {
     /// The bytes of the public key a careless verifier would use as an HMAC secret.
     pub fn public_bytes(&self) -> Vec<u8> {
         match self {
-            SigningKey::Rsa { key, .. } => key.public().as_ref().to_vec(),
-            SigningKey::Ec { key, .. } => key.public_key().as_ref().to_vec(),
+            JwsKey::Rsa { key, .. } => key.public().as_ref().to_vec(),
+            JwsKey::Ec { key, .. } => key.public_key().as_ref().to_vec(),
         }
     }
 
@@ -96,7 +96,7 @@ impl SigningKey {
         );
         let rng = SystemRandom::new();
         let signature = match self {
-            SigningKey::Rsa { key, .. } => {
+            JwsKey::Rsa { key, .. } => {
                 let mut sig = vec![0; key.public().modulus_len()];
                 key.sign(
                     &signature::RSA_PKCS1_SHA256,
@@ -107,7 +107,7 @@ impl SigningKey {
                 .expect("RSA signature");
                 sig
             }
-            SigningKey::Ec { key, .. } => key
+            JwsKey::Ec { key, .. } => key
                 .sign(&rng, input.as_bytes())
                 .expect("ECDSA signature")
                 .as_ref()
@@ -155,7 +155,7 @@ pub fn thumbprint(jwk: &Value) -> String {
 }
 
 /// A JWK Set of `keys`.
-pub fn jwk_set(keys: &[&SigningKey]) -> Value {
+pub fn jwk_set(keys: &[&JwsKey]) -> Value {
     json!({"keys": keys.iter().map(|k| k.jwk()).collect::<Vec<_>>()})
 }
 

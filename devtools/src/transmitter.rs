@@ -33,24 +33,24 @@ struct Shared {
     hold_after_give: bool,
 }
 
-/// The transmitter.
+/// The transmitter on loopback: its base URL, and what it serves and was sent.
 #[derive(Clone)]
-pub struct Transmitter {
+pub struct LoopbackTransmitter {
     pub base: String,
     shared: Arc<Mutex<Shared>>,
 }
 
-impl Transmitter {
+impl LoopbackTransmitter {
     /// Starts it, serving `jwks`.
-    pub async fn start(jwks: Value) -> Transmitter {
-        match Transmitter::try_start(jwks).await {
+    pub async fn start(jwks: Value) -> LoopbackTransmitter {
+        match LoopbackTransmitter::try_start(jwks).await {
             Ok(t) => t,
             Err(e) => panic!("the transmitter cannot listen: {e}"),
         }
     }
 
     /// Starts it, serving `jwks`, or says why it cannot listen.
-    pub async fn try_start(jwks: Value) -> std::io::Result<Transmitter> {
+    pub async fn try_start(jwks: Value) -> std::io::Result<LoopbackTransmitter> {
         let shared = Arc::new(Mutex::new(Shared {
             jwks,
             ..Shared::default()
@@ -64,7 +64,7 @@ impl Transmitter {
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Ok(Transmitter {
+        Ok(LoopbackTransmitter {
             base: format!("http://{addr}"),
             shared,
         })

@@ -111,7 +111,7 @@ async fn run(args: RunArgs) -> Result<usize, String> {
         .map_err(|e| e.to_string())?;
     let recv = format!("http://{}", receiver.addr);
     let transmitter =
-        devtools::transmitter::Transmitter::try_start(serde_json::json!({"keys": []}))
+        devtools::transmitter::LoopbackTransmitter::try_start(serde_json::json!({"keys": []}))
             .await
             .map_err(|e| e.to_string())?;
     let database = match args.postgres {

@@ -11,8 +11,8 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use devtools::jose::{self, SigningKey};
-use devtools::transmitter::Transmitter;
+use devtools::jose::{self, JwsKey};
+use devtools::transmitter::LoopbackTransmitter;
 use serde_json::{json, Value};
 
 use crate::report::Report;
@@ -91,7 +91,7 @@ fn claims(set: &SentSet, upper: bool) -> Value {
 
 /// Sends every SET its way over about `seconds`, rotating the key half way.
 pub async fn run(
-    transmitter: &Transmitter,
+    transmitter: &LoopbackTransmitter,
     bases: &[String],
     sets: Vec<SentSet>,
     seed: u64,
@@ -100,8 +100,8 @@ pub async fn run(
     let http = reqwest::Client::new();
     let mut rng = Rng::new(seed.wrapping_mul(0x55f));
     let mut out = SetOutcome::default();
-    let old = SigningKey::ec("sim-key-1");
-    let new = SigningKey::ec("sim-key-2");
+    let old = JwsKey::ec("sim-key-1");
+    let new = JwsKey::ec("sim-key-2");
     transmitter.set_jwks(jose::jwk_set(&[&old]));
     let think = Duration::from_millis(seconds * 1000 / sets.len().max(1) as u64);
     let half = sets.len() / 2;
@@ -192,7 +192,7 @@ async fn push(
 }
 
 /// Waits (up to a minute) for every polled SET to be acknowledged, and notes what is left.
-pub async fn settle(transmitter: &Transmitter, out: &mut SetOutcome) {
+pub async fn settle(transmitter: &LoopbackTransmitter, out: &mut SetOutcome) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline && transmitter.pending() > 0 {
         tokio::time::sleep(Duration::from_millis(100)).await;

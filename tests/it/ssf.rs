@@ -15,7 +15,7 @@ use devtools::metric_value;
 use serde_json::{json, Value};
 
 use crate::support::*;
-use devtools::jose::{self, SigningKey};
+use devtools::jose::{self, JwsKey};
 
 const API_KEY: &str = "Bearer sk_ssf_test_key_0001";
 const ISSUER: &str = "https://sts.example.test/ssf";
@@ -29,7 +29,7 @@ const STREAM_UPDATED: &str = "https://schemas.openid.net/secevent/ssf/event-type
 
 /// Tenant `acme`: a push source `entra` (with a push credential), a source `okta_ssf` without
 /// one that also polls, both on the transmitter's JWK Set; `breach` decided once per subject.
-fn acme(receiver: &Receiver, transmitter: &Transmitter, refetch: &str) -> String {
+fn acme(receiver: &Receiver, transmitter: &LoopbackTransmitter, refetch: &str) -> String {
     format!(
         r#"
 [tenants.acme]
@@ -81,10 +81,16 @@ type = "breach"
 /// idem with tenant `acme`, a transmitter serving `keys`, JWK Sets fetched at most once per
 /// `refetch`.
 async fn start(
-    keys: &[&SigningKey],
+    keys: &[&JwsKey],
     refetch: &str,
-) -> (tempfile::TempDir, Receiver, Idem, Client, Transmitter) {
-    let transmitter = Transmitter::start(jose::jwk_set(keys)).await;
+) -> (
+    tempfile::TempDir,
+    Receiver,
+    Idem,
+    Client,
+    LoopbackTransmitter,
+) {
+    let transmitter = LoopbackTransmitter::start(jose::jwk_set(keys)).await;
     let t = transmitter.clone();
     let refetch = refetch.to_string();
     let (dir, receiver, idem, client) = Harness::new()
@@ -172,8 +178,8 @@ async fn decisions_by_subject_id(client: &Client, subject: &Value) -> Vec<Value>
 
 #[tokio::test]
 async fn a_pushed_set_is_one_decision_however_often_it_comes() {
-    let rsa = SigningKey::rsa("rsa-1");
-    let ec = SigningKey::ec("ec-1");
+    let rsa = JwsKey::rsa("rsa-1");
+    let ec = JwsKey::ec("ec-1");
     let (_dir, receiver, _idem, client, transmitter) = start(&[&rsa, &ec], "60s").await;
 
     let first = rsa.sign(&compromise("jti-1", email("Alice@Example.com")));
@@ -226,8 +232,8 @@ async fn a_pushed_set_is_one_decision_however_often_it_comes() {
 
 #[tokio::test]
 async fn every_refusal_answers_its_code_and_claims_nothing() {
-    let rsa = SigningKey::rsa("rsa-1");
-    let ec = SigningKey::ec("ec-1");
+    let rsa = JwsKey::rsa("rsa-1");
+    let ec = JwsKey::ec("ec-1");
     let (_dir, receiver, _idem, client, transmitter) = start(&[&rsa, &ec], "60s").await;
     let good = compromise("jti-refused", email("carol@example.com"));
     let mut tampered = rsa.sign(&good);
@@ -404,8 +410,8 @@ async fn every_refusal_answers_its_code_and_claims_nothing() {
 
 #[tokio::test]
 async fn a_rotated_key_is_fetched_once_the_interval_allows() {
-    let old = SigningKey::rsa("rsa-old");
-    let new = SigningKey::ec("ec-new");
+    let old = JwsKey::rsa("rsa-old");
+    let new = JwsKey::ec("ec-new");
     let (_dir, receiver, _idem, client, transmitter) = start(&[&old], "3s").await;
     assert_accepted(
         &push(
@@ -456,7 +462,7 @@ async fn a_rotated_key_is_fetched_once_the_interval_allows() {
 
 #[tokio::test]
 async fn ssf_own_events_are_recorded_not_decided() {
-    let rsa = SigningKey::rsa("rsa-1");
+    let rsa = JwsKey::rsa("rsa-1");
     let (_dir, receiver, _idem, client, _transmitter) = start(&[&rsa], "60s").await;
     let verification = rsa.sign(&json!({
         "iss": ISSUER, "aud": AUDIENCE, "jti": "v-1", "iat": 1_764_000_000,
@@ -497,7 +503,7 @@ async fn ssf_own_events_are_recorded_not_decided() {
 
 #[tokio::test]
 async fn a_polled_set_is_acknowledged_once_claimed_and_is_one_decision_with_its_push() {
-    let rsa = SigningKey::rsa("rsa-1");
+    let rsa = JwsKey::rsa("rsa-1");
     let (_dir, receiver, _idem, client, transmitter) = start(&[&rsa], "60s").await;
     let one = rsa.sign(&compromise("p-1", email("gina@example.com")));
     let two = rsa.sign(&compromise("p-2", email("hank@example.com")));
@@ -548,7 +554,7 @@ async fn a_polled_set_is_acknowledged_once_claimed_and_is_one_decision_with_its_
 
 #[tokio::test]
 async fn a_crash_between_the_claim_and_the_ack_decides_nothing_twice() {
-    let rsa = SigningKey::rsa("rsa-1");
+    let rsa = JwsKey::rsa("rsa-1");
     let (_dir, receiver, idem, _client, transmitter) = start(&[&rsa], "60s").await;
     // Every poll after the one that gives the SET is held: its ack never reaches the
     // transmitter.
@@ -575,7 +581,7 @@ async fn a_crash_between_the_claim_and_the_ack_decides_nothing_twice() {
 
 #[tokio::test]
 async fn a_polled_set_not_taken_now_is_neither_acked_nor_refused() {
-    let rsa = SigningKey::rsa("rsa-1");
+    let rsa = JwsKey::rsa("rsa-1");
     let (_dir, receiver, _idem, _client, transmitter) = start(&[&rsa], "1s").await;
     // The JWK Set is broken: idem cannot check the SET, which is not the SET's fault.
     transmitter.set_jwks(json!({"not": "a JWK Set"}));
@@ -613,8 +619,8 @@ async fn a_polled_set_not_taken_now_is_neither_acked_nor_refused() {
 
 #[tokio::test]
 async fn on_two_nodes_one_polls_and_the_other_takes_over_when_it_dies() {
-    let rsa = SigningKey::rsa("rsa-1");
-    let transmitter = Transmitter::start(jose::jwk_set(&[&rsa])).await;
+    let rsa = JwsKey::rsa("rsa-1");
+    let transmitter = LoopbackTransmitter::start(jose::jwk_set(&[&rsa])).await;
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let store = on_postgres(&fresh_database());

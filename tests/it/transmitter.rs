@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use devtools::jose::{self, SigningKey};
+use devtools::jose::{self, JwsKey};
 use serde_json::{json, Value};
 
 use crate::support::*;
@@ -194,7 +194,7 @@ async fn the_metadata_and_jwk_set_name_the_issuer_and_every_key() {
     let keys = r.json()["keys"].as_array().expect("keys").clone();
     assert_eq!(keys.len(), 2);
     // The signing key first: the fixture RSA key, its modulus as the tests' JOSE reads it.
-    let fixture = SigningKey::rsa("fixture").jwk();
+    let fixture = JwsKey::rsa("fixture").jwk();
     assert_eq!(keys[0]["kty"], "RSA");
     assert_eq!(
         (&keys[0]["n"], &keys[0]["e"]),

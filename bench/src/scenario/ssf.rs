@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use devtools::jose::{self, SigningKey};
+use devtools::jose::{self, JwsKey};
 use serde_json::json;
 
 use super::{with_storage_written, ScenarioContext};
@@ -23,7 +23,7 @@ const PER_SECOND: u64 = 3_500;
 /// `count` SETs signed with a new key, its JWK Set written to `dir/jwks.json` (where the bench
 /// config's source reads it, at its first SET).
 fn signed(dir: &Path, count: u64) -> Result<Arc<Vec<String>>, String> {
-    let key = SigningKey::rsa("bench-rs256");
+    let key = JwsKey::rsa("bench-rs256");
     std::fs::write(dir.join("jwks.json"), jose::jwk_set(&[&key]).to_string())
         .map_err(|e| format!("the JWK Set: {e}"))?;
     let run_id = idem_schemas::timefmt::now_ms();
