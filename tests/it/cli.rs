@@ -175,7 +175,7 @@ async fn healthcheck_exits_0_when_healthz_answers_200_and_1_with_the_reason_othe
     let (_dir, receiver, idem_, _client) = Harness::new().start().await;
     receiver.script(
         "/healthz",
-        &[Answer {
+        &[ScriptedAnswer {
             body: Some(
                 r#"{"status":503,"detail":"the store cannot write: store: no answer within 5s"}"#,
             ),

@@ -52,7 +52,7 @@ async fn retries_follow_each_answer_to_its_end() {
     receiver.script("/refused", &[status(400), status(200)]);
     receiver.script("/moved", &[status(302), status(200)]);
     receiver.script("/slow", &[hang(Duration::from_secs(2)), status(200)]);
-    let limited = Answer {
+    let limited = ScriptedAnswer {
         status: 429,
         delay: Duration::ZERO,
         retry_after: Some(2),

@@ -362,7 +362,7 @@ async fn retries_wait_each_step_of_the_schedule_from_the_end_of_the_attempt_then
         .start()
         .await;
     // Each attempt takes 200 ms, so a wait counted from the attempt's start would show.
-    let slow_503 = Answer {
+    let slow_503 = ScriptedAnswer {
         status: 503,
         delay: Duration::from_millis(200),
         retry_after: None,
@@ -424,7 +424,7 @@ async fn a_retry_after_delays_a_retry_but_never_beyond_the_longest_step() {
         )
         .start()
         .await;
-    let an_hour_please = Answer {
+    let an_hour_please = ScriptedAnswer {
         status: 503,
         delay: Duration::ZERO,
         retry_after: Some(3600),
@@ -628,7 +628,7 @@ async fn a_failed_probe_opens_the_endpoint_again_for_a_new_cooldown() {
         .start()
         .await;
     // The inline attempt fails at once; every later one fails after 600 ms, so the probe shows.
-    let slow_503 = Answer {
+    let slow_503 = ScriptedAnswer {
         status: 503,
         delay: Duration::from_millis(600),
         retry_after: None,

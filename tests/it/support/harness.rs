@@ -12,7 +12,7 @@ use tempfile::TempDir;
 use crate::support::client::Client;
 use crate::support::config::{settings, test_tenants};
 use crate::support::idem::Idem;
-use crate::support::receiver::{Answer, Receiver};
+use crate::support::receiver::{Receiver, ScriptedAnswer};
 use crate::support::store::store_section;
 
 /// What a test's idem is started with; [`Harness::start`] starts it.
@@ -21,7 +21,7 @@ pub struct Harness {
     delivery: String,
     decisions: String,
     tenants: Box<dyn Fn(&Receiver) -> String>,
-    answers: Vec<(&'static str, Answer)>,
+    answers: Vec<(&'static str, ScriptedAnswer)>,
     failpoints: Option<String>,
 }
 
@@ -71,7 +71,7 @@ impl Harness {
     }
 
     /// The receiver answers `path` with `answer` from the start.
-    pub fn answer(mut self, path: &'static str, answer: Answer) -> Harness {
+    pub fn answer(mut self, path: &'static str, answer: ScriptedAnswer) -> Harness {
         self.answers.push((path, answer));
         self
     }

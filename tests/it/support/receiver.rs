@@ -47,7 +47,7 @@ impl Received {
 /// How the receiver answers a path: a status, after an optional delay, with an optional
 /// `Retry-After` and JSON body.
 #[derive(Clone, Copy)]
-pub struct Answer {
+pub struct ScriptedAnswer {
     pub status: u16,
     pub delay: Duration,
     pub retry_after: Option<u64>,
@@ -56,8 +56,8 @@ pub struct Answer {
 }
 
 /// `status` at once.
-pub fn status(status: u16) -> Answer {
-    Answer {
+pub fn status(status: u16) -> ScriptedAnswer {
+    ScriptedAnswer {
         status,
         delay: Duration::ZERO,
         retry_after: None,
@@ -66,16 +66,16 @@ pub fn status(status: u16) -> Answer {
 }
 
 /// `400` with RFC 8935's error body naming `err`, as a receiver refuses a SET.
-pub fn refuse_set(body: &'static str) -> Answer {
-    Answer {
+pub fn refuse_set(body: &'static str) -> ScriptedAnswer {
+    ScriptedAnswer {
         body: Some(body),
         ..status(400)
     }
 }
 
 /// `200` after `delay`.
-pub fn hang(delay: Duration) -> Answer {
-    Answer {
+pub fn hang(delay: Duration) -> ScriptedAnswer {
+    ScriptedAnswer {
         status: 200,
         delay,
         retry_after: None,
@@ -87,7 +87,7 @@ pub fn hang(delay: Duration) -> Answer {
 struct ReceiverState {
     seen: Mutex<Vec<Received>>,
     /// Per path, the answers still to give; the last one repeats.
-    answers: Mutex<HashMap<String, Vec<Answer>>>,
+    answers: Mutex<HashMap<String, Vec<ScriptedAnswer>>>,
 }
 
 /// A real HTTP server standing in for the tenant's systems.
@@ -133,7 +133,7 @@ impl Receiver {
     pub fn answer(&self, path: &str, status: u16, delay: Duration) {
         self.script(
             path,
-            &[Answer {
+            &[ScriptedAnswer {
                 status,
                 delay,
                 retry_after: None,
@@ -143,7 +143,7 @@ impl Receiver {
     }
 
     /// Answer `path` with `answers` in turn; the last one repeats.
-    pub fn script(&self, path: &str, answers: &[Answer]) {
+    pub fn script(&self, path: &str, answers: &[ScriptedAnswer]) {
         self.state
             .answers
             .lock()
