@@ -19,7 +19,7 @@ use model::delivery::{DeliveryBounds, DeliveryModel};
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
 /// What the command line asks for.
-struct Args {
+struct CommandLine {
     scenarios: Vec<ClaimScenario>,
     /// Whether the bulk redelivery is checked.
     bulk: bool,
@@ -35,8 +35,8 @@ struct Args {
     unbounded_holds: bool,
 }
 
-fn parse() -> Result<Args, String> {
-    let mut parsed = Args {
+fn parse() -> Result<CommandLine, String> {
+    let mut parsed = CommandLine {
         scenarios: ClaimScenario::ALL.to_vec(),
         bulk: true,
         nodes: None,

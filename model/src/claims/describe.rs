@@ -4,7 +4,7 @@
 use idem_actors::store::{ClaimWrite, LogHead, Written};
 use idem_schemas::ClaimEvent;
 
-use super::state::{ClaimAction, Msg, Port, State};
+use super::state::{ClaimAction, Message, ReplyTo, State};
 
 impl State {
     /// `action`, taken from this state, in a few words.
@@ -13,17 +13,17 @@ impl State {
         match action {
             ClaimAction::Send { key, node } => format!("client sends key {key} to node {node}"),
             ClaimAction::Deliver { msg, ok } => match self.net.get(*msg) {
-                Some(Msg::Request {
+                Some(Message::Request {
                     node, claim, port, ..
                 }) => match port {
-                    Port::Client { key } => {
+                    ReplyTo::Client { key } => {
                         format!("node {node} takes key {key}'s request (claim {claim})")
                     }
-                    Port::Offer { claim: from, .. } => {
+                    ReplyTo::Offer { claim: from, .. } => {
                         format!("node {node}'s claim {from} offers its decision to claim {claim}")
                     }
                 },
-                Some(Msg::Commit {
+                Some(Message::Commit {
                     at, claim, unit, ..
                 }) => {
                     let node = at.node;
@@ -45,10 +45,10 @@ impl State {
                     };
                     format!("store gets node {node}'s write for claim {claim}: {write}")
                 }
-                Some(Msg::Complete { claim, head: h }) => {
+                Some(Message::Complete { claim, head: h }) => {
                     format!("store gets claim {claim}'s completion of {}", head(h))
                 }
-                Some(Msg::Committed {
+                Some(Message::Committed {
                     at, claim, written, ..
                 }) => {
                     let node = at.node;
@@ -62,8 +62,8 @@ impl State {
                     };
                     format!("node {node} hears for claim {claim}: {written}")
                 }
-                Some(Msg::Callback { delivery, .. }) => format!("receiver gets {delivery}"),
-                Some(Msg::ActionsDone { at, claim, .. }) => format!(
+                Some(Message::Callback { delivery, .. }) => format!("receiver gets {delivery}"),
+                Some(Message::ActionsDone { at, claim, .. }) => format!(
                     "node {}'s actions for claim {claim} ran ({})",
                     at.node,
                     if *ok {
@@ -72,23 +72,23 @@ impl State {
                         "receiver down: queued"
                     }
                 ),
-                Some(Msg::Offered {
+                Some(Message::Offered {
                     at, claim, answer, ..
                 }) => format!(
                     "node {}'s claim {claim} hears its subject's {answer:?}",
                     at.node
                 ),
-                Some(Msg::WaitOver { at, claim, .. }) => format!(
+                Some(Message::WaitOver { at, claim, .. }) => format!(
                     "a waiter's deadline passes at node {}'s claim {claim}",
                     at.node
                 ),
-                Some(Msg::Asked { node, claim }) => {
+                Some(Message::Asked { node, claim }) => {
                     format!("node {node} is asked for claim {claim}")
                 }
-                Some(Msg::Answered { node, claim }) => {
+                Some(Message::Answered { node, claim }) => {
                     format!("node {node} hears claim {claim} answered")
                 }
-                Some(Msg::Reread { at, claim }) => {
+                Some(Message::Reread { at, claim }) => {
                     format!("node {} reads claim {claim} again", at.node)
                 }
                 None => "nothing".into(),

@@ -28,8 +28,8 @@ use serde_json::json;
 use stateright::{Model, Property};
 
 pub use scenario::{Bounds, ClaimScenario, Sabotage};
-pub use state::{At, ClaimAction, IdemNode, LiveActor, Msg, Port, Response, State};
-pub use store::{ClaimRow, Stored};
+pub use state::{At, ClaimAction, IdemNode, LiveActor, Message, ReplyTo, Response, State};
+pub use store::{ClaimRow, StoredDelivery};
 
 use scenario::{EXPIRES_AT_ONCE, FINAL_RETRIES, IN_FLIGHT_TIMEOUT, WAIT, WINDOW};
 use store::fold;
@@ -43,14 +43,14 @@ pub struct ClaimModel {
     /// What every core reads.
     settings: Arc<Settings>,
     /// Each key's claim and request, as the engine chooses them.
-    signals: Vec<Claimed>,
+    signals: Vec<KeySignal>,
     /// The claims: each key's, then the subject's (in [`ClaimScenario::Subject`]).
     claims: Vec<ClaimId>,
 }
 
 /// A key's signal: its claim (an index into the claims) and what the claim reads of it.
 #[derive(Debug, Clone)]
-struct Claimed {
+struct KeySignal {
     claim: usize,
     request: Request,
 }
@@ -104,7 +104,7 @@ impl ClaimModel {
             let chosen = claimed(&digester, &settings, "acme", &signal, &playbook, &by)
                 .unwrap_or_else(|| unreachable!("every signal of the model is claimed"));
             claims.push(chosen.id);
-            signals.push(Claimed {
+            signals.push(KeySignal {
                 claim: key,
                 request: chosen.request,
             });
@@ -174,11 +174,11 @@ impl Model for ClaimModel {
             if msg.to_node().is_some_and(|node| s.nodes[node].stalled) {
                 continue;
             }
-            if matches!(msg, Msg::WaitOver { after: Some(t), .. } if s.timeouts <= *t) {
+            if matches!(msg, Message::WaitOver { after: Some(t), .. } if s.timeouts <= *t) {
                 continue;
             }
             actions.push(ClaimAction::Deliver { msg: n, ok: true });
-            if matches!(msg, Msg::ActionsDone { .. }) {
+            if matches!(msg, Message::ActionsDone { .. }) {
                 actions.push(ClaimAction::Deliver { msg: n, ok: false });
             }
         }
@@ -204,7 +204,7 @@ impl Model for ClaimModel {
         // whenever nothing else can happen but what waits for time (a deadline of
         // `in_flight_timeout`) while a claim is stuck in flight (fairness: time always moves
         // on).
-        let waits_for_time = |m: &Msg| matches!(m, Msg::WaitOver { after: Some(_), .. });
+        let waits_for_time = |m: &Message| matches!(m, Message::WaitOver { after: Some(_), .. });
         let stuck = s.net.iter().all(waits_for_time)
             && s.rows
                 .iter()
@@ -224,10 +224,10 @@ impl Model for ClaimModel {
                     _ => s.copies_left[key] -= 1,
                 }
                 let signal = &self.signals[key];
-                s.net.push(Msg::Request {
+                s.net.push(Message::Request {
                     node,
                     claim: signal.claim,
-                    port: Port::Client { key },
+                    port: ReplyTo::Client { key },
                     request: signal.request.clone(),
                     offered: None,
                 });
@@ -253,8 +253,8 @@ impl Model for ClaimModel {
                     .flatten()
                     .flat_map(|l| l.core.waiting())
                     .filter_map(|p| match p {
-                        Port::Client { key } => Some(*key),
-                        Port::Offer { .. } => None,
+                        ReplyTo::Client { key } => Some(*key),
+                        ReplyTo::Offer { .. } => None,
                     })
                     .collect();
                 node.claims = vec![None; node.claims.len()];

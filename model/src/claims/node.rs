@@ -16,7 +16,7 @@ use idem_schemas::{
 };
 
 use super::scenario::{Sabotage, IN_FLIGHT_TIMEOUT};
-use super::state::{At, LiveActor, Msg, Port, Response, State};
+use super::state::{At, LiveActor, Message, ReplyTo, Response, State};
 use super::store::head_of;
 use super::ClaimModel;
 
@@ -73,7 +73,7 @@ impl ClaimModel {
         s: &mut State,
         at: At,
         claim: usize,
-        input: impl FnOnce(&mut Core<Port>, &Context, u64, &mut Effects<Port>),
+        input: impl FnOnce(&mut Core<ReplyTo>, &Context, u64, &mut Effects<ReplyTo>),
     ) {
         let (cx, now) = (self.context(s, at.node), s.now());
         let mut out = Vec::new();
@@ -85,7 +85,7 @@ impl ClaimModel {
     }
 
     /// Carries out a core's effects as the claim actor does.
-    fn carry_out(&self, s: &mut State, at: At, claim: usize, out: Effects<Port>) {
+    fn carry_out(&self, s: &mut State, at: At, claim: usize, out: Effects<ReplyTo>) {
         let mut stop = false;
         for effect in out {
             match effect {
@@ -93,26 +93,26 @@ impl ClaimModel {
                     if matches!(unit.claim_write(), Some(ClaimWrite::Start(..))) {
                         s.claims_made += 1;
                     }
-                    s.net.push(Msg::Commit {
+                    s.net.push(Message::Commit {
                         at,
                         claim,
                         generation,
                         unit,
                     })
                 }
-                Effect::Complete(head) => s.net.push(Msg::Complete { claim, head }),
+                Effect::Complete(head) => s.net.push(Message::Complete { claim, head }),
                 Effect::RunActions {
                     generation,
                     decision,
                     taken_over,
                 } => {
                     for d in &decision.deliveries {
-                        s.net.push(Msg::Callback {
+                        s.net.push(Message::Callback {
                             delivery: d.id.clone(),
                             body: d.body.clone(),
                         });
                     }
-                    s.net.push(Msg::ActionsDone {
+                    s.net.push(Message::ActionsDone {
                         at,
                         claim,
                         generation,
@@ -121,10 +121,10 @@ impl ClaimModel {
                 }
                 Effect::Offer { generation, offer } => {
                     if let Some(to) = self.claims.iter().position(|c| *c == offer.to) {
-                        s.net.push(Msg::Request {
+                        s.net.push(Message::Request {
                             node: at.node,
                             claim: to,
-                            port: Port::Offer {
+                            port: ReplyTo::Offer {
                                 at,
                                 claim,
                                 generation,
@@ -134,15 +134,17 @@ impl ClaimModel {
                         });
                     }
                 }
-                Effect::Reply(Port::Client { key }, reply) => s.answer(key, Response::of(&reply)),
+                Effect::Reply(ReplyTo::Client { key }, reply) => {
+                    s.answer(key, Response::of(&reply))
+                }
                 Effect::Reply(
-                    Port::Offer {
+                    ReplyTo::Offer {
                         at,
                         claim,
                         generation,
                     },
                     reply,
-                ) => s.net.push(Msg::Offered {
+                ) => s.net.push(Message::Offered {
                     at,
                     claim,
                     generation,
@@ -150,7 +152,7 @@ impl ClaimModel {
                 }),
                 Effect::StartTimer { waiter, wait } => {
                     let after = (wait >= IN_FLIGHT_TIMEOUT).then_some(s.timeouts);
-                    s.net.push(Msg::WaitOver {
+                    s.net.push(Message::WaitOver {
                         at,
                         claim,
                         waiter,
@@ -159,14 +161,14 @@ impl ClaimModel {
                 }
                 Effect::AskHolder(holder) => {
                     if let Some(node) = s.nodes.iter().position(|n| n.epoch == holder) {
-                        s.net.push(Msg::Asked { node, claim });
+                        s.net.push(Message::Asked { node, claim });
                     }
                 }
                 Effect::AnnounceAnswer => announce(s, at.node, claim),
-                Effect::Reread => s.net.push(Msg::Reread { at, claim }),
+                Effect::Reread => s.net.push(Message::Reread { at, claim }),
                 // The retry worker is always ready (see `ClaimAction::Retry`); counts, logs and
                 // failpoints change nothing here.
-                // Made within the request's step (see `Msg::Request`).
+                // Made within the request's step (see `Message::Request`).
                 Effect::Decide { .. }
                 | Effect::WakeRetries
                 | Effect::Count(_)
@@ -187,16 +189,16 @@ impl ClaimModel {
         match self.running(s, node, claim) {
             Some(at) => self.drive(s, at, claim, |core, _, _, out| core.hear(heard, out)),
             None => {
-                if let Some(Effect::<Port>::AnnounceAnswer) = heard.without_actor() {
+                if let Some(Effect::<ReplyTo>::AnnounceAnswer) = heard.without_actor() {
                     announce(s, node, claim);
                 }
             }
         }
     }
 
-    pub(super) fn deliver(&self, s: &mut State, msg: Msg, ok: bool) {
+    pub(super) fn deliver(&self, s: &mut State, msg: Message, ok: bool) {
         match msg {
-            Msg::Request {
+            Message::Request {
                 node,
                 claim,
                 port,
@@ -204,7 +206,7 @@ impl ClaimModel {
                 offered,
             } => {
                 // An offer from an actor that is gone went with it (a call inside the process).
-                if let Port::Offer {
+                if let ReplyTo::Offer {
                     at, claim: from, ..
                 } = port
                 {
@@ -236,28 +238,28 @@ impl ClaimModel {
                     }
                 });
             }
-            Msg::Commit {
+            Message::Commit {
                 at,
                 claim,
                 generation,
                 unit,
             } => {
                 let written = self.store(s, at.epoch, claim, &unit);
-                s.net.push(Msg::Committed {
+                s.net.push(Message::Committed {
                     at,
                     claim,
                     generation,
                     written,
                 });
             }
-            Msg::Complete { claim, head } => {
+            Message::Complete { claim, head } => {
                 if let Some(row) = s.rows[claim].as_mut() {
                     if row.current.generation == head.generation {
                         row.current.completed = true;
                     }
                 }
             }
-            Msg::Committed {
+            Message::Committed {
                 at,
                 claim,
                 generation,
@@ -265,7 +267,7 @@ impl ClaimModel {
             } if Self::alive(s, at, claim) => self.drive(s, at, claim, |core, cx, now, out| {
                 core.committed(cx, generation, Ok(written), now, out)
             }),
-            Msg::ActionsDone {
+            Message::ActionsDone {
                 at,
                 claim,
                 generation,
@@ -279,7 +281,7 @@ impl ClaimModel {
                     core.dispatched(cx, generation, outcomes, taken_over, out)
                 })
             }
-            Msg::Offered {
+            Message::Offered {
                 at,
                 claim,
                 generation,
@@ -287,12 +289,12 @@ impl ClaimModel {
             } if Self::alive(s, at, claim) => self.drive(s, at, claim, |core, cx, _, out| {
                 core.offered(cx, generation, Ok(answer.reply()), out)
             }),
-            Msg::WaitOver {
+            Message::WaitOver {
                 at, claim, waiter, ..
             } if Self::alive(s, at, claim) => {
                 self.drive(s, at, claim, |core, _, _, out| core.wait_over(waiter, out))
             }
-            Msg::Reread { at, claim } if Self::alive(s, at, claim) => {
+            Message::Reread { at, claim } if Self::alive(s, at, claim) => {
                 let Some(row) = s.rows[claim].as_ref() else {
                     return;
                 };
@@ -303,15 +305,15 @@ impl ClaimModel {
                 self.drive(s, at, claim, |core, _, _, out| core.reread(log, out))
             }
             // News of a claim goes to its actor on the node, if it has one.
-            Msg::Asked { node, claim } => self.hear(s, node, claim, Heard::Asked),
-            Msg::Answered { node, claim } => self.hear(s, node, claim, Heard::Answered),
+            Message::Asked { node, claim } => self.hear(s, node, claim, Heard::Asked),
+            Message::Answered { node, claim } => self.hear(s, node, claim, Heard::Answered),
             // For an actor that is gone.
-            Msg::Committed { .. }
-            | Msg::ActionsDone { .. }
-            | Msg::Offered { .. }
-            | Msg::WaitOver { .. }
-            | Msg::Reread { .. } => {}
-            Msg::Callback { delivery, body } => s.callbacks.push((delivery, body)),
+            Message::Committed { .. }
+            | Message::ActionsDone { .. }
+            | Message::Offered { .. }
+            | Message::WaitOver { .. }
+            | Message::Reread { .. } => {}
+            Message::Callback { delivery, body } => s.callbacks.push((delivery, body)),
         }
     }
 
@@ -353,7 +355,7 @@ fn decision(key: usize, generation: u64) -> Decision {
 /// Tells the nodes other than `node` that claim `claim` has a durable answer.
 fn announce(s: &mut State, node: usize, claim: usize) {
     for other in (0..s.nodes.len()).filter(|&n| n != node) {
-        s.net.push(Msg::Answered { node: other, claim });
+        s.net.push(Message::Answered { node: other, claim });
     }
 }
 

@@ -1,8 +1,9 @@
 //! The claim model's state and messages: each node's claim actors ([`IdemNode`],
 //! [`LiveActor`]), the messages on their way between the nodes, the store and the receiver
-//! ([`Msg`], addressed to an actor's life [`At`] or answering a [`Port`]), the answers as they
-//! travel ([`Response`]), the whole system ([`State`]) and the steps the checker takes from it
-//! ([`ClaimAction`]), with the bookkeeping of clients' answers and retries.
+//! ([`Message`], addressed to an actor's life [`At`] or to where a reply goes, [`ReplyTo`]),
+//! the responses as they travel ([`Response`]), the whole system ([`State`]) and the steps the
+//! checker takes from it ([`ClaimAction`]), with the bookkeeping of clients' answers and
+//! retries.
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -13,11 +14,11 @@ use idem_actors::store::{LogHead, Unit, Written};
 use idem_schemas::{Decision, StoredResponse};
 
 use super::scenario::{IN_FLIGHT_TIMEOUT, T0};
-use super::store::{ClaimRow, Stored};
+use super::store::{ClaimRow, StoredDelivery};
 
 /// Where an answer goes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Port {
+pub enum ReplyTo {
     /// To key `key`'s client.
     Client { key: usize },
     /// To the actor `at` of claim `claim`, which offered generation `generation`'s decision to
@@ -43,7 +44,7 @@ pub struct At {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LiveActor {
     pub(super) life: u32,
-    pub(super) core: Core<Port>,
+    pub(super) core: Core<ReplyTo>,
 }
 
 /// A response to a client's copy or to a claim's offer, as it travels.
@@ -125,12 +126,12 @@ pub struct IdemNode {
 
 /// A message on its way.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Msg {
+pub enum Message {
     /// A request to a node's claim: a client's copy, or a claim's offer to its subject's.
     Request {
         node: usize,
         claim: usize,
-        port: Port,
+        port: ReplyTo,
         request: Request,
         /// The decision offered, for an offer (a client's request decides its own).
         offered: Option<Decision>,
@@ -184,19 +185,19 @@ pub enum Msg {
     Reread { at: At, claim: usize },
 }
 
-impl Msg {
+impl Message {
     /// The node it is for, if it is for one (a stalled node takes none).
     pub(super) fn to_node(&self) -> Option<usize> {
         match self {
-            Msg::Request { node, .. } | Msg::Asked { node, .. } | Msg::Answered { node, .. } => {
-                Some(*node)
-            }
-            Msg::Committed { at, .. }
-            | Msg::ActionsDone { at, .. }
-            | Msg::Offered { at, .. }
-            | Msg::WaitOver { at, .. }
-            | Msg::Reread { at, .. } => Some(at.node),
-            Msg::Commit { .. } | Msg::Complete { .. } | Msg::Callback { .. } => None,
+            Message::Request { node, .. }
+            | Message::Asked { node, .. }
+            | Message::Answered { node, .. } => Some(*node),
+            Message::Committed { at, .. }
+            | Message::ActionsDone { at, .. }
+            | Message::Offered { at, .. }
+            | Message::WaitOver { at, .. }
+            | Message::Reread { at, .. } => Some(at.node),
+            Message::Commit { .. } | Message::Complete { .. } | Message::Callback { .. } => None,
         }
     }
 }
@@ -208,8 +209,8 @@ pub struct State {
     /// The store's claims, by claim.
     pub rows: Vec<Option<ClaimRow>>,
     /// The store's deliveries.
-    pub deliveries: Vec<Stored>,
-    pub net: Vec<Msg>,
+    pub deliveries: Vec<StoredDelivery>,
+    pub net: Vec<Message>,
     /// What each key's client was answered.
     pub answers: Vec<Vec<Response>>,
     /// What the receiver saw: delivery id and body.
@@ -272,11 +273,11 @@ impl State {
     /// copy of it is on its way or waiting at a node.
     pub(super) fn wants_final_retry(&self, key: usize) -> bool {
         let answered = self.answers[key].iter().any(|a| a.body().is_some());
-        let client = Port::Client { key };
+        let client = ReplyTo::Client { key };
         let on_its_way = self
             .net
             .iter()
-            .any(|m| matches!(m, Msg::Request { port, .. } if *port == client));
+            .any(|m| matches!(m, Message::Request { port, .. } if *port == client));
         let waiting = self
             .nodes
             .iter()

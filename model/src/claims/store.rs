@@ -24,7 +24,7 @@ pub struct ClaimRow {
 
 /// A delivery in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Stored {
+pub struct StoredDelivery {
     pub(super) id: String,
     pub(super) decision: String,
     pub(super) body: Vec<u8>,
@@ -167,7 +167,7 @@ impl ClaimModel {
                     continue;
                 }
                 if let Some(DeliveryEvent::Created(record)) = write.events.first() {
-                    s.deliveries.push(Stored {
+                    s.deliveries.push(StoredDelivery {
                         id: record.id.clone(),
                         decision: record.decision_id.clone(),
                         body: record.body.clone(),
