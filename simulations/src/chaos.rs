@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::args::RunArgs;
-use crate::database::Server;
+use crate::database::PostgresCluster;
 use crate::process::IdemProcess;
 use crate::proxy::Proxy;
 use crate::rng::Rng;
@@ -87,7 +87,7 @@ pub enum Fault {
 pub struct Chaos {
     pub nodes: Arc<Mutex<Vec<IdemProcess>>>,
     pub database: Option<String>,
-    pub server: Option<Arc<Mutex<Server>>>,
+    pub server: Option<Arc<Mutex<PostgresCluster>>>,
     pub proxies: Vec<Arc<Proxy>>,
     pub stop: Arc<AtomicBool>,
     pub injected: Arc<Mutex<Vec<Fault>>>,

@@ -1,22 +1,22 @@
 //! The PostgreSQL server the nodes share, crashed and started again (`--db-restarts`): the
 //! Debian cluster serving the run's port, stopped with `pg_ctlcluster … stop -m immediate` (a
 //! crash: no checkpoint, recovery from its WAL at start) and started again. Whatever happens to
-//! the run, the server is started again before the run ends ([`Server::ensure_up`]).
+//! the run, the server is started again before the run ends ([`PostgresCluster::ensure_up`]).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A local cluster, by its version and name.
-pub struct Server {
+pub struct PostgresCluster {
     version: String,
     name: String,
     port: u16,
     down: bool,
 }
 
-impl Server {
+impl PostgresCluster {
     /// The cluster of `pg_lsclusters` that serves `port`.
-    pub fn serving(port: u16) -> Result<Server, String> {
+    pub fn serving(port: u16) -> Result<PostgresCluster, String> {
         let out = Command::new("pg_lsclusters")
             .arg("-h")
             .output()
@@ -27,7 +27,7 @@ impl Server {
             .map(|line| line.split_whitespace().collect::<Vec<_>>())
             .find(|fields| fields.get(2).and_then(|p| p.parse().ok()) == Some(port))
             .and_then(|fields| {
-                Some(Server {
+                Some(PostgresCluster {
                     version: fields.first()?.to_string(),
                     name: fields.get(1)?.to_string(),
                     port,
@@ -90,7 +90,7 @@ impl Server {
     }
 }
 
-impl Drop for Server {
+impl Drop for PostgresCluster {
     fn drop(&mut self) {
         if let Err(e) = self.ensure_up() {
             eprintln!("simulations: {e}");

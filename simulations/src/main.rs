@@ -124,7 +124,9 @@ async fn run(args: RunArgs) -> Result<usize, String> {
     };
     // The database server itself, crashed and started again (`--db-restarts`).
     let server = match args.db_restarts {
-        true => Some(Arc::new(Mutex::new(database::Server::serving(5432)?))),
+        true => Some(Arc::new(Mutex::new(database::PostgresCluster::serving(
+            5432,
+        )?))),
         false => None,
     };
     let (bases, mut nodes, proxies) = nodes::configure(
@@ -260,7 +262,7 @@ async fn run(args: RunArgs) -> Result<usize, String> {
 
     let nodes = nodes.lock().map_err(|_| "poisoned")?;
     let faults = receiver.faults.lock().map_err(|_| "poisoned")?.clone();
-    let count = |f: receiver::Fault| faults.iter().filter(|x| **x == f).count();
+    let count = |f: receiver::CallbackFault| faults.iter().filter(|x| **x == f).count();
     let injected = injected.lock().map_err(|_| "poisoned")?.clone();
     let of = |f: Fault| injected.iter().filter(|x| **x == f).count();
     println!(
@@ -311,11 +313,11 @@ async fn run(args: RunArgs) -> Result<usize, String> {
     println!(
         "receiver: {} callbacks; faults: {} 503, {} 429, {} hangs, {} resets, {} slow bodies",
         faults.len(),
-        count(receiver::Fault::Busy),
-        count(receiver::Fault::Limited),
-        count(receiver::Fault::Hang),
-        count(receiver::Fault::Reset),
-        count(receiver::Fault::SlowBody)
+        count(receiver::CallbackFault::Busy),
+        count(receiver::CallbackFault::Limited),
+        count(receiver::CallbackFault::Hang),
+        count(receiver::CallbackFault::Reset),
+        count(receiver::CallbackFault::SlowBody)
     );
     println!(
         "clients: {} requests, {} first processings, {} replays, {} 409s, {} errors",

@@ -39,7 +39,7 @@ impl Callback {
 
 /// The faults, with their weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Fault {
+pub enum CallbackFault {
     Ok,
     Busy,
     Limited,
@@ -48,13 +48,13 @@ pub enum Fault {
     SlowBody,
 }
 
-const WEIGHTS: [(Fault, u64); 6] = [
-    (Fault::Ok, 55),
-    (Fault::Busy, 12),
-    (Fault::Limited, 8),
-    (Fault::Hang, 8),
-    (Fault::Reset, 9),
-    (Fault::SlowBody, 8),
+const WEIGHTS: [(CallbackFault, u64); 6] = [
+    (CallbackFault::Ok, 55),
+    (CallbackFault::Busy, 12),
+    (CallbackFault::Limited, 8),
+    (CallbackFault::Hang, 8),
+    (CallbackFault::Reset, 9),
+    (CallbackFault::SlowBody, 8),
 ];
 
 /// What the receiver saw.
@@ -64,7 +64,7 @@ pub struct FaultyReceiver {
     /// Every callback.
     pub seen: Arc<Mutex<Vec<Callback>>>,
     /// Every fault injected.
-    pub faults: Arc<Mutex<Vec<Fault>>>,
+    pub faults: Arc<Mutex<Vec<CallbackFault>>>,
     /// While false, every request is answered 200 (to let the run settle).
     pub faulty: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -99,9 +99,9 @@ impl FaultyReceiver {
                                 false
                             }
                         })
-                        .map_or(Fault::Ok, |(fault, _)| *fault)
+                        .map_or(CallbackFault::Ok, |(fault, _)| *fault)
                 } else {
-                    Fault::Ok
+                    CallbackFault::Ok
                 };
                 let (s, f, secret) = (s.clone(), f.clone(), secret.clone());
                 tokio::spawn(async move {
@@ -120,11 +120,11 @@ impl FaultyReceiver {
 
 async fn serve(
     mut stream: TcpStream,
-    fault: Fault,
+    fault: CallbackFault,
     secret: &Secret,
     hang: Duration,
     seen: &Mutex<Vec<Callback>>,
-    faults: &Mutex<Vec<Fault>>,
+    faults: &Mutex<Vec<CallbackFault>>,
 ) -> std::io::Result<()> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
@@ -191,28 +191,28 @@ async fn serve(
     };
     const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
     match fault {
-        Fault::Ok => {
+        CallbackFault::Ok => {
             record(true);
             stream.write_all(OK).await?;
         }
-        Fault::Busy => {
+        CallbackFault::Busy => {
             record(false);
             stream
                 .write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
                 .await?;
         }
-        Fault::Limited => {
+        CallbackFault::Limited => {
             record(false);
             stream
                 .write_all(b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 0\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
                 .await?;
         }
-        Fault::Hang => {
+        CallbackFault::Hang => {
             // Past idem's deadline: idem gives up; whatever comes after, it counts no effect.
             record(false);
             tokio::time::sleep(hang).await;
         }
-        Fault::Reset => {
+        CallbackFault::Reset => {
             record(false);
             // A zero linger makes the close a reset and never blocks (the deprecation is about
             // non-zero lingers blocking on drop).
@@ -220,7 +220,7 @@ async fn serve(
             stream.set_linger(Some(Duration::ZERO))?;
             drop(stream);
         }
-        Fault::SlowBody => {
+        CallbackFault::SlowBody => {
             // The status is 2xx at once: an effect, even though the body trickles in.
             record(true);
             stream

@@ -316,7 +316,7 @@ fn poll(
 }
 
 /// One SET as the checker reads it: through which stream, its `jti`, its bytes, its claims.
-struct Seen<'a> {
+struct SeenSet<'a> {
     stream: &'a str,
     jti: String,
     body: &'a [u8],
@@ -385,7 +385,7 @@ pub async fn check(
                 let at = first.entry((stream, txn)).or_insert(set.at_ms);
                 *at = (*at).min(set.at_ms);
             }
-            seen.push(Seen {
+            seen.push(SeenSet {
                 stream,
                 jti,
                 body: &set.body,
@@ -398,7 +398,7 @@ pub async fn check(
             report.expect(claimed == *jti, || {
                 format!("poll: {jti} handed out as {claimed}")
             });
-            seen.push(Seen {
+            seen.push(SeenSet {
                 stream: "poll",
                 jti: jti.clone(),
                 body: set.as_bytes(),

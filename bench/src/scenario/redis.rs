@@ -17,12 +17,12 @@ use super::ScenarioContext;
 use crate::report::ScenarioRow;
 
 /// The server, killed when dropped.
-struct Server {
+struct RedisServer {
     child: Child,
     port: u16,
 }
 
-impl Drop for Server {
+impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -30,7 +30,7 @@ impl Drop for Server {
 }
 
 /// Starts `redis-server` on `dir`, durable per write, and waits for it to answer.
-async fn start(dir: &std::path::Path) -> Result<Server, String> {
+async fn start(dir: &std::path::Path) -> Result<RedisServer, String> {
     let port = devtools::free_port().map_err(|e| e.to_string())?;
     let child = Command::new("redis-server")
         .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
@@ -53,7 +53,7 @@ async fn start(dir: &std::path::Path) -> Result<Server, String> {
                  package (the bench installs nothing itself)"
             )
         })?;
-    let server = Server { child, port };
+    let server = RedisServer { child, port };
     let started = Instant::now();
     loop {
         if let Ok(mut c) = Connection::open(port).await {
