@@ -9,8 +9,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
-use devtools::postgres::{with_postgres, LOCAL};
-
 use crate::signals::{
     CALLBACK_SECRET, OPEN_API_KEY, SESSION_REVOKED, SET_RECEIVER, SET_RECEIVER_SECRET, SET_TYPE,
     SIGNING_SECRET, SSF_AUDIENCE, SSF_EVENT, SSF_ISSUER,
@@ -23,30 +21,6 @@ pub enum StoreKind {
     Sled,
     /// PostgreSQL: a fresh database of the local server
     Postgres,
-}
-
-/// A fresh database (`idem_bench_…`) on the local PostgreSQL server, those of earlier runs
-/// dropped first; its URL.
-pub fn fresh_database() -> Result<String, String> {
-    let admin = format!("{LOCAL}/postgres");
-    with_postgres(&admin, |client| async move {
-        let old = client
-            .query(
-                "SELECT datname FROM pg_database WHERE datname LIKE 'idem\\_bench\\_%'",
-                &[],
-            )
-            .await
-            .map_err(|e| format!("PostgreSQL at {LOCAL}: {e}"))?;
-        for row in old {
-            let name: String = row.get(0);
-            // One still in use (another bench running) is left.
-            let _ = client
-                .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\""))
-                .await;
-        }
-        Ok::<(), String>(())
-    })??;
-    devtools::postgres::fresh_database(LOCAL, "idem_bench")
 }
 
 /// A fresh idem on a temp dir `dir` and `store` (a `[store]` section: empty for sled), calling

@@ -2,7 +2,7 @@
 //! of work, on a thread and runtime of its own so that sync and async callers alike can use it,
 //! and a fresh empty database on a server, named by the caller's prefix (`idem_test`,
 //! `idem_sim_<seed>`, `idem_bench`) so that `scripts/test` and the bench can drop those of
-//! earlier runs by that prefix.
+//! earlier runs by that prefix (the bench with [`drop_databases`]).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -60,4 +60,28 @@ pub fn fresh_database(server: &str, prefix: &str) -> Result<String, String> {
             .map_err(|e| format!("cannot create database {name}: {e}"))
     })??;
     Ok(url)
+}
+
+/// Drops the databases on `server` (a URL without a database) that [`fresh_database`] made with
+/// `prefix`, but for those still in use (by another run), which are left.
+pub fn drop_databases(server: &str, prefix: &str) -> Result<(), String> {
+    let server = server.trim_end_matches('/').to_string();
+    // `_` matches any character in LIKE: the prefix's own are escaped.
+    let pattern = format!("{}\\_%", prefix.replace('_', "\\_"));
+    with_postgres(&format!("{server}/postgres"), |client| async move {
+        let old = client
+            .query(
+                "SELECT datname FROM pg_database WHERE datname LIKE $1",
+                &[&pattern],
+            )
+            .await
+            .map_err(|e| format!("PostgreSQL at {server}: {e}"))?;
+        for row in old {
+            let name: String = row.get(0);
+            let _ = client
+                .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\""))
+                .await;
+        }
+        Ok(())
+    })?
 }

@@ -51,7 +51,7 @@ async fn on_a_fresh_database_configured(
 ) -> (tempfile::TempDir, Receiver, String, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
-    let url = fresh_database();
+    let url = test_database();
     let cfg = config_on(
         &on_postgres(&url),
         &dir.path().join("data"),
@@ -109,7 +109,7 @@ async fn refused_on(url: &str) -> (Option<i32>, String) {
 
 #[tokio::test]
 async fn a_database_with_a_newer_schema_is_refused_with_exit_2() {
-    let url = fresh_database();
+    let url = test_database();
     sql(&url, "CREATE TABLE idem_schema (version integer NOT NULL)");
     sql(&url, "INSERT INTO idem_schema (version) VALUES (99)");
     let (code, stderr) = refused_on(&url).await;
@@ -123,7 +123,7 @@ async fn a_database_with_a_newer_schema_is_refused_with_exit_2() {
 
 #[tokio::test]
 async fn a_database_that_commits_without_syncing_is_refused_with_exit_2() {
-    let url = fresh_database();
+    let url = test_database();
     let name = url.rsplit('/').next().expect("a database name").to_string();
     sql(
         &url,

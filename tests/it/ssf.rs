@@ -623,7 +623,7 @@ async fn on_two_nodes_one_polls_and_the_other_takes_over_when_it_dies() {
     let transmitter = LoopbackTransmitter::start(jose::jwk_set(&[&rsa])).await;
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = on_postgres(&fresh_database());
+    let store = on_postgres(&test_database());
     // A node is gone, and its lease with it, 2 s after its last heartbeat.
     let config = settings(
         &store,

@@ -338,7 +338,7 @@ async fn on_postgresql_a_retry_made_by_another_node_belongs_to_the_trace() {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
     receiver.answer("/notify", 503, Duration::ZERO);
-    let url = fresh_database();
+    let url = test_database();
     let config = config_on(
         &on_postgres(&url),
         &dir.path().join("data"),

@@ -747,7 +747,7 @@ async fn a_bad_stream_request_is_refused_and_changes_nothing() {
 async fn two_nodes_share_streams_and_tokens_and_concurrent_changes_lose_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
-    let config = config(dir.path(), &on_postgres(&fresh_database()), &receiver);
+    let config = config(dir.path(), &on_postgres(&test_database()), &receiver);
     let nodes: Vec<(Idem, Client)> = (0..2)
         .map(|n| {
             let node_dir = dir.path().join(format!("node{n}"));

@@ -21,13 +21,14 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Instant;
 
+use devtools::postgres::{drop_databases, fresh_database, LOCAL};
 use serde_json::json;
 
 use crate::args::{Args, Scenario};
 use crate::callgrind::{self, Counters, Measured, CONCURRENCY, WARM_UP};
 use crate::load::{drive, Stats};
 use crate::report::{Figures, ScenarioRow};
-use crate::server::{fresh_database, start_idem, IdemUnderLoad, StoreKind};
+use crate::server::{start_idem, IdemUnderLoad, StoreKind};
 use crate::signals::client;
 
 /// What a scenario runs with.
@@ -112,10 +113,14 @@ pub async fn run_scenarios(
             let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
             let section = match store {
                 StoreKind::Sled => String::new(),
-                StoreKind::Postgres => format!(
-                    "[store]\nbackend = \"postgres\"\nurl = \"{}\"\n",
-                    fresh_database()?
-                ),
+                StoreKind::Postgres => {
+                    // `idem_bench_…`, those of earlier runs dropped first.
+                    drop_databases(LOCAL, "idem_bench")?;
+                    format!(
+                        "[store]\nbackend = \"postgres\"\nurl = \"{}\"\n",
+                        fresh_database(LOCAL, "idem_bench")?
+                    )
+                }
             };
             let nodes = match store {
                 StoreKind::Sled => 1,

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 pub fn store_section() -> String {
     match std::env::var("IDEM_TEST_STORE").as_deref() {
         Err(_) | Ok("sled") => String::new(),
-        Ok("postgres") => on_postgres(&fresh_database()),
+        Ok("postgres") => on_postgres(&test_database()),
         Ok(other) => panic!("IDEM_TEST_STORE={other:?}: use sled or postgres"),
     }
 }
@@ -31,9 +31,9 @@ where
     devtools::postgres::with_postgres(url, work).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Creates an empty database (`idem_test_…`, which `scripts/test` drops) on the test server;
-/// its URL.
-pub fn fresh_database() -> String {
+/// A fresh database on the test server (`IDEM_TEST_POSTGRES_URL`, or this machine's), made by
+/// `devtools::postgres::fresh_database` as `idem_test_…`, which `scripts/test` drops; its URL.
+pub fn test_database() -> String {
     let server = std::env::var("IDEM_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| devtools::postgres::LOCAL.into());
     devtools::postgres::fresh_database(&server, "idem_test")
