@@ -11,6 +11,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
+use idem_schemas::lower_hex;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use prost::Message;
@@ -119,9 +120,9 @@ async fn export(State(spans): State<Arc<Mutex<Vec<Exported>>>>, body: Bytes) -> 
                     service: service.clone(),
                     name: span.name,
                     kind: span.kind,
-                    trace_id: hex(&span.trace_id),
-                    span_id: hex(&span.span_id),
-                    parent: hex(&span.parent_span_id),
+                    trace_id: lower_hex(&span.trace_id),
+                    span_id: lower_hex(&span.span_id),
+                    parent: lower_hex(&span.parent_span_id),
                     attributes: span
                         .attributes
                         .iter()
@@ -133,7 +134,7 @@ async fn export(State(spans): State<Arc<Mutex<Vec<Exported>>>>, body: Bytes) -> 
                     links: span
                         .links
                         .iter()
-                        .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
+                        .map(|l| (lower_hex(&l.trace_id), lower_hex(&l.span_id)))
                         .collect(),
                     status: span.status.map_or(0, |s| s.code),
                 });
@@ -153,8 +154,4 @@ fn text(value: Option<&Value>) -> String {
         Some(other) => format!("{other:?}"),
         None => String::new(),
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    idem_schemas::lower_hex(bytes)
 }
