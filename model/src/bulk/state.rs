@@ -3,15 +3,14 @@
 //! ([`HandledCopy`], [`Stage`]), what the client was answered ([`BulkAnswer`]), the whole
 //! ([`BulkState`]) and the steps the checker takes from it ([`BulkAction`]).
 
-use std::hash::{Hash, Hasher};
-
 use idem_actors::delivery::state::DeliveryState;
 use idem_actors::signals::bulk::{self, BulkReply, Held, Matches, Plan};
 use idem_actors::store::rule::Current;
-use idem_actors::store::{ClaimId, ClaimLog, LogHead};
+use idem_actors::store::{ClaimLog, LogHead};
 use idem_schemas::{AttemptRecord, ClaimEvent, DeliveryEvent, DeliveryStatus, Redelivered};
 
 use super::DELIVERIES;
+use crate::hash_of;
 
 /// The bulk claim's row in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -152,13 +151,6 @@ pub enum BulkAction {
     Stall,
 }
 
-/// A fixed order for values without one.
-fn hash_of<T: Hash>(value: &T) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    value.hash(&mut h);
-    h.finish()
-}
-
 pub(super) fn fold(log: &[DeliveryEvent]) -> Option<DeliveryState> {
     DeliveryState::fold(log.to_vec()).ok()
 }
@@ -170,15 +162,6 @@ pub(super) fn attempt(at_ms: u64, code: u16) -> AttemptRecord {
         error: None,
         latency_ms: 1,
         retry_after_ms: None,
-    }
-}
-
-pub(super) fn head_of(id: &ClaimId, row: &BulkRow) -> LogHead {
-    LogHead {
-        id: id.clone(),
-        generation: row.current.generation,
-        expires_at_ms: row.current.expires_at_ms,
-        next: row.current.writes,
     }
 }
 

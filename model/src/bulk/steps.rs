@@ -13,10 +13,9 @@ use idem_actors::store::rule::{self, Current, Fencing};
 use idem_actors::store::{ClaimLog, ClaimWrite, LogHead};
 use idem_schemas::{ClaimEvent, DeliveryEvent, NextStep};
 
-use super::state::{
-    attempt, fold, head_of, BulkAction, BulkAnswer, BulkRow, BulkState, HandledCopy, Stage,
-};
+use super::state::{attempt, fold, BulkAction, BulkAnswer, BulkRow, BulkState, HandledCopy, Stage};
 use super::{BulkModel, DELIVERIES, IN_FLIGHT_TIMEOUT, KEY_TTL, TENANT};
+use crate::head_of;
 
 impl BulkModel {
     /// Node `node`'s copy at `run`, in words.
@@ -86,7 +85,7 @@ impl BulkModel {
                 held_since: now,
                 events: vec![ClaimEvent::Claimed(claim)],
             };
-            let head = head_of(&self.id, &row);
+            let head = head_of(&self.id, &row.current);
             let plan = bulk::plan(&row.events, Held::Claimed, self.sabotage);
             s.row = Some(row);
             self.hold(s, run, head, plan);
@@ -98,7 +97,7 @@ impl BulkModel {
         };
         let log = ClaimLog {
             events: row.events.clone(),
-            head: head_of(&self.id, row),
+            head: head_of(&self.id, &row.current),
         };
         match self.answer(s, run) {
             Some(reply) => Self::finish(s, run, BulkAnswer::of(reply)),

@@ -17,8 +17,8 @@ use idem_schemas::{
 
 use super::scenario::{Sabotage, IN_FLIGHT_TIMEOUT};
 use super::state::{At, LiveActor, Message, ReplyTo, Response, State};
-use super::store::head_of;
 use super::ClaimModel;
+use crate::head_of;
 
 impl ClaimModel {
     /// What node `node`'s cores read.
@@ -43,7 +43,7 @@ impl ClaimModel {
         if n.claims[claim].is_none() {
             let log = s.rows[claim].as_ref().map(|row| ClaimLog {
                 events: row.events.clone(),
-                head: head_of(&self.claims[claim], row),
+                head: head_of(&self.claims[claim], &row.current),
             });
             let core = Core::new(self.claims[claim].clone(), log).ok()?;
             n.lives += 1;
@@ -300,7 +300,7 @@ impl ClaimModel {
                 };
                 let log = ClaimLog {
                     events: row.events.clone(),
-                    head: head_of(&self.claims[claim], row),
+                    head: head_of(&self.claims[claim], &row.current),
                 };
                 self.drive(s, at, claim, |core, _, _, out| core.reread(log, out))
             }

@@ -5,7 +5,6 @@
 //! checker takes from it ([`ClaimAction`]), with the bookkeeping of clients' answers and
 //! retries.
 
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use idem_actors::claim::core::Core;
@@ -15,6 +14,7 @@ use idem_schemas::{Decision, StoredResponse};
 
 use super::scenario::{IN_FLIGHT_TIMEOUT, T0};
 use super::store::{ClaimRow, StoredDelivery};
+use crate::hash_of;
 
 /// Where an answer goes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -293,13 +293,6 @@ impl State {
         }
         self.answers[key].push(answer);
     }
-}
-
-/// A fixed order for values without one (the hasher's keys are fixed).
-fn hash_of<T: Hash>(value: &T) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    value.hash(&mut h);
-    h.finish()
 }
 
 /// The decision id a response's bytes name.

@@ -5,12 +5,13 @@
 
 use idem_actors::claim::phase::Phase;
 use idem_actors::store::rule::{self, Current, Fencing};
-use idem_actors::store::{ClaimId, ClaimLog, ClaimWrite, LogHead, Unit, Written};
+use idem_actors::store::{ClaimLog, ClaimWrite, LogHead, Unit, Written};
 use idem_schemas::{ClaimEvent, DeliveryEvent, DeliveryStatus, StoredResponse};
 
 use super::scenario::{Sabotage, IN_FLIGHT_TIMEOUT};
 use super::state::State;
 use super::ClaimModel;
+use crate::head_of;
 
 /// A claim's row in the store: its current generation.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -59,15 +60,6 @@ pub(super) fn fold(events: &[ClaimEvent]) -> Option<Phase> {
         .ok()
 }
 
-pub(super) fn head_of(id: &ClaimId, row: &ClaimRow) -> LogHead {
-    LogHead {
-        id: id.clone(),
-        generation: row.current.generation,
-        expires_at_ms: row.current.expires_at_ms,
-        next: row.current.writes,
-    }
-}
-
 impl ClaimModel {
     fn fencing(&self) -> Fencing {
         match self.sabotage {
@@ -84,7 +76,7 @@ impl ClaimModel {
         let held = |s: &State| match &s.rows[claim] {
             Some(row) => Written::Held(ClaimLog {
                 events: row.events.clone(),
-                head: head_of(id, row),
+                head: head_of(id, &row.current),
             }),
             None => Written::Fenced,
         };
@@ -117,7 +109,7 @@ impl ClaimModel {
                             timed_out: false,
                             events: events.clone(),
                         };
-                        let head = head_of(id, &row);
+                        let head = head_of(id, &row.current);
                         s.rows[claim] = Some(row);
                         Written::Claimed(head, events.clone())
                     }
