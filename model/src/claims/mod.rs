@@ -28,8 +28,10 @@ use serde_json::json;
 use stateright::{Model, Property};
 
 pub use scenario::{Bounds, ClaimScenario, Sabotage};
-pub use state::{At, ClaimAction, IdemNode, LiveActor, Message, ReplyTo, Response, State};
-pub use store::{ClaimRow, StoredDelivery};
+pub use state::{
+    At, ClaimAction, ClaimRow, IdemNode, LiveActor, Message, ReplyTo, Response, State,
+    StoredDelivery,
+};
 
 use scenario::{EXPIRES_AT_ONCE, FINAL_RETRIES, IN_FLIGHT_TIMEOUT, WAIT, WINDOW};
 use store::fold;

@@ -1,5 +1,6 @@
 //! The claim model's state and messages: each node's claim actors ([`IdemNode`],
-//! [`LiveActor`]), the messages on their way between the nodes, the store and the receiver
+//! [`LiveActor`]), the store's rows and deliveries ([`ClaimRow`], [`StoredDelivery`]), the
+//! messages on their way between the nodes, the store and the receiver
 //! ([`Message`], addressed to an actor's life [`At`] or to where a reply goes, [`ReplyTo`]),
 //! the responses as they travel ([`Response`]), the whole system ([`State`]) and the steps the
 //! checker takes from it ([`ClaimAction`]), with the bookkeeping of clients' answers and
@@ -9,11 +10,11 @@ use std::sync::Arc;
 
 use idem_actors::claim::core::Core;
 use idem_actors::claim::{self, ClaimError, Reply, Request};
+use idem_actors::store::rule::Current;
 use idem_actors::store::{LogHead, Unit, Written};
-use idem_schemas::{Decision, StoredResponse};
+use idem_schemas::{ClaimEvent, Decision, StoredResponse};
 
 use super::scenario::{IN_FLIGHT_TIMEOUT, T0};
-use super::store::{ClaimRow, StoredDelivery};
 use crate::hash_of;
 
 /// Where an answer goes.
@@ -122,6 +123,26 @@ pub struct IdemNode {
     pub(super) claims: Vec<Option<LiveActor>>,
     /// Actors started on it so far.
     pub(super) lives: u32,
+}
+
+/// A claim's row in the store: its current generation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClaimRow {
+    pub(super) current: Current,
+    pub(super) holder: u64,
+    /// Its holder has held it for `in_flight_timeout`, by the store's clock.
+    pub(super) timed_out: bool,
+    pub(super) events: Vec<ClaimEvent>,
+}
+
+/// A delivery in the store.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StoredDelivery {
+    pub(super) id: String,
+    pub(super) decision: String,
+    pub(super) body: Vec<u8>,
+    /// Queued for the retry worker, and not attempted by it yet.
+    pub(super) due: bool,
 }
 
 /// A message on its way.

@@ -1,7 +1,8 @@
-//! The store the claim model simulates: each claim's row (its current generation, holder and
-//! events) and the deliveries written with a unit; a unit is granted or refused by
-//! `store::rule`, as sled and PostgreSQL decide it, and answered with a real `Written`. A
+//! The store the claim model simulates: a unit is granted or refused by `store::rule`, as sled
+//! and PostgreSQL decide it, and answered with a real `Written`; a granted one writes its
+//! claim's row (its current generation, holder and events) and the deliveries it carries. A
 //! sabotage switches fencing off, or lets an expired claim be replaced while its decision runs.
+//! Also how the store sees a holder (gone or not) and what a row has recorded.
 
 use idem_actors::claim::phase::Phase;
 use idem_actors::store::rule::{self, Current, Fencing};
@@ -9,29 +10,9 @@ use idem_actors::store::{ClaimLog, ClaimWrite, LogHead, Unit, Written};
 use idem_schemas::{ClaimEvent, DeliveryEvent, DeliveryStatus, StoredResponse};
 
 use super::scenario::{Sabotage, IN_FLIGHT_TIMEOUT};
-use super::state::State;
+use super::state::{ClaimRow, State, StoredDelivery};
 use super::ClaimModel;
 use crate::head_of;
-
-/// A claim's row in the store: its current generation.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ClaimRow {
-    pub(super) current: Current,
-    pub(super) holder: u64,
-    /// Its holder has held it for `in_flight_timeout`, by the store's clock.
-    pub(super) timed_out: bool,
-    pub(super) events: Vec<ClaimEvent>,
-}
-
-/// A delivery in the store.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct StoredDelivery {
-    pub(super) id: String,
-    pub(super) decision: String,
-    pub(super) body: Vec<u8>,
-    /// Queued for the retry worker, and not attempted by it yet.
-    pub(super) due: bool,
-}
 
 impl State {
     /// Whether the store sees the holder of `row` as gone: timed out, or its node's heartbeat
