@@ -569,12 +569,14 @@ pub struct AccessToken {
     pub token_type: String,
     /// Seconds it is good for.
     pub expires_in: u64,
+    /// The scopes granted, space-separated: `ssf.read`, `ssf.manage`.
+    pub scope: String,
 }
 
 /// An OAuth 2.0 error (RFC 6749 §5.2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct OAuthError {
-    /// `invalid_request`, `invalid_client` or `unsupported_grant_type`.
+    /// `invalid_request`, `invalid_client`, `invalid_scope` or `unsupported_grant_type`.
     pub error: String,
     /// What is wrong, in English.
     pub error_description: String,

@@ -337,12 +337,12 @@ fn ssf_jwks() {}
     path = "/ssf/{tenant}/token",
     tag = "shared signals out",
     summary = "An access token for a receiver (OAuth 2.0 client credentials)",
-    description = "RFC 6749 §4.4: `grant_type=client_credentials`, the receiver authenticated by `client_secret_basic` or `client_secret_post` (not both) with its `client_id` (its name under `[tenants.<t>.ssf.receivers]`) and `client_secret`. The token is good on every node sharing `key_secret` for `token_lifetime` (default 1 hour), and no longer once the receiver's secret changes.",
+    description = "RFC 6749 §4.4: `grant_type=client_credentials`, the receiver authenticated by `client_secret_basic` or `client_secret_post` (not both) with its `client_id` (its name under `[tenants.<t>.ssf.receivers]`) and `client_secret`. The token is good on every node sharing `key_secret` for `token_lifetime` (default 1 hour), and no longer once the receiver's secret changes. It is granted the `scope` asked for (`ssf.read`, `ssf.manage`, space-separated), each among the receiver's `scopes`, or all the receiver's `scopes` when none is asked for; the answer's `scope` says which.",
     params(("tenant" = String, Path, description = "The tenant")),
-    request_body(description = "`grant_type=client_credentials`, and `client_id` and `client_secret` unless sent as Basic credentials", content_type = "application/x-www-form-urlencoded", content = String),
+    request_body(description = "`grant_type=client_credentials`, optionally `scope`, and `client_id` and `client_secret` unless sent as Basic credentials", content_type = "application/x-www-form-urlencoded", content = String),
     responses(
         (status = 200, body = AccessToken, headers(("Cache-Control" = String, description = "`no-store`"))),
-        (status = 400, description = "invalid_request or unsupported_grant_type", body = OAuthError),
+        (status = 400, description = "invalid_request, invalid_scope or unsupported_grant_type", body = OAuthError),
         (status = 401, description = "invalid_client", body = OAuthError, headers(("WWW-Authenticate" = String, description = "`Basic realm=\"idem\"` when the client sent Basic credentials, or none"))),
         (status = 404, description = "no transmitter here", body = OAuthError),
     ),
@@ -360,7 +360,8 @@ fn ssf_token() {}
     responses(
         (status = 201, body = StreamConfig),
         (status = 400, description = "invalid-stream or malformed-json", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized: no valid access token", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "too-many-streams", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "unavailable: the store", body = Problem, content_type = "application/problem+json"),
@@ -380,7 +381,8 @@ fn ssf_create_stream() {}
     ),
     responses(
         (status = 200, body = StreamConfig, description = "The stream, or an array of them without stream_id"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found: no such stream of this receiver's", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -397,7 +399,8 @@ fn ssf_read_streams() {}
     responses(
         (status = 200, body = StreamConfig),
         (status = 400, description = "invalid-stream or malformed-json", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -414,7 +417,8 @@ fn ssf_update_stream() {}
     responses(
         (status = 200, body = StreamConfig),
         (status = 400, description = "invalid-stream or malformed-json", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -433,7 +437,8 @@ fn ssf_replace_stream() {}
     responses(
         (status = 204, description = "Deleted"),
         (status = 400, description = "invalid-query: no stream_id", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -451,7 +456,8 @@ fn ssf_delete_stream() {}
     ),
     responses(
         (status = 200, body = StreamStatusBody),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -469,7 +475,8 @@ fn ssf_stream_status() {}
     responses(
         (status = 200, body = StreamStatusBody),
         (status = 400, description = "invalid-stream: a status other than enabled, paused, disabled", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -487,7 +494,8 @@ fn ssf_set_stream_status() {}
     responses(
         (status = 200, description = "Included"),
         (status = 400, description = "invalid-stream", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -505,7 +513,8 @@ fn ssf_add_subject() {}
     responses(
         (status = 204, description = "Removed"),
         (status = 400, description = "invalid-stream", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -523,7 +532,8 @@ fn ssf_remove_subject() {}
     responses(
         (status = 204, description = "The verification SET is queued"),
         (status = 400, description = "invalid-stream", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "rate-limited: sooner than min_verification_interval after the last verification; Retry-After says when", body = Problem, content_type = "application/problem+json"),
     ),
@@ -542,7 +552,8 @@ fn ssf_verify() {}
     responses(
         (status = 200, body = Object, description = "`{\"sets\": {jti: token}}`, with `\"moreAvailable\": true` when more wait"),
         (status = 400, description = "invalid-stream: a malformed request, or a push stream", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))

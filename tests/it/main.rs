@@ -33,6 +33,7 @@ mod refusals;
 mod reload;
 mod sources;
 mod ssf;
+mod ssf_transmitter_plan;
 mod traces;
 mod transmitter;
 mod waiting;

@@ -39,8 +39,8 @@ const MAX_BODY: usize = 64 * 1024;
 const ATTEMPTS: usize = 5;
 
 /// A receiver of a tenant's transmitter, authenticated by the access token its
-/// `Authorization: Bearer` header carries (401 otherwise; 404 for a tenant that is no
-/// transmitter), with the configuration in force when the request came: the extractor of every
+/// `Authorization: Bearer` header carries, with the scope the request needs (401 or 403
+/// otherwise; 404 for a tenant that is no transmitter), with the configuration in force when the request came: the extractor of every
 /// stream route.
 pub struct ReceiverAuth {
     live: Arc<Live>,
@@ -64,7 +64,9 @@ impl FromRequestParts<Arc<App>> for ReceiverAuth {
             .ok_or_else(not_found)?;
         let live = app.live.load_full();
         let (t, ssf) = find(&live, tenant)?;
-        let receiver = receiver(app, t, ssf, &parts.headers)?;
+        let needed = super::needed(&parts.method, parts.uri.path());
+        let asked = (&parts.headers, parts.uri.query());
+        let receiver = receiver(app, t, ssf, asked, needed)?;
         Ok(ReceiverAuth {
             tenant: t.name.clone(),
             live: live.clone(),
