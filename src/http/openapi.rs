@@ -354,7 +354,7 @@ fn ssf_token() {}
     path = "/ssf/{tenant}/streams",
     tag = "shared signals out",
     summary = "Create a stream (SSF §8.1.1.1)",
-    description = "The body's `delivery` (`method` push, `urn:ietf:rfc:8935`, with the receiver's `endpoint_url` and optional `authorization_header`; poll streams are not offered), `events_requested` and `description` are taken; transmitter properties in it are ignored. The `endpoint_url` must be under one of the receiver's configured `endpoints` (without them, any https URL). The stream is enabled and includes every subject. A receiver has at most 16 streams. The `authorization_header` is stored sealed under a key derived from `key_secret` and never read back.",
+    description = "The body's `delivery` (`method` push, `urn:ietf:rfc:8935`, with the receiver's `endpoint_url` and optional `authorization_header`; or poll, `urn:ietf:rfc:8936`, the `endpoint_url` then the transmitter's; without `delivery`, poll), `events_requested` and `description` are taken; transmitter properties in it are ignored. The `endpoint_url` must be under one of the receiver's configured `endpoints` (without them, any https URL). The stream is enabled and includes every subject. A receiver has at most 16 streams. The `authorization_header` is stored sealed under a key derived from `key_secret` and never read back.",
     params(("tenant" = String, Path, description = "The tenant")),
     request_body(content = Object, content_type = "application/json"),
     responses(
@@ -413,7 +413,7 @@ fn ssf_update_stream() {}
     tag = "shared signals out",
     summary = "Replace a stream's receiver-supplied properties (SSF §8.1.1.4)",
     params(("tenant" = String, Path, description = "The tenant")),
-    request_body(content = Object, content_type = "application/json", description = "`stream_id`, `delivery`, and `events_requested` and `description` (reset when left out)"),
+    request_body(content = Object, content_type = "application/json", description = "`stream_id`, and `delivery`, `events_requested` and `description` (reset when left out: a stream without `delivery` is a poll stream)"),
     responses(
         (status = 200, body = StreamConfig),
         (status = 400, description = "invalid-stream or malformed-json", body = Problem, content_type = "application/problem+json"),

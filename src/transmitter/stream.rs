@@ -160,8 +160,17 @@ pub fn asked(body: &Value) -> Result<Asked, InvalidStream> {
     })
 }
 
-/// A new stream `id` of `receiver`, made at `now_ms` as `asked` (which must name a delivery);
-/// `seal` seals its authorization header.
+/// The delivery of a stream whose request names none: poll (SSF §8.1.1.1).
+fn poll() -> DeliveryAsked {
+    DeliveryAsked {
+        method: StreamMethod::Poll,
+        endpoint_url: None,
+        authorization_header: None,
+    }
+}
+
+/// A new stream `id` of `receiver`, made at `now_ms` as `asked` (a poll stream when it names
+/// no delivery); `seal` seals its authorization header.
 pub fn create(
     id: String,
     receiver: &str,
@@ -169,9 +178,7 @@ pub fn create(
     asked: Asked,
     seal: impl FnOnce(&str) -> Result<Vec<u8>, InvalidStream>,
 ) -> Result<Stream, InvalidStream> {
-    let delivery = asked
-        .delivery
-        .ok_or_else(|| refused("delivery is required"))?;
+    let delivery = asked.delivery.unwrap_or_else(poll);
     let authorization = delivery
         .authorization_header
         .as_deref()
@@ -195,7 +202,8 @@ pub fn create(
 }
 
 /// `stream` changed as `asked`: what a PATCH names (`whole` false) or, for a PUT (`whole`
-/// true), every receiver-supplied property, reset where the request leaves it out.
+/// true), every receiver-supplied property, reset where the request leaves it out (a delivery
+/// left out: poll, as for a new stream).
 pub fn change(
     stream: &Stream,
     asked: Asked,
@@ -204,18 +212,18 @@ pub fn change(
 ) -> Result<Stream, InvalidStream> {
     let mut next = stream.clone();
     next.version += 1;
-    match asked.delivery {
-        Some(delivery) => {
-            next.authorization = delivery
-                .authorization_header
-                .as_deref()
-                .map(seal)
-                .transpose()?;
-            next.method = delivery.method;
-            next.endpoint_url = delivery.endpoint_url;
-        }
-        None if whole => return Err(refused("delivery is required")),
-        None => {}
+    let delivery = match asked.delivery {
+        None if whole => Some(poll()),
+        delivery => delivery,
+    };
+    if let Some(delivery) = delivery {
+        next.authorization = delivery
+            .authorization_header
+            .as_deref()
+            .map(seal)
+            .transpose()?;
+        next.method = delivery.method;
+        next.endpoint_url = delivery.endpoint_url;
     }
     match asked.events_requested {
         Some(events) => next.events_requested = events,
@@ -400,7 +408,6 @@ mod tests {
     fn refuses_what_is_not_a_stream() {
         for body in [
             json!([]),
-            json!({}),
             json!({"delivery": {"method": "urn:example:smoke-signals"}}),
             json!({"delivery": {"method": PUSH}}),
             json!({"delivery": {"method": PUSH, "endpoint_url": "ftp://rx.example/x"}}),
@@ -447,7 +454,12 @@ mod tests {
         assert_eq!(put.endpoint_url.as_deref(), Some("https://rx.example/b"));
         assert!(put.events_requested.is_empty());
         assert_eq!(put.description, None);
-        assert!(change(&put, Asked::default(), true, no_seal).is_err());
+        // A PUT without a delivery resets it to poll.
+        let polled = change(&put, Asked::default(), true, no_seal).expect("put");
+        assert_eq!(
+            (polled.method, polled.endpoint_url, polled.authorization),
+            (StreamMethod::Poll, None, None)
+        );
     }
 
     #[test]
@@ -467,5 +479,20 @@ mod tests {
             .expect("changed");
         assert!(includes(&added, &subject));
         assert_eq!(added.version, 3);
+    }
+
+    #[test]
+    fn a_stream_asked_for_without_a_delivery_is_a_poll_stream() {
+        let stream = create(
+            "st_1".into(),
+            "okta",
+            5,
+            asked(&json!({"events_requested": [REVOKED]})).expect("asked"),
+            no_seal,
+        )
+        .expect("create");
+        assert_eq!(stream.method, StreamMethod::Poll);
+        assert_eq!((stream.endpoint_url, stream.authorization), (None, None));
+        assert_eq!(stream.events_requested, [REVOKED]);
     }
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use crate::support::*;
-use crate::transmitter::{call, token, OKTA_SECRET, PUBLIC_URL, REVOKED};
+use crate::transmitter::{call, sim_swap_signal, token, OKTA_SECRET, PUBLIC_URL, REVOKED};
 
 const AUDITOR_SECRET: &str = "auditor-client-secret-0001";
 
@@ -330,4 +330,68 @@ async fn oidssf_stream_control_negative_test_with_invalid_access_token() {
     .await;
     assert_eq!(r.status, 200, "the stream is as it was: {}", text(&r));
     assert_eq!(r.json()["delivery"]["endpoint_url"], receiver.url("/s"));
+}
+
+/// SSF §8.1.1.1 as the plan's OIDSSFHandleStreamCreateRequestValidation takes it: a stream
+/// created without `delivery` is a poll stream (`urn:ietf:rfc:8936`, its `endpoint_url` the
+/// transmitter's), whose SETs wait to be polled; a replace without `delivery` makes it one too.
+#[tokio::test]
+async fn oidssf_handle_stream_create_request_validation_without_delivery_is_poll() {
+    let (_dir, receiver, _idem, client) = start(REVOKE).await;
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    let r = call(
+        &client,
+        "POST",
+        "streams",
+        &okta,
+        json!({"events_requested": [REVOKED]}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let id = r.json()["stream_id"].as_str().expect("id").to_string();
+    let poll_url = format!("{PUBLIC_URL}/ssf/acme/streams/{id}/poll");
+    assert_eq!(
+        r.json()["delivery"],
+        json!({"method": "urn:ietf:rfc:8936", "endpoint_url": poll_url})
+    );
+    assert_eq!(r.json()["events_delivered"], json!([REVOKED]));
+    let signal = sim_swap_signal(&client, "+15550002323", &unique("poll-default")).await;
+    assert_eq!(signal.status, 201, "{}", text(&signal));
+    let r = call(
+        &client,
+        "POST",
+        &format!("streams/{id}/poll"),
+        &okta,
+        json!({"returnImmediately": true}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    let sets = r.json()["sets"].as_object().cloned().unwrap_or_default();
+    assert_eq!(sets.len(), 1, "{}", text(&r));
+
+    let r = call(
+        &client,
+        "POST",
+        "streams",
+        &okta,
+        push_to(&receiver.url("/push")),
+    )
+    .await;
+    let push = r.json()["stream_id"].as_str().expect("id").to_string();
+    let body = json!({"stream_id": push, "events_requested": [REVOKED]});
+    let r = call(&client, "PUT", "streams", &okta, body).await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    assert_eq!(r.json()["delivery"]["method"], "urn:ietf:rfc:8936");
+    let r = call(
+        &client,
+        "GET",
+        &format!("streams?stream_id={push}"),
+        &okta,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(
+        r.json()["delivery"]["endpoint_url"],
+        format!("{PUBLIC_URL}/ssf/acme/streams/{push}/poll")
+    );
 }

@@ -593,7 +593,13 @@ async fn a_bad_stream_request_is_refused_and_changes_nothing() {
     .await
     .json();
     for (method, path, body, status, slug) in [
-        ("POST", "streams", json!({}), 400, "invalid-stream"),
+        (
+            "POST",
+            "streams",
+            json!({"delivery": {}}),
+            400,
+            "invalid-stream",
+        ),
         (
             "POST",
             "streams",
@@ -656,7 +662,7 @@ async fn a_bad_stream_request_is_refused_and_changes_nothing() {
         (
             "PUT",
             "streams",
-            json!({"stream_id": id}),
+            json!({"stream_id": id, "delivery": {"method": PUSH}}),
             400,
             "invalid-stream",
         ),
