@@ -469,7 +469,7 @@ fn ssf_stream_status() {}
     path = "/ssf/{tenant}/streams/status",
     tag = "shared signals out",
     summary = "Set a stream's status (SSF §8.1.2.2)",
-    description = "A change of status sends the stream a stream-updated SET (`status`, `reason`), delivered whatever the status: before its SETs are held (paused) or dropped (disabled), and when they flow again.",
+    description = "The change is answered, not announced (no stream-updated SET). Once a change to `paused` or `disabled` is answered nothing reaches the stream, push or poll, until it is enabled: its decisions' SETs are held (paused) or dropped (disabled), a verification waits. Enabling it sends what it held at once, oldest first.",
     params(("tenant" = String, Path, description = "The tenant")),
     request_body(content = StreamStatusBody, content_type = "application/json"),
     responses(
@@ -526,7 +526,7 @@ fn ssf_remove_subject() {}
     path = "/ssf/{tenant}/streams/verify",
     tag = "shared signals out",
     summary = "Ask for a verification event on a stream (SSF §8.1.4.2)",
-    description = "`{\"stream_id\", \"state\"}`: a verification SET echoing `state`, with `sub_id` `{\"format\": \"opaque\", \"id\": <stream_id>}`, is queued for the stream and delivered whatever its status. At most one per `min_verification_interval`.",
+    description = "`{\"stream_id\", \"state\"}`: a verification SET echoing `state`, with `sub_id` `{\"format\": \"opaque\", \"id\": <stream_id>}`, is queued for the stream and sent once it is enabled (at once if it is). At most one per `min_verification_interval`.",
     params(("tenant" = String, Path, description = "The tenant")),
     request_body(content = Object, content_type = "application/json"),
     responses(

@@ -7,17 +7,21 @@
 //! members.
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::support::*;
-use crate::transmitter::{call, sim_swap_signal, token, OKTA_SECRET, PUBLIC_URL, REVOKED};
+use crate::transmitter::{
+    acme_delivery, call, sim_swap_signal, token, verified, OKTA_SECRET, PUBLIC_URL, REVOKED,
+};
 
 const AUDITOR_SECRET: &str = "auditor-client-secret-0001";
 
-/// Deliveries retried every 300 ms; a paused stream's SETs are looked at again only after a
-/// minute (`breaker_cooldown`), so a test sees them go at once on enabling or not at all.
-const DELIVERY: &str = "inline_timeout = \"2s\"\nschedule = [\"300ms\", \"300ms\", \"300ms\", \"300ms\", \"300ms\", \"300ms\"]\nbreaker_cooldown = \"60s\"";
+/// Deliveries retried every 300 ms, one at a time per endpoint; a paused stream's SETs are
+/// looked at again only after a minute (`breaker_cooldown`), so a test sees them go at once on
+/// enabling or not at all.
+const DELIVERY: &str = "inline_timeout = \"2s\"\nschedule = [\"300ms\", \"300ms\", \"300ms\", \"300ms\", \"300ms\", \"300ms\"]\nbreaker_cooldown = \"60s\"\nmax_in_flight_per_endpoint = 1";
 
 /// `acme`, a transmitter with receivers `okta` (every scope) and `auditor` (`ssf.read` only),
 /// whose `sim_swap` playbook sends `actions`; its key written to `dir`.
@@ -394,4 +398,187 @@ async fn oidssf_handle_stream_create_request_validation_without_delivery_is_poll
         r.json()["delivery"]["endpoint_url"],
         format!("{PUBLIC_URL}/ssf/acme/streams/{push}/poll")
     );
+}
+
+const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-type/verification";
+
+/// Each received SET's (verified) event type and `jti`.
+async fn events(client: &Client, received: &[Received]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for r in received {
+        let (_, claims) = verified(client, r).await;
+        let events = claims["events"].as_object().expect("events");
+        let event_type = events.keys().next().expect("an event").clone();
+        out.push((
+            event_type,
+            claims["jti"].as_str().unwrap_or_default().to_string(),
+        ));
+    }
+    out
+}
+
+/// `POST streams/status` of `id` to `status`, answered 200 with that status.
+async fn set_status(client: &Client, token: &str, id: &str, status: &str) {
+    let body = json!({"stream_id": id, "status": status, "reason": "maintenance"});
+    let r = call(client, "POST", "streams/status", token, body).await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    assert_eq!(r.json()["status"], status);
+}
+
+/// The SET delivery ids of a sim swap's response (after its callback).
+fn set_ids(r: &Resp) -> Vec<String> {
+    let actions = r.json()["actions"].as_array().cloned().unwrap_or_default();
+    actions
+        .iter()
+        .filter_map(|a| a["delivery_id"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The plan's OIDSSFStreamControlHappyPathTest sets a stream's status to each value in turn:
+/// each change is answered, not announced (no stream-updated SET), and once a pause or a
+/// disabling is answered nothing reaches the stream, a verification asked for meanwhile
+/// neither; enabling sends what it held at once (long before `breaker_cooldown`).
+#[tokio::test]
+async fn oidssf_stream_control_happy_path_update_stream_status_is_quiet() {
+    let (_dir, receiver, _idem, client) = start(REVOKE).await;
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    let r = call(
+        &client,
+        "POST",
+        "streams",
+        &okta,
+        push_to(&receiver.url("/held")),
+    )
+    .await;
+    let id = r.json()["stream_id"].as_str().expect("id").to_string();
+    set_status(&client, &okta, &id, "paused").await;
+    let first = sim_swap_signal(&client, "+15550003434", &unique("quiet-1")).await;
+    let second = sim_swap_signal(&client, "+15550003535", &unique("quiet-2")).await;
+    let (first, second) = (set_ids(&first), set_ids(&second));
+    assert_eq!((first.len(), second.len()), (1, 1), "one SET each");
+    let r = call(
+        &client,
+        "POST",
+        "streams/verify",
+        &okta,
+        json!({"stream_id": id, "state": "q1"}),
+    )
+    .await;
+    assert_eq!(r.status, 204, "{}", text(&r));
+    // A few retry ticks: nothing is sent, no attempt used up.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(receiver.seen_on("/held").is_empty(), "sent while paused");
+    let delivery = acme_delivery(&client, &first[0]).await;
+    assert_eq!(
+        (
+            delivery["status"].as_str(),
+            delivery["attempts_total"].as_u64()
+        ),
+        (Some("queued"), Some(0))
+    );
+
+    set_status(&client, &okta, &id, "enabled").await;
+    let sent = tokio::time::timeout(Duration::from_secs(15), exactly(&receiver, "/held", 3))
+        .await
+        .expect("sent at once on enabling, not at the next cooldown");
+    let told = events(&client, &sent).await;
+    let types: Vec<&str> = told.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        types.iter().filter(|t| **t == VERIFICATION).count(),
+        1,
+        "the verification waited: {told:?}"
+    );
+    let mut revokes: Vec<&str> = told
+        .iter()
+        .filter(|(t, _)| t == REVOKED)
+        .map(|(_, jti)| jti.as_str())
+        .collect();
+    // Released oldest first; on a shared store two nodes' actors may still send them in
+    // either order.
+    revokes.sort();
+    let mut held = [first[0].as_str(), second[0].as_str()];
+    held.sort();
+    assert_eq!(revokes, held, "both held SETs, once each");
+
+    // Disabled: a verification waits, a decision's SET is not made; enabled, the verification
+    // goes, and the stream is told of neither change.
+    set_status(&client, &okta, &id, "disabled").await;
+    let r = sim_swap_signal(&client, "+15550003636", &unique("quiet-3")).await;
+    assert!(set_ids(&r).is_empty(), "{}", text(&r));
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let r = call(
+        &client,
+        "POST",
+        "streams/verify",
+        &okta,
+        json!({"stream_id": id, "state": "q2"}),
+    )
+    .await;
+    assert_eq!(r.status, 429, "within the interval: {}", text(&r));
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(receiver.seen_on("/held").len(), 3, "sent while disabled");
+    set_status(&client, &okta, &id, "enabled").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let told = events(&client, &receiver.seen_on("/held")).await;
+    assert_eq!(told.len(), 3, "nothing announced: {told:?}");
+}
+
+/// As [`oidssf_stream_control_happy_path_update_stream_status_is_quiet`], for a poll stream
+/// (the plan's OIDSSFTransmitterStreamVerificationPollOnlyTest polls its verification): a
+/// paused poll stream hands out nothing, its verification neither, until it is enabled.
+#[tokio::test]
+async fn oidssf_transmitter_stream_verification_poll_only_waits_while_paused() {
+    let (_dir, _receiver, _idem, client) = start(REVOKE).await;
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    let r = call(
+        &client,
+        "POST",
+        "streams",
+        &okta,
+        json!({"events_requested": [REVOKED]}),
+    )
+    .await;
+    let id = r.json()["stream_id"].as_str().expect("id").to_string();
+    set_status(&client, &okta, &id, "paused").await;
+    let r = call(
+        &client,
+        "POST",
+        "streams/verify",
+        &okta,
+        json!({"stream_id": id, "state": "p1"}),
+    )
+    .await;
+    assert_eq!(r.status, 204, "{}", text(&r));
+    let signal = sim_swap_signal(&client, "+15550004545", &unique("quiet-poll")).await;
+    let held = set_ids(&signal);
+    assert_eq!(held.len(), 1, "{}", text(&signal));
+    let poll = |client: Client, okta: String, id: String| async move {
+        let r = call(
+            &client,
+            "POST",
+            &format!("streams/{id}/poll"),
+            &okta,
+            json!({"returnImmediately": true}),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", text(&r));
+        r.json()["sets"].as_object().cloned().unwrap_or_default()
+    };
+    let sets = poll(client.clone(), okta.clone(), id.clone()).await;
+    assert!(sets.is_empty(), "handed out while paused: {sets:?}");
+    set_status(&client, &okta, &id, "enabled").await;
+    let sets = poll(client.clone(), okta.clone(), id.clone()).await;
+    assert_eq!(sets.len(), 2, "{sets:?}");
+    assert!(sets.contains_key(&held[0]));
+    let verification = sets
+        .iter()
+        .find(|(jti, _)| **jti != held[0])
+        .and_then(|(_, token)| token.as_str())
+        .expect("the verification");
+    let jwks = client
+        .send("GET", "/ssf/acme/jwks", Req::new(""))
+        .await
+        .json();
+    let (_, claims) = devtools::jose::verify(verification, &jwks).expect("verifies");
+    assert_eq!(claims["events"][VERIFICATION], json!({"state": "p1"}));
 }
