@@ -591,7 +591,7 @@ pub struct StreamConfig {
     pub iss: String,
     /// The receiver's configured audience.
     pub aud: String,
-    /// Every event type this transmitter sends: CAEP's and RISC's.
+    /// The event types this transmitter sends: those of the tenant's playbooks' `set` actions.
     pub events_supported: Vec<String>,
     /// The event types the receiver asked for.
     pub events_requested: Vec<String>,

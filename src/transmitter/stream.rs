@@ -1,12 +1,13 @@
 //! A stream's management (SSF §8.1), with no I/O: what a receiver's request asks for, checked
 //! and applied to the stored [`Stream`], and the stream's configuration as the receiver reads
 //! it. Receiver-supplied properties (`delivery`, `events_requested`, `description`) are taken;
-//! transmitter-supplied ones in a request are ignored, as §8.1.1 says; `events_delivered` is
-//! what was requested among the events this transmitter sends.
+//! transmitter-supplied ones in a request are ignored, as §8.1.1 says; `events_supported` is
+//! what the tenant's playbooks can send, and `events_delivered` what was requested among them.
 
 use std::time::Duration;
 
-use idem_actors::set::{events_delivered, EVENTS_SUPPORTED};
+use idem_actors::playbook::{Playbooks, Target};
+use idem_actors::set::event_type;
 use idem_actors::stream_event::status_name;
 use idem_schemas::{
     Stream, StreamConfig, StreamDelivery, StreamMethod, StreamState, StreamStatusBody,
@@ -311,6 +312,23 @@ pub struct StreamContext<'a> {
     pub poll_base: &'a str,
     /// How soon after one verification another may be asked for.
     pub min_verification_interval: Duration,
+    /// The event types the tenant's playbooks can send.
+    pub events_supported: &'a [String],
+}
+
+/// The event types `playbooks`' `set` actions send, sorted, each once.
+pub fn events_supported(playbooks: &Playbooks) -> Vec<String> {
+    let mut events: Vec<String> = playbooks
+        .values()
+        .flat_map(|p| p.actions.iter())
+        .filter_map(|a| match &a.target {
+            Target::Set(set) if event_type(&set.event).is_some() => Some(set.event.clone()),
+            _ => None,
+        })
+        .collect();
+    events.sort();
+    events.dedup();
+    events
 }
 
 /// The stream's configuration as the receiver reads it (§8.1.1). The authorization header is
@@ -327,9 +345,14 @@ pub fn view(stream: &Stream, context: &StreamContext<'_>) -> StreamConfig {
         stream_id: stream.id.clone(),
         iss: context.issuer.to_string(),
         aud: context.audience.to_string(),
-        events_supported: EVENTS_SUPPORTED.iter().map(|e| e.to_string()).collect(),
+        events_supported: context.events_supported.to_vec(),
         events_requested: stream.events_requested.clone(),
-        events_delivered: events_delivered(stream).map(str::to_string).collect(),
+        events_delivered: stream
+            .events_requested
+            .iter()
+            .filter(|e| context.events_supported.contains(e))
+            .cloned()
+            .collect(),
         delivery: StreamDelivery {
             method: method.to_string(),
             endpoint_url,
@@ -351,7 +374,7 @@ pub fn status_view(stream: &Stream) -> StreamStatusBody {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use idem_actors::set::includes;
+    use idem_actors::set::{events_delivered, includes};
     use serde_json::json;
 
     const REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
@@ -391,6 +414,7 @@ mod tests {
             audience: "https://okta.example",
             poll_base: "https://idem.example/ssf/acme/streams",
             min_verification_interval: Duration::from_secs(15),
+            events_supported: &[REVOKED.to_string()],
         };
         let view = serde_json::to_value(view(&stream, &context)).expect("json");
         assert_eq!(view["iss"], "https://idem.example/ssf/acme");

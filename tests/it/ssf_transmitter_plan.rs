@@ -582,3 +582,142 @@ async fn oidssf_transmitter_stream_verification_poll_only_waits_while_paused() {
     let (_, claims) = devtools::jose::verify(verification, &jwks).expect("verifies");
     assert_eq!(claims["events"][VERIFICATION], json!({"state": "p1"}));
 }
+
+const CREDENTIAL_CHANGE: &str =
+    "https://schemas.openid.net/secevent/caep/event-type/credential-change";
+const DEVICE_COMPLIANCE: &str =
+    "https://schemas.openid.net/secevent/caep/event-type/device-compliance-change";
+const CREDENTIAL_COMPROMISE: &str =
+    "https://schemas.openid.net/secevent/risc/event-type/credential-compromise";
+
+/// A playbook sending the CAEP interoperability profile's events with their own members, and
+/// a RISC credential-compromise.
+const INTEROP: &str = r#"  { name = "revoke", set = "https://schemas.openid.net/secevent/caep/event-type/session-revoked", subject_format = "phone_number", event = { reason_admin = { en = "SIM swap detected" }, reason_user = { en = "Sign in again" } } },
+  { name = "password", set = "https://schemas.openid.net/secevent/caep/event-type/credential-change", subject_format = "phone_number", event = { credential_type = "password", change_type = "revoke", initiating_entity = "admin" } },
+  { name = "device", set = "https://schemas.openid.net/secevent/caep/event-type/device-compliance-change", subject_format = "phone_number", event = { previous_status = "compliant", current_status = "not-compliant" } },
+  { name = "compromise", set = "https://schemas.openid.net/secevent/risc/event-type/credential-compromise", subject_format = "phone_number", event = { credential_type = "phone-sms" } },"#;
+
+/// The plan's OIDSSFTransmitterStreamCaepInteropTest with its OIDSSFValidateCaepCommonOptionalFields,
+/// OIDSSFValidateCaepCredentialChangeEvent and OIDSSFValidateCaepDeviceComplianceChangeEvent
+/// conditions: `events_supported` is what the tenant's playbooks send, and each SET carries its
+/// action's own members besides `event_timestamp` and `initiating_entity`.
+#[tokio::test]
+async fn oidssf_transmitter_stream_caep_interop_test() {
+    let (_dir, receiver, _idem, client) = start(INTEROP).await;
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    let mut body = push_to(&receiver.url("/interop"));
+    body["events_requested"] = json!([
+        REVOKED,
+        CREDENTIAL_CHANGE,
+        DEVICE_COMPLIANCE,
+        CREDENTIAL_COMPROMISE,
+        "https://schemas.openid.net/secevent/caep/event-type/session-established"
+    ]);
+    let r = call(&client, "POST", "streams", &okta, body).await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let mut supported = vec![
+        REVOKED,
+        CREDENTIAL_CHANGE,
+        DEVICE_COMPLIANCE,
+        CREDENTIAL_COMPROMISE,
+    ];
+    supported.sort();
+    assert_eq!(r.json()["events_supported"], json!(supported));
+    assert_eq!(
+        r.json()["events_delivered"],
+        json!([
+            REVOKED,
+            CREDENTIAL_CHANGE,
+            DEVICE_COMPLIANCE,
+            CREDENTIAL_COMPROMISE
+        ]),
+        "what was asked for among what is sent"
+    );
+    let signal = sim_swap_signal(&client, "+15550005656", &unique("interop")).await;
+    assert_eq!(signal.status, 201, "{}", text(&signal));
+    let sent = exactly(&receiver, "/interop", 4).await;
+    let mut events = serde_json::Map::new();
+    for received in &sent {
+        let (_, claims) = verified(&client, received).await;
+        assert_eq!(
+            claims["sub_id"],
+            json!({"format": "phone_number", "phone_number": "+15550005656"})
+        );
+        let (uri, event) = claims["events"]
+            .as_object()
+            .and_then(|e| e.iter().next())
+            .expect("an event");
+        events.insert(uri.clone(), event.clone());
+    }
+    let caep = |uri: &str| {
+        let event = events[uri].clone();
+        assert!(event["event_timestamp"].is_u64(), "{uri}: {event}");
+        event
+    };
+    let revoked = caep(REVOKED);
+    assert_eq!(revoked["reason_admin"], json!({"en": "SIM swap detected"}));
+    assert_eq!(revoked["reason_user"], json!({"en": "Sign in again"}));
+    assert_eq!(revoked["initiating_entity"], "policy");
+    let changed = caep(CREDENTIAL_CHANGE);
+    assert_eq!(
+        (
+            changed["credential_type"].as_str(),
+            changed["change_type"].as_str(),
+            changed["initiating_entity"].as_str()
+        ),
+        (Some("password"), Some("revoke"), Some("admin"))
+    );
+    let device = caep(DEVICE_COMPLIANCE);
+    assert_eq!(
+        (
+            device["previous_status"].as_str(),
+            device["current_status"].as_str()
+        ),
+        (Some("compliant"), Some("not-compliant"))
+    );
+    assert_eq!(
+        events[CREDENTIAL_COMPROMISE],
+        json!({"credential_type": "phone-sms"}),
+        "RISC: its members only"
+    );
+}
+
+/// A `set` action's event is checked against its type's required members when the config is
+/// read: `idem check-config` names the key of what is missing or wrong, and the playbook never
+/// sends an event its receivers would refuse.
+#[tokio::test]
+async fn oidssf_validate_caep_credential_change_event_members_are_checked_in_the_config() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (event, key) in [
+        ("{ credential_type = \"password\" }", "event.change_type"),
+        (
+            "{ credential_type = \"password\", change_type = \"rotate\" }",
+            "event.change_type",
+        ),
+        (
+            "{ credential_type = \"carrier-pigeon\", change_type = \"revoke\" }",
+            "event.credential_type",
+        ),
+        (
+            "{ credential_type = \"pin\", change_type = \"create\", reason_admin = \"text\" }",
+            "event.reason_admin",
+        ),
+        (
+            "{ credential_type = \"pin\", change_type = \"create\", event_timestamp = 5 }",
+            "event.event_timestamp",
+        ),
+    ] {
+        let action =
+            format!("  {{ name = \"password\", set = \"{CREDENTIAL_CHANGE}\", event = {event} }},");
+        let path = dir.path().join("idem.toml");
+        std::fs::write(&path, config(dir.path(), &action)).expect("write config");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args(["check-config", "--config"])
+            .arg(&path)
+            .output()
+            .expect("run idem");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{event} accepted");
+        assert!(stderr.contains(key), "{event}: {stderr}");
+    }
+}

@@ -30,7 +30,7 @@ const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-type/v
 
 /// `acme`, a transmitter with an RSA and a P-256 key and receivers `okta` and `entra`, whose
 /// `sim_swap` playbook calls `receiver`'s `/lock` and sends a CAEP session-revoked SET naming
-/// the subject as a phone number; `beta`, a transmitter whose tokens last a second, with a
+/// the subject as a phone number (and whose `offboarding` sends a RISC account-disabled); `beta`, a transmitter whose tokens last a second, with a
 /// receiver also called `okta` with okta's secret; `gamma`, no transmitter. The keys are written
 /// to `dir`.
 fn tenants(dir: &Path, receiver: &Receiver) -> String {
@@ -49,6 +49,10 @@ actions = [
   {{ name = "lock", url = "{lock}" }},
   {{ name = "revoke", set = "{REVOKED}", subject_format = "phone_number" }},
 ]
+
+[tenants.acme.playbooks.offboarding]
+decision = "deny"
+actions = [{{ name = "disable", set = "{DISABLED}" }}]
 
 [tenants.acme.ssf]
 signing_keys = ["{rsa}", "{ec}"]

@@ -87,8 +87,9 @@ impl ReceiverAuth {
 
     /// The stream's configuration as this receiver reads it.
     fn view(&self, app: &App, stream: &Stream) -> StreamConfig {
-        let (_, ssf) = self.parts();
+        let (tenant, ssf) = self.parts();
         let issuer = issuer(app, &self.live, &self.tenant);
+        let events_supported = stream::events_supported(&tenant.playbooks);
         let poll_base = format!("{}/ssf/{}/streams", base_url(app, &self.live), self.tenant);
         let audience = ssf
             .receivers
@@ -102,6 +103,7 @@ impl ReceiverAuth {
                 audience,
                 poll_base: &poll_base,
                 min_verification_interval: ssf.min_verification_interval,
+                events_supported: &events_supported,
             },
         )
     }
