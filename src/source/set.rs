@@ -3,7 +3,8 @@
 //! allow-list and to that key's type (so a token can never pick HS256 over an RSA key, nor
 //! `none`), the signature verified by `jsonwebtoken` over the token's bytes, and only then the
 //! claims parsed (strictly: a member named twice is refused) and checked: `typ`, `iss`, `aud`,
-//! `jti`, `iat`, `events`. Each refusal carries RFC 8935's error code, which a push is answered
+//! `jti`, `iat`, `events`. A header asking for a JWS extension (`crit`, `b64`) is refused: idem
+//! understands none. Each refusal carries RFC 8935's error code, which a push is answered
 //! with and a poll reports in `setErrs`.
 
 use std::collections::HashMap;
@@ -252,7 +253,8 @@ pub fn header(token: &str, expect: &Expect<'_>) -> Result<Header, SetRefusal> {
     let bytes = URL_SAFE_NO_PAD
         .decode(encoded.as_bytes())
         .map_err(|_| invalid("the JOSE header is not base64url"))?;
-    canonical::parse(&bytes).map_err(|e| invalid(format!("the JOSE header: {e}")))?;
+    let raw = canonical::parse(&bytes).map_err(|e| invalid(format!("the JOSE header: {e}")))?;
+    no_extensions(&raw)?;
     let header: Header =
         serde_json::from_slice(&bytes).map_err(|e| invalid(format!("the JOSE header: {e}")))?;
     let typ = header.typ.as_deref().unwrap_or_default();
@@ -271,6 +273,41 @@ pub fn header(token: &str, expect: &Expect<'_>) -> Result<Header, SetRefusal> {
         return Err(bad_key("the JOSE header names no kid"));
     }
     Ok(header)
+}
+
+/// Refuses a JOSE header that asks for an extension: idem understands none, so any `crit`
+/// (RFC 7515 §4.1.11: a recipient that does not understand a listed extension must refuse the
+/// JWS), well-formed or not, is refused; and `b64` other than `true` (RFC 7797's unencoded
+/// payload, which would need `crit` and changes what the signature covers).
+fn no_extensions(header: &Value) -> Result<(), SetRefusal> {
+    match header.get("crit") {
+        None => {}
+        Some(Value::Array(names)) if !names.is_empty() && names.iter().all(Value::is_string) => {
+            let names: Vec<String> = names
+                .iter()
+                .take(4)
+                .filter_map(Value::as_str)
+                .map(|n| format!("{:?}", cut(n)))
+                .collect();
+            return Err(invalid(format!(
+                "the JOSE header's crit names extensions this receiver does not understand ({}): \
+                 a SET with crit is refused (RFC 7515 §4.1.11)",
+                names.join(", ")
+            )));
+        }
+        Some(_) => {
+            return Err(invalid(
+                "the JOSE header's crit is not a non-empty array of names (RFC 7515 §4.1.11); \
+                 this receiver understands no extension, so a SET with crit is refused",
+            ))
+        }
+    }
+    match header.get("b64") {
+        None | Some(Value::Bool(true)) => Ok(()),
+        Some(_) => Err(invalid(
+            "the JOSE header's b64 is not true: an unencoded payload (RFC 7797) is not taken",
+        )),
+    }
 }
 
 /// A verified SET's claims.
@@ -455,6 +492,41 @@ mod tests {
             header_err("not a token", &expect),
             Some(Err::InvalidRequest)
         );
+    }
+
+    #[test]
+    fn any_crit_and_a_b64_other_than_true_are_refused() {
+        let (algorithms, issuer, audience) = expect();
+        let expect = Expect {
+            issuer: &issuer,
+            audience: &audience,
+            algorithms: &algorithms,
+        };
+        let refused = |extra: &str| {
+            let written = format!(r#"{{"alg":"RS256","typ":"secevent+jwt","kid":"k"{extra}}}"#);
+            header(&format!("{}.{}.", encode(&written), encode("{}")), &expect)
+                .err()
+                .map(|r| (r.err, r.description))
+        };
+        for extra in [
+            r#","crit":["exp"],"exp":1"#,
+            r#","crit":["b64"],"b64":false"#,
+            r#","crit":["b64"],"b64":true"#,
+            r#","crit":[]"#,
+            r#","crit":"b64""#,
+            r#","crit":[1]"#,
+            r#","crit":null"#,
+        ] {
+            let (err, description) = refused(extra).unwrap_or_else(|| panic!("{extra} taken"));
+            assert_eq!(err, Err::InvalidRequest, "{extra}");
+            assert!(description.contains("crit"), "{extra}: {description}");
+        }
+        for extra in [r#","b64":false"#, r#","b64":"false""#, r#","b64":null"#] {
+            let (err, description) = refused(extra).unwrap_or_else(|| panic!("{extra} taken"));
+            assert_eq!(err, Err::InvalidRequest, "{extra}");
+            assert!(description.contains("b64"), "{extra}: {description}");
+        }
+        assert_eq!(refused(r#","b64":true"#), None, "b64 true is the default");
     }
 
     fn header_err(token: &str, expect: &Expect<'_>) -> Option<Err> {

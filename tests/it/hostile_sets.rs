@@ -1,0 +1,221 @@
+//! What a hostile Shared Signals transmitter still gets (docs/SHARED-SIGNALS.md, "What a
+//! transmitter cannot make idem do"), against a real `idem serve` and the loopback transmitter,
+//! on either store: a JOSE header asking for an extension (`crit`, `b64`) is refused; a SET
+//! whose `iat` is outside the source's window is refused, so one sent again after its claim has
+//! ended is not decided again; a SET is one claim by its `iss` and `jti` whatever events it
+//! holds; a poll answer is taken at most `maxEvents` SETs at a time, each judged on its own; and
+//! neither a poll flood nor SETs of thousands of events grow idem's memory past a bound. Each
+//! refusal stores nothing.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::*;
+use devtools::jose::{self, JwsKey};
+
+const API_KEY: &str = "Bearer sk_hostile_sets_key_01";
+const ISSUER: &str = "https://sts.hostile.test/ssf";
+const AUDIENCE: &str = "https://idem.hostile.test/acme";
+const RISC_COMPROMISE: &str =
+    "https://schemas.openid.net/secevent/risc/event-type/credential-compromise";
+const RISC_DISABLED: &str = "https://schemas.openid.net/secevent/risc/event-type/account-disabled";
+
+/// Tenant `acme`: a push source `entra` with `entra_lines` added (e.g. `max_age`), a source
+/// `polled` that polls the transmitter, both mapping two RISC event types to two playbooks, and
+/// `signatures` lines (e.g. its `tolerance`).
+fn acme(
+    receiver: &Receiver,
+    transmitter: &LoopbackTransmitter,
+    entra_lines: &str,
+    signatures: &str,
+) -> String {
+    let map = |source: &str| {
+        format!(
+            r#"
+[[tenants.acme.sources.{source}.map]]
+event = "{RISC_COMPROMISE}"
+type = "breach"
+[[tenants.acme.sources.{source}.map]]
+event = "{RISC_DISABLED}"
+type = "disabled"
+"#
+        )
+    };
+    format!(
+        r#"
+[signatures]
+{signatures}
+
+[tenants.acme]
+api_key = "sk_hostile_sets_key_01"
+callback_secret = "{CALLBACK_SECRET}"
+
+[tenants.acme.playbooks.breach]
+decision = "deny"
+actions = [ {{ name = "lock", url = "{lock}" }} ]
+
+[tenants.acme.playbooks.disabled]
+decision = "review"
+actions = [ {{ name = "case", url = "{case}" }} ]
+
+[tenants.acme.sources.entra]
+kind = "ssf"
+issuer = "{ISSUER}"
+audience = "{AUDIENCE}"
+jwks = "{jwks}"
+{entra_lines}
+{entra_map}
+
+[tenants.acme.sources.polled]
+kind = "ssf"
+issuer = "{ISSUER}"
+audience = "{AUDIENCE}"
+jwks = "{jwks}"
+poll = {{ url = "{poll}", token = "{POLL_TOKEN}" }}
+{polled_map}
+"#,
+        lock = receiver.url("/lock"),
+        case = receiver.url("/case"),
+        jwks = transmitter.url("/jwks"),
+        poll = transmitter.url("/poll"),
+        entra_map = map("entra"),
+        polled_map = map("polled"),
+    )
+}
+
+/// idem with tenant `acme` (see [`acme`]), the transmitter serving `key`.
+async fn start(
+    key: &JwsKey,
+    entra_lines: &str,
+    signatures: &str,
+) -> (
+    tempfile::TempDir,
+    Receiver,
+    Idem,
+    Client,
+    LoopbackTransmitter,
+) {
+    let transmitter = LoopbackTransmitter::start(jose::jwk_set(&[key])).await;
+    let t = transmitter.clone();
+    let (entra_lines, signatures) = (entra_lines.to_string(), signatures.to_string());
+    let (dir, receiver, idem, client) = Harness::new()
+        .delivery("inline_timeout = \"2s\"\nschedule = [\"200ms\", \"200ms\"]")
+        .tenants(move |r| acme(r, &t, &entra_lines, &signatures))
+        .start()
+        .await;
+    (dir, receiver, idem, client, transmitter)
+}
+
+fn now_secs() -> i64 {
+    (idem_schemas::timefmt::now_ms() / 1000) as i64
+}
+
+/// A SET of `event` about `subject`, issued at `iat`.
+fn set_at(jti: &str, event: &str, subject: &str, iat: Value) -> Value {
+    json!({
+        "iss": ISSUER, "aud": AUDIENCE, "jti": jti, "iat": iat,
+        "sub_id": {"format": "email", "email": subject},
+        "events": {event: {"reason_admin": {"en": "a test"}}}
+    })
+}
+
+/// A RISC credential-compromise SET about `subject`, issued now.
+fn compromise(jti: &str, subject: &str) -> Value {
+    set_at(jti, RISC_COMPROMISE, subject, json!(now_secs()))
+}
+
+async fn push(client: &Client, token: &str) -> Resp {
+    let req = Req::new(token)
+        .without("content-type")
+        .header("content-type", "application/secevent+jwt");
+    client.send("POST", "/v1/sources/acme/entra", req).await
+}
+
+fn assert_accepted(r: &Resp, what: &str) {
+    assert_eq!(r.status, 202, "{what}: {}", text(r));
+}
+
+/// Asserts RFC 8935's `invalid_request` whose description names `why`.
+fn assert_invalid(r: &Resp, why: &str, what: &str) {
+    assert_eq!(r.status, 400, "{what}: {}", text(r));
+    assert_eq!(r.header("content-type"), Some("application/json"), "{what}");
+    let body = r.json();
+    assert_eq!(body["err"], "invalid_request", "{what}: {body}");
+    let description = body["description"].as_str().unwrap_or_default();
+    assert!(description.contains(why), "{what}: {description}");
+}
+
+async fn status(client: &Client, source: &str) -> Value {
+    let r = client
+        .send(
+            "GET",
+            &format!("/v1/sources/acme/{source}/status"),
+            Req::new("").header("authorization", API_KEY),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    r.json()
+}
+
+/// How many decisions tenant `acme` holds.
+async fn decisions(client: &Client) -> usize {
+    let r = client
+        .send(
+            "GET",
+            "/v1/decisions?limit=100",
+            Req::new("").header("authorization", API_KEY),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    r.json()["data"].as_array().map_or(0, Vec::len)
+}
+
+#[tokio::test]
+async fn a_jose_header_asking_for_an_extension_is_refused_pushed_or_polled() {
+    let key = JwsKey::rsa("rsa-1");
+    let (_dir, receiver, _idem, client, transmitter) = start(&key, "", "").await;
+    let claims = compromise("crit-1", "crit@example.com");
+    let with = |extra: Value| {
+        let mut header = json!({"alg": "RS256", "kid": "rsa-1", "typ": "secevent+jwt"});
+        for (name, value) in extra.as_object().into_iter().flatten() {
+            header[name] = value.clone();
+        }
+        key.sign_with_header(&header, &claims)
+    };
+    let cases = [
+        ("an extension named in crit", json!({"crit": ["exp"], "exp": 1}), "crit"),
+        ("an unencoded payload", json!({"crit": ["b64"], "b64": false}), "crit"),
+        ("crit empty", json!({"crit": []}), "crit"),
+        ("crit a string", json!({"crit": "b64"}), "crit"),
+        ("b64 false without crit", json!({"b64": false}), "b64"),
+    ];
+    for (what, extra, why) in &cases {
+        assert_invalid(&push(&client, &with(extra.clone())).await, why, what);
+    }
+    // Polled, each is reported in setErrs under its jti, and nothing is acknowledged.
+    transmitter.queue("polled-crit", &with(json!({"crit": ["b64"], "b64": false})));
+    let errs = eventually(
+        Duration::from_secs(20),
+        || async { transmitter.set_errs() },
+        |e| !e.is_empty(),
+    )
+    .await;
+    assert_eq!(errs["polled-crit"]["err"], "invalid_request", "{errs:?}");
+    assert!(
+        errs["polled-crit"]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("crit")),
+        "{errs:?}"
+    );
+    assert!(transmitter.acked().is_empty());
+    // Nothing was claimed: no decision, no callback, and the same claims in a plain header are
+    // a first SET afterwards.
+    assert_eq!(decisions(&client).await, 0);
+    assert!(receiver.seen_on("/lock").is_empty());
+    let s = status(&client, "entra").await;
+    assert_eq!(s["refused"], cases.len() as u64, "{s}");
+    assert_eq!(s["accepted"], 0, "{s}");
+    assert_accepted(&push(&client, &key.sign(&claims)).await, "the plain SET");
+    exactly(&receiver, "/lock", 1).await;
+}
