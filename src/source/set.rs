@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -224,6 +225,12 @@ pub struct Expect<'a> {
     pub audience: &'a str,
     /// The algorithms allowed.
     pub algorithms: &'a [String],
+    /// Now, in Unix seconds.
+    pub now_secs: i64,
+    /// How old an `iat` may be.
+    pub max_age: Duration,
+    /// How far ahead of now an `iat` may be (clock skew).
+    pub skew: Duration,
 }
 
 /// A SET's JOSE header, as far as choosing its key goes.
@@ -409,9 +416,11 @@ fn claims_of(claims: Value, expect: &Expect<'_>) -> Result<Set, SetRefusal> {
         .and_then(Value::as_str)
         .filter(|j| !j.is_empty() && j.len() <= MAX_EVENT_ID)
         .ok_or_else(|| invalid(format!("the SET has no jti of 1 to {MAX_EVENT_ID} bytes")))?;
-    if !object.get("iat").is_some_and(Value::is_number) {
-        return Err(invalid("the SET has no numeric iat"));
-    }
+    let iat = object
+        .get("iat")
+        .and_then(Value::as_f64)
+        .ok_or_else(|| invalid("the SET has no numeric iat"))?;
+    issued_within(iat, expect)?;
     let events = object
         .get("events")
         .and_then(Value::as_object)
@@ -430,6 +439,28 @@ fn claims_of(claims: Value, expect: &Expect<'_>) -> Result<Set, SetRefusal> {
         iss: iss.to_string(),
         claims,
     })
+}
+
+/// Whether a SET issued at `iat` (Unix seconds) is within the source's window: at most
+/// `max_age` old (a SET older than its claim could be sent again and decided again) and at most
+/// `skew` ahead.
+fn issued_within(iat: f64, expect: &Expect<'_>) -> Result<(), SetRefusal> {
+    let now = expect.now_secs as f64;
+    let max_age = expect.max_age.as_secs();
+    if iat < now - max_age as f64 {
+        return Err(invalid(format!(
+            "the SET's iat is more than {max_age} s in the past: a SET this old is not taken \
+             (its claim may have ended, and it would be decided again)"
+        )));
+    }
+    let skew = expect.skew.as_secs();
+    if iat > now + skew as f64 {
+        return Err(invalid(format!(
+            "the SET's iat is more than {skew} s in the future: the transmitter's clock or the SET \
+             is wrong"
+        )));
+    }
+    Ok(())
 }
 
 /// `text` cut to 64 characters, for a description.
@@ -460,6 +491,9 @@ mod tests {
             issuer: &issuer,
             audience: &audience,
             algorithms: &algorithms,
+            now_secs: 1_000,
+            max_age: Duration::from_secs(999),
+            skew: Duration::from_secs(300),
         };
         let token = |header: &str| format!("{}.{}.", encode(header), encode("{}"));
         let refused = |header: &str| header_err(&token(header), &expect);
@@ -501,6 +535,9 @@ mod tests {
             issuer: &issuer,
             audience: &audience,
             algorithms: &algorithms,
+            now_secs: 1_000,
+            max_age: Duration::from_secs(999),
+            skew: Duration::from_secs(300),
         };
         let refused = |extra: &str| {
             let written = format!(r#"{{"alg":"RS256","typ":"secevent+jwt","kid":"k"{extra}}}"#);
@@ -540,6 +577,9 @@ mod tests {
             issuer: &issuer,
             audience: &audience,
             algorithms: &algorithms,
+            now_secs: 1_000,
+            max_age: Duration::from_secs(999),
+            skew: Duration::from_secs(300),
         };
         let check = |claims: &str| {
             claims_of(serde_json::from_str(claims).expect("json"), &expect)
@@ -584,6 +624,52 @@ mod tests {
             ),
             Err(Err::InvalidRequest)
         );
+    }
+
+    #[test]
+    fn iat_is_within_max_age_behind_and_the_skew_ahead() {
+        let (algorithms, issuer, audience) = expect();
+        let now = 1_764_000_000;
+        let expect = Expect {
+            issuer: &issuer,
+            audience: &audience,
+            algorithms: &algorithms,
+            now_secs: now,
+            max_age: Duration::from_secs(3600),
+            skew: Duration::from_secs(300),
+        };
+        let check = |iat: Value| {
+            let claims = serde_json::json!({"iss": issuer, "aud": audience, "jti": "j",
+                "iat": iat, "events": {"u": {}}});
+            claims_of(claims, &expect)
+                .map(|_| ())
+                .map_err(|r| (r.err, r.description))
+        };
+        for iat in [now, now - 3600, now + 300] {
+            assert_eq!(check(iat.into()), Ok(()), "{iat}");
+        }
+        assert_eq!(
+            check((now as f64 + 0.5).into()),
+            Ok(()),
+            "a fractional NumericDate"
+        );
+        let ten_years = 10 * 365 * 86_400;
+        for (iat, why) in [
+            (0, "in the past"),
+            (-1, "in the past"),
+            (now - 3601, "in the past"),
+            (now - ten_years, "in the past"),
+            (now + 301, "in the future"),
+            (now + ten_years, "in the future"),
+        ] {
+            let refused = check(iat.into());
+            assert!(
+                matches!(&refused, Err((Err::InvalidRequest, d)) if d.contains(why)),
+                "{iat}: {refused:?}"
+            );
+        }
+        assert!(check(serde_json::json!("1764000000")).is_err(), "a string");
+        assert!(check(serde_json::json!(1e300)).is_err(), "far ahead");
     }
 
     #[test]

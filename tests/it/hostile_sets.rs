@@ -184,8 +184,16 @@ async fn a_jose_header_asking_for_an_extension_is_refused_pushed_or_polled() {
         key.sign_with_header(&header, &claims)
     };
     let cases = [
-        ("an extension named in crit", json!({"crit": ["exp"], "exp": 1}), "crit"),
-        ("an unencoded payload", json!({"crit": ["b64"], "b64": false}), "crit"),
+        (
+            "an extension named in crit",
+            json!({"crit": ["exp"], "exp": 1}),
+            "crit",
+        ),
+        (
+            "an unencoded payload",
+            json!({"crit": ["b64"], "b64": false}),
+            "crit",
+        ),
         ("crit empty", json!({"crit": []}), "crit"),
         ("crit a string", json!({"crit": "b64"}), "crit"),
         ("b64 false without crit", json!({"b64": false}), "b64"),
@@ -218,4 +226,60 @@ async fn a_jose_header_asking_for_an_extension_is_refused_pushed_or_polled() {
     assert_eq!(s["accepted"], 0, "{s}");
     assert_accepted(&push(&client, &key.sign(&claims)).await, "the plain SET");
     exactly(&receiver, "/lock", 1).await;
+}
+
+#[tokio::test]
+async fn a_set_issued_outside_the_window_is_refused_and_claims_nothing() {
+    let key = JwsKey::rsa("rsa-1");
+    // A SET may be 60 s old and 30 s ahead.
+    let (_dir, receiver, _idem, client, _transmitter) =
+        start(&key, "max_age = \"60s\"", "tolerance = \"30s\"").await;
+    let now = now_secs();
+    let ten_years = 10 * 365 * 86_400;
+    let cases = [
+        ("iat 0", json!(0), "in the past"),
+        ("ten years back", json!(now - ten_years), "in the past"),
+        ("past max_age", json!(now - 120), "in the past"),
+        ("ten years ahead", json!(now + ten_years), "in the future"),
+        ("past the skew", json!(now + 120), "in the future"),
+    ];
+    for (what, iat, why) in &cases {
+        let token = key.sign(&set_at(
+            "old-1",
+            RISC_COMPROMISE,
+            "old@example.com",
+            iat.clone(),
+        ));
+        assert_invalid(&push(&client, &token).await, why, what);
+    }
+    assert_eq!(decisions(&client).await, 0);
+    let s = status(&client, "entra").await;
+    assert_eq!(s["refused"], cases.len() as u64, "{s}");
+    assert_eq!(s["accepted"], 0, "{s}");
+    // Within the window, behind and ahead, the same jti is a first SET.
+    let within = key.sign(&set_at(
+        "old-1",
+        RISC_COMPROMISE,
+        "old@example.com",
+        json!(now - 57),
+    ));
+    assert_accepted(&push(&client, &within).await, "57 s old");
+    let ahead = key.sign(&set_at(
+        "ahead-1",
+        RISC_COMPROMISE,
+        "ahead@example.com",
+        json!(now + 20),
+    ));
+    assert_accepted(&push(&client, &ahead).await, "20 s ahead");
+    exactly(&receiver, "/lock", 2).await;
+    // The accepted SET once it is older than max_age: refused, not taken as new nor as a
+    // duplicate (with max_age within the claim's life, it could outlive its claim otherwise).
+    let aged = eventually(
+        Duration::from_secs(10),
+        || async { push(&client, &within).await },
+        |r| r.status != 202,
+    )
+    .await;
+    assert_invalid(&aged, "in the past", "the same SET past max_age");
+    assert_eq!(decisions(&client).await, 2);
 }

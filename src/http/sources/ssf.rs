@@ -65,10 +65,21 @@ pub async fn take(
             "the source is not an ssf source",
         )));
     };
+    let live = app.live.load();
+    let skew = live.config.signatures.tolerance;
+    let claim_life = live
+        .config
+        .engine
+        .idempotency
+        .key_ttl
+        .max(idem_actors::signals::EVENT_CLAIM_MIN);
     let expect = Expect {
         issuer: &ssf.issuer,
         audience: &ssf.audience,
         algorithms: &ssf.algorithms,
+        now_secs: (now_ms() / 1000) as i64,
+        max_age: ssf.max_age(claim_life, skew),
+        skew,
     };
     let header = set::header(token, &expect)?;
     let kid = header.kid.as_deref().unwrap_or_default();
