@@ -283,3 +283,61 @@ async fn a_set_issued_outside_the_window_is_refused_and_claims_nothing() {
     assert_invalid(&aged, "in the past", "the same SET past max_age");
     assert_eq!(decisions(&client).await, 2);
 }
+
+#[tokio::test]
+async fn a_set_is_one_claim_by_its_iss_and_jti_whatever_it_holds() {
+    let key = JwsKey::rsa("rsa-1");
+    let (_dir, receiver, _idem, client, transmitter) = start(&key, "", "").await;
+    let now = json!(now_secs());
+    let first = key.sign(&set_at(
+        "one-1",
+        RISC_COMPROMISE,
+        "one@example.com",
+        now.clone(),
+    ));
+    assert_accepted(&push(&client, &first).await, "a first SET");
+    exactly(&receiver, "/lock", 1).await;
+    // The same iss and jti holding another mapped event (another playbook), or both events, or
+    // another subject: a duplicate, accepted and not decided again.
+    let other_type = key.sign(&set_at(
+        "one-1",
+        RISC_DISABLED,
+        "one@example.com",
+        now.clone(),
+    ));
+    let mut both = set_at("one-1", RISC_DISABLED, "other@example.com", now.clone());
+    both["events"][RISC_COMPROMISE] = json!({});
+    let both = key.sign(&both);
+    for (what, token) in [("another event type", &other_type), ("both events", &both)] {
+        assert_accepted(&push(&client, token).await, what);
+    }
+    // Polled to the same source's transmitter under the other source: its own claim there (a
+    // source is its own namespace), and the same jti again there is a duplicate too.
+    transmitter.queue("one-1", &other_type);
+    let acked = eventually(
+        Duration::from_secs(20),
+        || async { transmitter.acked() },
+        |a| !a.is_empty(),
+    )
+    .await;
+    assert_eq!(acked, vec!["one-1".to_string()]);
+    transmitter.queue("one-1-again", &first);
+    eventually(
+        Duration::from_secs(20),
+        || async { transmitter.acked() },
+        |a| a.len() >= 2,
+    )
+    .await;
+    exactly(&receiver, "/case", 1).await;
+    exactly(&receiver, "/lock", 1).await;
+    assert_eq!(decisions(&client).await, 2, "one per source");
+    let s = status(&client, "entra").await;
+    assert_eq!(s["accepted"], 1, "{s}");
+    assert_eq!(
+        s["duplicates"], 3,
+        "the SET again, and the second event of both: {s}"
+    );
+    let s = status(&client, "polled").await;
+    assert_eq!(s["accepted"], 1, "{s}");
+    assert_eq!(s["duplicates"], 1, "{s}");
+}
