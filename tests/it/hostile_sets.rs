@@ -341,3 +341,82 @@ async fn a_set_is_one_claim_by_its_iss_and_jti_whatever_it_holds() {
     assert_eq!(s["accepted"], 1, "{s}");
     assert_eq!(s["duplicates"], 1, "{s}");
 }
+
+#[tokio::test]
+async fn a_poll_answer_is_taken_at_most_max_events_at_a_time() {
+    let key = JwsKey::ec("ec-1");
+    let (_dir, receiver, _idem, client, transmitter) = start(&key, "", "").await;
+    // The transmitter gives every pending SET, more than the 64 idem asks for.
+    transmitter.ignore_max_events(true);
+    for n in 0..100 {
+        let jti = format!("flood-{n:03}");
+        let token = key.sign(&compromise(&jti, &format!("u{n}@example.com")));
+        transmitter.queue(&jti, &token);
+    }
+    let acked = eventually(
+        Duration::from_secs(30),
+        || async { transmitter.acked() },
+        |a| a.len() >= 100,
+    )
+    .await;
+    assert_eq!(acked.len(), 100, "every SET is taken in the end");
+    let requests = transmitter.requests();
+    let most = requests.iter().map(|(acks, _)| *acks).max().unwrap_or(0);
+    assert_eq!(
+        most, 64,
+        "at most maxEvents acks in one request: {requests:?}"
+    );
+    assert!(requests.iter().all(|(_, errs)| *errs <= 64), "{requests:?}");
+    exactly(&receiver, "/lock", 100).await;
+    let s = status(&client, "polled").await;
+    assert_eq!(s["accepted"], 100, "{s}");
+    assert_eq!(s["duplicates"], 0, "none of them taken twice: {s}");
+}
+
+#[tokio::test]
+async fn a_poll_answer_member_that_is_no_set_is_reported_beside_the_sets_taken() {
+    let key = JwsKey::rsa("rsa-1");
+    let (_dir, receiver, _idem, client, transmitter) = start(&key, "", "").await;
+    let good = key.sign(&compromise("good-1", "good@example.com"));
+    let bad_signature = {
+        let mut t = key.sign(&compromise("bad-1", "bad@example.com"));
+        t.push_str("AAAA");
+        t
+    };
+    transmitter.answer_next(
+        json!({"sets": {
+            "a-number": 5, "good-1": good, "c-null": null, "d-object": {"jws": "x"},
+            "e-list": ["x"], "bad-1": bad_signature,
+        }})
+        .to_string(),
+    );
+    let errs = eventually(
+        Duration::from_secs(20),
+        || async { transmitter.set_errs() },
+        |e| e.len() >= 5,
+    )
+    .await;
+    for jti in ["a-number", "c-null", "d-object", "e-list"] {
+        assert_eq!(errs[jti]["err"], "invalid_request", "{jti}: {errs:?}");
+        assert!(
+            errs[jti]["description"]
+                .as_str()
+                .is_some_and(|d| d.contains("not a SET")),
+            "{jti}: {errs:?}"
+        );
+    }
+    assert_eq!(errs["bad-1"]["err"], "invalid_key", "{errs:?}");
+    assert_eq!(errs.len(), 5, "{errs:?}");
+    let acked = eventually(
+        Duration::from_secs(20),
+        || async { transmitter.acked() },
+        |a| !a.is_empty(),
+    )
+    .await;
+    assert_eq!(acked, vec!["good-1".to_string()]);
+    exactly(&receiver, "/lock", 1).await;
+    let s = status(&client, "polled").await;
+    assert_eq!(s["accepted"], 1, "{s}");
+    assert_eq!(s["refused"], 5, "{s}");
+    assert!(s["poll"]["last_error"].is_null(), "{s}");
+}
