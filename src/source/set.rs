@@ -24,6 +24,11 @@ use super::MAX_EVENT_ID;
 /// The longest token taken (a SET is a few kilobytes).
 pub const MAX_SET: usize = 64 * 1024;
 
+/// The most events a SET may carry. SSF sends one event per SET, and RFC 8417 makes a SET's
+/// events one logical event; a few more leave room for extensions, and a SET of thousands is
+/// refused rather than read event by event.
+pub const MAX_SET_EVENTS: usize = 16;
+
 /// The least an RSA key's modulus has, in bits.
 const MIN_RSA_BITS: usize = 2048;
 
@@ -428,6 +433,12 @@ fn claims_of(claims: Value, expect: &Expect<'_>) -> Result<Set, SetRefusal> {
     if events.is_empty() {
         return Err(invalid("the SET's events is empty"));
     }
+    if events.len() > MAX_SET_EVENTS {
+        return Err(invalid(format!(
+            "the SET carries {} events; at most {MAX_SET_EVENTS} are taken (SSF sends one)",
+            events.len()
+        )));
+    }
     if let Some((uri, _)) = events.iter().find(|(_, payload)| !payload.is_object()) {
         return Err(invalid(format!(
             "the event {:?} is not a JSON object",
@@ -624,6 +635,16 @@ mod tests {
             ),
             Err(Err::InvalidRequest)
         );
+        let events = |n: usize| {
+            let members: Vec<String> = (0..n).map(|i| format!(r#""e{i}":{{}}"#)).collect();
+            format!(
+                r#"{{"iss":"https://tx.example","aud":"https://rx.example","jti":"j","iat":1,"events":{{{}}}}}"#,
+                members.join(",")
+            )
+        };
+        assert_eq!(check(&events(MAX_SET_EVENTS)), Ok("j".to_string()));
+        assert_eq!(check(&events(MAX_SET_EVENTS + 1)), Err(Err::InvalidRequest));
+        assert_eq!(check(&events(4_000)), Err(Err::InvalidRequest));
     }
 
     #[test]

@@ -420,3 +420,119 @@ async fn a_poll_answer_member_that_is_no_set_is_reported_beside_the_sets_taken()
     assert_eq!(s["refused"], 5, "{s}");
     assert!(s["poll"]["last_error"].is_null(), "{s}");
 }
+
+/// A SET of `n` events, each mapped to no playbook but the first.
+fn many_events(jti: &str, n: usize) -> Value {
+    let mut claims = compromise(jti, "many@example.com");
+    for i in 0..n {
+        claims["events"][format!("e{i}")] = json!({});
+    }
+    claims
+}
+
+#[tokio::test]
+async fn a_set_of_thousands_of_events_is_refused_whole() {
+    let key = JwsKey::ec("ec-1");
+    let (_dir, receiver, _idem, client, transmitter) = start(&key, "", "").await;
+    let token = key.sign(&many_events("many-1", 4_000));
+    assert!(token.len() < 64 * 1024, "within the size a SET may have");
+    assert_invalid(&push(&client, &token).await, "events", "4,000 events");
+    transmitter.queue("many-1", &token);
+    let errs = eventually(
+        Duration::from_secs(20),
+        || async { transmitter.set_errs() },
+        |e| !e.is_empty(),
+    )
+    .await;
+    assert_eq!(errs["many-1"]["err"], "invalid_request", "{errs:?}");
+    // Nothing of it was claimed: the first of its events, sent alone, is a first SET.
+    assert_eq!(decisions(&client).await, 0);
+    let few = key.sign(&many_events("many-1", 15));
+    assert_accepted(&push(&client, &few).await, "16 events");
+    exactly(&receiver, "/lock", 1).await;
+}
+
+/// What a poll flood and SETs of thousands of events grow idem's memory by at most, in KiB.
+/// idem reads a poll answer only up to 65 SETs of 64 KiB (about 4 MiB) and fails the poll past
+/// that, and reads a pushed SET only up to 64 KiB; so whatever it is sent, it holds one bounded
+/// answer buffer (grown by doubling: under 8 MiB) and its parse, plus what the allocator keeps
+/// for reuse. 64 MiB is well above that and far below the flood itself: 100,000 SETs of some
+/// 500 bytes each, read whole, are 50 MB of body before a byte of it is parsed, and several
+/// times that once parsed.
+const MEMORY_BOUND_KIB: u64 = 64 * 1024;
+
+#[tokio::test]
+async fn neither_a_poll_flood_nor_sets_of_thousands_of_events_grow_memory_past_a_bound() {
+    let key = JwsKey::ec("ec-1");
+    let (_dir, receiver, idem, client, transmitter) = start(&key, "", "").await;
+    // Warm: a SET pushed and one polled, so that what idem keeps once (keys, pools) is there.
+    assert_accepted(
+        &push(
+            &client,
+            &key.sign(&compromise("warm-1", "warm@example.com")),
+        )
+        .await,
+        "a first SET",
+    );
+    transmitter.queue(
+        "warm-2",
+        &key.sign(&compromise("warm-2", "warm2@example.com")),
+    );
+    eventually(
+        Duration::from_secs(20),
+        || async { transmitter.acked() },
+        |a| !a.is_empty(),
+    )
+    .await;
+    exactly(&receiver, "/lock", 2).await;
+    let (before, _) = idem.memory();
+
+    // A transmitter answering 100,000 SETs when asked for 64, three polls running, then a
+    // plain answer (given once idem is done with the floods).
+    let one = key.sign(&compromise("flood", "flood@example.com"));
+    let mut flood = String::with_capacity(100_000 * (one.len() + 24));
+    flood.push_str(r#"{"sets":{"#);
+    for n in 0..100_000 {
+        if n > 0 {
+            flood.push(',');
+        }
+        flood.push_str(&format!(r#""flood-{n:06}":"{one}""#));
+    }
+    flood.push_str("}}");
+    let flood = axum::body::Bytes::from(flood);
+    for _ in 0..3 {
+        transmitter.answer_next(flood.clone());
+    }
+    transmitter.answer_next(r#"{"sets":{}}"#);
+    let left = eventually(
+        Duration::from_secs(60),
+        || async { transmitter.answers_left() },
+        |left| *left == 0,
+    )
+    .await;
+    assert_eq!(left, 0, "idem polled through the floods");
+
+    // Pushes of a SET of 4,000 events, each refused.
+    let many = key.sign(&many_events("many", 4_000));
+    for n in 0..50 {
+        assert_invalid(&push(&client, &many).await, "events", &format!("push {n}"));
+    }
+
+    let (after, peak) = idem.memory();
+    assert!(
+        peak.saturating_sub(before) < MEMORY_BOUND_KIB,
+        "idem's peak memory grew from {before} KiB to {peak} KiB"
+    );
+    assert!(
+        after.saturating_sub(before) < MEMORY_BOUND_KIB,
+        "idem's memory grew from {before} KiB to {after} KiB"
+    );
+    // The floods were refused, not taken: nothing of them was decided or acknowledged.
+    let s = status(&client, "polled").await;
+    assert_eq!(s["accepted"], 1, "{s}");
+    assert!(
+        !transmitter.acked().iter().any(|j| j.starts_with("flood")),
+        "a flood's SET was acknowledged"
+    );
+    eprintln!("idem's memory: {before} KiB before, {after} KiB after, {peak} KiB at its peak");
+}
