@@ -472,6 +472,8 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
             "[signatures]\ntolerance = \"2h\"",
         ));
         assert!(e.contains("tenants.acme.sources.tx.max_age"), "{e}");
+        let e = err(&with("max_age = \"18446744073709551615s\"", ""));
+        assert!(e.contains("tenants.acme.sources.tx.max_age"), "{e}");
         let e = err(&with("max_age = \"0s\"", ""));
         assert!(e.contains("tenants.acme.sources.tx.max_age"), "{e}");
         let e = err(&with("", "[signatures]\ntolerance = \"3d\""));

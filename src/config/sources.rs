@@ -306,7 +306,7 @@ pub(super) fn check_max_age(
         ));
     }
     match ssf.max_age {
-        Some(max_age) if max_age + skew > claim_life => Err(invalid(
+        Some(max_age) if max_age.checked_add(skew).is_none_or(|t| t > claim_life) => Err(invalid(
             format!("{key}.max_age"),
             format!(
                 "with signatures.tolerance ({}s) is longer than a SET's claim is kept ({}s, the \
