@@ -264,6 +264,26 @@ impl Config {
             delivery: file.delivery,
             decisions: file.decisions,
         };
+        let claim_life = engine
+            .idempotency
+            .key_ttl
+            .max(idem_actors::signals::EVENT_CLAIM_MIN);
+        let tenants = tenants::checked(file.tenants)?;
+        let mut names: Vec<_> = tenants
+            .values()
+            .flat_map(|t| t.sources.values().map(move |s| (t, s)))
+            .collect();
+        names.sort_by(|a, b| (&a.0.name, &a.1.name).cmp(&(&b.0.name, &b.1.name)));
+        for (tenant, source) in names {
+            {
+                sources::check_max_age(
+                    &format!("tenants.{}.sources.{}", tenant.name, source.name),
+                    source,
+                    claim_life,
+                    file.signatures.tolerance,
+                )?;
+            }
+        }
         Config {
             listen: file.listen,
             data_dir: file.data_dir,
@@ -271,7 +291,7 @@ impl Config {
             engine,
             signatures: file.signatures,
             http: file.http,
-            tenants: tenants::checked(file.tenants)?,
+            tenants,
             telemetry: telemetry(file.telemetry, |name| std::env::var(name).ok())?,
         }
         .with_issuers()
@@ -405,6 +425,59 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
         Config::parse(text)
             .expect_err("must be refused")
             .to_string()
+    }
+
+    #[test]
+    fn an_ssf_sources_max_age_keeps_a_set_within_its_claim() {
+        let with = |max_age: &str, more: &str| {
+            format!(
+                "{more}\n{MINIMAL}\n[tenants.acme.sources.tx]\nkind = \"ssf\"\n\
+                 issuer = \"https://tx.example\"\naudience = \"https://rx.example\"\n\
+                 jwks = \"/etc/jwks.json\"\n{max_age}\n"
+            )
+        };
+        let max_age = |text: &str| {
+            let c = Config::parse(text).expect("valid");
+            let ssf = c.tenants["acme"].sources["tx"].ssf.clone().expect("ssf");
+            let claim_life = c
+                .engine
+                .idempotency
+                .key_ttl
+                .max(idem_actors::signals::EVENT_CLAIM_MIN);
+            ssf.max_age(claim_life, c.signatures.tolerance)
+        };
+        // Unwritten: a SET's claim life (three days unless key_ttl is longer) less the skew.
+        let three_days = 3 * 86_400;
+        assert_eq!(
+            max_age(&with("", "")),
+            Duration::from_secs(three_days - 300)
+        );
+        assert_eq!(
+            max_age(&with("", "").replace("[idempotency]", "[idempotency]\nkey_ttl = \"5d\"")),
+            Duration::from_secs(5 * 86_400 - 300)
+        );
+        assert_eq!(
+            max_age(&with("max_age = \"1h\"", "")),
+            Duration::from_secs(3600)
+        );
+        // Longer than the claim, with the skew: a SET could outlive its claim.
+        let e = err(&with("max_age = \"3d\"", ""));
+        assert!(e.contains("tenants.acme.sources.tx.max_age"), "{e}");
+        assert!(
+            Config::parse(&with("max_age = \"71h\"", "")).is_ok(),
+            "71 h and 5 min are within 3 days"
+        );
+        let e = err(&with(
+            "max_age = \"71h\"",
+            "[signatures]\ntolerance = \"2h\"",
+        ));
+        assert!(e.contains("tenants.acme.sources.tx.max_age"), "{e}");
+        let e = err(&with("max_age = \"18446744073709551615s\"", ""));
+        assert!(e.contains("tenants.acme.sources.tx.max_age"), "{e}");
+        let e = err(&with("max_age = \"0s\"", ""));
+        assert!(e.contains("tenants.acme.sources.tx.max_age"), "{e}");
+        let e = err(&with("", "[signatures]\ntolerance = \"3d\""));
+        assert!(e.contains("signatures.tolerance"), "{e}");
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! and Twilio send a JSON array (or one object); Stripe, GitHub and Standard Webhooks send one
 //! event, GitHub and Standard Webhooks with its id in a header. CloudEvents come structured (one
 //! event), batched (an array) or binary (the attributes in `ce-*` headers, the body as `data`),
-//! each unique by its `source` and `id`; a SET's events are each of its `events`, unique by the
-//! SET's `jti` (its `iss` is the source's). Nothing here keeps any of the event.
+//! each unique by its `source` and `id`; a SET's events are each of its `events`, one claim by
+//! the SET's `iss` and `jti`. Nothing here keeps any of the event.
 
 use std::borrow::Cow;
 
@@ -24,7 +24,7 @@ pub struct Event<'v> {
     /// What the subject pointer reads.
     pub body: Cow<'v, Value>,
     /// What the event is claimed under when its id alone is not unique at the source (a
-    /// CloudEvent's `source` and `id`, a SET's `jti` and event type); else its id.
+    /// CloudEvent's `source` and `id`, a SET's `iss` and `jti`); else its id.
     pub claim: Option<String>,
 }
 
@@ -47,14 +47,18 @@ fn pair(a: &str, b: &str) -> String {
     format!("{}:{a}{b}", a.len())
 }
 
-/// The events of a verified SET.
+/// The events of a verified SET, each claimed under the SET's `iss` and `jti`, whatever the
+/// event: a SET is one claim (RFC 8417 makes the events of a SET one logical event, and its
+/// `jti` unique at its issuer), so the same `jti` sent again holding another event is a
+/// duplicate. Claims made under a SET's `jti` and event type, as earlier versions did, stay in
+/// the store until they end.
 pub fn of_set(set: &Set) -> Vec<Event<'_>> {
     set.events()
         .map(|(uri, _)| Event {
             id: Some(set.jti.clone()),
             event_type: Some(uri.clone()),
             body: Cow::Borrowed(&set.claims),
-            claim: Some(pair(&set.jti, uri)),
+            claim: Some(pair(&set.iss, &set.jti)),
         })
         .collect()
 }
@@ -354,6 +358,44 @@ mod tests {
             set_pointer(&format!("/events/{uri}x/subject"), uri),
             format!("/events/{uri}x/subject")
         );
+    }
+
+    #[test]
+    fn a_sets_events_are_one_claim_by_its_iss_and_jti() {
+        let set = |iss: &str, jti: &str, events: Value| Set {
+            jti: jti.into(),
+            iss: iss.into(),
+            claims: json(&format!(r#"{{"events":{events}}}"#)),
+        };
+        let keys = |s: &Set| -> Vec<Option<String>> {
+            of_set(s)
+                .iter()
+                .map(|e| e.claim_key().map(str::to_string))
+                .collect()
+        };
+        let one = set("https://tx", "j1", json(r#"{"a":{}}"#));
+        let other_type = set("https://tx", "j1", json(r#"{"b":{}}"#));
+        let both = set("https://tx", "j1", json(r#"{"a":{},"b":{}}"#));
+        assert_eq!(
+            keys(&one),
+            keys(&other_type),
+            "another event type, one claim"
+        );
+        assert!(
+            keys(&both).iter().all(|k| *k == keys(&one)[0]),
+            "{:?}",
+            keys(&both)
+        );
+        assert_ne!(
+            keys(&one),
+            keys(&set("https://tx", "j2", json(r#"{"a":{}}"#)))
+        );
+        assert_ne!(
+            keys(&set("ab", "c", json(r#"{"a":{}}"#))),
+            keys(&set("a", "bc", json(r#"{"a":{}}"#))),
+            "iss and jti are not run together"
+        );
+        assert_eq!(of_set(&both)[1].event_type.as_deref(), Some("b"));
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! An `ssf` source's Security Event Tokens, pushed (RFC 8935) or polled (RFC 8936). [`take`]
 //! checks a SET (`source::set`, its key from the source's cached JWK Set) before anything of it
 //! is stored, records SSF's own events (verification, stream updated) instead of deciding them,
-//! refuses the whole SET if one of its events cannot be taken, and claims the others under
-//! (source, `jti`, event type): the `iss` is the source's, so a SET pushed again, or both pushed
-//! and polled, is a duplicate. [`push`] answers a push: 202 once every claim is durable, RFC
+//! refuses the whole SET if one of its events cannot be taken, and claims it once under (source,
+//! `iss`, `jti`), whatever events it holds: a SET pushed again, or both pushed and polled, or its
+//! `jti` sent again with another event, is a duplicate. [`push`] answers a push: 202 once every claim is durable, RFC
 //! 8935's `{"err","description"}` for a refused SET, 503 when the store or the JWK Set failed.
 
 use axum::http::header::{CONTENT_LANGUAGE, CONTENT_TYPE};
@@ -65,10 +65,21 @@ pub async fn take(
             "the source is not an ssf source",
         )));
     };
+    let live = app.live.load();
+    let skew = live.config.signatures.tolerance;
+    let claim_life = live
+        .config
+        .engine
+        .idempotency
+        .key_ttl
+        .max(idem_actors::signals::EVENT_CLAIM_MIN);
     let expect = Expect {
         issuer: &ssf.issuer,
         audience: &ssf.audience,
         algorithms: &ssf.algorithms,
+        now_secs: (now_ms() / 1000) as i64,
+        max_age: ssf.max_age(claim_life, skew),
+        skew,
     };
     let header = set::header(token, &expect)?;
     let kid = header.kid.as_deref().unwrap_or_default();
@@ -113,7 +124,10 @@ pub async fn take(
     let mut to_claim = Vec::new();
     for r in ready {
         match r {
-            Ready::Claim(prepared) => to_claim.push(prepared),
+            // A SET is one claim, by its `iss` and `jti`, whatever it holds: its first event the
+            // map routes is its signal, and the others it holds are taken as part of it.
+            Ready::Claim(prepared) if to_claim.is_empty() => to_claim.push(prepared),
+            Ready::Claim(_) => taken.push(Fate::REPEATED),
             _ => taken.push(Fate::Ignored),
         }
     }
