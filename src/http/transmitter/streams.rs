@@ -28,11 +28,12 @@ use crate::http::{App, Live};
 use crate::transmitter::stream::{self, InvalidStream, StreamContext};
 use crate::transmitter::Transmitter;
 use idem_actors::set::stream_owner;
+use idem_actors::store::{Created, STREAMS_PER_RECEIVER};
 use idem_actors::stream_event::StreamEvent;
 use idem_actors::StreamsError;
 
 /// The most streams one receiver may have: each is a SET per decision it asks for.
-pub const MAX_STREAMS: usize = 16;
+pub const MAX_STREAMS: usize = STREAMS_PER_RECEIVER;
 /// The largest request body, in bytes.
 const MAX_BODY: usize = 64 * 1024;
 /// How often a change is made again after losing a race to another writer.
@@ -263,34 +264,28 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let asked = stream::asked(&json_body(&body)?).map_err(invalid)?;
     caller.may_push(&asked)?;
-    let mine = app
-        .engine
-        .streams()
-        .list(&caller.tenant)
-        .await
-        .map_err(unavailable)?
-        .into_iter()
-        .filter(|s| s.receiver == caller.receiver)
-        .count();
-    if mine >= MAX_STREAMS {
-        return Err(ApiError::new(
-            Kind::TooManyStreams,
-            format!("a receiver has at most {MAX_STREAMS} streams: delete one first"),
-        ));
-    }
     let id = new_id()?;
     let made = stream::create(id.clone(), &caller.receiver, now_ms(), asked, |h| {
         caller.seal(&app, &id, h)
     })
     .map_err(invalid)?;
-    if !app
+    // The store counts the receiver's streams and writes the new one as one step, so creates
+    // racing on any number of nodes stop at the limit.
+    match app
         .engine
         .streams()
-        .put(&caller.tenant, &made)
+        .create(&caller.tenant, &made)
         .await
         .map_err(unavailable)?
     {
-        return Err(ApiError::new(Kind::Internal, "a new stream id was taken"));
+        Created::Made => {}
+        Created::Full => {
+            return Err(ApiError::new(
+                Kind::TooManyStreams,
+                format!("a receiver has at most {MAX_STREAMS} streams: delete one first"),
+            ))
+        }
+        Created::Taken => return Err(ApiError::new(Kind::Internal, "a new stream id was taken")),
     }
     Ok((StatusCode::CREATED, Json(caller.view(&app, &made))).into_response())
 }
