@@ -21,6 +21,7 @@ pub mod store_state;
 pub mod submit;
 pub mod traces;
 pub mod transmitter;
+pub mod unique_members;
 
 use std::sync::Arc;
 

@@ -205,7 +205,7 @@ fn invalid(e: InvalidStream) -> ApiError {
     ApiError::new(Kind::InvalidStream, e.0)
 }
 
-/// The JSON object a request carries.
+/// The JSON object a request carries, each of its objects naming a member once.
 pub(super) fn json_body(body: &Bytes) -> Result<Value, ApiError> {
     if body.len() > MAX_BODY {
         return Err(ApiError::new(
@@ -213,8 +213,15 @@ pub(super) fn json_body(body: &Bytes) -> Result<Value, ApiError> {
             format!("a stream request is at most {MAX_BODY} bytes"),
         ));
     }
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::new(Kind::MalformedJson, format!("the body is not JSON: {e}")))
+    let value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::new(Kind::MalformedJson, format!("the body is not JSON: {e}")))?;
+    match crate::http::unique_members::duplicated(body) {
+        None => Ok(value),
+        Some(member) => Err(ApiError::new(
+            Kind::InvalidStream,
+            format!("{member} is sent twice: send each member once"),
+        )),
+    }
 }
 
 /// The `stream_id` a request body names.
