@@ -354,7 +354,7 @@ fn ssf_token() {}
     path = "/ssf/{tenant}/streams",
     tag = "shared signals out",
     summary = "Create a stream (SSF §8.1.1.1)",
-    description = "The body's `delivery` (`method` push, `urn:ietf:rfc:8935`, with the receiver's `endpoint_url` and optional `authorization_header`; poll streams are not offered), `events_requested` and `description` are taken; transmitter properties in it are ignored. The `endpoint_url` must be under one of the receiver's configured `endpoints` (without them, any https URL). The stream is enabled and includes every subject. A receiver has at most 16 streams. The `authorization_header` is stored sealed under a key derived from `key_secret` and never read back.",
+    description = "The body's `delivery` (`method` push, `urn:ietf:rfc:8935`, with the receiver's `endpoint_url` and optional `authorization_header`; poll streams are not offered), `events_requested` and `description` are taken; transmitter properties in it are ignored. The `endpoint_url` must be under one of the receiver's configured `endpoints` (without them, any https URL whose host is not inside idem's own network: loopback, private, link-local, `localhost`); a host inside is taken only when an entry names it. The stream is enabled and includes every subject. A receiver has at most 16 streams. The `authorization_header` is stored sealed under a key derived from `key_secret` and never read back.",
     params(("tenant" = String, Path, description = "The tenant")),
     request_body(content = Object, content_type = "application/json"),
     responses(

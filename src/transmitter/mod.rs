@@ -41,14 +41,19 @@ pub struct Receiver {
 impl Receiver {
     /// Whether this receiver's streams may push to `url`: under one of its `endpoints` (the
     /// same scheme and host, the same port where the entry names one, and a path under the
-    /// entry's), or, when it has none, any https URL. idem sends SETs where receivers say, so
-    /// this keeps a receiver from pointing idem at what only idem can reach.
+    /// entry's), or, when it has none, any https URL whose host is not inside idem's own
+    /// network (loopback, private, link-local…: see [`idem_actors::destination`]). idem sends
+    /// SETs where receivers say, so this keeps a receiver from pointing idem at what only idem
+    /// can reach; a name that resolves inside is caught when a SET is sent.
     pub fn may_push_to(&self, url: &str) -> bool {
         let Ok(url) = reqwest::Url::parse(url) else {
             return false;
         };
         if self.endpoints.is_empty() {
-            return url.scheme() == "https";
+            return url.scheme() == "https"
+                && url
+                    .host_str()
+                    .is_some_and(|host| !idem_actors::destination::host_inside(host));
         }
         self.endpoints.iter().any(|entry| {
             entry.scheme() == url.scheme()
@@ -58,6 +63,16 @@ impl Receiver {
                     .is_none_or(|port| url.port_or_known_default() == Some(port))
                 && url.path().starts_with(entry.path())
         })
+    }
+}
+
+impl Receiver {
+    /// Whether one of its `endpoints` names `host` (as a URL's `host_str`): the one way its
+    /// streams may push inside idem's own network.
+    pub fn names_host(&self, host: &str) -> bool {
+        self.endpoints
+            .iter()
+            .any(|entry| entry.host_str() == Some(host))
     }
 }
 

@@ -3,10 +3,93 @@
 //! endless guessing of a client secret, no stream that pushes into idem's own network, and no
 //! request body whose meaning hangs on which of two duplicated members wins.
 
-use serde_json::json;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use devtools::jose;
+use serde_json::{json, Value};
 
 use crate::support::*;
-use crate::transmitter::{call, start, token, OKTA_SECRET, POLL, REVOKED};
+use crate::transmitter::{
+    acme_delivery, call, sim_swap_signal, start, token, ENTRA_SECRET, OKTA_SECRET, POLL, REVOKED,
+};
+
+const PUSH: &str = "urn:ietf:rfc:8935";
+
+/// `acme`, a transmitter whose `sim_swap` playbook calls `receiver`'s `/lock` and sends a CAEP
+/// session-revoked SET, with the receivers `okta` (no `endpoints`: any https URL outside idem's
+/// network) and `entra` (whose `endpoints` name `http://127.0.0.1`), on `store`.
+fn own_network_config(dir: &Path, store: &str, receiver: &Receiver, entra: &str) -> String {
+    let key = dir.join("acme-ec.pem");
+    std::fs::write(&key, jose::ec_pem()).expect("write key");
+    let delivery = "inline_timeout = \"2s\"\nschedule = [\"300ms\"]";
+    settings(store, &dir.join("data"), "", delivery)
+        + &format!(
+            r#"
+[tenants.acme]
+api_key = "sk_transmitter_acme_0001"
+callback_secret = "{CALLBACK_SECRET}"
+
+[tenants.acme.playbooks.sim_swap]
+decision = "deny"
+actions = [
+  {{ name = "lock", url = "{lock}" }},
+  {{ name = "revoke", set = "{REVOKED}", subject_format = "phone_number" }},
+]
+
+[tenants.acme.ssf]
+signing_keys = ["{key}"]
+
+[tenants.acme.ssf.receivers.okta]
+client_secret = "{OKTA_SECRET}"
+audience = "https://okta.example.test"
+
+[tenants.acme.ssf.receivers.entra]
+client_secret = "{ENTRA_SECRET}"
+audience = "https://entra.example.test"
+{entra}
+"#,
+            key = key.display(),
+            lock = receiver.url("/lock"),
+        )
+}
+
+/// A listener on loopback that counts the connections made to it and answers none.
+async fn counting_listener() -> (u16, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            drop(socket);
+        }
+    });
+    (port, connections)
+}
+
+/// The delivery of the SET a sim swap's response lists for `stream`, once it is no longer
+/// queued.
+async fn set_to(client: &Client, r: &Resp, stream: &str) -> Value {
+    let actions = r.json()["actions"].as_array().cloned().unwrap_or_default();
+    let id = actions
+        .iter()
+        .find(|a| a["stream_id"] == stream)
+        .and_then(|a| a["delivery_id"].as_str())
+        .unwrap_or_else(|| panic!("no SET to {stream}: {}", text(r)))
+        .to_string();
+    let ended = |d: &Value| d["status"] != "queued";
+    eventually(
+        std::time::Duration::from_secs(10),
+        || acme_delivery(client, &id),
+        ended,
+    )
+    .await
+}
 
 /// The ids of `okta`'s streams, as it lists them.
 async fn stream_ids(client: &Client, okta: &str) -> Vec<String> {
@@ -193,4 +276,143 @@ async fn a_member_sent_twice_is_refused_by_every_stream_call_and_changes_nothing
     )
     .await;
     assert_eq!(r.status, 204, "{}", text(&r));
+}
+
+#[tokio::test]
+async fn a_stream_into_idems_own_network_is_refused_unless_the_receivers_endpoints_name_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let entra = "endpoints = [\"http://127.0.0.1\"]";
+    let config = own_network_config(dir.path(), &store_section(), &receiver, entra);
+    let idem = Idem::start(dir.path(), &config);
+    let client = Client::new(&idem.base);
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    let push = |url: &str| json!({"delivery": {"method": PUSH, "endpoint_url": url}});
+    for url in [
+        "https://169.254.169.254/latest/meta-data/",
+        "https://localhost/ssf",
+        "https://idem.localhost/ssf",
+        "https://10.0.0.1/ssf",
+        "https://172.16.5.4/ssf",
+        "https://192.168.0.10/ssf",
+        "https://127.0.0.1:8443/ssf",
+        "https://127.8.9.10/ssf",
+        "https://0.0.0.0/ssf",
+        "https://100.64.0.1/ssf",
+        "https://[::1]/ssf",
+        "https://[fc00::1]/ssf",
+        "https://[fd00:ec2::254]/ssf",
+        "https://[fe80::1]/ssf",
+        "https://[::ffff:169.254.169.254]/ssf",
+        "https://[::ffff:7f00:1]/ssf",
+        "https://2130706433/ssf",
+        "https://0x7f.1/ssf",
+    ] {
+        let r = call(&client, "POST", "streams", &okta, push(url)).await;
+        assert_problem(&r, 400, "invalid-stream", url);
+    }
+    assert!(stream_ids(&client, &okta).await.is_empty(), "none made");
+
+    // A stream outside may not be moved inside, by an update or a replacement.
+    let r = call(
+        &client,
+        "POST",
+        "streams",
+        &okta,
+        push("https://okta.example.test/ssf"),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let id = r.json()["stream_id"].as_str().expect("id").to_string();
+    let before = call(
+        &client,
+        "GET",
+        &format!("streams?stream_id={id}"),
+        &okta,
+        json!(null),
+    )
+    .await
+    .json();
+    for method in ["PATCH", "PUT"] {
+        let body = json!({"stream_id": id, "delivery": {"method": PUSH,
+                          "endpoint_url": "https://169.254.169.254/"}});
+        let r = call(&client, method, "streams", &okta, body).await;
+        assert_problem(&r, 400, "invalid-stream", method);
+    }
+    let after = call(
+        &client,
+        "GET",
+        &format!("streams?stream_id={id}"),
+        &okta,
+        json!(null),
+    )
+    .await
+    .json();
+    assert_eq!(before, after, "unchanged");
+
+    // Named in the receiver's endpoints, loopback is where it may push, and its SET goes.
+    let entra = token(&client, "acme", "entra", ENTRA_SECRET).await;
+    let r = call(
+        &client,
+        "POST",
+        "streams",
+        &entra,
+        push(&receiver.url("/entra")),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let named = r.json()["stream_id"].as_str().expect("id").to_string();
+    let events = json!({"stream_id": named, "events_requested": [REVOKED]});
+    let r = call(&client, "PATCH", "streams", &entra, events).await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    let r = sim_swap_signal(&client, "+15550004242", "named-1").await;
+    assert_eq!(set_to(&client, &r, &named).await["status"], "delivered");
+}
+
+#[tokio::test]
+async fn a_name_that_resolves_into_idems_own_network_is_not_connected_to() {
+    // This machine's own name resolves to an address of its own (loopback or private).
+    let host = std::process::Command::new("hostname")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .expect("hostname");
+    let resolved: Vec<_> = tokio::net::lookup_host((host.as_str(), 0))
+        .await
+        .expect("the machine's name resolves")
+        .collect();
+    assert!(
+        resolved.iter().all(|a| match a.ip() {
+            std::net::IpAddr::V4(v4) => v4.is_loopback() || v4.is_private(),
+            std::net::IpAddr::V6(v6) => v6.is_loopback() || (v6.segments()[0] & 0xfe00) == 0xfc00,
+        }),
+        "{host} resolves to {resolved:?}"
+    );
+    let (port, connections) = counting_listener().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let config = own_network_config(dir.path(), &store_section(), &receiver, "");
+    let idem = Idem::start(dir.path(), &config);
+    let client = Client::new(&idem.base);
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    // A name is taken when the stream is made: what it resolves to may change.
+    let body = json!({"delivery": {"method": PUSH, "endpoint_url": format!("https://{host}:{port}/ssf")},
+                      "events_requested": [REVOKED]});
+    let r = call(&client, "POST", "streams", &okta, body).await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let id = r.json()["stream_id"].as_str().expect("id").to_string();
+    let r = sim_swap_signal(&client, "+15550004343", "resolved-1").await;
+    let delivery = set_to(&client, &r, &id).await;
+    assert_eq!(delivery["status"], "failed", "{delivery}");
+    let error = delivery["attempts"][0]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        error.contains("inside idem's own network"),
+        "the attempt says why: {delivery}"
+    );
+    assert_eq!(
+        delivery["attempts_total"], 1,
+        "refused for good: {delivery}"
+    );
+    assert_eq!(connections.load(Ordering::SeqCst), 0, "never connected");
 }

@@ -181,7 +181,8 @@ impl ReceiverAuth {
             (Some(url), Some(receiver)) if !receiver.may_push_to(url) => Err(ApiError::new(
                 Kind::InvalidStream,
                 "delivery.endpoint_url is not among where this receiver's streams may push \
-                 (its endpoints; without them, https URLs)",
+                 (its endpoints; without them, https URLs outside idem's own network: no \
+                 loopback, private or link-local address, no localhost)",
             )),
             _ => Ok(()),
         }
