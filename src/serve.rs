@@ -107,6 +107,7 @@ pub async fn run(
         sources: crate::source::runtime::Sources::new(outbound.clone()),
         listening: addr,
         ssf,
+        token_failures: Default::default(),
     });
     let pollers = tokio::spawn(http::sources::poll::run(app.clone(), outbound));
     on_listen(addr);

@@ -25,6 +25,30 @@ pub struct Transmitter {
     pub token_lifetime: Duration,
     /// How soon after one verification of a stream another may be asked for.
     pub min_verification_interval: Duration,
+    /// How many failed token requests a receiver and an address may make.
+    pub token_failures: TokenFailures,
+}
+
+/// `token_failures`: how many failed token requests (an unknown client, a wrong secret) a
+/// receiver and a peer address may make at once, and how soon one more is allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenFailures {
+    /// Failures a receiver's `client_id` may have in a burst.
+    pub per_client: u32,
+    /// Failures one address may have in a burst, whatever client it names.
+    pub per_address: u32,
+    /// One more failure is allowed every `every`.
+    pub every: Duration,
+}
+
+impl Default for TokenFailures {
+    fn default() -> Self {
+        TokenFailures {
+            per_client: 10,
+            per_address: 20,
+            every: Duration::from_secs(60),
+        }
+    }
 }
 
 /// A receiver that may manage streams. Its `Debug` leaves the secret out.

@@ -20,7 +20,13 @@ const PUSH: &str = "urn:ietf:rfc:8935";
 /// `acme`, a transmitter whose `sim_swap` playbook calls `receiver`'s `/lock` and sends a CAEP
 /// session-revoked SET, with the receivers `okta` (no `endpoints`: any https URL outside idem's
 /// network) and `entra` (whose `endpoints` name `http://127.0.0.1`), on `store`.
-fn own_network_config(dir: &Path, store: &str, receiver: &Receiver, entra: &str) -> String {
+/// `ssf` goes in `[tenants.acme.ssf]`, `entra` in entra's table.
+fn own_network_config(
+    dir: &Path,
+    store: &str,
+    receiver: &Receiver,
+    (ssf, entra): (&str, &str),
+) -> String {
     let key = dir.join("acme-ec.pem");
     std::fs::write(&key, jose::ec_pem()).expect("write key");
     let delivery = "inline_timeout = \"2s\"\nschedule = [\"300ms\"]";
@@ -40,6 +46,7 @@ actions = [
 
 [tenants.acme.ssf]
 signing_keys = ["{key}"]
+{ssf}
 
 [tenants.acme.ssf.receivers.okta]
 client_secret = "{OKTA_SECRET}"
@@ -283,7 +290,7 @@ async fn a_stream_into_idems_own_network_is_refused_unless_the_receivers_endpoin
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
     let entra = "endpoints = [\"http://127.0.0.1\"]";
-    let config = own_network_config(dir.path(), &store_section(), &receiver, entra);
+    let config = own_network_config(dir.path(), &store_section(), &receiver, ("", entra));
     let idem = Idem::start(dir.path(), &config);
     let client = Client::new(&idem.base);
     let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
@@ -390,7 +397,7 @@ async fn a_name_that_resolves_into_idems_own_network_is_not_connected_to() {
     let (port, connections) = counting_listener().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
-    let config = own_network_config(dir.path(), &store_section(), &receiver, "");
+    let config = own_network_config(dir.path(), &store_section(), &receiver, ("", ""));
     let idem = Idem::start(dir.path(), &config);
     let client = Client::new(&idem.base);
     let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
@@ -415,4 +422,67 @@ async fn a_name_that_resolves_into_idems_own_network_is_not_connected_to() {
         "refused for good: {delivery}"
     );
     assert_eq!(connections.load(Ordering::SeqCst), 0, "never connected");
+}
+
+/// A token request of `client_id` with `secret`, by `client_secret_post`.
+async fn ask_token(client: &Client, client_id: &str, secret: &str) -> Resp {
+    let body =
+        format!("grant_type=client_credentials&client_id={client_id}&client_secret={secret}");
+    let req = Req::new(&body)
+        .without("content-type")
+        .header("content-type", "application/x-www-form-urlencoded");
+    client.send("POST", "/ssf/acme/token", req).await
+}
+
+fn assert_too_many(r: &Resp, what: &str) {
+    assert_eq!(r.status, 429, "{what}: {}", text(r));
+    assert_eq!(r.json()["error"], "temporarily_unavailable", "{what}");
+    assert_eq!(r.header("cache-control"), Some("no-store"), "{what}");
+    let wait: u64 = r
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{what}: no Retry-After"));
+    assert!((1..=3600).contains(&wait), "{what}: Retry-After {wait}");
+}
+
+#[tokio::test]
+async fn failed_token_requests_are_limited_by_client_and_by_address_and_right_ones_are_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let limits = "token_failures = { per_client = 3, per_address = 5, every = \"1h\" }";
+    let config = own_network_config(dir.path(), &store_section(), &receiver, (limits, ""));
+    let idem = Idem::start(dir.path(), &config);
+    let client = Client::new(&idem.base);
+    // A receiver's own use, however often, and a couple of slips, are never refused.
+    for n in 0..30 {
+        let r = ask_token(&client, "okta", OKTA_SECRET).await;
+        assert_eq!(r.status, 200, "token {n}: {}", text(&r));
+    }
+    for _ in 0..2 {
+        let r = ask_token(&client, "okta", "okta-wrong-secret-00001").await;
+        assert_eq!(r.status, 401, "{}", text(&r));
+    }
+    let r = ask_token(&client, "okta", OKTA_SECRET).await;
+    assert_eq!(r.status, 200, "after two slips: {}", text(&r));
+
+    // A third failure empties okta's bucket: from then on okta is refused, even with its
+    // secret, until one comes back.
+    let r = ask_token(&client, "okta", "okta-wrong-secret-00002").await;
+    assert_eq!(r.status, 401, "{}", text(&r));
+    let r = ask_token(&client, "okta", "okta-wrong-secret-00003").await;
+    assert_too_many(&r, "okta's fourth guess");
+    let r = ask_token(&client, "okta", OKTA_SECRET).await;
+    assert_too_many(&r, "okta, its bucket empty");
+    let r = ask_token(&client, "entra", ENTRA_SECRET).await;
+    assert_eq!(r.status, 200, "another client: {}", text(&r));
+
+    // The address has failed three times; two more, naming no client idem has, empty it.
+    for _ in 0..2 {
+        let r = ask_token(&client, "mallory", "mallory-guess-000000001").await;
+        assert_eq!(r.status, 401, "{}", text(&r));
+    }
+    let r = ask_token(&client, "mallory", "mallory-guess-000000002").await;
+    assert_too_many(&r, "the address's sixth failure");
+    let r = ask_token(&client, "entra", ENTRA_SECRET).await;
+    assert_too_many(&r, "any client from that address");
 }
