@@ -486,3 +486,46 @@ async fn failed_token_requests_are_limited_by_client_and_by_address_and_right_on
     let r = ask_token(&client, "entra", ENTRA_SECRET).await;
     assert_too_many(&r, "any client from that address");
 }
+
+#[tokio::test]
+async fn an_address_inside_no_longer_named_by_the_receiver_is_not_sent_to() {
+    let (port, connections) = counting_listener().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let store = store_section();
+    let named = "endpoints = [\"http://127.0.0.1\"]";
+    let config = own_network_config(dir.path(), &store, &receiver, ("", named));
+    let idem = Idem::start(dir.path(), &config);
+    let client = Client::new(&idem.base);
+    let entra = token(&client, "acme", "entra", ENTRA_SECRET).await;
+    let url = format!("http://127.0.0.1:{port}/ssf");
+    let body = json!({"delivery": {"method": PUSH, "endpoint_url": url},
+                      "events_requested": [REVOKED]});
+    let r = call(&client, "POST", "streams", &entra, body).await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let id = r.json()["stream_id"].as_str().expect("id").to_string();
+
+    // The operator takes loopback out of entra's endpoints: its stream stays, and sends nothing.
+    let config = own_network_config(dir.path(), &store, &receiver, ("", ""));
+    std::fs::write(&idem.config_path, config).expect("write config");
+    idem.signal(libc::SIGHUP);
+    let probe = json!({"delivery": {"method": PUSH, "endpoint_url": "http://127.0.0.1:9/probe"}});
+    let refused = eventually(
+        std::time::Duration::from_secs(10),
+        || call(&client, "POST", "streams", &entra, probe.clone()),
+        |r: &Resp| r.status == 400,
+    )
+    .await;
+    assert_problem(&refused, 400, "invalid-stream", "loopback, no longer named");
+    let r = sim_swap_signal(&client, "+15550004444", "unnamed-1").await;
+    let delivery = set_to(&client, &r, &id).await;
+    assert_eq!(delivery["status"], "failed", "{delivery}");
+    let error = delivery["attempts"][0]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        error.contains("127.0.0.1 is inside idem's own network"),
+        "the attempt says why: {delivery}"
+    );
+    assert_eq!(connections.load(Ordering::SeqCst), 0, "never connected");
+}
