@@ -28,6 +28,7 @@ pub mod codec;
 pub mod decisions;
 pub mod deliveries;
 pub mod delivery;
+pub mod destination;
 pub mod digest;
 mod endpoint;
 pub mod engine;

@@ -778,6 +778,63 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
     }
 
     #[test]
+    fn token_failures_default_and_are_refused_by_name_when_unusable() {
+        let key = std::env::temp_dir().join(format!("idem-config-tf-{}.pem", std::process::id()));
+        std::fs::write(
+            &key,
+            include_str!("../../devtools/fixtures/transmitter-rsa.pem"),
+        )
+        .expect("write key");
+        let with = |lines: &str| {
+            format!(
+                "{MINIMAL}\n[tenants.acme.ssf]\nsigning_keys = [{:?}]\n{lines}\n",
+                key.display().to_string()
+            )
+        };
+        let failures = |lines: &str| {
+            let config = Config::parse(&with(lines)).expect("valid");
+            config.tenants["acme"]
+                .ssf
+                .as_ref()
+                .map(|s| s.token_failures)
+        };
+        let default = crate::transmitter::TokenFailures {
+            per_client: 10,
+            per_address: 20,
+            every: Duration::from_secs(60),
+        };
+        assert_eq!(failures(""), Some(default));
+        let set = failures("token_failures = { per_client = 3, every = \"5s\" }");
+        assert_eq!(
+            set,
+            Some(crate::transmitter::TokenFailures {
+                per_client: 3,
+                every: Duration::from_secs(5),
+                ..default
+            })
+        );
+        for (lines, name) in [
+            (
+                "token_failures = { per_client = 0 }",
+                "token_failures.per_client",
+            ),
+            (
+                "token_failures = { per_address = 0 }",
+                "token_failures.per_address",
+            ),
+            (
+                "token_failures = { every = \"0s\" }",
+                "token_failures.every",
+            ),
+            ("token_failures = { per_minute = 3 }", "per_minute"),
+        ] {
+            let e = err(&with(lines));
+            assert!(e.contains(name), "{lines}: {e}");
+        }
+        let _ = std::fs::remove_file(key);
+    }
+
+    #[test]
     fn weak_or_unusable_values_are_refused_by_name() {
         let weak = [
             (

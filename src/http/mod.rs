@@ -21,6 +21,7 @@ pub mod store_state;
 pub mod submit;
 pub mod traces;
 pub mod transmitter;
+pub mod unique_members;
 
 use std::sync::Arc;
 
@@ -75,6 +76,8 @@ pub struct App {
     pub listening: std::net::SocketAddr,
     /// The keys the transmitters derive from `key_secret`.
     pub ssf: crate::transmitter::TransmitterSecrets,
+    /// Failed token requests, by receiver and by address.
+    pub token_failures: transmitter::token_limit::TokenLimiter,
 }
 
 /// The router of the whole service; each request traced when tracing is on.

@@ -337,7 +337,7 @@ fn ssf_jwks() {}
     path = "/ssf/{tenant}/token",
     tag = "shared signals out",
     summary = "An access token for a receiver (OAuth 2.0 client credentials)",
-    description = "RFC 6749 §4.4: `grant_type=client_credentials`, the receiver authenticated by `client_secret_basic` or `client_secret_post` (not both) with its `client_id` (its name under `[tenants.<t>.ssf.receivers]`) and `client_secret`. The token is good on every node sharing `key_secret` for `token_lifetime` (default 1 hour), and no longer once the receiver's secret changes.",
+    description = "RFC 6749 §4.4: `grant_type=client_credentials`, the receiver authenticated by `client_secret_basic` or `client_secret_post` (not both) with its `client_id` (its name under `[tenants.<t>.ssf.receivers]`) and `client_secret`. The token is good on every node sharing `key_secret` for `token_lifetime` (default 1 hour), and no longer once the receiver's secret changes. Failed requests (an unknown client, a wrong secret) are limited per receiver and per address by `token_failures`; a request with the right secret takes nothing from them.",
     params(("tenant" = String, Path, description = "The tenant")),
     request_body(description = "`grant_type=client_credentials`, and `client_id` and `client_secret` unless sent as Basic credentials", content_type = "application/x-www-form-urlencoded", content = String),
     responses(
@@ -345,6 +345,7 @@ fn ssf_jwks() {}
         (status = 400, description = "invalid_request or unsupported_grant_type", body = OAuthError),
         (status = 401, description = "invalid_client", body = OAuthError, headers(("WWW-Authenticate" = String, description = "`Basic realm=\"idem\"` when the client sent Basic credentials, or none"))),
         (status = 404, description = "no transmitter here", body = OAuthError),
+        (status = 429, description = "temporarily_unavailable: too many failed requests of this client or address (`token_failures`); refused before the secret is looked at", body = OAuthError, headers(("Retry-After" = u64, description = "seconds until one more attempt is allowed"))),
     ),
 )]
 fn ssf_token() {}
@@ -354,7 +355,7 @@ fn ssf_token() {}
     path = "/ssf/{tenant}/streams",
     tag = "shared signals out",
     summary = "Create a stream (SSF §8.1.1.1)",
-    description = "The body's `delivery` (`method` push, `urn:ietf:rfc:8935`, with the receiver's `endpoint_url` and optional `authorization_header`; poll streams are not offered), `events_requested` and `description` are taken; transmitter properties in it are ignored. The `endpoint_url` must be under one of the receiver's configured `endpoints` (without them, any https URL). The stream is enabled and includes every subject. A receiver has at most 16 streams. The `authorization_header` is stored sealed under a key derived from `key_secret` and never read back.",
+    description = "The body's `delivery` (`method` push, `urn:ietf:rfc:8935`, with the receiver's `endpoint_url` and optional `authorization_header`; poll streams are not offered), `events_requested` and `description` are taken; transmitter properties in it are ignored. The `endpoint_url` must be under one of the receiver's configured `endpoints` (without them, any https URL whose host is not inside idem's own network: loopback, private, link-local, `localhost`); a host inside is taken only when an entry names it. The stream is enabled and includes every subject. A receiver has at most 16 streams. The `authorization_header` is stored sealed under a key derived from `key_secret` and never read back.",
     params(("tenant" = String, Path, description = "The tenant")),
     request_body(content = Object, content_type = "application/json"),
     responses(

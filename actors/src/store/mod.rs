@@ -533,6 +533,20 @@ pub trait LeaseStore: Send + Sync {
 /// The Shared Signals streams receivers made at each tenant's transmitter. A change is written
 /// only over the version it was made from, so two nodes changing one stream at once cannot both
 /// win; each write is durable when it returns.
+/// The most streams one receiver may have in a tenant: each is a SET per decision it asks for.
+pub const STREAMS_PER_RECEIVER: usize = 16;
+
+/// What a stream's creation came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// Made, durably.
+    Made,
+    /// A stream of the tenant has that id: nothing written.
+    Taken,
+    /// Its receiver has [`STREAMS_PER_RECEIVER`] streams already: nothing written.
+    Full,
+}
+
 pub trait StreamStore: Send + Sync {
     /// `tenant`'s stream `id`, if it exists.
     fn stream<'a>(&'a self, tenant: &'a str, id: &'a str) -> Read<'a, Option<Stream>>;
@@ -540,9 +554,15 @@ pub trait StreamStore: Send + Sync {
     /// `tenant`'s streams, by id.
     fn streams<'a>(&'a self, tenant: &'a str) -> Read<'a, Vec<Stream>>;
 
-    /// Writes `stream`: a new one at version 1 if no stream has its id, otherwise over the
-    /// stored one only if that is at the version before. Whether it was written.
+    /// Writes `stream`: a new one at version 1 as [`StreamStore::create_stream`] makes it,
+    /// otherwise over the stored one only if that is at the version before. Whether it was
+    /// written.
     fn put_stream<'a>(&'a self, tenant: &'a str, stream: &'a Stream) -> Read<'a, bool>;
+
+    /// Makes the new `stream` (at version 1) if no stream of the tenant has its id and its
+    /// receiver has fewer than [`STREAMS_PER_RECEIVER`] streams, decided by the store itself:
+    /// of creates racing on any number of nodes, no more than the limit are made.
+    fn create_stream<'a>(&'a self, tenant: &'a str, stream: &'a Stream) -> Read<'a, Created>;
 
     /// Removes `tenant`'s stream `id`; whether it was there.
     fn delete_stream<'a>(&'a self, tenant: &'a str, id: &'a str) -> Read<'a, bool>;

@@ -7,6 +7,7 @@ pub mod discovery;
 pub mod poll;
 pub mod streams;
 pub mod token;
+pub mod token_limit;
 
 use std::sync::Arc;
 
