@@ -114,6 +114,8 @@ impl Decisions {
             decision_id: record.id,
             signal_type: record.signal_type,
             decision: record.verdict,
+            rule: record.rule,
+            rule_errors: record.rule_errors,
             subject_hash: record.subject_hash,
             source: record.source,
             actions,

@@ -27,6 +27,6 @@ pub use wire::{
     CallbackEnvelope, DeadReason, DecidedAction, DecisionPage, DecisionResponse, DecisionView,
     DeliveryPage, DeliveryStatus, DeliveryView, EndpointList, EndpointState, EndpointView,
     NamedSource, OAuthError, OktaVerification, PollStatus, Problem, RedeliverRequest, Redelivered,
-    SetError, SignalRequest, SourceList, SourceReceipt, SourceStatus, StreamConfig, StreamDelivery,
+    RuleError, SetError, SignalRequest, SourceList, SourceReceipt, SourceStatus, StreamConfig, StreamDelivery,
     StreamStatus, StreamStatusBody, TenantStats, TransmitterMetadata, Verdict, VerificationStatus,
 };

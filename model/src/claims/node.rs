@@ -349,6 +349,8 @@ fn decision(key: usize, generation: u64) -> Decision {
             token: None,
         }],
         trace: None,
+        rule: None,
+        rule_errors: Vec::new(),
     }
 }
 
