@@ -393,7 +393,13 @@ impl Checker<'_> {
 /// Where the first term of `expr` is written: the least offset of its nodes (an operator's
 /// own is that of its symbol, after its first operand).
 fn first_offset(info: &SourceInfo, expr: &IdedExpr) -> Option<u32> {
-    let own = info.offset_for(expr.id).map(|(start, _)| start);
+    let mut own = info.offset_for(expr.id).map(|(start, _)| start);
+    // A function's call is placed at its `(`, its name just before.
+    if let Expr::Call(call) = &expr.expr {
+        if call.target.is_none() && call.func_name.starts_with(|c: char| c.is_alphabetic()) {
+            own = own.map(|at| at.saturating_sub(call.func_name.chars().count() as u32));
+        }
+    }
     let first = |e: &IdedExpr| first_offset(info, e);
     let children = match &expr.expr {
         Expr::Select(s) => first(&s.operand),
@@ -601,6 +607,7 @@ mod tests {
         assert!(e.message.contains("signal.nope"), "{e}");
         let e = compile("frobnicate(signal.type)").expect_err("unknown function");
         assert!(e.message.contains("unknown function frobnicate"), "{e}");
+        assert_eq!((e.line, e.column), (1, 1), "{e}");
         let e = compile("size(signal.type) + 1").expect_err("not a bool");
         assert!(e.message.contains("not a bool"), "{e}");
         let e = compile("subject.decisions(signal.type, duration('1h')) > 0").expect_err("const");

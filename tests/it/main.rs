@@ -31,6 +31,7 @@ mod postgres;
 mod receive;
 mod refusals;
 mod reload;
+mod rules;
 mod sources;
 mod ssf;
 mod traces;
