@@ -268,3 +268,94 @@ async fn a_replay_answers_the_stored_decision_after_the_rules_changed() {
     assert_replay_of(&replay, &first, "a retry after the rules changed");
     assert_eq!(replay.json()["decision"], "deny");
 }
+
+/// [`tenants`] with an Okta source `hook` on acme whose `user.*` events are `breach` signals
+/// about the event's first target, and a rule of `breach` that reviews what Okta sent.
+fn with_source(receiver: &Receiver) -> String {
+    tenants(receiver, "deny")
+        + &format!(
+            r#"
+[[tenants.acme.playbooks.breach.rules]]
+name = "from-okta"
+when = 'signal.source != null && signal.source.kind == "okta" && signal.source.name == "hook" && signal.source.event_type.startsWith("user.")'
+decision = "review"
+
+[tenants.acme.sources.hook]
+kind = "okta"
+secret = "{OKTA_HOOK_AUTH}"
+[[tenants.acme.sources.hook.map]]
+event = "user.*"
+type = "breach"
+subject = "/target/0/alternateId"
+"#
+        )
+}
+
+#[tokio::test]
+async fn a_decision_made_through_a_source_is_the_subjects_history_and_sees_its_source() {
+    let (_dir, _receiver, _idem, client) = Harness::new().tenants(with_source).start().await;
+    let who = format!("{}@example.com", unique("who"));
+    let r = client
+        .send(
+            "POST",
+            "/v1/sources/acme/hook",
+            okta_hook_delivery(&unique("uuid"), &who),
+        )
+        .await;
+    assert!(r.status < 300, "{}", text(&r));
+    let listed = eventually(
+        Duration::from_secs(5),
+        || async {
+            let path = format!("/v1/decisions?subject={}", enc(&who));
+            let r = client.send("GET", &path, acme("")).await;
+            r.json()
+        },
+        |page| page["data"].as_array().is_some_and(|d| !d.is_empty()),
+    )
+    .await;
+    let breach = &listed["data"][0];
+    assert_eq!(breach["type"], "breach", "{listed}");
+    assert_eq!(breach["decision"], "review", "{listed}");
+    assert_eq!(breach["rule"], "from-okta", "{listed}");
+
+    // The same rule on a signal posted directly: no source, the default decides.
+    let posted = json!({"type": "breach", "subject": unique("+4470")}).to_string();
+    let r = client.signal(acme(&posted)).await;
+    assert_eq!(r.json()["decision"], "allow", "{}", text(&r));
+
+    let r = client.signal(acme(&signal(&who, json!({"risk": 1})))).await;
+    let body = r.json();
+    assert_eq!(body["decision"], "step_up", "{body}");
+    assert_eq!(body["rule"], "after-breach");
+}
+
+#[tokio::test]
+async fn a_decision_on_another_node_is_the_subjects_history_on_postgres() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let store = crate::support::store::on_postgres(&test_database());
+    let nodes: Vec<Idem> = (0..2)
+        .map(|n| {
+            let node_dir = dir.path().join(format!("node{n}"));
+            std::fs::create_dir_all(&node_dir).expect("dir");
+            let config = settings(&store, &node_dir.join("data"), "", "")
+                + &tenants(&receiver, "deny");
+            Idem::start(&node_dir, &config)
+        })
+        .collect();
+    let (a, b) = (Client::new(&nodes[0].base), Client::new(&nodes[1].base));
+    let subject = unique("+4471");
+    let before = b
+        .signal(acme(&signal(&subject, json!({"risk": 1}))).key(&unique("before")))
+        .await;
+    assert_eq!(before.json()["decision"], "review", "{}", text(&before));
+    let breach = json!({"type": "breach", "subject": subject}).to_string();
+    let r = a.signal(acme(&breach).key(&unique("breach"))).await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let after = b
+        .signal(acme(&signal(&subject, json!({"risk": 1}))).key(&unique("after")))
+        .await;
+    let body = after.json();
+    assert_eq!(body["decision"], "step_up", "{body}");
+    assert_eq!(body["rule"], "after-breach");
+}
