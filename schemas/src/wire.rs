@@ -539,6 +539,22 @@ pub struct TenantStats {
     pub counted_to: u64,
 }
 
+/// What a playbook would decide for a signal now (`POST /v1/playbooks/{type}/evaluate`): nothing
+/// was claimed, stored or sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlaybookEvaluation {
+    /// The verdict.
+    pub decision: Verdict,
+    /// The rule that decides; absent when the playbook's default decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The names of the actions the decision would run, in order.
+    pub actions: Vec<String>,
+    /// The rules whose evaluation failed (they did not match).
+    pub errors: Vec<RuleError>,
+}
+
 /// A page of a subject's decisions, newest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct DecisionPage {

@@ -359,3 +359,82 @@ async fn a_decision_on_another_node_is_the_subjects_history_on_postgres() {
     assert_eq!(body["decision"], "step_up", "{body}");
     assert_eq!(body["rule"], "after-breach");
 }
+
+#[tokio::test]
+async fn evaluate_answers_what_the_playbook_would_decide_and_stores_and_sends_nothing() {
+    let (_dir, receiver, _idem, client) = Harness::new()
+        .tenants(|r| tenants(r, "deny"))
+        .start()
+        .await;
+    let evaluate = |body: String| {
+        let client = client.clone();
+        async move {
+            client
+                .send("POST", "/v1/playbooks/sim_swap/evaluate", acme(&body))
+                .await
+        }
+    };
+    let subject = unique("+4472");
+    let r = evaluate(signal(&subject, json!({"risk": 95}))).await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    assert_eq!(
+        r.json(),
+        json!({"decision": "deny", "rule": "high-risk", "actions": ["lock_account"], "errors": []})
+    );
+    let r = evaluate(signal(&subject, json!({}))).await;
+    let body = r.json();
+    assert_eq!(body["decision"], "review", "{body}");
+    assert!(body.get("rule").is_none(), "{body}");
+    assert_eq!(body["actions"], json!(["open_case"]));
+    assert_eq!(body["errors"][0]["rule"], "high-risk", "{body}");
+
+    // It reads the subject's history as a decision would.
+    let breached = unique("+4473");
+    let breach = json!({"type": "breach", "subject": breached}).to_string();
+    assert_eq!(client.signal(acme(&breach)).await.status, 201);
+    let r = evaluate(signal(&breached, json!({"risk": 1}))).await;
+    assert_eq!(r.json()["rule"], "after-breach", "{}", text(&r));
+
+    // Refusals in the API's own form.
+    let r = client
+        .send(
+            "POST",
+            "/v1/playbooks/sim_swap/evaluate",
+            Req::new(&signal(&subject, json!({}))),
+        )
+        .await;
+    assert_problem(&r, 401, "unauthorized", "no key");
+    let r = client
+        .send(
+            "POST",
+            "/v1/playbooks/port_out/evaluate",
+            acme(&json!({"type": "port_out", "subject": "x"}).to_string()),
+        )
+        .await;
+    assert_problem(&r, 400, "unknown-signal-type", "no such playbook");
+    let r = client
+        .send("POST", "/v1/playbooks/sim_swap/evaluate", acme(&breach))
+        .await;
+    assert_problem(&r, 400, "invalid-signal", "another type");
+
+    // Nothing was stored or sent: the only decision is the breach, the only rule error none.
+    let r = client.send("GET", "/v1/decisions", acme("")).await;
+    let page = r.json();
+    let types: Vec<&str> = page["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .map(|d| d["type"].as_str().expect("type"))
+        .collect();
+    assert_eq!(types, ["breach"], "{page}");
+    let r = client.send("GET", "/v1/deliveries", acme("")).await;
+    assert_eq!(r.json()["data"], json!([]), "no delivery: {}", text(&r));
+    assert!(receiver.seen().is_empty(), "no callback");
+    let metrics = text(&client.send("GET", "/metrics", Req::new("")).await);
+    assert!(
+        metrics.contains(
+            r#"idem_rule_errors_total{playbook="sim_swap",rule="high-risk",tenant="acme"} 0"#
+        ),
+        "{metrics}"
+    );
+}

@@ -403,8 +403,15 @@ pub(crate) async fn read_and_decide(
         false => Vec::new(),
     };
     let now = now_ms();
-    let counts = crate::history::read(&*ctx.store, &decider, &ctx.digester, now)
-        .await
-        .map_err(|e| DecideError::History(e.to_string()))?;
+    let counts = match decider.reads_history() {
+        true => {
+            let subject_hash = decider.subject_hash(&ctx.digester);
+            let calls = decider.playbook.history();
+            crate::history::read(&*ctx.store, &decider.tenant, &subject_hash, calls, now)
+                .await
+                .map_err(|e| DecideError::History(e.to_string()))?
+        }
+        false => Counts::new(),
+    };
     decider.decide(&ctx.digester, &ctx.sealer, &streams, &counts, now)
 }
