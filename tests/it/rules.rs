@@ -18,7 +18,7 @@ use crate::support::*;
 /// Tenant `acme`: `sim_swap` reviews by default (`/case`), denies a risky signal (`/lock`) and
 /// steps up a subject with a `breach` decision in the last hour (`/notify`); `breach` allows.
 /// `high_risk` is the first rule's decision.
-fn tenants(receiver: &Receiver, high_risk: &str) -> String {
+pub(crate) fn tenants(receiver: &Receiver, high_risk: &str) -> String {
     format!(
         r#"
 [tenants.acme]
