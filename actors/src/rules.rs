@@ -544,7 +544,15 @@ pub fn evaluate(rules: &[Rule], input: Input<'_>, counts: &Counts) -> Evaluation
 fn signal_value(input: Input<'_>) -> Value {
     let mut signal = Map::new();
     signal.insert("type".into(), input.signal_type.into());
-    signal.insert("subject".into(), input.subject.into());
+    // A subject identifier object is digested in its canonical JSON: the rules see the object.
+    let subject = match input.subject.starts_with('{') {
+        true => serde_json::from_str::<Json>(input.subject)
+            .ok()
+            .filter(Json::is_object)
+            .unwrap_or_else(|| input.subject.into()),
+        false => input.subject.into(),
+    };
+    signal.insert("subject".into(), subject);
     signal.insert("metadata".into(), Json::Object(input.metadata.clone()));
     let source = input.source.map_or(Json::Null, |s| {
         serde_json::json!({"name": s.name, "kind": s.kind, "event_type": s.event_type})
@@ -655,5 +663,14 @@ mod tests {
         risky.insert("risk".into(), 1.into());
         let e = evaluate(&rules, input(&risky), &Counts::new());
         assert_eq!(e, Evaluation { matched: Some(0), errors: vec![] });
+    }
+
+    #[test]
+    fn sees_a_subject_identifier_as_an_object() {
+        let rules = [rule("email", "signal.subject.format == 'email'")];
+        let none = Map::new();
+        let subject = r#"{"email":"a@example.com","format":"email"}"#;
+        let e = evaluate(&rules, Input { subject, ..input(&none) }, &Counts::new());
+        assert_eq!(e.matched, Some(0), "{e:?}");
     }
 }
