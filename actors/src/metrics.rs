@@ -97,7 +97,9 @@ pub static RULE_ERRORS: LazyLock<IntCounterVec> = LazyLock::new(|| {
 
 /// Counts a failed evaluation of `rule` of `tenant`'s `playbook`.
 pub fn rule_failed(tenant: &str, playbook: &str, rule: &str) {
-    RULE_ERRORS.with_label_values(&[tenant, playbook, rule]).inc();
+    RULE_ERRORS
+        .with_label_values(&[tenant, playbook, rule])
+        .inc();
 }
 
 /// Group commit latency (sled flush + fdatasync), per batch.

@@ -205,7 +205,10 @@ impl Decider {
 
     /// Whether the decision reads the subject's history: its playbook's rules count it.
     pub fn reads_history(&self) -> bool {
-        self.playbook.rules.iter().any(|r| !r.when.history().is_empty())
+        self.playbook
+            .rules
+            .iter()
+            .any(|r| !r.when.history().is_empty())
     }
 
     /// The keyed digest of the signal's subject, under which its history is kept.

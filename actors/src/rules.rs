@@ -244,24 +244,35 @@ impl Checker<'_> {
                 call.args.iter_mut().try_for_each(|a| self.check(a))
             }
             Expr::List(list) => list.elements.iter_mut().try_for_each(|e| self.check(e)),
-            Expr::Map(map) => map.entries.iter_mut().try_for_each(|entry| match &mut entry.expr {
-                cel::common::ast::EntryExpr::MapEntry(e) => {
-                    self.check(&mut e.key)?;
-                    self.check(&mut e.value)
-                }
-                cel::common::ast::EntryExpr::StructField(f) => self.check(&mut f.value),
-            }),
-            Expr::Struct(_) => Err(self.at(&at, "has a message literal: there are no types to make")),
+            Expr::Map(map) => map
+                .entries
+                .iter_mut()
+                .try_for_each(|entry| match &mut entry.expr {
+                    cel::common::ast::EntryExpr::MapEntry(e) => {
+                        self.check(&mut e.key)?;
+                        self.check(&mut e.value)
+                    }
+                    cel::common::ast::EntryExpr::StructField(f) => self.check(&mut f.value),
+                }),
+            Expr::Struct(_) => {
+                Err(self.at(&at, "has a message literal: there are no types to make"))
+            }
             Expr::Comprehension(c) => {
                 self.nesting += 1;
                 if self.nesting > MAX_NESTING {
                     return Err(self.at(
                         &at,
-                        format!("nests more than {MAX_NESTING} of all, exists, exists_one, map, filter"),
+                        format!(
+                            "nests more than {MAX_NESTING} of all, exists, exists_one, map, filter"
+                        ),
                     ));
                 }
                 self.check(&mut c.iter_range)?;
-                let vars = [Some(c.iter_var.clone()), c.iter_var2.clone(), Some(c.accu_var.clone())];
+                let vars = [
+                    Some(c.iter_var.clone()),
+                    c.iter_var2.clone(),
+                    Some(c.accu_var.clone()),
+                ];
                 let before = self.scope.len();
                 self.scope.extend(vars.into_iter().flatten());
                 self.check(&mut c.accu_init)?;
@@ -347,12 +358,7 @@ impl Checker<'_> {
                     ))
                 }
             },
-            _ => {
-                return Err(self.at(
-                    expr,
-                    "subject.decisions takes (type, window) or (window)",
-                ))
-            }
+            _ => return Err(self.at(expr, "subject.decisions takes (type, window) or (window)")),
         };
         let window = self.window(window)?;
         self.history.push(History {
@@ -375,7 +381,13 @@ impl Checker<'_> {
         };
         let constant = call.func_name == "duration"
             && call.target.is_none()
-            && matches!(call.args.as_slice(), [IdedExpr { expr: Expr::Literal(LiteralValue::String(_)), .. }]);
+            && matches!(
+                call.args.as_slice(),
+                [IdedExpr {
+                    expr: Expr::Literal(LiteralValue::String(_)),
+                    ..
+                }]
+            );
         if !constant {
             return Err(refuse());
         }
@@ -426,7 +438,9 @@ fn not_bool(expr: &IdedExpr) -> Option<&'static str> {
         Expr::Ident(name) if name == "now" => Some("a timestamp"),
         Expr::Ident(name) if name == "signal" => Some("a map"),
         Expr::Ident(name) if name.starts_with("#history") => Some("a number"),
-        Expr::Select(s) if !s.test && matches!(&s.operand.expr, Expr::Ident(n) if n == "signal") => {
+        Expr::Select(s)
+            if !s.test && matches!(&s.operand.expr, Expr::Ident(n) if n == "signal") =>
+        {
             match s.field.as_str() {
                 "type" => Some("a string"),
                 "metadata" => Some("a map"),
@@ -436,10 +450,18 @@ fn not_bool(expr: &IdedExpr) -> Option<&'static str> {
         Expr::Call(call) => match call.func_name.as_str() {
             operators::CONDITIONAL => call.args.get(1..).and_then(|branches| {
                 let whats: Vec<_> = branches.iter().map(not_bool).collect();
-                whats.iter().all(Option::is_some).then(|| whats[0]).flatten()
+                whats
+                    .iter()
+                    .all(Option::is_some)
+                    .then(|| whats[0])
+                    .flatten()
             }),
-            operators::ADD | operators::SUBSTRACT | operators::MULTIPLY | operators::DIVIDE
-            | operators::MODULO | operators::NEGATE => Some("arithmetic"),
+            operators::ADD
+            | operators::SUBSTRACT
+            | operators::MULTIPLY
+            | operators::DIVIDE
+            | operators::MODULO
+            | operators::NEGATE => Some("arithmetic"),
             "size" | "int" | "uint" | "double" => Some("a number"),
             "string" => Some("a string"),
             "bytes" => Some("bytes"),
@@ -554,9 +576,10 @@ fn signal_value(input: Input<'_>) -> Value {
     };
     signal.insert("subject".into(), subject);
     signal.insert("metadata".into(), Json::Object(input.metadata.clone()));
-    let source = input.source.map_or(Json::Null, |s| {
-        serde_json::json!({"name": s.name, "kind": s.kind, "event_type": s.event_type})
-    });
+    let source = input.source.map_or(
+        Json::Null,
+        |s| serde_json::json!({"name": s.name, "kind": s.kind, "event_type": s.event_type}),
+    );
     signal.insert("source".into(), source);
     cel::to_value(Json::Object(signal)).unwrap_or(Value::Null)
 }
@@ -571,7 +594,10 @@ pub fn counts_of(calls: &[History], history: &[(Option<String>, Duration)]) -> C
                 .iter()
                 .filter(|(t, ago)| {
                     *ago <= call.window
-                        && call.signal_type.as_ref().is_none_or(|want| t.as_ref() == Some(want))
+                        && call
+                            .signal_type
+                            .as_ref()
+                            .is_none_or(|want| t.as_ref() == Some(want))
                 })
                 .count();
             (call.clone(), n as u64)
@@ -662,7 +688,13 @@ mod tests {
         let mut risky = Map::new();
         risky.insert("risk".into(), 1.into());
         let e = evaluate(&rules, input(&risky), &Counts::new());
-        assert_eq!(e, Evaluation { matched: Some(0), errors: vec![] });
+        assert_eq!(
+            e,
+            Evaluation {
+                matched: Some(0),
+                errors: vec![]
+            }
+        );
     }
 
     #[test]
@@ -670,7 +702,14 @@ mod tests {
         let rules = [rule("email", "signal.subject.format == 'email'")];
         let none = Map::new();
         let subject = r#"{"email":"a@example.com","format":"email"}"#;
-        let e = evaluate(&rules, Input { subject, ..input(&none) }, &Counts::new());
+        let e = evaluate(
+            &rules,
+            Input {
+                subject,
+                ..input(&none)
+            },
+            &Counts::new(),
+        );
         assert_eq!(e.matched, Some(0), "{e:?}");
     }
 }

@@ -102,7 +102,10 @@ impl Figures {
         if self.name.starts_with("claim") || self.name == "sled" {
             self.anchor_ratio = redis.map(|r| self.rate / r);
         }
-        if ["ssf", "set", "rules"].iter().any(|n| self.name.starts_with(n)) {
+        if ["ssf", "set", "rules"]
+            .iter()
+            .any(|n| self.name.starts_with(n))
+        {
             self.unique_ratio = unique.map(|u| self.rate / u);
         }
         self

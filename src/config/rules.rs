@@ -179,7 +179,9 @@ pub(super) fn run_tests(
         if choice.verdict != expected || !rule_ok {
             let by = choice
                 .rule
-                .map_or("the playbook's default".to_string(), |r| format!("rule {r:?}"));
+                .map_or("the playbook's default".to_string(), |r| {
+                    format!("rule {r:?}")
+                });
             let errors: Vec<String> = choice
                 .errors
                 .iter()

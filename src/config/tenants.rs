@@ -16,8 +16,8 @@ use idem_schemas::signature::Secret;
 use idem_schemas::Verdict;
 use serde::{Deserialize, Deserializer};
 
-use super::secrets::{shared_webhook_secrets, webhook_secrets};
 use super::rules::{self, RawRule, RawTest};
+use super::secrets::{shared_webhook_secrets, webhook_secrets};
 use super::{invalid, is_name, refused, sources, ssf, ConfigError};
 use crate::source::Source;
 use crate::transmitter::Transmitter;

@@ -9,8 +9,9 @@ use idem_schemas::{
     CallbackEnvelope, DeadReason, DecidedAction, DecisionPage, DecisionResponse, DecisionView,
     DeliveryPage, DeliveryStatus, DeliveryView, EndpointList, EndpointState, EndpointView,
     NamedSource, OAuthError, OktaVerification, PlaybookEvaluation, PollStatus, Problem,
-    RedeliverRequest, Redelivered, RuleError, SetError, SignalRequest, SourceList, SourceReceipt, SourceStatus, StreamConfig, StreamDelivery,
-    StreamStatus, StreamStatusBody, TenantStats, TransmitterMetadata, Verdict, VerificationStatus,
+    RedeliverRequest, Redelivered, RuleError, SetError, SignalRequest, SourceList, SourceReceipt,
+    SourceStatus, StreamConfig, StreamDelivery, StreamStatus, StreamStatusBody, TenantStats,
+    TransmitterMetadata, Verdict, VerificationStatus,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ObjectBuilder, Type};

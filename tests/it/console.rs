@@ -637,22 +637,29 @@ async fn a_decision_names_the_rule_that_made_it() {
     let config = console_config(&dir.path().join("data"), &receiver.addr.to_string());
     let idem = Idem::start(dir.path(), &config);
     let api = Client::new(&idem.base);
-    let body = serde_json::json!({"type": "sim_swap", "subject": "+15550011", "metadata": {"vip": true}});
+    let body =
+        serde_json::json!({"type": "sim_swap", "subject": "+15550011", "metadata": {"vip": true}});
     let r = api
         .signal(Req::new(&body.to_string()).header("authorization", &format!("Bearer {API_KEY}")))
         .await;
     assert_eq!(r.status, 201, "{}", text(&r));
     let by_rule = decision_id(&r);
     let r = api
-        .signal(Req::new(&sim_swap("+15550012")).header("authorization", &format!("Bearer {API_KEY}")))
+        .signal(
+            Req::new(&sim_swap("+15550012")).header("authorization", &format!("Bearer {API_KEY}")),
+        )
         .await;
     let by_default = decision_id(&r);
 
     let (browser, console) = signed_in(&idem).await;
-    browser.open(&format!("{console}#/decisions/{by_rule}")).await;
+    browser
+        .open(&format!("{console}#/decisions/{by_rule}"))
+        .await;
     browser.wait_for("#rule", "the rule").await;
     assert_eq!(browser.text("#rule").await.as_deref(), Some("vip"));
-    browser.open(&format!("{console}#/decisions/{by_default}")).await;
+    browser
+        .open(&format!("{console}#/decisions/{by_default}"))
+        .await;
     let shown = browser
         .wait_text("#decision", "the decision", |t| t.contains(&by_default))
         .await;

@@ -512,7 +512,10 @@ async fn killed_between_a_rules_decision_and_its_actions_the_stored_decision_run
     let r = retry_after_crash(|| client.signal(req())).await;
     assert_eq!(r.status, 201, "{}", text(&r));
     let decided = r.json();
-    assert_eq!(decided["decision"], "deny", "the stored decision, not a new one");
+    assert_eq!(
+        decided["decision"], "deny",
+        "the stored decision, not a new one"
+    );
     assert_eq!(decided["rule"], "high-risk");
     let callback = receiver.wait_for(1).await.pop().expect("the stored action");
     assert_eq!(callback.path, "/lock");

@@ -116,7 +116,10 @@ async fn check_config_refuses_a_bad_rule_or_a_failing_test_naming_its_key_and_po
             format!("{rules}[0].when: 1:25: "),
         ),
         (
-            good.replace("signal.metadata.risk >= 90", "signal.metadata.risk >= threshold"),
+            good.replace(
+                "signal.metadata.risk >= 90",
+                "signal.metadata.risk >= threshold",
+            ),
             format!("{rules}[0].when: 1:25: unknown variable threshold"),
         ),
         (
@@ -148,10 +151,8 @@ async fn check_config_refuses_a_bad_rule_or_a_failing_test_naming_its_key_and_po
 
 #[tokio::test]
 async fn the_first_matching_rule_decides_and_is_named_in_the_response_the_api_and_callbacks() {
-    let (_dir, receiver, _idem, client) = Harness::new()
-        .tenants(|r| tenants(r, "deny"))
-        .start()
-        .await;
+    let (_dir, receiver, _idem, client) =
+        Harness::new().tenants(|r| tenants(r, "deny")).start().await;
     let subject = unique("+4477");
 
     // A risky signal: the first rule decides, with its own actions.
@@ -338,8 +339,8 @@ async fn a_decision_on_another_node_is_the_subjects_history_on_postgres() {
         .map(|n| {
             let node_dir = dir.path().join(format!("node{n}"));
             std::fs::create_dir_all(&node_dir).expect("dir");
-            let config = settings(&store, &node_dir.join("data"), "", "")
-                + &tenants(&receiver, "deny");
+            let config =
+                settings(&store, &node_dir.join("data"), "", "") + &tenants(&receiver, "deny");
             Idem::start(&node_dir, &config)
         })
         .collect();
@@ -362,10 +363,8 @@ async fn a_decision_on_another_node_is_the_subjects_history_on_postgres() {
 
 #[tokio::test]
 async fn evaluate_answers_what_the_playbook_would_decide_and_stores_and_sends_nothing() {
-    let (_dir, receiver, _idem, client) = Harness::new()
-        .tenants(|r| tenants(r, "deny"))
-        .start()
-        .await;
+    let (_dir, receiver, _idem, client) =
+        Harness::new().tenants(|r| tenants(r, "deny")).start().await;
     let evaluate = |body: String| {
         let client = client.clone();
         async move {

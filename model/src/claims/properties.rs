@@ -88,11 +88,15 @@ pub(super) fn of(model: &ClaimModel) -> Vec<Property<ClaimModel>> {
                     .filter_map(|row| fold(&row.events))
                     .filter_map(|p| p.claim().map(|c| c.decision.clone()))
                     .collect();
-                s.answers.iter().flatten().filter_map(Response::body).all(|b| {
-                    stored.iter().any(|d| {
-                        decision_of(b) == Some(d.id.as_bytes()) && rule_of(b) == d.rule
+                s.answers
+                    .iter()
+                    .flatten()
+                    .filter_map(Response::body)
+                    .all(|b| {
+                        stored.iter().any(|d| {
+                            decision_of(b) == Some(d.id.as_bytes()) && rule_of(b) == d.rule
+                        })
                     })
-                })
             },
         ),
         // Once nothing is left to happen, every key's response is recorded, so the client's

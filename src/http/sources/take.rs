@@ -95,7 +95,10 @@ pub async fn claim(
     let mut metadata = Map::new();
     metadata.insert("source".into(), Value::from(source.name.clone()));
     metadata.insert("event_id".into(), Value::from(prepared.event_id));
-    metadata.insert("event_type".into(), Value::from(prepared.event_type.clone()));
+    metadata.insert(
+        "event_type".into(),
+        Value::from(prepared.event_type.clone()),
+    );
     let signal = SignalRequest {
         signal_type: prepared.route.signal_type.clone(),
         subject: prepared.subject,
