@@ -13,6 +13,7 @@
 //! configuration in force is skipped where it is declared.
 
 mod reload;
+mod rules;
 mod secrets;
 mod sources;
 mod ssf;

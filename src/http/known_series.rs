@@ -3,8 +3,9 @@
 //! moves, fenced writes, actor families, and each configured source kind's outcomes), so that a
 //! rate, a dashboard's panel or an alert reads 0 rather than nothing until a first event, as
 //! Prometheus advises. [`export`] runs when the service starts and after each reload (a source
-//! of a kind not configured before). Metrics carry no tenant or source name: a tenant's own
-//! figures are `GET /v1/stats`, a source's `GET /v1/sources/{tenant}/{source}/status`.
+//! of a kind not configured before). Metrics carry no tenant or source name (a tenant's own
+//! figures are `GET /v1/stats`, a source's `GET /v1/sources/{tenant}/{source}/status`), but for
+//! rule failures, which name the rule the configuration names (tenant, playbook, rule).
 
 use std::sync::LazyLock;
 
@@ -107,6 +108,13 @@ pub fn export(config: &Config) {
     }
     for family in ACTOR_FAMILIES {
         actors::ACTOR_FAILURES.with_label_values(&[family]);
+    }
+    for (name, tenant) in &config.tenants {
+        for (signal_type, playbook) in &tenant.playbooks {
+            for rule in &playbook.rules {
+                actors::RULE_ERRORS.with_label_values(&[name, signal_type, &rule.name]);
+            }
+        }
     }
     LazyLock::force(&actors::FLUSH_SECONDS);
     crate::telemetry::export_metrics();

@@ -11,6 +11,7 @@ pub mod ingest;
 pub mod known_series;
 pub mod metrics;
 pub mod openapi;
+pub mod playbooks;
 pub mod problem;
 pub mod query;
 pub mod ratelimit;
@@ -94,6 +95,7 @@ fn routes(app: Arc<App>) -> Router {
         .route("/v1/signals", post(ingest::ingest))
         .route("/v1/decisions", get(decisions::list))
         .route("/v1/decisions/{id}", get(decisions::show))
+        .route("/v1/playbooks/{type}/evaluate", post(playbooks::evaluate))
         .route("/v1/deliveries", get(deliveries::list))
         .route("/v1/deliveries/{id}", get(deliveries::show))
         .route("/v1/deliveries/{id}/redeliver", post(deliveries::redeliver))

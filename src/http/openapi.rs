@@ -8,9 +8,10 @@ use idem_schemas::{
     AccessToken, ActionResult, ActionStatus, AttemptView, AuthorizationScheme, CallbackData,
     CallbackEnvelope, DeadReason, DecidedAction, DecisionPage, DecisionResponse, DecisionView,
     DeliveryPage, DeliveryStatus, DeliveryView, EndpointList, EndpointState, EndpointView,
-    NamedSource, OAuthError, OktaVerification, PollStatus, Problem, RedeliverRequest, Redelivered,
-    SetError, SignalRequest, SourceList, SourceReceipt, SourceStatus, StreamConfig, StreamDelivery,
-    StreamStatus, StreamStatusBody, TenantStats, TransmitterMetadata, Verdict, VerificationStatus,
+    NamedSource, OAuthError, OktaVerification, PlaybookEvaluation, PollStatus, Problem,
+    RedeliverRequest, Redelivered, RuleError, SetError, SignalRequest, SourceList, SourceReceipt,
+    SourceStatus, StreamConfig, StreamDelivery, StreamStatus, StreamStatusBody, TenantStats,
+    TransmitterMetadata, Verdict, VerificationStatus,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ObjectBuilder, Type};
@@ -93,6 +94,26 @@ fn get_decision() {}
     security(("bearer" = []))
 )]
 fn list_decisions() {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/playbooks/{type}/evaluate",
+    tag = "decisions",
+    summary = "What the playbook would decide for a signal now (a dry run)",
+    description = "Evaluates the tenant's playbook for `type` on the signal in the body, as a decision would now: its rules in order over the signal and the subject's kept decisions, the first whose `when` is true deciding, the playbook's own decision otherwise. It claims nothing, stores nothing, counts nothing and sends nothing. The body is a signal as `POST /v1/signals` takes it, of the path's type.",
+    params(("type" = String, Path, description = "The signal type whose playbook is evaluated")),
+    request_body(content = SignalRequest, content_type = "application/json"),
+    responses(
+        (status = 200, body = PlaybookEvaluation),
+        (status = 400, description = "malformed-json, invalid-signal (also a body of another type) or unknown-signal-type", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "payload-too-large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "unsupported-media-type: not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "internal: the subject's history could not be read", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+fn evaluate_playbook() {}
 
 #[utoipa::path(
     get,
@@ -567,7 +588,7 @@ fn openapi() {}
 #[openapi(
     info(title = "idem", description = "Exactly-once trust decisions for identity webhooks"),
     paths(
-        post_signals, get_decision, list_decisions, get_delivery, list_deliveries, redeliver,
+        post_signals, get_decision, list_decisions, evaluate_playbook, get_delivery, list_deliveries, redeliver,
         redeliver_matching, list_endpoints, stats, post_source, get_source, source_status, list_sources, console,
         console_asset, ssf_metadata, ssf_jwks, ssf_token, ssf_create_stream, ssf_read_streams,
         ssf_update_stream, ssf_replace_stream, ssf_delete_stream, ssf_stream_status,
@@ -581,7 +602,7 @@ fn openapi() {}
         RedeliverRequest, Redelivered, SourceReceipt, OktaVerification, TenantStats, SetError,
         SourceStatus, VerificationStatus, StreamStatus, PollStatus, SourceList, NamedSource,
         TransmitterMetadata, AuthorizationScheme, AccessToken, OAuthError, StreamConfig,
-        StreamDelivery, StreamStatusBody
+        StreamDelivery, StreamStatusBody, PlaybookEvaluation, RuleError
     )),
     modifiers(&Extras, &Limits)
 )]

@@ -33,6 +33,7 @@ mod postgres;
 mod receive;
 mod refusals;
 mod reload;
+mod rules;
 mod sources;
 mod ssf;
 mod traces;

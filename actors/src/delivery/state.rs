@@ -713,6 +713,8 @@ mod tests {
             created_at_ms: T,
             deliveries,
             trace: None,
+            rule: None,
+            rule_errors: Vec::new(),
         }
     }
 

@@ -372,6 +372,12 @@ pub async fn open(node: Process) -> Result<Arc<dyn Store>, StoreError> {
     })
 }
 
+/// The smallest decision id made at or after `at_ms`: a decision id is `dec_` and a UUIDv7,
+/// whose first twelve hex digits are its unix milliseconds.
+pub fn first_decision_id_at(at_ms: u64) -> String {
+    format!("dec_{:012x}", at_ms.min((1 << 48) - 1))
+}
+
 /// A subject digest as stored: the bytes behind its hex (the text itself, should it not be hex).
 pub fn subject_bytes(subject_hash: &str) -> Vec<u8> {
     idem_schemas::hex::decode(subject_hash).unwrap_or_else(|| subject_hash.as_bytes().to_vec())
@@ -431,6 +437,20 @@ pub trait DecisionStore: Send + Sync {
         limit: usize,
         now_ms: u64,
     ) -> Read<'a, Vec<DecisionRecord>>;
+
+    /// How many of `tenant`'s decisions about the subject whose digest is `subject_hash` (of
+    /// `signal_type` only, if given) were made at or after `since_ms` and are unexpired at
+    /// `now_ms`, counted up to `limit`: one range of the subject's index, from `since_ms` on
+    /// (ids are time-ordered).
+    fn count_decisions<'a>(
+        &'a self,
+        tenant: &'a str,
+        subject_hash: &'a str,
+        signal_type: Option<&'a str>,
+        since_ms: u64,
+        limit: u64,
+        now_ms: u64,
+    ) -> Read<'a, u64>;
 
     /// Forgets up to `limit` decisions expired before `now_ms`; how many. It blocks: call it
     /// from a blocking thread.

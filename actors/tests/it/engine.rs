@@ -54,6 +54,7 @@ fn playbooks() -> Playbooks {
         decision: Verdict::Deny,
         actions: Vec::new(),
         once_per_subject: None,
+        rules: Vec::new(),
     };
     Playbooks::from([("sim_swap".to_string(), Arc::new(deny))])
 }

@@ -87,6 +87,8 @@ fn decision(at: u64) -> Decision {
         created_at_ms: at,
         deliveries: vec![],
         trace: traced(),
+        rule: None,
+        rule_errors: Vec::new(),
     }
 }
 
