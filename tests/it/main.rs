@@ -19,6 +19,7 @@ mod durability;
 mod endpoints;
 #[cfg(feature = "failpoints")]
 mod failpoints;
+mod hostile_sources;
 mod ingest;
 mod layout;
 mod limits;

@@ -1,0 +1,128 @@
+//! What a hostile sender still gets at the sources (docs/REFERENCE.md, "Sources" and "Shared
+//! Signals and CloudEvents"), against a real `idem serve`: a delivery that is not CloudEvents
+//! 1.0 (an empty `source` or `id`, another `specversion`, a `ce-*` header twice) is refused
+//! whole with nothing claimed.
+
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+const API_KEY: &str = "Bearer sk_hostile_test_key_01";
+const CE_SECRET: &str = "camara-sink-credential-0123456789";
+const SWAPPED: &str = "org.camaraproject.sim-swap-subscriptions.v0.swapped";
+const OPERATOR: &str = "https://notifications.telco.example/sim-swap";
+
+/// Tenant `telco`: a CloudEvents source mapping CAMARA's SIM swap to a `deny`.
+fn telco(receiver: &Receiver) -> String {
+    format!(
+        r#"
+[tenants.telco]
+api_key = "sk_hostile_test_key_01"
+callback_secret = "{CALLBACK_SECRET}"
+
+[tenants.telco.playbooks.sim_swap]
+decision = "deny"
+actions = [ {{ name = "lock", url = "{lock}" }} ]
+
+[tenants.telco.sources.camara]
+kind = "cloudevents"
+secret = "{CE_SECRET}"
+[[tenants.telco.sources.camara.map]]
+event = "{SWAPPED}"
+type = "sim_swap"
+subject = "/data/phoneNumber"
+"#,
+        lock = receiver.url("/lock"),
+    )
+}
+
+/// A CAMARA SIM swap notification.
+fn swapped(id: &str, source: &str, phone: &str) -> Value {
+    json!({
+        "id": id, "source": source, "type": SWAPPED, "specversion": "1.0",
+        "data": {"phoneNumber": phone}
+    })
+}
+
+async fn post_ce(client: &Client, content_type: &str, body: &str, extra: &[(&str, &str)]) -> Resp {
+    let mut req = Req::new(body)
+        .without("content-type")
+        .header("content-type", content_type)
+        .header("authorization", &format!("Bearer {CE_SECRET}"));
+    for (name, value) in extra {
+        req = req.header(name, value);
+    }
+    client.send("POST", "/v1/sources/telco/camara", req).await
+}
+
+async fn source_status(client: &Client) -> Value {
+    client
+        .send(
+            "GET",
+            "/v1/sources/telco/camara/status",
+            Req::new("").header("authorization", API_KEY),
+        )
+        .await
+        .json()
+}
+
+#[tokio::test]
+async fn a_delivery_that_is_not_cloudevents_1_0_is_refused_whole() {
+    let (_dir, _receiver, _idem, client) = Harness::new().tenants(telco).start().await;
+    let structured = "application/cloudevents+json";
+    let batched = "application/cloudevents-batch+json";
+    let with = |field: &str, value: Value| {
+        let mut event = swapped("e-1", OPERATOR, "+34600000001");
+        event[field] = value;
+        event
+    };
+    let bad = [
+        ("an empty source", with("source", json!(""))),
+        ("an empty id", with("id", json!(""))),
+        ("an empty type", with("type", json!(""))),
+        ("specversion 0.3", with("specversion", json!("0.3"))),
+        ("a numeric specversion", with("specversion", json!(1.0))),
+    ];
+    for (what, event) in &bad {
+        let r = post_ce(&client, structured, &event.to_string(), &[]).await;
+        assert_problem(&r, 400, "invalid-events", what);
+        // In a batch, one such member refuses the whole batch: its valid member is not taken.
+        let batch = json!([swapped("e-2", OPERATOR, "+34600000002"), event]);
+        let r = post_ce(&client, batched, &batch.to_string(), &[]).await;
+        assert_problem(&r, 400, "invalid-events", &format!("a batch with {what}"));
+    }
+    // Binary mode: a required attribute's header twice, or empty.
+    let data = json!({"phoneNumber": "+34600000003"}).to_string();
+    let headers = [
+        ("ce-specversion", "1.0"),
+        ("ce-id", "e-3"),
+        ("ce-source", OPERATOR),
+        ("ce-type", SWAPPED),
+    ];
+    for (name, value) in [("ce-id", "e-4"), ("ce-source", "//other"), ("ce-type", SWAPPED)] {
+        let mut twice = headers.to_vec();
+        twice.push((name, value));
+        let r = post_ce(&client, "application/json", &data, &twice).await;
+        assert_problem(&r, 400, "invalid-events", &format!("{name} twice"));
+    }
+    let mut empty = headers.to_vec();
+    empty[2] = ("ce-source", "");
+    let r = post_ce(&client, "application/json", &data, &empty).await;
+    assert_problem(&r, 400, "invalid-events", "an empty ce-source");
+
+    // Nothing was claimed: every one of those events is a first one now.
+    let status = source_status(&client).await;
+    assert_eq!(
+        (&status["accepted"], &status["duplicates"], &status["refused"]),
+        (&json!(0), &json!(0), &json!(0)),
+        "{status}"
+    );
+    let batch = json!([
+        swapped("e-1", OPERATOR, "+34600000001"),
+        swapped("e-2", OPERATOR, "+34600000002")
+    ]);
+    let r = post_ce(&client, batched, &batch.to_string(), &[]).await;
+    assert_eq!(receipt(&r), (2, 0, 0, 0));
+    let r = post_ce(&client, "application/json", &data, &headers).await;
+    assert_eq!(receipt(&r), (1, 0, 0, 0));
+}
