@@ -556,13 +556,22 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
             c.engine.store,
             Backend::Postgres {
                 url: url.into(),
-                pool_size: 16
+                pool_size: 16,
+                connect_timeout: Duration::from_secs(10),
             }
         );
         assert!(
             !format!("{:?}", c.engine.store).contains("postgres@"),
             "the URL is not printed"
         );
+        let c = Config::parse(&pg(&format!(
+            "backend = \"postgres\"\nurl = \"{url}\"\nconnect_timeout = \"750ms\""
+        )))
+        .expect("valid");
+        assert!(matches!(
+            c.engine.store,
+            Backend::Postgres { connect_timeout, .. } if connect_timeout == Duration::from_millis(750)
+        ));
         let refused = [
             ("backend = \"postgres\"", "store.url"),
             ("backend = \"postgres\"\nurl = \"mysql://x\"", "store.url"),
@@ -570,6 +579,15 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
                 &format!("backend = \"postgres\"\nurl = \"{url}\"\npool_size = 0"),
                 "store.pool_size",
             ),
+            (
+                &format!("backend = \"postgres\"\nurl = \"{url}\"\nconnect_timeout = \"0s\""),
+                "store.connect_timeout",
+            ),
+            (
+                &format!("backend = \"postgres\"\nurl = \"{url}\"\nconnect_timeout = \"soon\""),
+                "store.connect_timeout",
+            ),
+            ("connect_timeout = \"5s\"", "store.url"),
             ("backend = \"redis\"", "store.backend"),
             (&format!("url = \"{url}\""), "store.url"),
             ("pool = 3", "pool"),
@@ -591,7 +609,8 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
             c.engine.store,
             Backend::Postgres {
                 url: url.into(),
-                pool_size: 16
+                pool_size: 16,
+                connect_timeout: Duration::from_secs(10),
             }
         );
         let var = "IDEM_TEST_CONFIG_STORE_URL";

@@ -1,7 +1,8 @@
 //! What a hostile sender still gets at the sources (docs/REFERENCE.md, "Sources" and "Shared
 //! Signals and CloudEvents"), against a real `idem serve`: a delivery that is not CloudEvents
 //! 1.0 (an empty `source` or `id`, another `specversion`, a `ce-*` header twice) is refused
-//! whole with nothing claimed.
+//! whole with nothing claimed; and `idem serve` on a database that takes the connection and
+//! never answers gives up at `store.connect_timeout`, naming it, with a non-zero exit.
 
 use serde_json::{json, Value};
 
@@ -125,4 +126,65 @@ async fn a_delivery_that_is_not_cloudevents_1_0_is_refused_whole() {
     assert_eq!(receipt(&r), (2, 0, 0, 0));
     let r = post_ce(&client, "application/json", &data, &headers).await;
     assert_eq!(receipt(&r), (1, 0, 0, 0));
+}
+
+#[tokio::test]
+async fn a_database_that_never_answers_ends_the_start_at_its_deadline() {
+    // A "database" that accepts every connection and never says a word.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = silent.local_addr().expect("addr");
+    let held = tokio::spawn(async move {
+        let mut connections = Vec::new();
+        while let Ok((connection, _)) = silent.accept().await {
+            connections.push(connection);
+        }
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!(
+        "[store]\nbackend = \"postgres\"\nurl = \"postgres://postgres@{addr}/idem\"\nconnect_timeout = \"300ms\"\n"
+    );
+    let receiver = Receiver::start().await;
+    let config = settings(&store, &dir.path().join("data"), "", "") + &telco(&receiver);
+    let config_path = dir.path().join("idem.toml");
+    std::fs::write(&config_path, config).expect("write config");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&config_path)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn idem");
+    // Generous: what is asserted is that it exits, not how fast.
+    let mut status = None;
+    for _ in 0..600 {
+        status = child.try_wait().expect("wait");
+        if status.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("idem serve still waits on a database that never answers");
+    };
+    let (mut stderr, mut stdout) = (String::new(), String::new());
+    use std::io::Read;
+    if let Some(mut pipe) = child.stderr.take() {
+        pipe.read_to_string(&mut stderr).expect("stderr");
+    }
+    if let Some(mut pipe) = child.stdout.take() {
+        pipe.read_to_string(&mut stdout).expect("stdout");
+    }
+    held.abort();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("store.connect_timeout") && stderr.contains("did not connect and answer"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("listening"), "nothing is served: {stdout}");
 }
