@@ -245,7 +245,7 @@ fn console_asset() {}
         (status = 401, description = "source-unauthenticated or stale-timestamp", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "not-found: no such tenant or source", body = Problem, content_type = "application/problem+json"),
         (status = 408, description = "request-timeout", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "payload-too-large: the body is over 1 MiB (ssf: 64 KiB)", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "payload-too-large: the body is over 1 MiB (ssf: 64 KiB), or a batch of CloudEvents holds over 100 events", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "internal: an event could not be stored; send the delivery again", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "unavailable: the store, or (ssf) the transmitter's JWK Set; send it again", body = Problem, content_type = "application/problem+json"),
     ),
@@ -664,6 +664,18 @@ impl Modify for Limits {
             response.description = format!(
                 "payload-too-large: the body is over {} KiB",
                 ingest::MAX_BODY / 1024
+            );
+        }
+        let sources = paths
+            .get_mut("/v1/sources/{tenant}/{source}")
+            .and_then(|p| p.post.as_mut());
+        let too_large = sources.and_then(|o| o.responses.responses.get_mut("413"));
+        if let Some(utoipa::openapi::RefOr::T(response)) = too_large {
+            response.description = format!(
+                "payload-too-large: the body is over {} KiB (ssf: {} KiB), or a batch of CloudEvents holds over {} events",
+                crate::source::MAX_SOURCE_BODY / 1024,
+                crate::source::set::MAX_SET / 1024,
+                crate::source::events::MAX_CLOUDEVENTS_BATCH
             );
         }
     }

@@ -80,6 +80,35 @@ pub const CLOUDEVENTS_STRUCTURED: &str = "application/cloudevents+json";
 /// A batch of CloudEvents.
 pub const CLOUDEVENTS_BATCH: &str = "application/cloudevents-batch+json";
 
+/// The most events a batch of CloudEvents may hold. The senders CloudEvents sources serve send
+/// one event per request (CAMARA's notifications, Knative's deliveries); a sender that batches
+/// fits in this many, and one request's claims stay as few as a provider's own batch.
+pub const MAX_CLOUDEVENTS_BATCH: usize = 100;
+
+/// How many members the JSON array `bytes` holds, counted without building any of them (so a
+/// batch over [`MAX_CLOUDEVENTS_BATCH`] is refused before it takes memory); `None` if `bytes`
+/// is not one JSON array.
+pub fn array_len(bytes: &[u8]) -> Option<usize> {
+    use serde::de::{Deserializer as _, IgnoredAny, SeqAccess, Visitor};
+    struct Count;
+    impl<'de> Visitor<'de> for Count {
+        type Value = usize;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON array")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+            let mut n = 0;
+            while seq.next_element::<IgnoredAny>()?.is_some() {
+                n += 1;
+            }
+            Ok(n)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let n = (&mut de).deserialize_seq(Count).ok()?;
+    de.end().ok().map(|()| n)
+}
+
 /// A CloudEvent's required context attributes as the CloudEvents 1.0 specification defines
 /// them: `specversion` "1.0", and `id`, `source` (a URI-reference) and `type` non-empty strings.
 /// An event without them is not a CloudEvent, and a delivery holding one is refused whole.
@@ -384,6 +413,15 @@ mod tests {
             set_pointer(&format!("/events/{uri}x/subject"), uri),
             format!("/events/{uri}x/subject")
         );
+    }
+
+    #[test]
+    fn a_batch_is_counted_without_being_built() {
+        assert_eq!(array_len(b"[]"), Some(0));
+        assert_eq!(array_len(br#" [{}, {"a": [1, 2]}, 3] "#), Some(3));
+        assert_eq!(array_len(b"{}"), None);
+        assert_eq!(array_len(b"[1, 2"), None);
+        assert_eq!(array_len(b"[1] [2]"), None);
     }
 
     #[test]

@@ -188,3 +188,61 @@ async fn a_database_that_never_answers_ends_the_start_at_its_deadline() {
     );
     assert!(!stdout.contains("listening"), "nothing is served: {stdout}");
 }
+
+/// The resident memory of the process `pid`, in KiB (`VmRSS` of /proc/<pid>/status).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS in {status}"))
+}
+
+#[tokio::test]
+async fn a_flood_of_cloudevents_batches_is_refused_before_it_takes_memory() {
+    let (_dir, _receiver, idem, client) = Harness::new().tenants(telco).start().await;
+    let batched = "application/cloudevents-batch+json";
+    let cap = ::idem::source::events::MAX_CLOUDEVENTS_BATCH;
+    // A batch at the cap is taken: every event of it claimed.
+    let at_cap: Vec<Value> = (0..cap)
+        .map(|n| swapped(&format!("cap-{n}"), OPERATOR, &format!("+3461{n:07}")))
+        .collect();
+    let r = post_ce(&client, batched, &Value::from(at_cap).to_string(), &[]).await;
+    assert_eq!(receipt(&r), (cap as u64, 0, 0, 0));
+
+    // Four senders at once, each a batch of thousands of mapped events just under 1 MiB.
+    let flood = |k: usize| {
+        let events: Vec<Value> = (0..6_000)
+            .map(|n| {
+                json!({"id": format!("{k}-{n}"), "source": "s", "type": SWAPPED,
+                    "specversion": "1.0", "data": {"phoneNumber": format!("+3462{n:07}")}})
+            })
+            .collect();
+        let body = Value::from(events).to_string();
+        assert!(body.len() < 1024 * 1024, "{} bytes", body.len());
+        body
+    };
+    let bodies: Vec<String> = (0..4).map(flood).collect();
+    let before = rss_kib(idem.pid());
+    let (a, b, c, d) = tokio::join!(
+        post_ce(&client, batched, &bodies[0], &[]),
+        post_ce(&client, batched, &bodies[1], &[]),
+        post_ce(&client, batched, &bodies[2], &[]),
+        post_ce(&client, batched, &bodies[3], &[]),
+    );
+    let after = rss_kib(idem.pid());
+    // A refused batch holds its body (under 1 MiB) while it is counted, nothing more: four at
+    // once are a few MiB. The bound leaves room for the allocator's and the runtime's own
+    // buffers, and is far below what 24,000 claims and decisions would take.
+    let grown = after.saturating_sub(before);
+    assert!(
+        grown < 32 * 1024,
+        "idem grew by {grown} KiB ({before} -> {after} KiB) under four flood batches"
+    );
+    for r in [a, b, c, d] {
+        assert_problem(&r, 413, "payload-too-large", "a batch over the cap");
+    }
+    let status = source_status(&client).await;
+    assert_eq!(status["accepted"], json!(cap), "{status}");
+}

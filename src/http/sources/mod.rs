@@ -118,6 +118,20 @@ async fn handle(
         },
     )
     .map_err(unauthenticated)?;
+    if source.kind == SourceKind::Cloudevents
+        && events::media_type(headers).as_deref() == Some(events::CLOUDEVENTS_BATCH)
+    {
+        let over = events::array_len(&bytes).filter(|n| *n > events::MAX_CLOUDEVENTS_BATCH);
+        if let Some(n) = over {
+            return Err(ApiError::new(
+                Kind::PayloadTooLarge,
+                format!(
+                    "a batch of CloudEvents holds at most {} events, not {n}: send it in parts",
+                    events::MAX_CLOUDEVENTS_BATCH
+                ),
+            ));
+        }
+    }
     let value =
         canonical::parse(&bytes).map_err(|e| ApiError::new(Kind::MalformedJson, e.to_string()))?;
     let events = events::read(source.kind, headers, &value).map_err(|e| {

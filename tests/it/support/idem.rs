@@ -96,6 +96,11 @@ impl Idem {
         }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// What the process logged so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().expect("lock").clone()
