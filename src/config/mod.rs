@@ -282,6 +282,18 @@ impl Config {
     /// loopback address (one machine), and has no path (SSF's metadata is found at the
     /// URL's root).
     fn with_issuers(self) -> Result<Config, ConfigError> {
+        // Twilio signs the URL it posts to: idem takes it from `public_url`, never from what a
+        // request's headers say, so off loopback a twilio source needs it.
+        let twilio = self.tenants.values().flat_map(|t| t.sources.values());
+        let twilio = twilio
+            .filter(|s| s.kind == crate::source::SourceKind::Twilio)
+            .count();
+        if twilio > 0 && self.public_url.is_none() && !self.listen.ip().is_loopback() {
+            return Err(invalid(
+                "public_url",
+                "is required when a source is of kind twilio: Twilio signs the URL it posts to, and idem takes it from public_url, never from the request's Host",
+            ));
+        }
         if !self.tenants.values().any(|t| t.ssf.is_some()) {
             return Ok(self);
         }
@@ -721,6 +733,19 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
             "{e}"
         );
         let _ = std::fs::remove_file(key);
+    }
+
+    #[test]
+    fn a_twilio_source_off_loopback_needs_public_url() {
+        let twilio = format!(
+            "{MINIMAL}\n[tenants.acme.sources.sms]\nkind = \"twilio\"\nsecret = \"twilio-auth-token-0123\"\n"
+        );
+        Config::parse(&twilio).expect("on loopback, idem's own address is the URL");
+        let anywhere = format!("listen = \"0.0.0.0:8080\"\n{twilio}");
+        let e = err(&anywhere);
+        assert!(e.contains("public_url") && e.contains("twilio"), "{e}");
+        Config::parse(&format!("public_url = \"https://idem.example\"\n{anywhere}"))
+            .expect("public_url names the URL Twilio signs");
     }
 
     #[test]

@@ -77,6 +77,16 @@ pub struct App {
     pub ssf: crate::transmitter::TransmitterSecrets,
 }
 
+impl App {
+    /// How others reach this idem: `public_url`, or `http://` and the address it listens on.
+    pub fn base_url(&self, live: &Live) -> String {
+        match &live.config.public_url {
+            Some(url) => url.clone(),
+            None => format!("http://{}", self.listening),
+        }
+    }
+}
+
 /// The router of the whole service; each request traced when tracing is on.
 pub fn router(app: Arc<App>) -> Router {
     let routes = routes(app.clone());

@@ -2,8 +2,16 @@
 //! Signals and CloudEvents"), against a real `idem serve`: a delivery that is not CloudEvents
 //! 1.0 (an empty `source` or `id`, another `specversion`, a `ce-*` header twice) is refused
 //! whole with nothing claimed; and `idem serve` on a database that takes the connection and
-//! never answers gives up at `store.connect_timeout`, naming it, with a non-zero exit.
+//! never answers gives up at `store.connect_timeout`, naming it, with a non-zero exit; a batch
+//! of CloudEvents over the cap is refused before it takes memory; a Twilio signature made for
+//! another URL does not pass whatever `Host` and `X-Forwarded-*` say; a GitHub delivery naming
+//! its event twice is refused; and a caller without credentials gets the same answer from a
+//! source that does not exist as from one that does.
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use idem_schemas::hash::{hmac_sha1, hmac_sha256, sha256};
+use idem_schemas::lower_hex;
 use serde_json::{json, Value};
 
 use crate::support::*;
@@ -12,6 +20,8 @@ const API_KEY: &str = "Bearer sk_hostile_test_key_01";
 const CE_SECRET: &str = "camara-sink-credential-0123456789";
 const SWAPPED: &str = "org.camaraproject.sim-swap-subscriptions.v0.swapped";
 const OPERATOR: &str = "https://notifications.telco.example/sim-swap";
+const TWILIO_TOKEN: &str = "twilio-auth-token-0123";
+const GITHUB_SECRET: &str = "github webhook secret 0123";
 
 /// Tenant `telco`: a CloudEvents source mapping CAMARA's SIM swap to a `deny`.
 fn telco(receiver: &Receiver) -> String {
@@ -32,6 +42,22 @@ secret = "{CE_SECRET}"
 event = "{SWAPPED}"
 type = "sim_swap"
 subject = "/data/phoneNumber"
+
+[tenants.telco.sources.sms]
+kind = "twilio"
+secret = "{TWILIO_TOKEN}"
+[[tenants.telco.sources.sms.map]]
+event = "com.twilio.messaging.*"
+type = "sim_swap"
+subject = "/data/to"
+
+[tenants.telco.sources.gh]
+kind = "github"
+secret = "{GITHUB_SECRET}"
+[[tenants.telco.sources.gh.map]]
+event = "member"
+type = "sim_swap"
+subject = "/member/login"
 "#,
         lock = receiver.url("/lock"),
     )
@@ -245,4 +271,136 @@ async fn a_flood_of_cloudevents_batches_is_refused_before_it_takes_memory() {
     }
     let status = source_status(&client).await;
     assert_eq!(status["accepted"], json!(cap), "{status}");
+}
+
+/// A Twilio Event Streams delivery to the sink `path` of `base`, signed over that URL.
+fn twilio_signed_for(base: &str, id: &str) -> (String, Req) {
+    let body = json!([{"specversion": "1.0", "type": "com.twilio.messaging.message.delivered",
+        "source": "/2010-04-01/Accounts/AC1/Messages/SM1.json", "id": id,
+        "data": {"to": "+15550001111"}}])
+    .to_string();
+    let path = format!(
+        "/v1/sources/telco/sms?bodySHA256={}",
+        lower_hex(&sha256(body.as_bytes()))
+    );
+    let url = format!("{base}{path}");
+    let signature = STANDARD.encode(hmac_sha1(TWILIO_TOKEN.as_bytes(), &[url.as_bytes()]));
+    (path, Req::new(&body).header("x-twilio-signature", &signature))
+}
+
+#[tokio::test]
+async fn a_twilio_signature_for_another_url_does_not_pass_whatever_the_host_headers_say() {
+    let (_dir, _receiver, idem, client) = Harness::new().tenants(telco).start().await;
+    // Signed for another deployment's URL, the request naming that host as a proxy would.
+    let (path, req) = twilio_signed_for("https://other.example", "EZ-1");
+    let req = req
+        .header("x-forwarded-host", "other.example")
+        .header("x-forwarded-proto", "https");
+    let r = client.send("POST", &path, req).await;
+    assert_problem(&r, 401, "source-unauthenticated", "signed for another URL");
+    let (path, req) = twilio_signed_for("http://other.example", "EZ-1");
+    let r = client
+        .send("POST", &path, req.header("host", "other.example"))
+        .await;
+    assert_problem(&r, 401, "source-unauthenticated", "Host set to the signed one");
+    // Signed for idem's own URL (no public_url: the loopback address it listens on): taken.
+    let (path, req) = twilio_signed_for(&idem.base, "EZ-1");
+    let r = client.send("POST", &path, req).await;
+    assert_eq!(receipt(&r), (1, 0, 0, 0));
+}
+
+#[tokio::test]
+async fn a_github_delivery_naming_its_event_twice_is_refused() {
+    let (_dir, _receiver, _idem, client) = Harness::new().tenants(telco).start().await;
+    let body = json!({"action": "added", "member": {"login": "mallory"}}).to_string();
+    let sig = format!(
+        "sha256={}",
+        lower_hex(&hmac_sha256(GITHUB_SECRET.as_bytes(), &[body.as_bytes()]))
+    );
+    let signed = || {
+        Req::new(&body)
+            .header("x-hub-signature-256", &sig)
+            .header("x-github-delivery", "d-1")
+    };
+    for (first, second) in [("member", "push"), ("push", "member"), ("member", "member")] {
+        let req = signed()
+            .header("x-github-event", first)
+            .header("x-github-event", second);
+        let r = client.send("POST", "/v1/sources/telco/gh", req).await;
+        assert_problem(&r, 400, "repeated-header", &format!("{first}, then {second}"));
+    }
+    let r = client
+        .send(
+            "POST",
+            "/v1/sources/telco/gh",
+            signed().header("x-github-event", "member"),
+        )
+        .await;
+    assert_eq!(receipt(&r), (1, 0, 0, 0), "nothing was claimed before");
+}
+
+#[tokio::test]
+async fn without_credentials_no_source_and_a_source_answer_alike() {
+    let (_dir, _receiver, _idem, client) = Harness::new().tenants(telco).start().await;
+    let paths = [
+        "/v1/sources/telco/camara",
+        "/v1/sources/telco/gh",
+        "/v1/sources/telco/sms",
+        "/v1/sources/telco/nothing",
+        "/v1/sources/nobody/camara",
+    ];
+    let event = swapped("e-1", OPERATOR, "+34600000001").to_string();
+    let attempts: [(&str, Box<dyn Fn() -> Req>); 4] = [
+        ("no credentials", Box::new(|| Req::new(&event))),
+        (
+            "a wrong Bearer",
+            Box::new(|| Req::new(&event).header("authorization", "Bearer guess-0123456789")),
+        ),
+        (
+            "a wrong signature",
+            Box::new(|| {
+                Req::new(&event)
+                    .header("x-hub-signature-256", "sha256=00ff")
+                    .header("x-twilio-signature", "AAAA")
+            }),
+        ),
+        (
+            "a SET pushed",
+            Box::new(|| {
+                Req::new("eyJhbGciOiJSUzI1NiJ9.e30.c2ln")
+                    .without("content-type")
+                    .header("content-type", "application/secevent+jwt")
+            }),
+        ),
+    ];
+    for (what, req) in &attempts {
+        let mut answers = Vec::new();
+        for path in paths {
+            let r = client.send("POST", path, req()).await;
+            answers.push((path, r.status, r.header("content-type").map(str::to_owned), r.body));
+        }
+        let (_, status, content_type, body) = &answers[0];
+        assert!(*status == 401 || *status == 400, "{what}: {status}");
+        for (path, s, c, b) in &answers {
+            assert_eq!(
+                (s, c, b),
+                (status, content_type, body),
+                "{what}: {path} answers {}, {} {}",
+                String::from_utf8_lossy(b),
+                paths[0],
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+    // Okta's verification GET: a source of another kind, and none, alike.
+    let get = |path: &'static str| {
+        let client = client.clone();
+        async move {
+            let r = client
+                .send("GET", path, Req::new("").header("x-okta-verification-challenge", "v"))
+                .await;
+            (r.status, r.body)
+        }
+    };
+    assert_eq!(get("/v1/sources/telco/camara").await, get("/v1/sources/telco/nothing").await);
 }

@@ -22,7 +22,7 @@ use crate::http::{App, Live};
 use crate::source::events;
 use crate::source::jwks::Missing;
 use crate::source::runtime::SourceState;
-use crate::source::set::{self, Err, Expect, SetRefusal, MAX_SET};
+use crate::source::set::{self, Err, Expect, SetRefusal};
 use crate::source::verify::{self, Received};
 use crate::source::Source;
 
@@ -169,18 +169,15 @@ pub async fn push(
     state: &SourceState,
     parts: &axum::http::request::Parts,
     body: axum::body::Body,
+    set_push: bool,
 ) -> Response {
     let outcome = async {
         let headers = &parts.headers;
-        if events::media_type(headers).as_deref() != Some(SECEVENT_JWT) {
-            return Err(NotTaken::Refused(SetRefusal::new(
-                Err::InvalidRequest,
-                format!("a SET is pushed as {SECEVENT_JWT}"),
-            )));
-        }
-        let bytes = read_body(headers, body, live.config.http.read_timeout, MAX_SET)
+        let limit = super::body_limit(set_push);
+        let bytes = read_body(headers, body, live.config.http.read_timeout, limit)
             .await
             .map_err(NotTaken::Later)?;
+        // Authenticated first, as every source is: the form of what came is looked at after.
         verify::check(
             source,
             &Received {
@@ -189,15 +186,25 @@ pub async fn push(
                 body: &bytes,
                 now_secs: (now_ms() / 1000) as i64,
                 tolerance_secs: 0,
-                public_url: live.config.public_url.as_deref(),
+                base_url: &app.base_url(live),
             },
         )
-        .map_err(|refused| {
-            SetRefusal::new(
+        .map_err(|_| match set_push {
+            true => NotTaken::Refused(SetRefusal::new(
                 Err::AuthenticationFailed,
-                format!("the push is not authenticated: {refused}"),
-            )
+                super::UNAUTHENTICATED,
+            )),
+            false => NotTaken::Later(ApiError::new(
+                Kind::SourceUnauthenticated,
+                super::UNAUTHENTICATED,
+            )),
         })?;
+        if !set_push {
+            return Err(NotTaken::Refused(SetRefusal::new(
+                Err::InvalidRequest,
+                format!("a SET is pushed as {SECEVENT_JWT}"),
+            )));
+        }
         let token = std::str::from_utf8(&bytes)
             .map_err(|_| SetRefusal::new(Err::InvalidRequest, "a SET is ASCII"))?
             .trim();
