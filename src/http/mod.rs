@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod problem;
 pub mod query;
+pub mod refusals;
 pub mod ratelimit;
 pub mod server;
 pub mod sources;

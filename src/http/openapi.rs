@@ -265,9 +265,7 @@ fn post_source() {}
     responses(
         (status = 200, body = OktaVerification),
         (status = 400, description = "invalid-events: no challenge", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "source-unauthenticated", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
-        (status = 405, description = "method-not-allowed: not an okta source", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "source-unauthenticated: not the configured authorization, or no such okta source (one answer for no source, a source of another kind, and a wrong credential)", body = Problem, content_type = "application/problem+json"),
     ),
 )]
 fn get_source() {}

@@ -404,3 +404,96 @@ async fn without_credentials_no_source_and_a_source_answer_alike() {
     };
     assert_eq!(get("/v1/sources/telco/camara").await, get("/v1/sources/telco/nothing").await);
 }
+
+/// The sum of every `idem_refusals_total` series of `surface` in a `/metrics` text.
+fn refusals_of(metrics: &str, surface: &str) -> f64 {
+    let label = format!("surface=\"{surface}\"");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("idem_refusals_total{") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_flood_of_refusals_is_counted_whole_and_logged_at_a_bounded_rate() {
+    // Besides telco's sources, an SSF transmitter whose SETs are checked by its keys alone.
+    let keys = tempfile::tempdir().expect("tempdir");
+    let jwks = keys.path().join("jwks.json");
+    let key = devtools::jose::JwsKey::rsa("k1");
+    std::fs::write(&jwks, devtools::jose::jwk_set(&[&key]).to_string()).expect("write jwks");
+    let jwks = jwks.display().to_string();
+    let (_dir, _receiver, idem, client) = Harness::new()
+        .tenants(move |receiver| {
+            telco(receiver)
+                + &format!(
+                    r#"
+[tenants.telco.sources.sts]
+kind = "ssf"
+issuer = "https://sts.example.com"
+audience = "https://idem.example.com/telco"
+jwks = "{jwks}"
+[[tenants.telco.sources.sts.map]]
+event = "https://schemas.openid.net/secevent/risc/event-type/credential-compromise"
+type = "sim_swap"
+"#
+                )
+        })
+        .start()
+        .await;
+    let metrics = client.send("GET", "/metrics", Req::new("")).await;
+    let metrics = String::from_utf8_lossy(&metrics.body).to_string();
+    assert_eq!(refusals_of(&metrics, "sources"), 0.0, "at zero from the start");
+    assert!(
+        metrics.contains(r#"idem_refusals_total{reason="unknown-source",surface="sources"} 0"#),
+        "{metrics}"
+    );
+    let logged_before = idem.stderr().lines().count();
+
+    // 2,000 garbage POSTs: to no source, without credentials, with a wrong one, a SET that is
+    // not one.
+    let garbage = |n: usize| {
+        let client = client.clone();
+        async move {
+            let (path, req) = match n % 4 {
+                0 => (format!("/v1/sources/nobody/s{n}"), Req::new("garbage")),
+                1 => ("/v1/sources/telco/camara".to_string(), Req::new("garbage")),
+                2 => (
+                    "/v1/sources/telco/gh".to_string(),
+                    Req::new("garbage").header("x-hub-signature-256", "sha256=00"),
+                ),
+                _ => (
+                    "/v1/sources/telco/sts".to_string(),
+                    Req::new("garbage")
+                        .without("content-type")
+                        .header("content-type", "application/secevent+jwt"),
+                ),
+            };
+            client.send("POST", &path, req).await.status
+        }
+    };
+    for chunk in (0..2_000).collect::<Vec<_>>().chunks(50) {
+        let statuses = futures::future::join_all(chunk.iter().map(|n| garbage(*n))).await;
+        assert!(statuses.iter().all(|s| *s == 401 || *s == 400), "{statuses:?}");
+    }
+
+    let metrics = client.send("GET", "/metrics", Req::new("")).await;
+    let metrics = String::from_utf8_lossy(&metrics.body).to_string();
+    let counted = refusals_of(&metrics, "sources") + refusals_of(&metrics, "ssf");
+    assert_eq!(counted, 2_000.0, "every refusal is counted");
+    assert_eq!(refusals_of(&metrics, "ssf"), 500.0);
+    let log = idem.stderr();
+    let refusal_lines: Vec<&str> = log
+        .lines()
+        .skip(logged_before)
+        .filter(|l| l.contains("refused"))
+        .collect();
+    // At most so many a window on each of the two surfaces.
+    let bound = 2 * ::idem::http::refusals::LINES_PER_INTERVAL as usize;
+    assert!(
+        !refusal_lines.is_empty() && refusal_lines.len() <= bound,
+        "{} refusal lines for 2,000 refusals (at most {bound}): {}",
+        refusal_lines.len(),
+        refusal_lines.iter().take(30).copied().collect::<Vec<_>>().join("\n")
+    );
+}

@@ -30,6 +30,7 @@ use crate::http::auth::TenantAuth;
 use crate::http::ingest::read_body;
 use crate::http::metrics::{SOURCE_DELIVERIES, SOURCE_EVENTS};
 use crate::http::problem::{ApiError, Kind};
+use crate::http::refusals;
 use crate::http::{App, Live};
 use crate::source::events;
 use crate::source::runtime::SourceState;
@@ -96,8 +97,15 @@ pub async fn receive(
     let live = app.live.load_full();
     let (parts, body) = request.into_parts();
     let set_push = is_set_push(&parts.headers);
+    let surface = match set_push {
+        true => refusals::SSF,
+        false => refusals::SOURCES,
+    };
     if let Some(name) = verify::repeated(&parts.headers) {
         let detail = Refused::Repeated(name).to_string();
+        if refusals::note(surface, Kind::RepeatedHeader.describe().1) {
+            tracing::info!(surface, header = name, "a delivery was refused: a header sent twice");
+        }
         return match set_push {
             true => ssf::refused(&SetRefusal::new(SetErr::InvalidRequest, detail)),
             false => ApiError::new(Kind::RepeatedHeader, detail).into_response(),
@@ -107,7 +115,12 @@ pub async fn receive(
     // its body is read as theirs is (so that its size or its pace shows nothing either).
     let Ok((tenant, source)) = find(&live, path) else {
         let limit = body_limit(set_push);
-        return match read_body(&parts.headers, body, live.config.http.read_timeout, limit).await {
+        let read = read_body(&parts.headers, body, live.config.http.read_timeout, limit).await;
+        let reason = read.as_ref().err().map_or(refusals::UNKNOWN_SOURCE, ApiError::slug);
+        if refusals::note(surface, reason) {
+            tracing::info!(surface, reason, "a delivery to no such tenant or source was refused");
+        }
+        return match read {
             Ok(_) => unauthenticated_answer(set_push),
             Err(problem) => problem.into_response(),
         };
@@ -122,10 +135,16 @@ pub async fn receive(
             SOURCE_DELIVERIES.with_label_values(&[kind, "ok"]).inc();
             Json(receipt).into_response()
         }
-        Err(problem) => {
+        Err(Failed { problem, why }) => {
             SOURCE_DELIVERIES
                 .with_label_values(&[kind, problem.slug()])
                 .inc();
+            let refused = problem.problem().status < 500;
+            if refused && refusals::note(refusals::SOURCES, problem.slug()) {
+                let reason = problem.slug();
+                let detail = why.map_or_else(|| problem.detail().to_string(), |w| w.to_string());
+                tracing::info!(tenant = %tenant.name, source = %source.name, kind, reason, detail, "a delivery was refused");
+            }
             match set_push && problem.slug() == "source-unauthenticated" {
                 true => unauthenticated_answer(true),
                 false => problem.into_response(),
@@ -143,7 +162,7 @@ async fn handle(
     parts: &axum::http::request::Parts,
     body: axum::body::Body,
     set_push: bool,
-) -> Result<SourceReceipt, ApiError> {
+) -> Result<SourceReceipt, Failed> {
     let headers = &parts.headers;
     let bytes = read_body(
         headers,
@@ -164,19 +183,22 @@ async fn handle(
             base_url: &app.base_url(live),
         },
     )
-    .map_err(unauthenticated)?;
+    .map_err(|refused| Failed {
+        problem: unauthenticated(refused),
+        why: Some(refused),
+    })?;
     if source.kind == SourceKind::Cloudevents
         && events::media_type(headers).as_deref() == Some(events::CLOUDEVENTS_BATCH)
     {
         let over = events::array_len(&bytes).filter(|n| *n > events::MAX_CLOUDEVENTS_BATCH);
         if let Some(n) = over {
-            return Err(ApiError::new(
+            return Err(Failed::from(ApiError::new(
                 Kind::PayloadTooLarge,
                 format!(
                     "a batch of CloudEvents holds at most {} events, not {n}: send it in parts",
                     events::MAX_CLOUDEVENTS_BATCH
                 ),
-            ));
+            )));
         }
     }
     let value =
@@ -258,8 +280,21 @@ async fn handle(
     // One event not durable fails the delivery, so the provider sends it again; the events
     // claimed meanwhile are duplicates then.
     match failed {
-        Some(problem) => Err(problem),
+        Some(problem) => Err(problem.into()),
         None => Ok(receipt),
+    }
+}
+
+/// Why a delivery was not taken: the answer, and for a refused authentication its reason,
+/// which is logged, never answered.
+struct Failed {
+    problem: ApiError,
+    why: Option<Refused>,
+}
+
+impl From<ApiError> for Failed {
+    fn from(problem: ApiError) -> Self {
+        Failed { problem, why: None }
     }
 }
 
@@ -306,7 +341,12 @@ pub async fn verify_hook(
     });
     match answer {
         Ok(verification) => Json(verification).into_response(),
-        Err(problem) => problem.into_response(),
+        Err(problem) => {
+            if refusals::note(refusals::SOURCES, problem.slug()) {
+                tracing::info!(reason = problem.slug(), "Okta's verification was refused");
+            }
+            problem.into_response()
+        }
     }
 }
 

@@ -18,6 +18,7 @@ use crate::config::Tenant;
 use crate::http::ingest::read_body;
 use crate::http::metrics::{SOURCE_DELIVERIES, SOURCE_EVENTS};
 use crate::http::problem::{ApiError, Kind};
+use crate::http::refusals;
 use crate::http::{App, Live};
 use crate::source::events;
 use crate::source::jwks::Missing;
@@ -171,6 +172,7 @@ pub async fn push(
     body: axum::body::Body,
     set_push: bool,
 ) -> Response {
+    let mut why = None;
     let outcome = async {
         let headers = &parts.headers;
         let limit = super::body_limit(set_push);
@@ -189,7 +191,9 @@ pub async fn push(
                 base_url: &app.base_url(live),
             },
         )
-        .map_err(|_| match set_push {
+        .map_err(|refused| {
+            why = Some(refused);
+            match set_push {
             true => NotTaken::Refused(SetRefusal::new(
                 Err::AuthenticationFailed,
                 super::UNAUTHENTICATED,
@@ -198,6 +202,7 @@ pub async fn push(
                 Kind::SourceUnauthenticated,
                 super::UNAUTHENTICATED,
             )),
+        }
         })?;
         if !set_push {
             return Err(NotTaken::Refused(SetRefusal::new(
@@ -223,9 +228,18 @@ pub async fn push(
         Err(NotTaken::Refused(refusal)) => {
             state.count(Fate::Refused);
             SOURCE_EVENTS.with_label_values(&["ssf", "refused"]).inc();
-            tracing::info!(tenant = %tenant.name, source = %source.name, err = refusal.err.as_str(), description = %refusal.description, "a SET was refused");
+            if refusals::note(refusals::SSF, refusal.err.as_str()) {
+                let description = why.map_or(refusal.description.clone(), |w| w.to_string());
+                tracing::info!(tenant = %tenant.name, source = %source.name, err = refusal.err.as_str(), description, "a SET was refused");
+            }
             refused(&refusal)
         }
-        Err(NotTaken::Later(problem)) => problem.into_response(),
+        Err(NotTaken::Later(problem)) => {
+            if problem.problem().status < 500 && refusals::note(refusals::SSF, problem.slug()) {
+                let detail = why.map_or(problem.detail().to_string(), |w| w.to_string());
+                tracing::info!(tenant = %tenant.name, source = %source.name, reason = problem.slug(), detail, "a SET push was refused");
+            }
+            problem.into_response()
+        }
     }
 }
