@@ -744,8 +744,10 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
         let anywhere = format!("listen = \"0.0.0.0:8080\"\n{twilio}");
         let e = err(&anywhere);
         assert!(e.contains("public_url") && e.contains("twilio"), "{e}");
-        Config::parse(&format!("public_url = \"https://idem.example\"\n{anywhere}"))
-            .expect("public_url names the URL Twilio signs");
+        Config::parse(&format!(
+            "public_url = \"https://idem.example\"\n{anywhere}"
+        ))
+        .expect("public_url names the URL Twilio signs");
     }
 
     #[test]

@@ -490,9 +490,15 @@ mod tests {
             r#"{"specversion":1.0,"id":"e1","source":"//op/a","type":"t"}"#,
         ] {
             let bad = json(bad);
-            assert!(read(SourceKind::Cloudevents, &structured, &bad).is_err(), "{bad}");
+            assert!(
+                read(SourceKind::Cloudevents, &structured, &bad).is_err(),
+                "{bad}"
+            );
             let in_batch = Value::Array(vec![one.clone(), bad.clone()]);
-            assert!(read(SourceKind::Cloudevents, &batched, &in_batch).is_err(), "{bad}");
+            assert!(
+                read(SourceKind::Cloudevents, &batched, &in_batch).is_err(),
+                "{bad}"
+            );
         }
         // A required attribute's header twice.
         let mut twice = binary.clone();

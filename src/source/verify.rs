@@ -90,7 +90,6 @@ fn header<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<&'h str, Ref
     value.ok_or(Refused::Missing(name))
 }
 
-
 /// Checks that `delivery` comes from the provider `source` is configured for.
 pub fn check(source: &Source, delivery: &Received<'_>) -> Result<(), Refused> {
     let headers = delivery.headers;

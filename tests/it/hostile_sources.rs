@@ -126,7 +126,11 @@ async fn a_delivery_that_is_not_cloudevents_1_0_is_refused_whole() {
         ("ce-source", OPERATOR),
         ("ce-type", SWAPPED),
     ];
-    for (name, value) in [("ce-id", "e-4"), ("ce-source", "//other"), ("ce-type", SWAPPED)] {
+    for (name, value) in [
+        ("ce-id", "e-4"),
+        ("ce-source", "//other"),
+        ("ce-type", SWAPPED),
+    ] {
         let mut twice = headers.to_vec();
         twice.push((name, value));
         let r = post_ce(&client, "application/json", &data, &twice).await;
@@ -140,7 +144,11 @@ async fn a_delivery_that_is_not_cloudevents_1_0_is_refused_whole() {
     // Nothing was claimed: every one of those events is a first one now.
     let status = source_status(&client).await;
     assert_eq!(
-        (&status["accepted"], &status["duplicates"], &status["refused"]),
+        (
+            &status["accepted"],
+            &status["duplicates"],
+            &status["refused"]
+        ),
         (&json!(0), &json!(0), &json!(0)),
         "{status}"
     );
@@ -285,7 +293,10 @@ fn twilio_signed_for(base: &str, id: &str) -> (String, Req) {
     );
     let url = format!("{base}{path}");
     let signature = STANDARD.encode(hmac_sha1(TWILIO_TOKEN.as_bytes(), &[url.as_bytes()]));
-    (path, Req::new(&body).header("x-twilio-signature", &signature))
+    (
+        path,
+        Req::new(&body).header("x-twilio-signature", &signature),
+    )
 }
 
 #[tokio::test]
@@ -302,7 +313,12 @@ async fn a_twilio_signature_for_another_url_does_not_pass_whatever_the_host_head
     let r = client
         .send("POST", &path, req.header("host", "other.example"))
         .await;
-    assert_problem(&r, 401, "source-unauthenticated", "Host set to the signed one");
+    assert_problem(
+        &r,
+        401,
+        "source-unauthenticated",
+        "Host set to the signed one",
+    );
     // Signed for idem's own URL (no public_url: the loopback address it listens on): taken.
     let (path, req) = twilio_signed_for(&idem.base, "EZ-1");
     let r = client.send("POST", &path, req).await;
@@ -327,7 +343,12 @@ async fn a_github_delivery_naming_its_event_twice_is_refused() {
             .header("x-github-event", first)
             .header("x-github-event", second);
         let r = client.send("POST", "/v1/sources/telco/gh", req).await;
-        assert_problem(&r, 400, "repeated-header", &format!("{first}, then {second}"));
+        assert_problem(
+            &r,
+            400,
+            "repeated-header",
+            &format!("{first}, then {second}"),
+        );
     }
     let r = client
         .send(
@@ -377,7 +398,12 @@ async fn without_credentials_no_source_and_a_source_answer_alike() {
         let mut answers = Vec::new();
         for path in paths {
             let r = client.send("POST", path, req()).await;
-            answers.push((path, r.status, r.header("content-type").map(str::to_owned), r.body));
+            answers.push((
+                path,
+                r.status,
+                r.header("content-type").map(str::to_owned),
+                r.body,
+            ));
         }
         let (_, status, content_type, body) = &answers[0];
         assert!(*status == 401 || *status == 400, "{what}: {status}");
@@ -397,12 +423,19 @@ async fn without_credentials_no_source_and_a_source_answer_alike() {
         let client = client.clone();
         async move {
             let r = client
-                .send("GET", path, Req::new("").header("x-okta-verification-challenge", "v"))
+                .send(
+                    "GET",
+                    path,
+                    Req::new("").header("x-okta-verification-challenge", "v"),
+                )
                 .await;
             (r.status, r.body)
         }
     };
-    assert_eq!(get("/v1/sources/telco/camara").await, get("/v1/sources/telco/nothing").await);
+    assert_eq!(
+        get("/v1/sources/telco/camara").await,
+        get("/v1/sources/telco/nothing").await
+    );
 }
 
 /// The sum of every `idem_refusals_total` series of `surface` in a `/metrics` text.
@@ -443,7 +476,11 @@ type = "sim_swap"
         .await;
     let metrics = client.send("GET", "/metrics", Req::new("")).await;
     let metrics = String::from_utf8_lossy(&metrics.body).to_string();
-    assert_eq!(refusals_of(&metrics, "sources"), 0.0, "at zero from the start");
+    assert_eq!(
+        refusals_of(&metrics, "sources"),
+        0.0,
+        "at zero from the start"
+    );
     assert!(
         metrics.contains(r#"idem_refusals_total{reason="unknown-source",surface="sources"} 0"#),
         "{metrics}"
@@ -474,7 +511,10 @@ type = "sim_swap"
     };
     for chunk in (0..2_000).collect::<Vec<_>>().chunks(50) {
         let statuses = futures::future::join_all(chunk.iter().map(|n| garbage(*n))).await;
-        assert!(statuses.iter().all(|s| *s == 401 || *s == 400), "{statuses:?}");
+        assert!(
+            statuses.iter().all(|s| *s == 401 || *s == 400),
+            "{statuses:?}"
+        );
     }
 
     let metrics = client.send("GET", "/metrics", Req::new("")).await;
@@ -494,6 +534,11 @@ type = "sim_swap"
         !refusal_lines.is_empty() && refusal_lines.len() <= bound,
         "{} refusal lines for 2,000 refusals (at most {bound}): {}",
         refusal_lines.len(),
-        refusal_lines.iter().take(30).copied().collect::<Vec<_>>().join("\n")
+        refusal_lines
+            .iter()
+            .take(30)
+            .copied()
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }

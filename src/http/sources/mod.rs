@@ -41,8 +41,7 @@ use take::{Fate, Ready};
 
 /// What a caller not authenticated as a source's sender is told, whatever the source and
 /// whether there is one: why is logged, never answered.
-pub const UNAUTHENTICATED: &str =
-    "not authenticated as this source's sender (or no such source)";
+pub const UNAUTHENTICATED: &str = "not authenticated as this source's sender (or no such source)";
 
 /// Whether a request is a pushed SET, whose refusals take RFC 8935's form: by its media type,
 /// not by its source, so that the form shows nothing of the source either.
@@ -61,7 +60,10 @@ fn body_limit(set_push: bool) -> usize {
 /// The answer to a caller not authenticated as a source's sender, in its request's form.
 fn unauthenticated_answer(set_push: bool) -> Response {
     match set_push {
-        true => ssf::refused(&SetRefusal::new(SetErr::AuthenticationFailed, UNAUTHENTICATED)),
+        true => ssf::refused(&SetRefusal::new(
+            SetErr::AuthenticationFailed,
+            UNAUTHENTICATED,
+        )),
         false => ApiError::new(Kind::SourceUnauthenticated, UNAUTHENTICATED).into_response(),
     }
 }
@@ -104,7 +106,11 @@ pub async fn receive(
     if let Some(name) = verify::repeated(&parts.headers) {
         let detail = Refused::Repeated(name).to_string();
         if refusals::note(surface, Kind::RepeatedHeader.describe().1) {
-            tracing::info!(surface, header = name, "a delivery was refused: a header sent twice");
+            tracing::info!(
+                surface,
+                header = name,
+                "a delivery was refused: a header sent twice"
+            );
         }
         return match set_push {
             true => ssf::refused(&SetRefusal::new(SetErr::InvalidRequest, detail)),
@@ -116,9 +122,16 @@ pub async fn receive(
     let Ok((tenant, source)) = find(&live, path) else {
         let limit = body_limit(set_push);
         let read = read_body(&parts.headers, body, live.config.http.read_timeout, limit).await;
-        let reason = read.as_ref().err().map_or(refusals::UNKNOWN_SOURCE, ApiError::slug);
+        let reason = read
+            .as_ref()
+            .err()
+            .map_or(refusals::UNKNOWN_SOURCE, ApiError::slug);
         if refusals::note(surface, reason) {
-            tracing::info!(surface, reason, "a delivery to no such tenant or source was refused");
+            tracing::info!(
+                surface,
+                reason,
+                "a delivery to no such tenant or source was refused"
+            );
         }
         return match read {
             Ok(_) => unauthenticated_answer(set_push),
@@ -306,8 +319,8 @@ pub async fn verify_hook(
     headers: HeaderMap,
 ) -> Response {
     let live = app.live.load_full();
-    let found = find(&live, path)
-        .map_err(|_| ApiError::new(Kind::SourceUnauthenticated, UNAUTHENTICATED));
+    let found =
+        find(&live, path).map_err(|_| ApiError::new(Kind::SourceUnauthenticated, UNAUTHENTICATED));
     let answer = found.and_then(|(_, source)| {
         // Only an okta source answers GET; another is answered as no source is.
         if source.kind != SourceKind::Okta {

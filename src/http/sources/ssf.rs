@@ -194,15 +194,15 @@ pub async fn push(
         .map_err(|refused| {
             why = Some(refused);
             match set_push {
-            true => NotTaken::Refused(SetRefusal::new(
-                Err::AuthenticationFailed,
-                super::UNAUTHENTICATED,
-            )),
-            false => NotTaken::Later(ApiError::new(
-                Kind::SourceUnauthenticated,
-                super::UNAUTHENTICATED,
-            )),
-        }
+                true => NotTaken::Refused(SetRefusal::new(
+                    Err::AuthenticationFailed,
+                    super::UNAUTHENTICATED,
+                )),
+                false => NotTaken::Later(ApiError::new(
+                    Kind::SourceUnauthenticated,
+                    super::UNAUTHENTICATED,
+                )),
+            }
         })?;
         if !set_push {
             return Err(NotTaken::Refused(SetRefusal::new(
