@@ -371,7 +371,8 @@ async fn without_credentials_no_source_and_a_source_answer_alike() {
         "/v1/sources/nobody/camara",
     ];
     let event = swapped("e-1", OPERATOR, "+34600000001").to_string();
-    let attempts: [(&str, Box<dyn Fn() -> Req>); 4] = [
+    type Attempt<'e> = (&'static str, Box<dyn Fn() -> Req + 'e>);
+    let attempts: [Attempt; 4] = [
         ("no credentials", Box::new(|| Req::new(&event))),
         (
             "a wrong Bearer",

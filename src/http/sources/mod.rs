@@ -141,9 +141,9 @@ pub async fn receive(
     let kind = source.kind.as_str();
     let state = app.sources.of(&tenant.name, source);
     if source.kind == SourceKind::Ssf {
-        return ssf::push(&app, &live, tenant, source, &state, &parts, body, set_push).await;
+        return ssf::push(&app, &live, tenant, source, &state, &parts, body).await;
     }
-    match handle(&app, &live, tenant, source, &state, &parts, body, set_push).await {
+    match handle(&app, &live, tenant, source, &state, &parts, body).await {
         Ok(receipt) => {
             SOURCE_DELIVERIES.with_label_values(&[kind, "ok"]).inc();
             Json(receipt).into_response()
@@ -174,8 +174,8 @@ async fn handle(
     state: &SourceState,
     parts: &axum::http::request::Parts,
     body: axum::body::Body,
-    set_push: bool,
 ) -> Result<SourceReceipt, Failed> {
+    let set_push = is_set_push(&parts.headers);
     let headers = &parts.headers;
     let bytes = read_body(
         headers,

@@ -170,8 +170,8 @@ pub async fn push(
     state: &SourceState,
     parts: &axum::http::request::Parts,
     body: axum::body::Body,
-    set_push: bool,
 ) -> Response {
+    let set_push = super::is_set_push(&parts.headers);
     let mut why = None;
     let outcome = async {
         let headers = &parts.headers;
