@@ -79,6 +79,7 @@ pub async fn run(
     crate::http::known_series::export(&config);
     let live = Arc::new(ArcSwap::from_pointee(Live::new(config.clone())));
     let keyring = Arc::new(ConfigKeyring(live.clone()));
+    tracing::info!(store = ?config.engine.store, "opening the store");
     let engine = Engine::start(config.engine.clone(), keyring).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

@@ -303,6 +303,18 @@ impl Config {
     /// loopback address (one machine), and has no path (SSF's metadata is found at the
     /// URL's root).
     fn with_issuers(self) -> Result<Config, ConfigError> {
+        // Twilio signs the URL it posts to: idem takes it from `public_url`, never from what a
+        // request's headers say, so off loopback a twilio source needs it.
+        let twilio = self.tenants.values().flat_map(|t| t.sources.values());
+        let twilio = twilio
+            .filter(|s| s.kind == crate::source::SourceKind::Twilio)
+            .count();
+        if twilio > 0 && self.public_url.is_none() && !self.listen.ip().is_loopback() {
+            return Err(invalid(
+                "public_url",
+                "is required when a source is of kind twilio: Twilio signs the URL it posts to, and idem takes it from public_url, never from the request's Host",
+            ));
+        }
         if !self.tenants.values().any(|t| t.ssf.is_some()) {
             return Ok(self);
         }
@@ -630,13 +642,22 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
             c.engine.store,
             Backend::Postgres {
                 url: url.into(),
-                pool_size: 16
+                pool_size: 16,
+                connect_timeout: Duration::from_secs(10),
             }
         );
         assert!(
             !format!("{:?}", c.engine.store).contains("postgres@"),
             "the URL is not printed"
         );
+        let c = Config::parse(&pg(&format!(
+            "backend = \"postgres\"\nurl = \"{url}\"\nconnect_timeout = \"750ms\""
+        )))
+        .expect("valid");
+        assert!(matches!(
+            c.engine.store,
+            Backend::Postgres { connect_timeout, .. } if connect_timeout == Duration::from_millis(750)
+        ));
         let refused = [
             ("backend = \"postgres\"", "store.url"),
             ("backend = \"postgres\"\nurl = \"mysql://x\"", "store.url"),
@@ -644,6 +665,15 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
                 &format!("backend = \"postgres\"\nurl = \"{url}\"\npool_size = 0"),
                 "store.pool_size",
             ),
+            (
+                &format!("backend = \"postgres\"\nurl = \"{url}\"\nconnect_timeout = \"0s\""),
+                "store.connect_timeout",
+            ),
+            (
+                &format!("backend = \"postgres\"\nurl = \"{url}\"\nconnect_timeout = \"soon\""),
+                "store.connect_timeout",
+            ),
+            ("connect_timeout = \"5s\"", "store.url"),
             ("backend = \"redis\"", "store.backend"),
             (&format!("url = \"{url}\""), "store.url"),
             ("pool = 3", "pool"),
@@ -665,7 +695,8 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
             c.engine.store,
             Backend::Postgres {
                 url: url.into(),
-                pool_size: 16
+                pool_size: 16,
+                connect_timeout: Duration::from_secs(10),
             }
         );
         let var = "IDEM_TEST_CONFIG_STORE_URL";
@@ -833,6 +864,21 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
             assert!(e.contains(name), "{lines}: {e}");
         }
         let _ = std::fs::remove_file(key);
+    }
+
+    #[test]
+    fn a_twilio_source_off_loopback_needs_public_url() {
+        let twilio = format!(
+            "{MINIMAL}\n[tenants.acme.sources.sms]\nkind = \"twilio\"\nsecret = \"twilio-auth-token-0123\"\n"
+        );
+        Config::parse(&twilio).expect("on loopback, idem's own address is the URL");
+        let anywhere = format!("listen = \"0.0.0.0:8080\"\n{twilio}");
+        let e = err(&anywhere);
+        assert!(e.contains("public_url") && e.contains("twilio"), "{e}");
+        Config::parse(&format!(
+            "public_url = \"https://idem.example\"\n{anywhere}"
+        ))
+        .expect("public_url names the URL Twilio signs");
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod playbooks;
 pub mod problem;
 pub mod query;
 pub mod ratelimit;
+pub mod refusals;
 pub mod server;
 pub mod sources;
 pub mod stats;
@@ -79,6 +80,16 @@ pub struct App {
     pub ssf: crate::transmitter::TransmitterSecrets,
     /// Failed token requests, by receiver and by address.
     pub token_failures: transmitter::token_limit::TokenLimiter,
+}
+
+impl App {
+    /// How others reach this idem: `public_url`, or `http://` and the address it listens on.
+    pub fn base_url(&self, live: &Live) -> String {
+        match &live.config.public_url {
+            Some(url) => url.clone(),
+            None => format!("http://{}", self.listening),
+        }
+    }
 }
 
 /// The router of the whole service; each request traced when tracing is on.

@@ -245,7 +245,7 @@ fn console_asset() {}
     path = "/v1/sources/{tenant}/{source}",
     tag = "sources",
     summary = "A sender's delivery, taken as the sender sends it",
-    description = "No API key: the delivery is authenticated by its source's kind, over the raw bytes, before anything is parsed or stored: `stripe` Stripe-Signature (t=…,v1=…, HMAC-SHA-256 of `t.body`, t within signatures.tolerance); `github` X-Hub-Signature-256; `standard` webhook-id, webhook-timestamp, webhook-signature; `okta` the configured Authorization value; `auth0` and `cloudevents` Authorization: Bearer <secret>; `twilio` X-Twilio-Signature over the URL, whose bodySHA256 is the body's SHA-256; `ssf` a Security Event Token (application/secevent+jwt) signed with a key of the transmitter's JWK Set, chosen by kid, with an allowed public-key alg that fits the key (and the configured Authorization value, if any). Each event (a batch for okta, auth0, twilio and batched CloudEvents; each of a SET's events) becomes one signal claimed under the sender's event id (okta `uuid`, auth0 `log_id`, twilio the CloudEvent `id`, stripe `id`, github the digest of its signed body (X-GitHub-Delivery is its event_id), standard webhook-id, cloudevents its `source` and `id`, ssf the SET's `jti`): a sender's retry is a duplicate, with no second decision or callback. The signal type comes from the source's `map` by event type; an event without a type, or of an unmapped one, is ignored; one without an id, with an id or type over 256 bytes, or without a subject at the map's JSON pointer is refused; both are acknowledged. The 200 leaves once every accepted event's claim and decision are durable; the callbacks follow. An `ssf` source answers RFC 8935's way: 202 with no body once every event of the SET is claimed (for a first SET and a repeated one alike), 400 `{err, description}` for a refused SET, with nothing claimed. A source signal's metadata is {source, event_id, event_type}; the body is never stored.",
+    description = "No API key: the delivery is authenticated by its source's kind, over the raw bytes, before anything is parsed or stored: `stripe` Stripe-Signature (t=…,v1=…, HMAC-SHA-256 of `t.body`, t within signatures.tolerance); `github` X-Hub-Signature-256; `standard` webhook-id, webhook-timestamp, webhook-signature; `okta` the configured Authorization value; `auth0` and `cloudevents` Authorization: Bearer <secret>; `twilio` X-Twilio-Signature over public_url and the path (never the request's Host), whose bodySHA256 is the body's SHA-256; `ssf` a Security Event Token (application/secevent+jwt) signed with a key of the transmitter's JWK Set, chosen by kid, with an allowed public-key alg that fits the key (and the configured Authorization value, if any). Each event (a batch for okta, auth0, twilio and batched CloudEvents; each of a SET's events) becomes one signal claimed under the sender's event id (okta `uuid`, auth0 `log_id`, twilio the CloudEvent `id`, stripe `id`, github the digest of its signed body (X-GitHub-Delivery is its event_id), standard webhook-id, cloudevents its `source` and `id`, ssf the SET's `jti`): a sender's retry is a duplicate, with no second decision or callback. The signal type comes from the source's `map` by event type; an event without a type, or of an unmapped one, is ignored; one without an id, with an id or type over 256 bytes, or without a subject at the map's JSON pointer is refused; both are acknowledged. The 200 leaves once every accepted event's claim and decision are durable; the callbacks follow. An `ssf` source answers RFC 8935's way: 202 with no body once every event of the SET is claimed (for a first SET and a repeated one alike), 400 `{err, description}` for a refused SET, with nothing claimed. A caller without valid credentials gets one answer from every source and from no source (401 source-unauthenticated; for a push of application/secevent+jwt, 400 authentication_failed); a header a scheme or an event id is read from, sent twice, is 400 repeated-header. A source signal's metadata is {source, event_id, event_type}; the body is never stored.",
     params(
         ("tenant" = String, Path, description = "The tenant"),
         ("source" = String, Path, description = "The source's name under the tenant's `sources`"),
@@ -263,10 +263,9 @@ fn console_asset() {}
             (Problem = "application/problem+json"),
             (SetError = "application/json"),
         )),
-        (status = 401, description = "source-unauthenticated or stale-timestamp", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "not-found: no such tenant or source", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "source-unauthenticated: not authenticated by the source's scheme, or no such tenant or source (one answer for both); stale-timestamp: the signature matched, its time is off", body = Problem, content_type = "application/problem+json"),
         (status = 408, description = "request-timeout", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "payload-too-large: the body is over 1 MiB (ssf: 64 KiB)", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "payload-too-large: the body is over 1 MiB (ssf: 64 KiB), or a batch of CloudEvents holds over 100 events", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "internal: an event could not be stored; send the delivery again", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "unavailable: the store, or (ssf) the transmitter's JWK Set; send it again", body = Problem, content_type = "application/problem+json"),
     ),
@@ -287,9 +286,7 @@ fn post_source() {}
     responses(
         (status = 200, body = OktaVerification),
         (status = 400, description = "invalid-events: no challenge", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "source-unauthenticated", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
-        (status = 405, description = "method-not-allowed: not an okta source", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "source-unauthenticated: not the configured authorization, or no such okta source (one answer for no source, a source of another kind, and a wrong credential)", body = Problem, content_type = "application/problem+json"),
     ),
 )]
 fn get_source() {}
@@ -686,6 +683,18 @@ impl Modify for Limits {
             response.description = format!(
                 "payload-too-large: the body is over {} KiB",
                 ingest::MAX_BODY / 1024
+            );
+        }
+        let sources = paths
+            .get_mut("/v1/sources/{tenant}/{source}")
+            .and_then(|p| p.post.as_mut());
+        let too_large = sources.and_then(|o| o.responses.responses.get_mut("413"));
+        if let Some(utoipa::openapi::RefOr::T(response)) = too_large {
+            response.description = format!(
+                "payload-too-large: the body is over {} KiB (ssf: {} KiB), or a batch of CloudEvents holds over {} events",
+                crate::source::MAX_SOURCE_BODY / 1024,
+                crate::source::set::MAX_SET / 1024,
+                crate::source::events::MAX_CLOUDEVENTS_BATCH
             );
         }
     }

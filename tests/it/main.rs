@@ -20,6 +20,7 @@ mod endpoints;
 #[cfg(feature = "failpoints")]
 mod failpoints;
 mod hostile_sets;
+mod hostile_sources;
 mod hostile_transmitter;
 mod ingest;
 mod layout;

@@ -310,6 +310,9 @@ pub enum StoreError {
     /// The store did not answer in time.
     #[error("store: no answer within {0:?}")]
     Unresponsive(std::time::Duration),
+    /// The database did not connect and answer within `store.connect_timeout` at start.
+    #[error("store: the database at store.url did not connect and answer within store.connect_timeout ({0:?})")]
+    NoAnswerAtStart(std::time::Duration),
 }
 
 impl From<std::io::Error> for StoreError {
@@ -366,9 +369,11 @@ pub async fn open(node: Process) -> Result<Arc<dyn Store>, StoreError> {
         crate::settings::Backend::Sled { data_dir } => {
             sled::SledStore::open(&data_dir, node.settings.idempotency.in_flight_timeout)?
         }
-        crate::settings::Backend::Postgres { url, pool_size } => {
-            postgres::PgStore::open(&url, pool_size, node).await?
-        }
+        crate::settings::Backend::Postgres {
+            url,
+            pool_size,
+            connect_timeout,
+        } => postgres::PgStore::open(&url, pool_size, connect_timeout, node).await?,
     })
 }
 

@@ -37,7 +37,12 @@ async fn stores() -> Vec<(&'static str, Arc<dyn Store>, Option<tempfile::TempDir
     .await;
     let url = devtools::postgres::fresh_database(devtools::postgres::LOCAL, "idem_test")
         .unwrap_or_else(|e| panic!("PostgreSQL must answer for the store suite: {e}"));
-    let postgres = open(Backend::Postgres { url, pool_size: 2 }).await;
+    let postgres = open(Backend::Postgres {
+        url,
+        pool_size: 2,
+        connect_timeout: std::time::Duration::from_secs(10),
+    })
+    .await;
     vec![("sled", sled, Some(dir)), ("postgres", postgres, None)]
 }
 
@@ -570,6 +575,7 @@ async fn a_schema_5_database_gets_each_deliverys_url_from_its_log() {
     let backend = || Backend::Postgres {
         url: url.clone(),
         pool_size: 2,
+        connect_timeout: std::time::Duration::from_secs(10),
     };
     let at = now_ms() - 1_000;
     {
@@ -699,6 +705,7 @@ async fn a_job_is_leased_to_one_live_node_and_passes_once_it_is_gone() {
     let backend = || Backend::Postgres {
         url: url.clone(),
         pool_size: 2,
+        connect_timeout: std::time::Duration::from_secs(10),
     };
     let a = open_as(backend(), EPOCH).await;
     let b = open_as(backend(), EPOCH + 1).await;

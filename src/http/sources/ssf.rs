@@ -18,11 +18,12 @@ use crate::config::Tenant;
 use crate::http::ingest::read_body;
 use crate::http::metrics::{SOURCE_DELIVERIES, SOURCE_EVENTS};
 use crate::http::problem::{ApiError, Kind};
+use crate::http::refusals;
 use crate::http::{App, Live};
 use crate::source::events;
 use crate::source::jwks::Missing;
 use crate::source::runtime::SourceState;
-use crate::source::set::{self, Err, Expect, SetRefusal, MAX_SET};
+use crate::source::set::{self, Err, Expect, SetRefusal};
 use crate::source::verify::{self, Received};
 use crate::source::Source;
 
@@ -184,17 +185,15 @@ pub async fn push(
     parts: &axum::http::request::Parts,
     body: axum::body::Body,
 ) -> Response {
+    let set_push = super::is_set_push(&parts.headers);
+    let mut why = None;
     let outcome = async {
         let headers = &parts.headers;
-        if events::media_type(headers).as_deref() != Some(SECEVENT_JWT) {
-            return Err(NotTaken::Refused(SetRefusal::new(
-                Err::InvalidRequest,
-                format!("a SET is pushed as {SECEVENT_JWT}"),
-            )));
-        }
-        let bytes = read_body(headers, body, live.config.http.read_timeout, MAX_SET)
+        let limit = super::body_limit(set_push);
+        let bytes = read_body(headers, body, live.config.http.read_timeout, limit)
             .await
             .map_err(NotTaken::Later)?;
+        // Authenticated first, as every source is: the form of what came is looked at after.
         verify::check(
             source,
             &Received {
@@ -203,15 +202,28 @@ pub async fn push(
                 body: &bytes,
                 now_secs: (now_ms() / 1000) as i64,
                 tolerance_secs: 0,
-                public_url: live.config.public_url.as_deref(),
+                base_url: &app.base_url(live),
             },
         )
         .map_err(|refused| {
-            SetRefusal::new(
-                Err::AuthenticationFailed,
-                format!("the push is not authenticated: {refused}"),
-            )
+            why = Some(refused);
+            match set_push {
+                true => NotTaken::Refused(SetRefusal::new(
+                    Err::AuthenticationFailed,
+                    super::UNAUTHENTICATED,
+                )),
+                false => NotTaken::Later(ApiError::new(
+                    Kind::SourceUnauthenticated,
+                    super::UNAUTHENTICATED,
+                )),
+            }
         })?;
+        if !set_push {
+            return Err(NotTaken::Refused(SetRefusal::new(
+                Err::InvalidRequest,
+                format!("a SET is pushed as {SECEVENT_JWT}"),
+            )));
+        }
         let token = std::str::from_utf8(&bytes)
             .map_err(|_| SetRefusal::new(Err::InvalidRequest, "a SET is ASCII"))?
             .trim();
@@ -230,9 +242,18 @@ pub async fn push(
         Err(NotTaken::Refused(refusal)) => {
             state.count(Fate::Refused);
             SOURCE_EVENTS.with_label_values(&["ssf", "refused"]).inc();
-            tracing::info!(tenant = %tenant.name, source = %source.name, err = refusal.err.as_str(), description = %refusal.description, "a SET was refused");
+            if refusals::note(refusals::SSF, refusal.err.as_str()) {
+                let description = why.map_or(refusal.description.clone(), |w| w.to_string());
+                tracing::info!(tenant = %tenant.name, source = %source.name, err = refusal.err.as_str(), description, "a SET was refused");
+            }
             refused(&refusal)
         }
-        Err(NotTaken::Later(problem)) => problem.into_response(),
+        Err(NotTaken::Later(problem)) => {
+            if problem.problem().status < 500 && refusals::note(refusals::SSF, problem.slug()) {
+                let detail = why.map_or(problem.detail().to_string(), |w| w.to_string());
+                tracing::info!(tenant = %tenant.name, source = %source.name, reason = problem.slug(), detail, "a SET push was refused");
+            }
+            problem.into_response()
+        }
     }
 }

@@ -20,7 +20,7 @@ use idem_schemas::{Stream, StreamConfig, StreamMethod, StreamState};
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::Value;
 
-use super::{base_url, find, issuer, receiver};
+use super::{find, issuer, receiver};
 use crate::config::Tenant;
 use crate::http::problem::{ApiError, Kind};
 use crate::http::query;
@@ -87,7 +87,7 @@ impl ReceiverAuth {
     fn view(&self, app: &App, stream: &Stream) -> StreamConfig {
         let (_, ssf) = self.parts();
         let issuer = issuer(app, &self.live, &self.tenant);
-        let poll_base = format!("{}/ssf/{}/streams", base_url(app, &self.live), self.tenant);
+        let poll_base = format!("{}/ssf/{}/streams", app.base_url(&self.live), self.tenant);
         let audience = ssf
             .receivers
             .get(&self.receiver)
