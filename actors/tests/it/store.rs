@@ -928,6 +928,7 @@ async fn racing_creates_leave_a_receiver_no_more_streams_than_the_limit() {
     let postgres = || Backend::Postgres {
         url: url.clone(),
         pool_size: 8,
+        connect_timeout: std::time::Duration::from_secs(10),
     };
     let a = open_as(postgres(), EPOCH).await;
     let b = open_as(postgres(), EPOCH + 1).await;
