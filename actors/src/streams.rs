@@ -16,7 +16,7 @@ use crate::metrics::Metric;
 use crate::seal::Sealer;
 use crate::set::{self, MakeSetError, SetIssuer};
 use crate::settings::Settings;
-use crate::store::{Store, StoreError, Unit};
+use crate::store::{Created, Store, StoreError, Unit};
 use crate::stream_event::{self, StreamEvent};
 use crate::supervise::RegistryError;
 
@@ -80,6 +80,12 @@ impl Streams {
     /// written, durably.
     pub async fn put(&self, tenant: &str, stream: &Stream) -> Result<bool, StoreError> {
         self.store.put_stream(tenant, stream).await
+    }
+
+    /// Makes the new `stream` (at version 1), durably, unless its id is taken or its receiver
+    /// has [`crate::store::STREAMS_PER_RECEIVER`] streams already.
+    pub async fn create(&self, tenant: &str, stream: &Stream) -> Result<Created, StoreError> {
+        self.store.create_stream(tenant, stream).await
     }
 
     /// Removes `tenant`'s stream `id`, durably; whether it was there.

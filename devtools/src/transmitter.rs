@@ -2,9 +2,11 @@
 //! Set at `/jwks` (counting fetches, replaceable for a rotation) and an RFC 8936 poll endpoint at
 //! `/poll` that gives every SET not yet acknowledged again on each poll (a short long poll when
 //! there is none), records the `ack`s and `setErrs` it is sent, and can be told to fail its next
-//! polls or to stop answering them. Panics on a poisoned lock (a test's own panic).
+//! polls or to stop answering them. Played hostile, it gives more SETs than asked for, or answers
+//! the next polls with bodies given as they are (a member that is no SET, a flood). Panics on a
+//! poisoned lock (a test's own panic).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,6 +33,12 @@ struct Shared {
     hold: bool,
     /// The next poll that gives SETs holds every poll after it.
     hold_after_give: bool,
+    /// Every pending SET is given, whatever `maxEvents` asks.
+    ignore_max_events: bool,
+    /// Bodies the next polls are answered with, as they are.
+    answers: VecDeque<axum::body::Bytes>,
+    /// How many `ack`s and `setErrs` each poll carried.
+    requests: Vec<(usize, usize)>,
 }
 
 /// The transmitter on loopback: its base URL, and what it serves and was sent.
@@ -125,6 +133,28 @@ impl LoopbackTransmitter {
         s.hold_after_give = true;
     }
 
+    /// Gives every pending SET on each poll, more than `maxEvents` asks for (or, with
+    /// `false`, at most that again).
+    pub fn ignore_max_events(&self, ignore: bool) {
+        self.shared().ignore_max_events = ignore;
+    }
+
+    /// The next poll is answered with `body` (JSON) as it is, once its acks are read; several
+    /// calls answer as many polls, in order.
+    pub fn answer_next(&self, body: impl Into<axum::body::Bytes>) {
+        self.shared().answers.push_back(body.into());
+    }
+
+    /// How many answers given with [`LoopbackTransmitter::answer_next`] are still to be given.
+    pub fn answers_left(&self) -> usize {
+        self.shared().answers.len()
+    }
+
+    /// How many `ack`s and `setErrs` each poll so far carried, in order.
+    pub fn requests(&self) -> Vec<(usize, usize)> {
+        self.shared().requests.clone()
+    }
+
     /// The next `n` polls answer 500.
     pub fn fail_next(&self, n: u32) {
         self.shared().fail_next = n;
@@ -158,6 +188,9 @@ async fn poll_handler(
             s.fail_next -= 1;
             return StatusCode::INTERNAL_SERVER_ERROR.into_response();
         }
+        let acks = request["ack"].as_array().map_or(0, Vec::len);
+        let errs = request["setErrs"].as_object().map_or(0, |e| e.len());
+        s.requests.push((acks, errs));
         for jti in request["ack"].as_array().into_iter().flatten() {
             let jti = jti.as_str().unwrap_or_default().to_string();
             s.pending.remove(&jti);
@@ -170,6 +203,18 @@ async fn poll_handler(
             }
         }
     }
+    if let Some(body) = shared
+        .lock()
+        .expect("transmitter state")
+        .answers
+        .pop_front()
+    {
+        return (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response();
+    }
     // A short long poll: wait a little for a SET when there is none.
     for _ in 0..20 {
         let ready = immediately || !shared.lock().expect("transmitter state").pending.is_empty();
@@ -179,6 +224,10 @@ async fn poll_handler(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let mut s = shared.lock().expect("transmitter state");
+    let max = match s.ignore_max_events {
+        true => usize::MAX,
+        false => max,
+    };
     let sets: BTreeMap<String, String> = s
         .pending
         .iter()

@@ -105,6 +105,9 @@ pub struct DecisionResponse {
     pub signal_type: String,
     /// The verdict.
     pub decision: Verdict,
+    /// The playbook's rule that decided; absent when the playbook's default decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
     /// Keyed digest of the subject (hex).
     pub subject_hash: String,
     /// One entry per playbook action, in playbook order.
@@ -124,6 +127,9 @@ pub struct CallbackData {
     pub decision_id: String,
     /// The verdict.
     pub decision: Verdict,
+    /// The playbook's rule that decided; absent when the playbook's default decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
     /// The playbook action this callback performs.
     pub action: String,
     /// The signal type.
@@ -476,6 +482,13 @@ pub struct DecisionView {
     pub signal_type: String,
     /// The verdict.
     pub decision: Verdict,
+    /// The playbook's rule that decided; absent when the playbook's default decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The rules whose evaluation failed for this decision (they did not match); absent when
+    /// none did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rule_errors: Vec<RuleError>,
     /// Keyed digest of the subject (hex).
     pub subject_hash: String,
     /// The source the signal came from (its name under the tenant's sources), or null for a
@@ -491,6 +504,16 @@ pub struct DecisionView {
     /// that trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+}
+
+/// A rule whose evaluation failed for a decision: it did not match.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RuleError {
+    /// The rule's name.
+    pub rule: String,
+    /// Why its evaluation failed.
+    pub message: String,
 }
 
 /// A tenant's live figures (`GET /v1/stats`).
@@ -514,6 +537,22 @@ pub struct TenantStats {
     pub dead: u64,
     /// `queued` and `dead` stop counting here: this value means at least as many.
     pub counted_to: u64,
+}
+
+/// What a playbook would decide for a signal now (`POST /v1/playbooks/{type}/evaluate`): nothing
+/// was claimed, stored or sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlaybookEvaluation {
+    /// The verdict.
+    pub decision: Verdict,
+    /// The rule that decides; absent when the playbook's default decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The names of the actions the decision would run, in order.
+    pub actions: Vec<String>,
+    /// The rules whose evaluation failed (they did not match).
+    pub errors: Vec<RuleError>,
 }
 
 /// A page of a subject's decisions, newest first.

@@ -14,7 +14,7 @@ use serde::{Deserialize, Deserializer};
 use super::{invalid, is_name, refused, ConfigError};
 use crate::transmitter::keys::SigningKey;
 use crate::transmitter::token::{Scopes, MANAGE, READ};
-use crate::transmitter::{Receiver, Transmitter};
+use crate::transmitter::{Receiver, TokenFailures, Transmitter};
 
 /// The fewest characters a receiver's client secret may have.
 const MIN_CLIENT_SECRET: usize = 16;
@@ -27,8 +27,18 @@ struct RawSsf {
     signing_keys: Vec<PathBuf>,
     token_lifetime: Option<Dur>,
     min_verification_interval: Option<Dur>,
+    token_failures: Option<RawTokenFailures>,
     #[serde(default)]
     receivers: BTreeMap<String, RawReceiver>,
+}
+
+/// `token_failures = { per_client, per_address, every }` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTokenFailures {
+    per_client: Option<u32>,
+    per_address: Option<u32>,
+    every: Option<Dur>,
 }
 
 /// `[tenants.<t>.ssf.receivers.<client_id>]` as written.
@@ -150,12 +160,45 @@ fn transmitter(key: &str, raw: RawSsf) -> Result<Transmitter, ConfigError> {
     let min_verification_interval = raw
         .min_verification_interval
         .map_or(Duration::from_secs(15), |d| d.0);
+    let token_failures = token_failures(key, raw.token_failures)?;
     Ok(Transmitter {
         keys,
         receivers,
         token_lifetime,
         min_verification_interval,
+        token_failures,
     })
+}
+
+/// `token_failures`, each part defaulted, each at least one (of its unit).
+fn token_failures(key: &str, raw: Option<RawTokenFailures>) -> Result<TokenFailures, ConfigError> {
+    let default = TokenFailures::default();
+    let Some(raw) = raw else {
+        return Ok(default);
+    };
+    let failures = TokenFailures {
+        per_client: raw.per_client.unwrap_or(default.per_client),
+        per_address: raw.per_address.unwrap_or(default.per_address),
+        every: raw.every.map_or(default.every, |d| d.0),
+    };
+    for (name, value) in [
+        ("per_client", failures.per_client),
+        ("per_address", failures.per_address),
+    ] {
+        if value == 0 {
+            return Err(invalid(
+                format!("{key}.token_failures.{name}"),
+                "is at least 1: a receiver with the wrong secret must be told so",
+            ));
+        }
+    }
+    if failures.every < Duration::from_millis(1) {
+        return Err(invalid(
+            format!("{key}.token_failures.every"),
+            "is at least 1ms",
+        ));
+    }
+    Ok(failures)
 }
 
 #[cfg(test)]

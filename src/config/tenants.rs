@@ -3,7 +3,8 @@
 //! it is written, each value checked as it is read; [`checked`] then checks what spans its
 //! tables: its name, API keys unique across tenants, a playbook with callbacks needs a callback
 //! secret (every callback is signed) and one with SETs a transmitter, a source's types name
-//! playbooks, and no two sources share a secret.
+//! playbooks, and no two sources share a secret. A playbook's rules and tests are read by
+//! `rules`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use idem_schemas::signature::Secret;
 use idem_schemas::Verdict;
 use serde::{Deserialize, Deserializer};
 
+use super::rules::{self, RawRule, RawTest};
 use super::secrets::{shared_webhook_secrets, webhook_secrets};
 use super::{invalid, is_name, refused, sources, ssf, ConfigError};
 use crate::source::Source;
@@ -102,8 +104,12 @@ impl Tenant {
         let written = BTreeMap::<String, RawPlaybook>::deserialize(d)?;
         written
             .into_iter()
-            .map(|(signal_type, p)| {
-                let playbook = self::playbook(&format!(".{signal_type}"), p).map_err(refused)?;
+            .map(|(signal_type, mut p)| {
+                let key = format!(".{signal_type}");
+                let tests = std::mem::take(&mut p.tests);
+                let playbook = self::playbook(&key, p).map_err(refused)?;
+                rules::run_tests(&format!("{key}.tests"), &signal_type, &playbook, tests)
+                    .map_err(refused)?;
                 Ok((signal_type, Arc::new(playbook)))
             })
             .collect()
@@ -118,13 +124,17 @@ struct RawPlaybook {
     #[serde(default)]
     actions: Vec<RawAction>,
     once_per_subject: Option<Dur>,
+    #[serde(default)]
+    rules: Vec<RawRule>,
+    #[serde(default)]
+    tests: Vec<RawTest>,
 }
 
 /// An action as written: a callback (`url`) or a SET (`set`, with its `subject_format` and
 /// the event's own members, `event`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawAction {
+pub(super) struct RawAction {
     name: String,
     url: Option<String>,
     set: Option<String>,
@@ -158,7 +168,7 @@ pub(super) fn checked(
                 format!("is the same as tenants.{other}.api_key"),
             ));
         }
-        let actions = || t.playbooks.values().flat_map(|p| &p.actions);
+        let actions = || t.playbooks.values().flat_map(|p| p.all_actions());
         if actions().any(|a| a.url().is_some()) && t.callback_secrets.is_empty() {
             return Err(invalid(
                 format!("{key}.callback_secret"),
@@ -195,19 +205,7 @@ pub(super) fn checked(
 
 /// The playbook written under `key` (the rest of its key beneath the table being read).
 fn playbook(key: &str, p: RawPlaybook) -> Result<Playbook, ConfigError> {
-    let decision = match p.decision.as_deref() {
-        Some("allow") => Verdict::Allow,
-        Some("deny") => Verdict::Deny,
-        Some("step_up") => Verdict::StepUp,
-        Some("review") => Verdict::Review,
-        Some(other) => {
-            return Err(invalid(
-                format!("{key}.decision"),
-                format!("{other:?} is not one of allow, deny, step_up, review"),
-            ))
-        }
-        None => return Err(invalid(format!("{key}.decision"), "is required")),
-    };
+    let decision = verdict(key, p.decision.as_deref())?;
     if p.actions.len() > MAX_ACTIONS {
         return Err(invalid(
             format!("{key}.actions"),
@@ -230,11 +228,27 @@ fn playbook(key: &str, p: RawPlaybook) -> Result<Playbook, ConfigError> {
         decision,
         actions,
         once_per_subject: p.once_per_subject.map(|d| d.0),
+        rules: rules::read(&format!("{key}.rules"), p.rules)?,
     })
 }
 
+/// The verdict written as `decision` under `key`.
+pub(super) fn verdict(key: &str, written: Option<&str>) -> Result<Verdict, ConfigError> {
+    match written {
+        Some("allow") => Ok(Verdict::Allow),
+        Some("deny") => Ok(Verdict::Deny),
+        Some("step_up") => Ok(Verdict::StepUp),
+        Some("review") => Ok(Verdict::Review),
+        Some(other) => Err(invalid(
+            format!("{key}.decision"),
+            format!("{other:?} is not one of allow, deny, step_up, review"),
+        )),
+        None => Err(invalid(format!("{key}.decision"), "is required")),
+    }
+}
+
 /// The action written under `key`.
-fn action(key: &str, raw: RawAction) -> Result<Action, ConfigError> {
+pub(super) fn action(key: &str, raw: RawAction) -> Result<Action, ConfigError> {
     if raw.name.is_empty() {
         return Err(invalid(format!("{key}.name"), "must not be empty"));
     }

@@ -19,6 +19,9 @@ mod durability;
 mod endpoints;
 #[cfg(feature = "failpoints")]
 mod failpoints;
+mod hostile_sets;
+mod hostile_sources;
+mod hostile_transmitter;
 mod ingest;
 mod layout;
 mod limits;
@@ -31,6 +34,7 @@ mod postgres;
 mod receive;
 mod refusals;
 mod reload;
+mod rules;
 mod sources;
 mod ssf;
 mod ssf_transmitter_plan;

@@ -730,6 +730,8 @@ mod tests {
             created_at_ms: T,
             deliveries,
             trace: None,
+            rule: None,
+            rule_errors: Vec::new(),
         }
     }
 

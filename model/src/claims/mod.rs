@@ -70,6 +70,7 @@ impl ClaimModel {
             decision: Verdict::Deny,
             actions: vec![Callback::callback("lock_account", "http://receiver/lock")],
             once_per_subject: (scenario == ClaimScenario::Subject).then_some(WINDOW),
+            rules: Vec::new(),
         };
         let digester = Digester::new(b"the model's key secret");
         let mut claims: Vec<ClaimId> = Vec::new();
@@ -88,6 +89,8 @@ impl ClaimModel {
             let by = match scenario {
                 ClaimScenario::Queued => By::Event {
                     source: "okta",
+                    kind: "okta",
+                    event_type: "user.session.start",
                     id: &name,
                 },
                 ClaimScenario::Waiting => By::Request {

@@ -7,6 +7,7 @@ pub mod discovery;
 pub mod poll;
 pub mod streams;
 pub mod token;
+pub mod token_limit;
 
 use std::sync::Arc;
 
@@ -29,17 +30,9 @@ fn find<'l>(live: &'l Live, tenant: &str) -> Result<(&'l Tenant, &'l Transmitter
         .ok_or_else(|| ApiError::new(Kind::NotFound, "no Shared Signals transmitter here"))
 }
 
-/// How others reach this idem: `public_url`, or the address it listens on.
-fn base_url(app: &App, live: &Live) -> String {
-    match &live.config.public_url {
-        Some(url) => url.clone(),
-        None => format!("http://{}", app.listening),
-    }
-}
-
 /// The tenant's issuer: `{base}/ssf/{tenant}`.
 fn issuer(app: &App, live: &Live, tenant: &str) -> String {
-    format!("{}/ssf/{tenant}", base_url(app, live))
+    format!("{}/ssf/{tenant}", app.base_url(live))
 }
 
 /// `tenant`'s transmitter as its SETs are made with it, if it is one: made once per

@@ -21,7 +21,7 @@ use idem_schemas::{Stream, StreamConfig, StreamMethod, StreamState};
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::Value;
 
-use super::{base_url, find, issuer, receiver};
+use super::{find, issuer, receiver};
 use crate::config::Tenant;
 use crate::http::problem::{ApiError, Kind};
 use crate::http::query;
@@ -29,11 +29,12 @@ use crate::http::{App, Live};
 use crate::transmitter::stream::{self, InvalidStream, StreamContext};
 use crate::transmitter::Transmitter;
 use idem_actors::set::stream_owner;
+use idem_actors::store::{Created, STREAMS_PER_RECEIVER};
 use idem_actors::stream_event::StreamEvent;
 use idem_actors::StreamsError;
 
 /// The most streams one receiver may have: each is a SET per decision it asks for.
-pub const MAX_STREAMS: usize = 16;
+pub const MAX_STREAMS: usize = STREAMS_PER_RECEIVER;
 /// The largest request body, in bytes.
 const MAX_BODY: usize = 64 * 1024;
 /// How often a change is made again after losing a race to another writer.
@@ -90,7 +91,7 @@ impl ReceiverAuth {
         let (tenant, ssf) = self.parts();
         let issuer = issuer(app, &self.live, &self.tenant);
         let events_supported = stream::events_supported(&tenant.playbooks);
-        let poll_base = format!("{}/ssf/{}/streams", base_url(app, &self.live), self.tenant);
+        let poll_base = format!("{}/ssf/{}/streams", app.base_url(&self.live), self.tenant);
         let audience = ssf
             .receivers
             .get(&self.receiver)
@@ -185,7 +186,8 @@ impl ReceiverAuth {
             (Some(url), Some(receiver)) if !receiver.may_push_to(url) => Err(ApiError::new(
                 Kind::InvalidStream,
                 "delivery.endpoint_url is not among where this receiver's streams may push \
-                 (its endpoints; without them, https URLs)",
+                 (its endpoints; without them, https URLs outside idem's own network: no \
+                 loopback, private or link-local address, no localhost)",
             )),
             _ => Ok(()),
         }
@@ -209,7 +211,7 @@ fn invalid(e: InvalidStream) -> ApiError {
     ApiError::new(Kind::InvalidStream, e.0)
 }
 
-/// The JSON object a request carries.
+/// The JSON object a request carries, each of its objects naming a member once.
 pub(super) fn json_body(body: &Bytes) -> Result<Value, ApiError> {
     if body.len() > MAX_BODY {
         return Err(ApiError::new(
@@ -217,8 +219,15 @@ pub(super) fn json_body(body: &Bytes) -> Result<Value, ApiError> {
             format!("a stream request is at most {MAX_BODY} bytes"),
         ));
     }
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::new(Kind::MalformedJson, format!("the body is not JSON: {e}")))
+    let value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::new(Kind::MalformedJson, format!("the body is not JSON: {e}")))?;
+    match crate::http::unique_members::duplicated(body) {
+        None => Ok(value),
+        Some(member) => Err(ApiError::new(
+            Kind::InvalidStream,
+            format!("{member} is sent twice: send each member once"),
+        )),
+    }
 }
 
 /// The `stream_id` a request body names.
@@ -268,34 +277,28 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let asked = stream::asked(&json_body(&body)?).map_err(invalid)?;
     caller.may_push(&asked)?;
-    let mine = app
-        .engine
-        .streams()
-        .list(&caller.tenant)
-        .await
-        .map_err(unavailable)?
-        .into_iter()
-        .filter(|s| s.receiver == caller.receiver)
-        .count();
-    if mine >= MAX_STREAMS {
-        return Err(ApiError::new(
-            Kind::TooManyStreams,
-            format!("a receiver has at most {MAX_STREAMS} streams: delete one first"),
-        ));
-    }
     let id = new_id()?;
     let made = stream::create(id.clone(), &caller.receiver, now_ms(), asked, |h| {
         caller.seal(&app, &id, h)
     })
     .map_err(invalid)?;
-    if !app
+    // The store counts the receiver's streams and writes the new one as one step, so creates
+    // racing on any number of nodes stop at the limit.
+    match app
         .engine
         .streams()
-        .put(&caller.tenant, &made)
+        .create(&caller.tenant, &made)
         .await
         .map_err(unavailable)?
     {
-        return Err(ApiError::new(Kind::Internal, "a new stream id was taken"));
+        Created::Made => {}
+        Created::Full => {
+            return Err(ApiError::new(
+                Kind::TooManyStreams,
+                format!("a receiver has at most {MAX_STREAMS} streams: delete one first"),
+            ))
+        }
+        Created::Taken => return Err(ApiError::new(Kind::Internal, "a new stream id was taken")),
     }
     Ok((StatusCode::CREATED, Json(caller.view(&app, &made))).into_response())
 }

@@ -122,6 +122,10 @@ const MIGRATIONS: &[&str] = &[
     // idem cannot read: nothing changes in the tables, the version refuses such an idem. This
     // idem reads the rows written before as they were.
     "",
+    // 10: a decision and its kept record name the rule that decided and the rules that failed
+    // (codec version 7), which an older idem cannot read: as 9. A subject's history is counted
+    // on the `(tenant, subject, id)` index, which is there already.
+    "",
 ];
 
 /// The schema that added deliveries' URLs.

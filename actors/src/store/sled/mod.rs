@@ -18,7 +18,7 @@ mod streams;
 mod tests;
 
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 pub use format::FORMAT;
@@ -63,6 +63,8 @@ pub struct SledStore {
     /// crash part-way leaves it findable), and a read between the two would hand out a
     /// delivery whose records are not all there yet.
     applying: RwLock<()>,
+    /// Held while a new stream is counted against its receiver's limit and written.
+    creating_streams: Mutex<()>,
     /// How long a claim may be in flight before it may be taken over, or replaced once expired.
     in_flight_timeout_ms: u64,
 }
@@ -88,6 +90,7 @@ impl SledStore {
             pending_starts: db.open_tree("pending_starts")?,
             commits: GroupCommit::start(db.clone(), dir)?,
             applying: RwLock::new(()),
+            creating_streams: Mutex::new(()),
             in_flight_timeout_ms: in_flight_timeout.as_millis() as u64,
             db,
         });
