@@ -537,16 +537,17 @@ impl Attempts {
     }
 }
 
-/// What `stream` means for a SET of `action` to it: attempted (a disabled stream's SETs too,
-/// which the attempt drops), held while the stream is paused, or left to be polled. The
-/// stream's own events (verification, stream updated) go even while it is paused.
+/// What `stream` means for a SET of `action` to it: attempted (a disabled stream's decisions'
+/// SETs too, which the attempt drops), held while the stream is paused, or left to be polled.
+/// Nothing reaches a paused or disabled stream: its own events (a verification) are held until
+/// it is enabled, as its decisions' SETs are while it is paused.
 fn readiness_of(stream: Stream, action: &str) -> Readiness {
     let own = about_the_stream(action);
     match (stream.method, stream.state) {
         (_, StreamState::Disabled) if !own => Readiness::Go(Some(stream)),
         (StreamMethod::Poll, _) => Readiness::Polled,
-        (StreamMethod::Push, StreamState::Paused) if !own => Readiness::Paused,
-        _ => Readiness::Go(Some(stream)),
+        (StreamMethod::Push, StreamState::Paused | StreamState::Disabled) => Readiness::Paused,
+        (StreamMethod::Push, StreamState::Enabled) => Readiness::Go(Some(stream)),
     }
 }
 
@@ -697,6 +698,27 @@ mod tests {
         );
         let (status, _) = late("st_off").await;
         assert_eq!(status, ActionStatus::Dropped);
+        // A stream's own event (a verification) reaches neither a paused nor a disabled stream:
+        // it is held until the stream is enabled.
+        for id in ["st_paused", "st_off"] {
+            let verification = PlannedDelivery {
+                action: crate::stream_event::VERIFICATION_ACTION.into(),
+                ..set_to(id)
+            };
+            assert!(matches!(
+                attempts.readiness("acme", &verification).await,
+                Readiness::Paused
+            ));
+            let (status, why) = attempts
+                .set("acme", id, None, &verification)
+                .await
+                .expect_err("no request");
+            assert_eq!(
+                (status, why.as_str()),
+                (ActionStatus::Queued, "the stream is paused"),
+                "{id}"
+            );
+        }
         let (status, why) = late("st_gone").await;
         assert_eq!(
             (status, why.as_str()),

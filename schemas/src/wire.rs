@@ -608,12 +608,14 @@ pub struct AccessToken {
     pub token_type: String,
     /// Seconds it is good for.
     pub expires_in: u64,
+    /// The scopes granted, space-separated: `ssf.read`, `ssf.manage`.
+    pub scope: String,
 }
 
 /// An OAuth 2.0 error (RFC 6749 §5.2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct OAuthError {
-    /// `invalid_request`, `invalid_client` or `unsupported_grant_type`.
+    /// `invalid_request`, `invalid_client`, `invalid_scope` or `unsupported_grant_type`.
     pub error: String,
     /// What is wrong, in English.
     pub error_description: String,
@@ -628,7 +630,7 @@ pub struct StreamConfig {
     pub iss: String,
     /// The receiver's configured audience.
     pub aud: String,
-    /// Every event type this transmitter sends: CAEP's and RISC's.
+    /// The event types this transmitter sends: those of the tenant's playbooks' `set` actions.
     pub events_supported: Vec<String>,
     /// The event types the receiver asked for.
     pub events_requested: Vec<String>,

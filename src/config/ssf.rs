@@ -13,6 +13,7 @@ use serde::{Deserialize, Deserializer};
 
 use super::{invalid, is_name, refused, ConfigError};
 use crate::transmitter::keys::SigningKey;
+use crate::transmitter::token::{Scopes, MANAGE, READ};
 use crate::transmitter::{Receiver, TokenFailures, Transmitter};
 
 /// The fewest characters a receiver's client secret may have.
@@ -48,6 +49,8 @@ struct RawReceiver {
     audience: Option<String>,
     #[serde(default)]
     endpoints: Vec<String>,
+    /// The scopes its tokens may be granted: `ssf.read`, `ssf.manage` (default both).
+    scopes: Option<Vec<String>>,
 }
 
 /// A tenant's `ssf`, read into its `Transmitter`.
@@ -119,12 +122,29 @@ fn transmitter(key: &str, raw: RawSsf) -> Result<Transmitter, ConfigError> {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let scopes = match &r.scopes {
+            None => Scopes::ALL,
+            Some(names) => Scopes::parse(names.iter().map(String::as_str))
+                .map_err(|name| {
+                    invalid(
+                        format!("{rkey}.scopes"),
+                        format!("{name:?} is neither {READ:?} nor {MANAGE:?}"),
+                    )
+                })?
+                .ok_or_else(|| {
+                    invalid(
+                        format!("{rkey}.scopes"),
+                        format!("is empty: list {READ:?}, {MANAGE:?} or both"),
+                    )
+                })?,
+        };
         receivers.insert(
             client_id,
             Receiver {
                 client_secret,
                 audience,
                 endpoints,
+                scopes,
             },
         );
     }
@@ -179,4 +199,38 @@ fn token_failures(key: &str, raw: Option<RawTokenFailures>) -> Result<TokenFailu
         ));
     }
     Ok(failures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `[tenants.acme.ssf]` with one receiver, whose own lines are `receiver`.
+    fn read(receiver: &str) -> Result<Transmitter, ConfigError> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = dir.path().join("acme.pem");
+        std::fs::write(&key, devtools::jose::ec_pem()).expect("write key");
+        let text = format!(
+            "signing_keys = [{key:?}]\n[receivers.okta]\nclient_secret = \"okta-client-secret-0001\"\naudience = \"https://okta.example\"\n{receiver}\n",
+        );
+        let raw: RawSsf = toml::from_str(&text).expect("toml");
+        transmitter("tenants.acme.ssf", raw)
+    }
+
+    #[test]
+    fn a_receiver_is_granted_both_scopes_unless_its_scopes_say_otherwise() {
+        let okta = |t: Transmitter| t.receivers["okta"].scopes;
+        assert_eq!(read("").map(okta).expect("valid"), Scopes::ALL);
+        let read_only = read("scopes = [\"ssf.read\"]").map(okta).expect("valid");
+        assert!(read_only.read && !read_only.manage);
+        for (scopes, why) in [("[]", "is empty"), ("[\"ssf.write\"]", "\"ssf.write\"")] {
+            let e = read(&format!("scopes = {scopes}")).expect_err("refused");
+            let text = e.to_string();
+            assert!(
+                text.contains("tenants.acme.ssf.receivers.okta.scopes"),
+                "{text}"
+            );
+            assert!(text.contains(why), "{text}");
+        }
+    }
 }

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use idem_actors::playbook::{Action, Playbook, Playbooks, Target, MAX_ACTIONS};
-use idem_actors::set::{SetAction, SubjectFormat, EVENTS_SUPPORTED};
+use idem_actors::set::{check_members, event_type, SetAction, SubjectFormat};
 use idem_actors::settings::read::{self, Dur};
 use idem_schemas::signature::Secret;
 use idem_schemas::Verdict;
@@ -130,7 +130,8 @@ struct RawPlaybook {
     tests: Vec<RawTest>,
 }
 
-/// An action as written: a callback (`url`) or a SET (`set`, with its `subject_format`).
+/// An action as written: a callback (`url`) or a SET (`set`, with its `subject_format` and
+/// the event's own members, `event`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawAction {
@@ -138,6 +139,7 @@ pub(super) struct RawAction {
     url: Option<String>,
     set: Option<String>,
     subject_format: Option<String>,
+    event: Option<toml::Table>,
 }
 
 /// The tenants as read, by name, once what spans their tables is checked: at least one.
@@ -252,11 +254,13 @@ pub(super) fn action(key: &str, raw: RawAction) -> Result<Action, ConfigError> {
     }
     let target = match (raw.url, raw.set) {
         (Some(url), None) => {
-            if raw.subject_format.is_some() {
-                return Err(invalid(
-                    format!("{key}.subject_format"),
-                    "is for set actions only",
-                ));
+            for (given, name) in [
+                (raw.subject_format.is_some(), "subject_format"),
+                (raw.event.is_some(), "event"),
+            ] {
+                if given {
+                    return Err(invalid(format!("{key}.{name}"), "is for set actions only"));
+                }
             }
             if !callback_url(&url) {
                 return Err(invalid(
@@ -267,7 +271,7 @@ pub(super) fn action(key: &str, raw: RawAction) -> Result<Action, ConfigError> {
             Target::Callback(url)
         }
         (None, Some(event)) => {
-            if !EVENTS_SUPPORTED.contains(&event.as_str()) {
+            if event_type(&event).is_none() {
                 return Err(invalid(
                     format!("{key}.set"),
                     format!("{event:?} is not a CAEP or RISC event type idem sends"),
@@ -282,9 +286,17 @@ pub(super) fn action(key: &str, raw: RawAction) -> Result<Action, ConfigError> {
                     )
                 })?,
             };
+            let members = match raw.event.map(serde_json::to_value).transpose() {
+                Ok(Some(serde_json::Value::Object(members))) => members,
+                Ok(_) => serde_json::Map::new(),
+                Err(e) => return Err(invalid(format!("{key}.event"), e.to_string())),
+            };
+            check_members(&event, &members)
+                .map_err(|e| invalid(format!("{key}.event.{}", e.member), e.reason))?;
             Target::Set(SetAction {
                 event,
                 subject_format,
+                members,
             })
         }
         _ => {

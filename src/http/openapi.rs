@@ -355,12 +355,12 @@ fn ssf_jwks() {}
     path = "/ssf/{tenant}/token",
     tag = "shared signals out",
     summary = "An access token for a receiver (OAuth 2.0 client credentials)",
-    description = "RFC 6749 §4.4: `grant_type=client_credentials`, the receiver authenticated by `client_secret_basic` or `client_secret_post` (not both) with its `client_id` (its name under `[tenants.<t>.ssf.receivers]`) and `client_secret`. The token is good on every node sharing `key_secret` for `token_lifetime` (default 1 hour), and no longer once the receiver's secret changes. Failed requests (an unknown client, a wrong secret) are limited per receiver and per address by `token_failures`; a request with the right secret takes nothing from them.",
+    description = "RFC 6749 §4.4: `grant_type=client_credentials`, the receiver authenticated by `client_secret_basic` or `client_secret_post` (not both) with its `client_id` (its name under `[tenants.<t>.ssf.receivers]`) and `client_secret`. The token is good on every node sharing `key_secret` for `token_lifetime` (default 1 hour), and no longer once the receiver's secret changes. It is granted the `scope` asked for (`ssf.read`, `ssf.manage`, space-separated), each among the receiver's `scopes`, or all the receiver's `scopes` when none is asked for; the answer's `scope` says which. Failed requests (an unknown client, a wrong secret) are limited per receiver and per address by `token_failures`; a request with the right secret takes nothing from them.",
     params(("tenant" = String, Path, description = "The tenant")),
-    request_body(description = "`grant_type=client_credentials`, and `client_id` and `client_secret` unless sent as Basic credentials", content_type = "application/x-www-form-urlencoded", content = String),
+    request_body(description = "`grant_type=client_credentials`, optionally `scope`, and `client_id` and `client_secret` unless sent as Basic credentials", content_type = "application/x-www-form-urlencoded", content = String),
     responses(
         (status = 200, body = AccessToken, headers(("Cache-Control" = String, description = "`no-store`"))),
-        (status = 400, description = "invalid_request or unsupported_grant_type", body = OAuthError),
+        (status = 400, description = "invalid_request, invalid_scope or unsupported_grant_type", body = OAuthError),
         (status = 401, description = "invalid_client", body = OAuthError, headers(("WWW-Authenticate" = String, description = "`Basic realm=\"idem\"` when the client sent Basic credentials, or none"))),
         (status = 404, description = "no transmitter here", body = OAuthError),
         (status = 429, description = "temporarily_unavailable: too many failed requests of this client or address (`token_failures`); refused before the secret is looked at", body = OAuthError, headers(("Retry-After" = u64, description = "seconds until one more attempt is allowed"))),
@@ -373,13 +373,14 @@ fn ssf_token() {}
     path = "/ssf/{tenant}/streams",
     tag = "shared signals out",
     summary = "Create a stream (SSF §8.1.1.1)",
-    description = "The body's `delivery` (`method` push, `urn:ietf:rfc:8935`, with the receiver's `endpoint_url` and optional `authorization_header`; poll streams are not offered), `events_requested` and `description` are taken; transmitter properties in it are ignored. The `endpoint_url` must be under one of the receiver's configured `endpoints` (without them, any https URL whose host is not inside idem's own network: loopback, private, link-local, `localhost`); a host inside is taken only when an entry names it. The stream is enabled and includes every subject. A receiver has at most 16 streams. The `authorization_header` is stored sealed under a key derived from `key_secret` and never read back.",
+    description = "The body's `delivery` (`method` push, `urn:ietf:rfc:8935`, with the receiver's `endpoint_url` and optional `authorization_header`; or poll, `urn:ietf:rfc:8936`, the `endpoint_url` then the transmitter's; without `delivery`, poll), `events_requested` and `description` are taken; transmitter properties in it are ignored. The `endpoint_url` must be under one of the receiver's configured `endpoints` (without them, any https URL whose host is not inside idem's own network: loopback, private, link-local, `localhost`); a host inside is taken only when an entry names it. The stream is enabled and includes every subject. A receiver has at most 16 streams. The `authorization_header` is stored sealed under a key derived from `key_secret` and never read back.",
     params(("tenant" = String, Path, description = "The tenant")),
     request_body(content = Object, content_type = "application/json"),
     responses(
         (status = 201, body = StreamConfig),
         (status = 400, description = "invalid-stream or malformed-json", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized: no valid access token", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "too-many-streams", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "unavailable: the store", body = Problem, content_type = "application/problem+json"),
@@ -399,7 +400,8 @@ fn ssf_create_stream() {}
     ),
     responses(
         (status = 200, body = StreamConfig, description = "The stream, or an array of them without stream_id"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found: no such stream of this receiver's", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -416,7 +418,8 @@ fn ssf_read_streams() {}
     responses(
         (status = 200, body = StreamConfig),
         (status = 400, description = "invalid-stream or malformed-json", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -429,11 +432,12 @@ fn ssf_update_stream() {}
     tag = "shared signals out",
     summary = "Replace a stream's receiver-supplied properties (SSF §8.1.1.4)",
     params(("tenant" = String, Path, description = "The tenant")),
-    request_body(content = Object, content_type = "application/json", description = "`stream_id`, `delivery`, and `events_requested` and `description` (reset when left out)"),
+    request_body(content = Object, content_type = "application/json", description = "`stream_id`, and `delivery`, `events_requested` and `description` (reset when left out: a stream without `delivery` is a poll stream)"),
     responses(
         (status = 200, body = StreamConfig),
         (status = 400, description = "invalid-stream or malformed-json", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -452,7 +456,8 @@ fn ssf_replace_stream() {}
     responses(
         (status = 204, description = "Deleted"),
         (status = 400, description = "invalid-query: no stream_id", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -470,7 +475,8 @@ fn ssf_delete_stream() {}
     ),
     responses(
         (status = 200, body = StreamStatusBody),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -482,13 +488,14 @@ fn ssf_stream_status() {}
     path = "/ssf/{tenant}/streams/status",
     tag = "shared signals out",
     summary = "Set a stream's status (SSF §8.1.2.2)",
-    description = "A change of status sends the stream a stream-updated SET (`status`, `reason`), delivered whatever the status: before its SETs are held (paused) or dropped (disabled), and when they flow again.",
+    description = "The change is answered, not announced (no stream-updated SET). Once a change to `paused` or `disabled` is answered nothing reaches the stream, push or poll, until it is enabled: its decisions' SETs are held (paused) or dropped (disabled), a verification waits. Enabling it sends what it held at once, oldest first.",
     params(("tenant" = String, Path, description = "The tenant")),
     request_body(content = StreamStatusBody, content_type = "application/json"),
     responses(
         (status = 200, body = StreamStatusBody),
         (status = 400, description = "invalid-stream: a status other than enabled, paused, disabled", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -506,7 +513,8 @@ fn ssf_set_stream_status() {}
     responses(
         (status = 200, description = "Included"),
         (status = 400, description = "invalid-stream", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -524,7 +532,8 @@ fn ssf_add_subject() {}
     responses(
         (status = 204, description = "Removed"),
         (status = 400, description = "invalid-stream", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -536,13 +545,14 @@ fn ssf_remove_subject() {}
     path = "/ssf/{tenant}/streams/verify",
     tag = "shared signals out",
     summary = "Ask for a verification event on a stream (SSF §8.1.4.2)",
-    description = "`{\"stream_id\", \"state\"}`: a verification SET echoing `state`, with `sub_id` `{\"format\": \"opaque\", \"id\": <stream_id>}`, is queued for the stream and delivered whatever its status. At most one per `min_verification_interval`.",
+    description = "`{\"stream_id\", \"state\"}`: a verification SET echoing `state`, with `sub_id` `{\"format\": \"opaque\", \"id\": <stream_id>}`, is queued for the stream and sent once it is enabled (at once if it is). At most one per `min_verification_interval`.",
     params(("tenant" = String, Path, description = "The tenant")),
     request_body(content = Object, content_type = "application/json"),
     responses(
         (status = 204, description = "The verification SET is queued"),
         (status = 400, description = "invalid-stream", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "rate-limited: sooner than min_verification_interval after the last verification; Retry-After says when", body = Problem, content_type = "application/problem+json"),
     ),
@@ -561,7 +571,8 @@ fn ssf_verify() {}
     responses(
         (status = 200, body = Object, description = "`{\"sets\": {jti: token}}`, with `\"moreAvailable\": true` when more wait"),
         (status = 400, description = "invalid-stream: a malformed request, or a push stream", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))

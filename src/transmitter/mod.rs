@@ -60,6 +60,8 @@ pub struct Receiver {
     pub audience: String,
     /// Where its push streams may send (URL prefixes); none: any https URL.
     pub endpoints: Vec<reqwest::Url>,
+    /// The most its tokens may be granted.
+    pub scopes: token::Scopes,
 }
 
 impl Receiver {
@@ -106,6 +108,7 @@ impl std::fmt::Debug for Receiver {
             .field("client_secret", &"..")
             .field("audience", &self.audience)
             .field("endpoints", &self.endpoints)
+            .field("scopes", &self.scopes)
             .finish()
     }
 }

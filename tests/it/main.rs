@@ -37,6 +37,7 @@ mod reload;
 mod rules;
 mod sources;
 mod ssf;
+mod ssf_transmitter_plan;
 mod traces;
 mod transmitter;
 mod waiting;

@@ -1,6 +1,7 @@
 //! Stream management (SSF §8.1) under `/ssf/{tenant}/streams`: create, read or list, update,
-//! replace and delete a stream; read and set its status (a change of which the stream is told
-//! by a stream-updated SET); add and remove subjects; ask for a verification SET. Each call
+//! replace and delete a stream; read and set its status (answered, not announced: nothing
+//! reaches a paused or disabled stream, and enabling it sends what it held at once); add and
+//! remove subjects; ask for a verification SET. Each call
 //! carries a receiver's token and reaches that receiver's streams only (another's is as missing
 //! as a missing one). A change is made from the stored version and written over it alone,
 //! durably, before it is answered; one that lost a race with another node is made again from
@@ -40,8 +41,8 @@ const MAX_BODY: usize = 64 * 1024;
 const ATTEMPTS: usize = 5;
 
 /// A receiver of a tenant's transmitter, authenticated by the access token its
-/// `Authorization: Bearer` header carries (401 otherwise; 404 for a tenant that is no
-/// transmitter), with the configuration in force when the request came: the extractor of every
+/// `Authorization: Bearer` header carries, with the scope the request needs (401 or 403
+/// otherwise; 404 for a tenant that is no transmitter), with the configuration in force when the request came: the extractor of every
 /// stream route.
 pub struct ReceiverAuth {
     live: Arc<Live>,
@@ -65,7 +66,9 @@ impl FromRequestParts<Arc<App>> for ReceiverAuth {
             .ok_or_else(not_found)?;
         let live = app.live.load_full();
         let (t, ssf) = find(&live, tenant)?;
-        let receiver = receiver(app, t, ssf, &parts.headers)?;
+        let needed = super::needed(&parts.method, parts.uri.path());
+        let asked = (&parts.headers, parts.uri.query());
+        let receiver = receiver(app, t, ssf, asked, needed)?;
         Ok(ReceiverAuth {
             tenant: t.name.clone(),
             live: live.clone(),
@@ -85,8 +88,9 @@ impl ReceiverAuth {
 
     /// The stream's configuration as this receiver reads it.
     fn view(&self, app: &App, stream: &Stream) -> StreamConfig {
-        let (_, ssf) = self.parts();
+        let (tenant, ssf) = self.parts();
         let issuer = issuer(app, &self.live, &self.tenant);
+        let events_supported = stream::events_supported(&tenant.playbooks);
         let poll_base = format!("{}/ssf/{}/streams", app.base_url(&self.live), self.tenant);
         let audience = ssf
             .receivers
@@ -100,6 +104,7 @@ impl ReceiverAuth {
                 audience,
                 poll_base: &poll_base,
                 min_verification_interval: ssf.min_verification_interval,
+                events_supported: &events_supported,
             },
         )
     }
@@ -410,22 +415,25 @@ pub async fn set_status(
             Ok(Some(stream::with_state(stored, state, reason.clone())))
         })
         .await?;
-    // Its SETs are held while it is paused and dropped while disabled, but the stream-updated
-    // SET goes whatever its state: the receiver learns why the others stop, or that they
-    // start again.
+    // The receiver made the change: it is answered, not announced. From now on nothing
+    // reaches a paused or disabled stream (readiness reads the stream before each attempt).
     if was.state != state {
-        let reason = changed.reason.clone();
-        let updated = StreamEvent::Updated {
-            status: state,
-            reason,
-        };
-        caller.tell(&app, &id, updated).await?;
-        // A poll stream's waiting SETs are dropped now, as a push stream's are at their next
-        // look.
-        if state == StreamState::Disabled && was.method == StreamMethod::Poll {
-            if let Err(e) = app.engine.streams().drop_waiting(&caller.tenant, &id).await {
-                tracing::error!(error = %e, stream = %id, "a disabled poll stream's SETs wait for their hold to end");
+        let streams = app.engine.streams();
+        let done = match (state, was.method) {
+            // A poll stream's waiting SETs of decisions are dropped now, as a push stream's
+            // are at once below.
+            (StreamState::Disabled, StreamMethod::Poll) => {
+                streams.drop_waiting(&caller.tenant, &id).await.map(drop)
             }
+            // What a push stream held goes at once, not at its next look: sent once it is
+            // enabled, dropped (its own events held again) once it is disabled.
+            (StreamState::Enabled | StreamState::Disabled, StreamMethod::Push) => {
+                streams.release(&caller.tenant, &id).await.map(drop)
+            }
+            _ => Ok(()),
+        };
+        if let Err(e) = done {
+            tracing::error!(error = %e, stream = %id, "a stream's held SETs go at their next look");
         }
     }
     Ok(Json(stream::status_view(&changed)).into_response())

@@ -1,7 +1,8 @@
 //! `POST /ssf/{tenant}/token`: OAuth 2.0 client credentials (RFC 6749 §4.4) for the tenant's
 //! receivers, authenticated by `client_secret_basic` or `client_secret_post` (one, not both),
 //! the secret compared in constant time. The answer is a Bearer token (RFC 6750) that any node
-//! checks; refusals are RFC 6749 §5.2's JSON errors.
+//! checks, granted the `scope` asked for (`ssf.read`, `ssf.manage`) within the receiver's
+//! `scopes`, or all of those when it asks for none; refusals are RFC 6749 §5.2's JSON errors.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use subtle::ConstantTimeEq;
 use super::find;
 use super::token_limit::Requester;
 use crate::http::App;
-use crate::transmitter::token;
+use crate::transmitter::token::{self, Scopes};
 
 /// A refusal, answered as an RFC 6749 §5.2 error.
 struct Refusal {
@@ -122,6 +123,36 @@ fn basic(headers: &HeaderMap) -> Result<Option<(String, String)>, Refusal> {
     Ok(Some((form_decoded(id)?, form_decoded(secret)?)))
 }
 
+/// The scopes a token is granted: those `asked` for (RFC 6749 §3.3), each among the receiver's
+/// `allowed`; all it is allowed when it asks for none.
+fn granted(asked: Option<&str>, allowed: Scopes) -> Result<Scopes, Refusal> {
+    let invalid = |description: String| Refusal {
+        status: StatusCode::BAD_REQUEST,
+        error: "invalid_scope",
+        description,
+        basic: false,
+        retry_after: None,
+    };
+    let asked = match asked {
+        None => return Ok(allowed),
+        Some(asked) => {
+            Scopes::parse(asked.split(' ').filter(|s| !s.is_empty())).map_err(|name| {
+                invalid(format!(
+                    "{name:?} is not a scope: ask for ssf.read, ssf.manage or both"
+                ))
+            })?
+        }
+    };
+    match asked {
+        None => Ok(allowed),
+        Some(asked) if asked.within(allowed) => Ok(asked),
+        Some(_) => Err(invalid(format!(
+            "this client may be granted {} only",
+            allowed.names()
+        ))),
+    }
+}
+
 /// The token endpoint.
 pub async fn issue(
     State(app): State<Arc<App>>,
@@ -215,18 +246,20 @@ fn grant(
             return Err(Refusal::client(is_basic));
         }
     };
+    let scopes = granted(field("scope")?, receiver.scopes)?;
     let lifetime = ssf.token_lifetime;
     let access_token = token::issue(
         &app.ssf.token_key,
-        &tenant.name,
-        &client_id,
+        (&tenant.name, &client_id),
         &receiver.client_secret,
+        scopes,
         now_ms().saturating_add(lifetime.as_millis() as u64),
     );
     let mut response = Json(AccessToken {
         access_token,
         token_type: "Bearer".into(),
         expires_in: lifetime.as_secs(),
+        scope: scopes.names(),
     })
     .into_response();
     response
