@@ -21,6 +21,7 @@
 //! callback and SET attempts), `endpoint` (each endpoint's admission and limit),
 //! `retry_worker`, `sweeper`.
 
+pub mod action;
 mod attempt;
 pub mod breaker;
 pub mod claim;

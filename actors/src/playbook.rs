@@ -17,15 +17,12 @@ use idem_schemas::{
 use ring::digest::{Context, SHA256};
 use serde_json::{Map, Value};
 
+use crate::action::{Action, Target};
 use crate::digest::Digester;
 use crate::rules::{self, Counts, Input, Rule, SourceOf};
 use crate::seal::Sealer;
-use crate::set::{self, MakeSetError, SetAction, SetContext, SetIssuer};
+use crate::set::{self, MakeSetError, SetContext, SetIssuer};
 use crate::trace;
-
-/// The most actions one playbook may have (each a callback, or a SET to each stream that asked
-/// for it, per decision).
-pub const MAX_ACTIONS: usize = 16;
 
 /// A playbook: what a signal type becomes (`[tenants.<t>.playbooks.<type>]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,42 +36,6 @@ pub struct Playbook {
     pub once_per_subject: Option<Duration>,
     /// Its rules, in order: the first whose `when` is true decides instead.
     pub rules: Vec<Rule>,
-}
-
-/// One action of a playbook.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Action {
-    /// Its name, unique in the playbook.
-    pub name: String,
-    /// What it does.
-    pub target: Target,
-}
-
-/// What an action does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// A signed callback POSTed to this URL.
-    Callback(String),
-    /// A SET to each stream of the tenant's transmitter that asked for its event.
-    Set(SetAction),
-}
-
-impl Action {
-    /// A callback to `url`.
-    pub fn callback(name: &str, url: &str) -> Action {
-        Action {
-            name: name.to_string(),
-            target: Target::Callback(url.to_string()),
-        }
-    }
-
-    /// The URL of a callback action.
-    pub fn url(&self) -> Option<&str> {
-        match &self.target {
-            Target::Callback(url) => Some(url),
-            Target::Set(_) => None,
-        }
-    }
 }
 
 impl Playbook {

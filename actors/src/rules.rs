@@ -19,7 +19,7 @@ use cel::{Context, Env, IdedExpr, Value};
 use idem_schemas::{RuleError, Verdict};
 use serde_json::{Map, Value as Json};
 
-use crate::playbook::Action;
+use crate::action::Action;
 
 /// The most nodes a `when` may have once its macros are expanded.
 pub const MAX_NODES: usize = 256;

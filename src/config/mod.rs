@@ -12,6 +12,7 @@
 //! cannot change: a configuration serialized is what it cannot, since a setting read from the
 //! configuration in force is skipped where it is declared.
 
+mod actions;
 mod reload;
 mod rules;
 mod secrets;
@@ -206,7 +207,7 @@ impl File {
         let bare = reqwest::Url::parse(base).is_ok_and(|u| {
             u.query().is_none() && u.fragment().is_none() && u.username().is_empty()
         });
-        if !tenants::callback_url(base) || !bare {
+        if !actions::callback_url(base) || !bare {
             return Err(read::refuse(format_args!(
                 "{url:?} is not an http(s) URL like \"https://idem.example.com\""
             )));

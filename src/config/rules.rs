@@ -6,13 +6,13 @@
 
 use std::time::Duration;
 
-use idem_actors::playbook::{Action, Playbook, MAX_ACTIONS};
+use idem_actors::playbook::Playbook;
 use idem_actors::rules::{self, Input, Rule};
 use idem_actors::settings::read::Dur;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::tenants::{action, verdict, RawAction};
+use super::actions::{self, verdict, RawAction};
 use super::{invalid, ConfigError};
 
 /// The most rules one playbook may have.
@@ -108,33 +108,10 @@ pub(super) fn read(key: &str, written: Vec<RawRule>) -> Result<Vec<Rule>, Config
             name: raw.name,
             when,
             decision,
-            actions: actions(&rkey, raw.actions)?,
+            actions: actions::read(&format!("{rkey}.actions"), raw.actions, "rule")?,
         });
     }
     Ok(rules)
-}
-
-/// A rule's actions, written under `key` (the rule's).
-fn actions(key: &str, written: Vec<RawAction>) -> Result<Vec<Action>, ConfigError> {
-    if written.len() > MAX_ACTIONS {
-        return Err(invalid(
-            format!("{key}.actions"),
-            format!("at most {MAX_ACTIONS} actions"),
-        ));
-    }
-    let mut actions: Vec<Action> = Vec::with_capacity(written.len());
-    for (n, raw) in written.into_iter().enumerate() {
-        let akey = format!("{key}.actions[{n}]");
-        let action = action(&akey, raw)?;
-        if actions.iter().any(|a| a.name == action.name) {
-            return Err(invalid(
-                format!("{akey}.name"),
-                format!("{:?} is used twice in this rule", action.name),
-            ));
-        }
-        actions.push(action);
-    }
-    Ok(actions)
 }
 
 /// Runs the tests written under `key` (`....tests`) against `playbook`, the one of signal

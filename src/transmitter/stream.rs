@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use idem_actors::playbook::{Playbooks, Target};
+use idem_actors::action::Target;
+use idem_actors::playbook::Playbooks;
 use idem_actors::set::event_type;
 use idem_actors::stream_event::status_name;
 use idem_schemas::{

@@ -16,10 +16,11 @@ mod store;
 
 use std::sync::Arc;
 
+use idem_actors::action::Action as Callback;
 use idem_actors::claim::phase::Phase;
 use idem_actors::claim::Request;
 use idem_actors::digest::Digester;
-use idem_actors::playbook::{Action as Callback, Playbook};
+use idem_actors::playbook::Playbook;
 use idem_actors::signals::{claimed, By};
 use idem_actors::store::ClaimId;
 use idem_actors::Settings;
