@@ -37,8 +37,10 @@ use idem_actors::StreamsError;
 pub const MAX_STREAMS: usize = STREAMS_PER_RECEIVER;
 /// The largest request body, in bytes.
 const MAX_BODY: usize = 64 * 1024;
-/// How often a change is made again after losing a race to another writer.
-const ATTEMPTS: usize = 5;
+/// How often a change is made again after losing a race to another writer, each time after a
+/// random pause of up to twice the one before (see [`lost_race_pause`]): writers racing on one
+/// stream (one per node, say) fall out of step instead of losing to each other again.
+const ATTEMPTS: usize = 10;
 
 /// A receiver of a tenant's transmitter, authenticated by the access token its
 /// `Authorization: Bearer` header carries, with the scope the request needs (401 or 403
@@ -153,7 +155,10 @@ impl ReceiverAuth {
         id: &str,
         change: impl Fn(&Stream) -> Result<Option<Stream>, ApiError>,
     ) -> Result<(Stream, Stream), ApiError> {
-        for _ in 0..ATTEMPTS {
+        for attempt in 0..ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(lost_race_pause(attempt)).await;
+            }
             let stored = self.stream(app, id).await?;
             let Some(next) = change(&stored)? else {
                 return Ok((stored.clone(), stored));
@@ -526,4 +531,18 @@ pub async fn remove_subject(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     subject(app, caller, body, true).await
+}
+
+/// The pause before attempt `attempt` (from 1) of a change that lost a race: a random part of
+/// 2^attempt milliseconds, at most 256.
+fn lost_race_pause(attempt: usize) -> std::time::Duration {
+    let mut byte = [0u8; 1];
+    // Without randomness every pause is the longest: slower, never wrong.
+    let fraction = match ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut byte)
+    {
+        Ok(()) => f64::from(byte[0]) / 255.0,
+        Err(_) => 1.0,
+    };
+    let most = (1u64 << attempt.min(8)) as f64;
+    std::time::Duration::from_micros((most * fraction * 1000.0) as u64)
 }
