@@ -13,6 +13,7 @@ use serde::{Deserialize, Deserializer};
 use super::secrets::{webhook_secret, SecretList};
 use super::{invalid, is_name, refused, ConfigError};
 use crate::source::jwks::JwksAt;
+use crate::source::upstream::{well_known, Auth};
 use crate::source::{set, Pattern, Poll, Route, Source, SourceKind, Ssf};
 
 /// An `ssf` source's subject pointer when its `map` entry names none.
@@ -36,8 +37,21 @@ struct RawSource {
     algorithms: Option<Vec<String>>,
     jwks_refetch: Option<Dur>,
     poll: Option<RawPoll>,
+    transmitter: Option<String>,
+    auth: Option<RawAuth>,
     #[serde(default)]
     map: Vec<RawRoute>,
+}
+
+/// An `ssf` source's `auth` as written: OAuth client credentials, or a static `bearer`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    client_id: Option<String>,
+    client_secret: Option<Resolved>,
+    token_url: Option<String>,
+    scope: Option<String>,
+    bearer: Option<Resolved>,
 }
 
 /// An `ssf` source's `poll` as written.
@@ -116,6 +130,8 @@ fn source(key: &str, name: String, raw: RawSource) -> Result<Source, ConfigError
                 ("algorithms", raw.algorithms.is_some()),
                 ("jwks_refetch", raw.jwks_refetch.is_some()),
                 ("poll", raw.poll.is_some()),
+                ("transmitter", raw.transmitter.is_some()),
+                ("auth", raw.auth.is_some()),
             ] {
                 if written {
                     return Err(invalid(
@@ -244,23 +260,32 @@ fn ssf(key: &str, raw: &RawSource) -> Result<Ssf, ConfigError> {
             "must be at least 1s (an unknown kid must not make idem fetch at will)",
         ));
     }
-    let poll = match &raw.poll {
-        None => None,
-        Some(p) => {
-            let url = p
-                .url
-                .clone()
-                .filter(|u| u.starts_with("https://") || u.starts_with("http://"))
-                .ok_or_else(|| invalid(format!("{key}.poll.url"), "must be an http(s) URL"))?;
-            let token = p
-                .token
-                .as_ref()
-                .map(|t| t.0.clone())
-                .filter(|t| !t.is_empty())
-                .ok_or_else(|| invalid(format!("{key}.poll.token"), "is required"))?;
-            Some(Poll { url, token })
-        }
-    };
+    let transmitter = transmitter(key, raw)?;
+    let poll =
+        match &raw.poll {
+            None => None,
+            Some(p) => {
+                let url =
+                    p.url.clone().filter(|u| is_http(u)).ok_or_else(|| {
+                        invalid(format!("{key}.poll.url"), "must be an http(s) URL")
+                    })?;
+                let token = p.token.as_ref().map(|t| t.0.clone());
+                let auth =
+                    match (token, &transmitter) {
+                        (Some(token), None) if !token.is_empty() => Auth::Bearer(token),
+                        (Some(_), Some(_)) => return Err(invalid(
+                            format!("{key}.poll.token"),
+                            "the poll client calls with the source's auth: give one or the other",
+                        )),
+                        (None, Some((_, auth))) => auth.clone(),
+                        _ => return Err(invalid(format!("{key}.poll.token"), "is required")),
+                    };
+                let issuer = transmitter
+                    .as_ref()
+                    .map_or_else(|| issuer.clone(), |(t, _)| t.clone());
+                Some(Poll { url, issuer, auth })
+            }
+        };
     Ok(Ssf {
         issuer,
         audience,
@@ -268,5 +293,86 @@ fn ssf(key: &str, raw: &RawSource) -> Result<Ssf, ConfigError> {
         algorithms,
         jwks_refetch,
         poll,
+        transmitter,
     })
+}
+
+fn is_http(url: &str) -> bool {
+    url.starts_with("https://") || url.starts_with("http://")
+}
+
+/// An `ssf` source's `transmitter` and `auth`: both, or neither.
+fn transmitter(key: &str, raw: &RawSource) -> Result<Option<(String, Auth)>, ConfigError> {
+    let (issuer, written) = match (&raw.transmitter, &raw.auth) {
+        (None, None) => return Ok(None),
+        (Some(issuer), Some(auth)) => (issuer, auth),
+        (Some(_), None) => {
+            return Err(invalid(
+                format!("{key}.auth"),
+                "is required with transmitter: { client_id, client_secret } or { bearer }",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                format!("{key}.transmitter"),
+                "is required with auth: the transmitter's issuer",
+            ))
+        }
+    };
+    if well_known(issuer, "ssf-configuration").is_err() {
+        return Err(invalid(
+            format!("{key}.transmitter"),
+            "must be the transmitter's issuer, an http(s) URL without query or fragment",
+        ));
+    }
+    let nonempty = |value: &Option<Resolved>| {
+        value
+            .as_ref()
+            .map(|v| v.0.clone())
+            .filter(|v| !v.is_empty())
+    };
+    let auth = match (&written.bearer, &written.client_id) {
+        (Some(_), None) => {
+            if written.client_secret.is_some()
+                || written.token_url.is_some()
+                || written.scope.is_some()
+            {
+                return Err(invalid(
+                    format!("{key}.auth"),
+                    "a bearer goes alone, without client_secret, token_url or scope",
+                ));
+            }
+            Auth::Bearer(
+                nonempty(&written.bearer)
+                    .ok_or_else(|| invalid(format!("{key}.auth.bearer"), "must not be empty"))?,
+            )
+        }
+        (None, Some(client_id)) if !client_id.is_empty() => {
+            let client_secret = nonempty(&written.client_secret).ok_or_else(|| {
+                invalid(
+                    format!("{key}.auth.client_secret"),
+                    "is required with client_id",
+                )
+            })?;
+            if let Some(url) = written.token_url.as_ref().filter(|u| !is_http(u)) {
+                return Err(invalid(
+                    format!("{key}.auth.token_url"),
+                    format!("{url:?} is not an http(s) URL"),
+                ));
+            }
+            Auth::Client {
+                client_id: client_id.clone(),
+                client_secret,
+                token_url: written.token_url.clone(),
+                scope: written.scope.clone().filter(|s| !s.is_empty()),
+            }
+        }
+        _ => {
+            return Err(invalid(
+                format!("{key}.auth"),
+                "is { client_id, client_secret } (OAuth client credentials) or { bearer }",
+            ))
+        }
+    };
+    Ok(Some((issuer.clone(), auth)))
 }

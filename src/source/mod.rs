@@ -14,6 +14,7 @@ pub mod jwks;
 pub mod runtime;
 pub mod set;
 pub mod subject;
+pub mod upstream;
 pub mod verify;
 
 use std::time::Duration;
@@ -116,24 +117,19 @@ pub struct Ssf {
     pub jwks_refetch: Duration,
     /// Where idem polls it (RFC 8936), if it does.
     pub poll: Option<Poll>,
+    /// The transmitter idem subscribes itself at (its issuer), and how it authenticates there.
+    pub transmitter: Option<(String, upstream::Auth)>,
 }
 
 /// An SSF poll endpoint. Its `Debug` leaves the token out.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Poll {
     /// The endpoint.
     pub url: String,
-    /// The Bearer token sent to it.
-    pub token: String,
-}
-
-impl std::fmt::Debug for Poll {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Poll")
-            .field("url", &self.url)
-            .field("token", &"..")
-            .finish()
-    }
+    /// The transmitter's issuer, whose OAuth metadata names the token endpoint.
+    pub issuer: String,
+    /// How idem authenticates to it: `poll.token`, or the source's `auth`.
+    pub auth: upstream::Auth,
 }
 
 impl std::fmt::Debug for Ssf {
@@ -144,6 +140,7 @@ impl std::fmt::Debug for Ssf {
             .field("jwks", &self.jwks)
             .field("algorithms", &self.algorithms)
             .field("poll", &self.poll.as_ref().map(|p| &p.url))
+            .field("transmitter", &self.transmitter)
             .finish()
     }
 }

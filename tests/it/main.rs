@@ -33,6 +33,7 @@ mod refusals;
 mod reload;
 mod sources;
 mod ssf;
+mod ssf_receiver_plan;
 mod traces;
 mod transmitter;
 mod waiting;

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ssf::{self, NotTaken};
 use crate::http::App;
+use crate::source::upstream::Access;
 use crate::source::{Poll, SourceKind};
 
 /// The most SETs asked for in one poll.
@@ -118,6 +119,7 @@ async fn poll_source(
     let mut immediately = true;
     let job = format!("poll:{tenant}/{source}");
     let mut held: Option<u64> = None;
+    let access = Access::new(poll.issuer.clone(), poll.auth.clone(), client);
     loop {
         match app.engine.node().turn_at(&job).await {
             Ok(Some(token)) => {
@@ -149,7 +151,7 @@ async fn poll_source(
             ack: &acks,
             set_errs: &set_errs,
         };
-        let answer = ask(&client, &poll, &request).await;
+        let answer = ask(&access, &poll.url, &request).await;
         let live = app.live.load_full();
         let Some((tenant_config, source_config)) = live
             .config
@@ -232,21 +234,19 @@ async fn poll_source(
 }
 
 /// One poll request and its answer.
-async fn ask(
-    client: &reqwest::Client,
-    poll: &Poll,
-    request: &PollRequest<'_>,
-) -> Result<PollAnswer, String> {
+async fn ask(access: &Access, url: &str, request: &PollRequest<'_>) -> Result<PollAnswer, String> {
     let exchange = async {
-        let mut response = client
-            .post(&poll.url)
-            .bearer_auth(&poll.token)
-            .header("accept", "application/json")
-            .header("content-type", "application/json")
-            .body(serde_json::to_vec(request).map_err(|e| e.to_string())?)
-            .send()
+        let body = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+        let mut response = access
+            .send("the transmitter", |client| {
+                client
+                    .post(url)
+                    .header("accept", "application/json")
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+            })
             .await
-            .map_err(|e| format!("the transmitter did not answer: {e}"))?;
+            .map_err(|e| e.to_string())?;
         if !response.status().is_success() {
             return Err(format!("the transmitter answered {}", response.status()));
         }

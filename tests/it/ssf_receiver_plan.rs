@@ -1,0 +1,252 @@
+//! idem as a Shared Signals receiver that subscribes itself (docs/SHARED-SIGNALS.md), against a
+//! real `idem serve` and the loopback transmitter of the tests, on either store: the token it
+//! calls the transmitter with comes from the token endpoint of the issuer's OAuth metadata with
+//! its client credentials, is renewed before it expires and once when refused, and is never
+//! logged; a static bearer is sent as it is; `transmitter` and `auth` are refused when written
+//! half or wrong, naming their key.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use devtools::jose::{self, JwsKey};
+use devtools::transmitter::{CLIENT_ID, CLIENT_SECRET, POLL_TOKEN};
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+const API_KEY: &str = "Bearer sk_ssf_receiver_key_0001";
+const AUDIENCE: &str = "https://idem.example.test/acme";
+const RISC_COMPROMISE: &str =
+    "https://schemas.openid.net/secevent/risc/event-type/credential-compromise";
+
+/// Tenant `acme` with the `ssf` source `entra` whose lines beneath its `kind` are `source`.
+fn acme(receiver: &Receiver, source: &str) -> String {
+    acme_text(&receiver.url("/lock"), source)
+}
+
+/// The lines of a source that polls `transmitter` with `auth`, its SETs checked as the
+/// transmitter signs them.
+fn polled_with(transmitter: &LoopbackTransmitter, auth: &str) -> String {
+    format!(
+        r#"issuer = "{issuer}"
+audience = "{AUDIENCE}"
+jwks = "{jwks}"
+transmitter = "{issuer}"
+auth = {auth}
+poll = {{ url = "{poll}" }}"#,
+        issuer = transmitter.issuer(),
+        jwks = transmitter.url("/jwks"),
+        poll = transmitter.url("/poll"),
+    )
+}
+
+fn client_credentials() -> String {
+    format!(r#"{{ client_id = "{CLIENT_ID}", client_secret = "{CLIENT_SECRET}" }}"#)
+}
+
+/// idem polling a transmitter signing with `key`, its source written by `source`.
+async fn start(
+    key: &JwsKey,
+    source: impl Fn(&LoopbackTransmitter) -> String,
+    token_life: u64,
+) -> (
+    tempfile::TempDir,
+    Receiver,
+    Idem,
+    Client,
+    LoopbackTransmitter,
+) {
+    let transmitter = LoopbackTransmitter::start(jose::jwk_set(&[key])).await;
+    transmitter.set_token_life(token_life);
+    let lines = source(&transmitter);
+    let (dir, receiver, idem, client) = Harness::new()
+        .tenants(move |r| acme(r, &lines))
+        .start()
+        .await;
+    (dir, receiver, idem, client, transmitter)
+}
+
+/// A RISC credential-compromise SET from `issuer`.
+fn compromise(issuer: &str, jti: &str, email: &str) -> Value {
+    json!({
+        "iss": issuer, "aud": AUDIENCE, "jti": jti, "iat": 1_764_000_000,
+        "sub_id": {"format": "email", "email": email},
+        "events": {RISC_COMPROMISE: {"credential_type": "password"}}
+    })
+}
+
+/// Queues SET `jti` and waits until it is acknowledged.
+async fn polled(transmitter: &LoopbackTransmitter, key: &JwsKey, jti: &str) {
+    let token = key.sign(&compromise(
+        &transmitter.issuer(),
+        jti,
+        &format!("{jti}@example.com"),
+    ));
+    transmitter.queue(jti, &token);
+    let acked = eventually(
+        Duration::from_secs(20),
+        || async { transmitter.acked() },
+        |a| a.iter().any(|j| j == jti),
+    )
+    .await;
+    assert!(
+        acked.iter().any(|j| j == jti),
+        "{jti} never acked: {acked:?}"
+    );
+}
+
+async fn status(client: &Client) -> Value {
+    let r = client
+        .send(
+            "GET",
+            "/v1/sources/acme/entra/status",
+            Req::new("").header("authorization", API_KEY),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    r.json()
+}
+
+#[tokio::test]
+async fn oidssf_receiver_client_credentials_from_the_oauth_metadata_renewed_before_expiry() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let (_dir, receiver, idem, client, transmitter) =
+        start(&rsa, |t| polled_with(t, &client_credentials()), 1).await;
+    polled(&transmitter, &rsa, "renew-1").await;
+    // Tokens of one second: the poll client goes on with new ones, each before the last
+    // expires, so the transmitter never refuses one.
+    let given = eventually(
+        Duration::from_secs(20),
+        || async { transmitter.tokens_given() },
+        |n| *n >= 4,
+    )
+    .await;
+    assert!(given >= 4, "tokens renewed: {given}");
+    polled(&transmitter, &rsa, "renew-2").await;
+    assert_eq!(
+        transmitter.unauthorized(),
+        0,
+        "a token used past its expiry"
+    );
+    exactly(&receiver, "/lock", 2).await;
+    let s = status(&client).await;
+    assert_eq!(s["poll"]["last_error"], Value::Null, "{s}");
+    let log = idem.stderr();
+    for secret in [CLIENT_SECRET, "access-token-"] {
+        assert!(!log.contains(secret), "{secret} logged: {log}");
+    }
+}
+
+#[tokio::test]
+async fn oidssf_receiver_a_refused_token_is_renewed_once() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let (_dir, _receiver, _idem, _client, transmitter) =
+        start(&rsa, |t| polled_with(t, &client_credentials()), 3600).await;
+    polled(&transmitter, &rsa, "before").await;
+    assert_eq!(transmitter.tokens_given(), 1, "a live token is kept");
+    transmitter.revoke_tokens();
+    polled(&transmitter, &rsa, "after").await;
+    assert_eq!(transmitter.tokens_given(), 2, "one new token on the 401");
+    assert_eq!(transmitter.unauthorized(), 1, "the refused call, once");
+}
+
+#[tokio::test]
+async fn oidssf_receiver_a_static_bearer_is_sent_as_it_is() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let bearer = format!(r#"{{ bearer = "{POLL_TOKEN}" }}"#);
+    let (_dir, _receiver, idem, _client, transmitter) =
+        start(&rsa, move |t| polled_with(t, &bearer), 3600).await;
+    polled(&transmitter, &rsa, "static-1").await;
+    assert_eq!(
+        transmitter.tokens_given(),
+        0,
+        "no token endpoint for a bearer"
+    );
+    assert_eq!(transmitter.unauthorized(), 0);
+    assert!(!idem.stderr().contains(POLL_TOKEN), "the bearer logged");
+}
+
+/// `idem check-config` on tenant `acme` with source lines `source`: its exit code and stderr.
+fn check(source: &str) -> (i32, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = settings("", dir.path(), "", "") + &acme_text("http://127.0.0.1:9/lock", source);
+    let path = dir.path().join("idem.toml");
+    std::fs::write(&path, config).expect("write config");
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run idem");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Tenant `acme` calling `lock`, with the `ssf` source `entra` of lines `source`.
+fn acme_text(lock: &str, source: &str) -> String {
+    format!(
+        r#"
+[tenants.acme]
+api_key = "sk_ssf_receiver_key_0001"
+callback_secret = "{CALLBACK_SECRET}"
+
+[tenants.acme.playbooks.breach]
+decision = "deny"
+actions = [ {{ name = "lock", url = "{lock}" }} ]
+
+[tenants.acme.sources.entra]
+kind = "ssf"
+{source}
+[[tenants.acme.sources.entra.map]]
+event = "{RISC_COMPROMISE}"
+type = "breach"
+"#
+    )
+}
+
+#[test]
+fn transmitter_and_auth_written_half_or_wrong_are_refused_by_key() {
+    let base = r#"issuer = "https://t.example/ssf"
+audience = "https://idem.example/acme"
+jwks = "https://t.example/jwks""#;
+    let good = format!(
+        "{base}\ntransmitter = \"https://t.example/ssf\"\nauth = {{ client_id = \"idem\", client_secret = \"s\" }}"
+    );
+    assert_eq!(check(&good).0, 0, "{}", check(&good).1);
+    for (lines, key) in [
+        (
+            format!("{base}\ntransmitter = \"https://t.example/ssf\""),
+            "tenants.acme.sources.entra.auth",
+        ),
+        (
+            format!("{base}\nauth = {{ bearer = \"b\" }}"),
+            "tenants.acme.sources.entra.transmitter",
+        ),
+        (
+            format!("{base}\ntransmitter = \"t.example/ssf\"\nauth = {{ bearer = \"b\" }}"),
+            "tenants.acme.sources.entra.transmitter",
+        ),
+        (
+            format!("{base}\ntransmitter = \"https://t.example/ssf\"\nauth = {{ bearer = \"b\", client_secret = \"s\" }}"),
+            "tenants.acme.sources.entra.auth",
+        ),
+        (
+            format!("{base}\ntransmitter = \"https://t.example/ssf\"\nauth = {{ client_id = \"idem\" }}"),
+            "tenants.acme.sources.entra.auth.client_secret",
+        ),
+        (
+            format!("{base}\ntransmitter = \"https://t.example/ssf\"\nauth = {{ client_id = \"idem\", client_secret = \"s\", token_url = \"ftp://x\" }}"),
+            "tenants.acme.sources.entra.auth.token_url",
+        ),
+        (
+            format!("{base}\ntransmitter = \"https://t.example/ssf\"\nauth = {{ bearer = \"b\" }}\npoll = {{ url = \"https://t.example/poll\", token = \"p\" }}"),
+            "tenants.acme.sources.entra.poll.token",
+        ),
+    ] {
+        let (code, err) = check(&lines);
+        assert_ne!(code, 0, "accepted: {lines}");
+        assert!(err.contains(key), "{key} not named for {lines}: {err}");
+    }
+}
