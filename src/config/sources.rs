@@ -14,13 +14,16 @@ use super::secrets::{webhook_secret, SecretList};
 use super::{invalid, is_name, refused, ConfigError};
 use crate::source::jwks::JwksAt;
 use crate::source::upstream::{well_known, Auth};
-use crate::source::{set, Pattern, Poll, Route, Source, SourceKind, Ssf};
+use crate::source::{set, Delivery, Pattern, Poll, Route, Source, SourceKind, Ssf, Subscribe};
 
 /// An `ssf` source's subject pointer when its `map` entry names none.
 pub const SSF_SUBJECT: &str = "/sub_id";
 
 /// The fewest characters a source's secret has: one anybody could guess authenticates nothing.
 pub const MIN_SECRET: usize = 16;
+
+/// How often a subscribed stream is verified again, unless `verify_every` says otherwise.
+const VERIFY_EVERY: Duration = Duration::from_secs(24 * 3600);
 
 /// The least time between two fetches of a JWK Set, unless `jwks_refetch` says otherwise.
 const JWKS_REFETCH: Duration = Duration::from_secs(60);
@@ -39,6 +42,8 @@ struct RawSource {
     poll: Option<RawPoll>,
     transmitter: Option<String>,
     auth: Option<RawAuth>,
+    delivery: Option<String>,
+    verify_every: Option<Dur>,
     #[serde(default)]
     map: Vec<RawRoute>,
 }
@@ -132,6 +137,8 @@ fn source(key: &str, name: String, raw: RawSource) -> Result<Source, ConfigError
                 ("poll", raw.poll.is_some()),
                 ("transmitter", raw.transmitter.is_some()),
                 ("auth", raw.auth.is_some()),
+                ("delivery", raw.delivery.is_some()),
+                ("verify_every", raw.verify_every.is_some()),
             ] {
                 if written {
                     return Err(invalid(
@@ -232,7 +239,12 @@ fn ssf(key: &str, raw: &RawSource) -> Result<Ssf, ConfigError> {
             .filter(|v| !v.is_empty())
             .ok_or_else(|| invalid(format!("{key}.{name}"), "is required for an ssf source"))
     };
-    let issuer = required("issuer", &raw.issuer)?;
+    let transmitter = transmitter(key, raw)?;
+    // A subscribed source's SETs are its transmitter's.
+    let issuer = match (&transmitter, &raw.issuer) {
+        (Some(t), None) => t.issuer.clone(),
+        _ => required("issuer", &raw.issuer)?,
+    };
     let audience = required("audience", &raw.audience)?;
     let jwks = JwksAt::parse(&required("jwks", &raw.jwks)?);
     let algorithms = raw
@@ -260,7 +272,6 @@ fn ssf(key: &str, raw: &RawSource) -> Result<Ssf, ConfigError> {
             "must be at least 1s (an unknown kid must not make idem fetch at will)",
         ));
     }
-    let transmitter = transmitter(key, raw)?;
     let poll =
         match &raw.poll {
             None => None,
@@ -277,12 +288,12 @@ fn ssf(key: &str, raw: &RawSource) -> Result<Ssf, ConfigError> {
                             format!("{key}.poll.token"),
                             "the poll client calls with the source's auth: give one or the other",
                         )),
-                        (None, Some((_, auth))) => auth.clone(),
+                        (None, Some(t)) => t.auth.clone(),
                         _ => return Err(invalid(format!("{key}.poll.token"), "is required")),
                     };
                 let issuer = transmitter
                     .as_ref()
-                    .map_or_else(|| issuer.clone(), |(t, _)| t.clone());
+                    .map_or_else(|| issuer.clone(), |t| t.issuer.clone());
                 Some(Poll { url, issuer, auth })
             }
         };
@@ -301,8 +312,22 @@ fn is_http(url: &str) -> bool {
     url.starts_with("https://") || url.starts_with("http://")
 }
 
-/// An `ssf` source's `transmitter` and `auth`: both, or neither.
-fn transmitter(key: &str, raw: &RawSource) -> Result<Option<(String, Auth)>, ConfigError> {
+/// An `ssf` source's `transmitter`, `auth`, `delivery` and `verify_every`: the first three, or
+/// none of them.
+fn transmitter(key: &str, raw: &RawSource) -> Result<Option<Subscribe>, ConfigError> {
+    if raw.transmitter.is_none() {
+        for (name, written) in [
+            ("delivery", raw.delivery.is_some()),
+            ("verify_every", raw.verify_every.is_some()),
+        ] {
+            if written {
+                return Err(invalid(
+                    format!("{key}.{name}"),
+                    "is for a source with a transmitter",
+                ));
+            }
+        }
+    }
     let (issuer, written) = match (&raw.transmitter, &raw.auth) {
         (None, None) => return Ok(None),
         (Some(issuer), Some(auth)) => (issuer, auth),
@@ -374,5 +399,33 @@ fn transmitter(key: &str, raw: &RawSource) -> Result<Option<(String, Auth)>, Con
             ))
         }
     };
-    Ok(Some((issuer.clone(), auth)))
+    let delivery = match raw.delivery.as_deref() {
+        Some("push") => Delivery::Push,
+        Some("poll") => Delivery::Poll,
+        Some(other) => {
+            return Err(invalid(
+                format!("{key}.delivery"),
+                format!("{other:?} is not push or poll"),
+            ))
+        }
+        None => {
+            return Err(invalid(
+                format!("{key}.delivery"),
+                "is required with transmitter: push or poll",
+            ))
+        }
+    };
+    let verify_every = raw.verify_every.as_ref().map_or(VERIFY_EVERY, |d| d.0);
+    if verify_every < Duration::from_secs(1) {
+        return Err(invalid(
+            format!("{key}.verify_every"),
+            "must be at least 1s",
+        ));
+    }
+    Ok(Some(Subscribe {
+        issuer: issuer.clone(),
+        auth,
+        delivery,
+        verify_every,
+    }))
 }

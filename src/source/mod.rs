@@ -14,6 +14,7 @@ pub mod jwks;
 pub mod runtime;
 pub mod set;
 pub mod subject;
+pub mod subscription;
 pub mod upstream;
 pub mod verify;
 
@@ -117,8 +118,30 @@ pub struct Ssf {
     pub jwks_refetch: Duration,
     /// Where idem polls it (RFC 8936), if it does.
     pub poll: Option<Poll>,
-    /// The transmitter idem subscribes itself at (its issuer), and how it authenticates there.
-    pub transmitter: Option<(String, upstream::Auth)>,
+    /// The transmitter idem subscribes itself at, if it manages its stream there.
+    pub transmitter: Option<Subscribe>,
+}
+
+/// How idem subscribes an `ssf` source at its transmitter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Subscribe {
+    /// The transmitter's issuer.
+    pub issuer: String,
+    /// How idem authenticates there.
+    pub auth: upstream::Auth,
+    /// How the stream delivers.
+    pub delivery: Delivery,
+    /// How often the stream is verified again.
+    pub verify_every: Duration,
+}
+
+/// How a stream idem makes delivers its SETs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Delivery {
+    /// Pushed to idem (RFC 8935), with an `authorization_header` idem makes.
+    Push,
+    /// Polled by idem (RFC 8936).
+    Poll,
 }
 
 /// An SSF poll endpoint. Its `Debug` leaves the token out.

@@ -24,7 +24,7 @@ const MAX_RENEW_AHEAD: Duration = Duration::from_secs(60);
 const MAX_DOCUMENT: usize = 64 * 1024;
 
 /// RFC 6749 Appendix B: everything but the unreserved characters is escaped.
-const FORM: &AsciiSet = &NON_ALPHANUMERIC
+pub const FORM: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'.')
     .remove(b'_')
@@ -150,8 +150,10 @@ pub struct Access {
     issuer: String,
     auth: Auth,
     client: reqwest::Client,
-    /// The token endpoint once discovered, and the token in hand.
-    state: Mutex<(Option<String>, Option<Held>)>,
+    /// The token endpoint once discovered.
+    token_endpoint: Mutex<Option<String>>,
+    /// The token in hand; held while a new one is fetched, so one is fetched at a time.
+    held: Mutex<Option<Held>>,
 }
 
 impl std::fmt::Debug for Access {
@@ -193,7 +195,8 @@ impl Access {
             issuer,
             auth,
             client,
-            state: Mutex::new((None, None)),
+            token_endpoint: Mutex::new(None),
+            held: Mutex::new(None),
         }
     }
 
@@ -250,7 +253,7 @@ impl Access {
         if let Some(url) = configured {
             return Ok(url.clone());
         }
-        if let Some(url) = &self.state.lock().await.0 {
+        if let Some(url) = &*self.token_endpoint.lock().await {
             return Ok(url.clone());
         }
         #[derive(Deserialize)]
@@ -273,7 +276,7 @@ impl Access {
             expected: "metadata with a token endpoint",
             why: "no token_endpoint".to_string(),
         })?;
-        self.state.lock().await.0 = Some(endpoint.clone());
+        *self.token_endpoint.lock().await = Some(endpoint.clone());
         Ok(endpoint)
     }
 
@@ -357,7 +360,8 @@ impl Access {
                 scope,
             } => (client_id, client_secret, token_url, scope),
         };
-        if let Some(held) = &self.state.lock().await.1 {
+        let mut in_hand = self.held.lock().await;
+        if let Some(held) = &*in_hand {
             if held.renew_at.is_none_or(|at| Instant::now() < at) {
                 return Ok(held.token.clone());
             }
@@ -366,15 +370,15 @@ impl Access {
             .fetch(client_id, client_secret, token_url, scope)
             .await?;
         let token = held.token.clone();
-        self.state.lock().await.1 = Some(held);
+        *in_hand = Some(held);
         Ok(token)
     }
 
     /// Drops `refused`, the token the transmitter just answered 401 to, if it is still in hand.
     async fn forget(&self, refused: &str) {
-        let mut state = self.state.lock().await;
-        if state.1.as_ref().is_some_and(|h| h.token == refused) {
-            state.1 = None;
+        let mut in_hand = self.held.lock().await;
+        if in_hand.as_ref().is_some_and(|h| h.token == refused) {
+            *in_hand = None;
         }
     }
 

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use devtools::jose::{self, JwsKey};
-use devtools::transmitter::{CLIENT_ID, CLIENT_SECRET, POLL_TOKEN};
+use devtools::transmitter::{CLIENT_ID, CLIENT_SECRET, POLL_TOKEN, STREAM_AUDIENCE};
 use serde_json::{json, Value};
 
 use crate::support::*;
@@ -33,6 +33,7 @@ audience = "{AUDIENCE}"
 jwks = "{jwks}"
 transmitter = "{issuer}"
 auth = {auth}
+delivery = "poll"
 poll = {{ url = "{poll}" }}"#,
         issuer = transmitter.issuer(),
         jwks = transmitter.url("/jwks"),
@@ -212,10 +213,27 @@ fn transmitter_and_auth_written_half_or_wrong_are_refused_by_key() {
 audience = "https://idem.example/acme"
 jwks = "https://t.example/jwks""#;
     let good = format!(
-        "{base}\ntransmitter = \"https://t.example/ssf\"\nauth = {{ client_id = \"idem\", client_secret = \"s\" }}"
+        "{base}\ntransmitter = \"https://t.example/ssf\"\nauth = {{ client_id = \"idem\", client_secret = \"s\" }}\ndelivery = \"push\""
     );
     assert_eq!(check(&good).0, 0, "{}", check(&good).1);
+    let with = |rest: &str| format!("{base}\ntransmitter = \"https://t.example/ssf\"\n{rest}");
     for (lines, key) in [
+        (
+            with("auth = { bearer = \"b\" }"),
+            "tenants.acme.sources.entra.delivery",
+        ),
+        (
+            with("auth = { bearer = \"b\" }\ndelivery = \"pigeon\""),
+            "tenants.acme.sources.entra.delivery",
+        ),
+        (
+            with("auth = { bearer = \"b\" }\ndelivery = \"poll\"\nverify_every = \"10ms\""),
+            "tenants.acme.sources.entra.verify_every",
+        ),
+        (
+            format!("{base}\ndelivery = \"poll\""),
+            "tenants.acme.sources.entra.delivery",
+        ),
         (
             format!("{base}\ntransmitter = \"https://t.example/ssf\""),
             "tenants.acme.sources.entra.auth",
@@ -241,7 +259,7 @@ jwks = "https://t.example/jwks""#;
             "tenants.acme.sources.entra.auth.token_url",
         ),
         (
-            format!("{base}\ntransmitter = \"https://t.example/ssf\"\nauth = {{ bearer = \"b\" }}\npoll = {{ url = \"https://t.example/poll\", token = \"p\" }}"),
+            format!("{base}\ntransmitter = \"https://t.example/ssf\"\nauth = {{ bearer = \"b\" }}\ndelivery = \"poll\"\npoll = {{ url = \"https://t.example/poll\", token = \"p\" }}"),
             "tenants.acme.sources.entra.poll.token",
         ),
     ] {
@@ -249,4 +267,217 @@ jwks = "https://t.example/jwks""#;
         assert_ne!(code, 0, "accepted: {lines}");
         assert!(err.contains(key), "{key} not named for {lines}: {err}");
     }
+}
+
+/// The lines of a source subscribed at `transmitter` with client credentials, delivered by
+/// `delivery`, its issuer and stream from the transmitter.
+fn subscribed(transmitter: &LoopbackTransmitter, delivery: &str) -> String {
+    format!(
+        r#"audience = "{STREAM_AUDIENCE}"
+jwks = "{jwks}"
+transmitter = "{issuer}"
+auth = {auth}
+delivery = "{delivery}"
+verify_every = "1h""#,
+        issuer = transmitter.issuer(),
+        jwks = transmitter.url("/jwks"),
+        auth = client_credentials(),
+    )
+}
+
+/// A config of idem listening on `port`, reached there (`public_url`), on the test store.
+fn config_on_port(dir: &std::path::Path, port: u16, tenants: &str) -> String {
+    format!("public_url = \"http://127.0.0.1:{port}\"\n")
+        + &settings(&store_section(), &dir.join("data"), "", "").replace(
+            "listen = \"127.0.0.1:0\"",
+            &format!("listen = \"127.0.0.1:{port}\""),
+        )
+        + tenants
+}
+
+/// The subscription of `entra` once `done` holds for it (or the last one seen).
+async fn subscription_when(client: &Client, done: impl Fn(&Value) -> bool) -> Value {
+    eventually(
+        Duration::from_secs(20),
+        || async { status(client).await["subscription"].clone() },
+        |s| done(s),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn oidssf_receiver_happy_path() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let (_dir, receiver, _idem, client, transmitter) =
+        start(&rsa, |t| subscribed(t, "poll"), 3600).await;
+    transmitter.sign_with(JwsKey::rsa("rsa-1"));
+    let s = subscription_when(&client, |s| s["status"] == "enabled").await;
+    assert_eq!(s["stream_id"], "stream-1", "{s}");
+    assert_eq!(s["events_delivered"], json!([RISC_COMPROMISE]), "{s}");
+    assert_eq!(s["last_error"], Value::Null, "{s}");
+    let streams = transmitter.streams();
+    assert_eq!(streams.len(), 1, "{streams:?}");
+    assert_eq!(
+        streams["stream-1"]["delivery"]["method"],
+        "urn:ietf:rfc:8936"
+    );
+    assert_eq!(
+        streams["stream-1"]["events_requested"],
+        json!([RISC_COMPROMISE])
+    );
+    // A verification was asked for, with a state of its own.
+    let asked = transmitter.verifications();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(
+        asked[0].1.as_ref().is_some_and(|s| s.len() >= 32),
+        "{asked:?}"
+    );
+    // The stream's SETs are polled from where the stream says, and decided.
+    let set = rsa.sign(&compromise(&transmitter.issuer(), "hp-1", "hp@example.com"));
+    transmitter.deliver("stream-1", "hp-1", &set).await;
+    let acked = eventually(
+        Duration::from_secs(20),
+        || async { transmitter.acked() },
+        |a| a.iter().any(|j| j == "hp-1"),
+    )
+    .await;
+    assert!(acked.iter().any(|j| j == "hp-1"), "{acked:?}");
+    exactly(&receiver, "/lock", 1).await;
+}
+
+#[tokio::test]
+async fn a_restart_and_a_reload_keep_one_stream_patched_or_replaced() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let transmitter = LoopbackTransmitter::start(jose::jwk_set(&[&rsa])).await;
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = devtools::free_port().expect("a free port");
+    let tenants = acme(&receiver, &subscribed(&transmitter, "poll"));
+    let config = config_on_port(dir.path(), port, &tenants);
+    let idem = Idem::start(dir.path(), &config);
+    let client = Client::new(&idem.base);
+    let first = subscription_when(&client, |s| s["status"] == "enabled").await;
+    assert_eq!(first["stream_id"], "stream-1", "{first}");
+    idem.kill();
+
+    // Started again on its data: the recorded stream is read, not made again.
+    let reads = |t: &LoopbackTransmitter| t.calls().iter().filter(|c| *c == "GET /streams").count();
+    let idem = Idem::start(dir.path(), &config);
+    let client = Client::new(&idem.base);
+    let read = eventually(
+        Duration::from_secs(20),
+        || async { reads(&transmitter) },
+        |n| *n >= 1,
+    )
+    .await;
+    assert_eq!(read, 1, "{:?}", transmitter.calls());
+    assert_eq!(transmitter.streams_made(), 1, "{:?}", transmitter.calls());
+
+    // Another event type: the stream's events_requested are PATCHed.
+    const REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
+    let patched = config.replace(
+        "type = \"breach\"",
+        &format!("type = \"breach\"\n[[tenants.acme.sources.entra.map]]\nevent = \"{REVOKED}\"\ntype = \"breach\""),
+    );
+    std::fs::write(&idem.config_path, &patched).expect("write");
+    idem.signal(libc::SIGHUP);
+    let s = subscription_when(&client, |s| {
+        s["events_delivered"]
+            .as_array()
+            .is_some_and(|a| a.len() == 2)
+    })
+    .await;
+    assert_eq!(s["stream_id"], "stream-1", "{s}");
+    assert!(
+        transmitter.calls().contains(&"PATCH /streams".to_string()),
+        "{:?}",
+        transmitter.calls()
+    );
+
+    // Push instead of poll: the whole configuration is PUT, with idem's push URL and a
+    // credential of its own, which a push must carry.
+    std::fs::write(
+        &idem.config_path,
+        patched.replace("delivery = \"poll\"", "delivery = \"push\""),
+    )
+    .expect("write");
+    idem.signal(libc::SIGHUP);
+    let pushed = eventually(
+        Duration::from_secs(20),
+        || async { transmitter.streams()["stream-1"]["delivery"].clone() },
+        |d| d["method"] == "urn:ietf:rfc:8935",
+    )
+    .await;
+    assert_eq!(
+        pushed["endpoint_url"],
+        format!("http://127.0.0.1:{port}/v1/sources/acme/entra"),
+        "{pushed}"
+    );
+    let header = pushed["authorization_header"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        header.starts_with("Bearer ") && header.len() > 40,
+        "{pushed}"
+    );
+    assert!(transmitter.calls().contains(&"PUT /streams".to_string()));
+    assert_eq!(transmitter.streams_made(), 1, "never a second stream");
+    let set = rsa.sign(&compromise(
+        &transmitter.issuer(),
+        "push-1",
+        "push@example.com",
+    ));
+    assert_eq!(
+        transmitter.deliver("stream-1", "push-1", &set).await,
+        Some(202)
+    );
+    exactly(&receiver, "/lock", 1).await;
+    let forged = client
+        .send(
+            "POST",
+            "/v1/sources/acme/entra",
+            Req::new(&rsa.sign(&compromise(
+                &transmitter.issuer(),
+                "push-2",
+                "p2@example.com",
+            )))
+            .without("content-type")
+            .header("content-type", "application/secevent+jwt")
+            .header("authorization", "Bearer not-the-streams"),
+        )
+        .await;
+    assert_eq!(forged.status, 400, "{}", text(&forged));
+    assert_eq!(forged.json()["err"], "authentication_failed");
+    assert!(
+        !idem.stderr().contains(&header[7..]),
+        "the push credential logged"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_of_another_issuer_is_not_used() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let transmitter = LoopbackTransmitter::start(jose::jwk_set(&[&rsa])).await;
+    transmitter.set_stream_iss(Some("https://someone-else.example/ssf"));
+    let lines = subscribed(&transmitter, "poll");
+    let (_dir, _receiver, _idem, client) = Harness::new()
+        .tenants(move |r| acme(r, &lines))
+        .start()
+        .await;
+    let s = subscription_when(&client, |s| s["last_error"].is_string()).await;
+    let error = s["last_error"].as_str().unwrap_or_default();
+    assert!(error.contains("iss"), "{s}");
+    transmitter.queue(
+        "unused-1",
+        &rsa.sign(&compromise(
+            &transmitter.issuer(),
+            "unused-1",
+            "u@example.com",
+        )),
+    );
+    // Nothing polls it; no verification is asked of it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(transmitter.pending(), 1);
+    assert!(transmitter.verifications().is_empty());
 }

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::ssf::{self, NotTaken};
 use crate::http::App;
 use crate::source::upstream::Access;
-use crate::source::{Poll, SourceKind};
+use crate::source::{Delivery, Poll, Source, SourceKind};
 
 /// The most SETs asked for in one poll.
 pub const MAX_EVENTS: u32 = 64;
@@ -72,6 +72,8 @@ pub async fn run(app: Arc<App>, client: reqwest::Client) {
                 }
                 if let Some(poll) = source.ssf.as_ref().and_then(|s| s.poll.clone()) {
                     wanted.push((tenant.name.clone(), source.name.clone(), poll));
+                } else if let Some(poll) = subscribed_poll(&app, &tenant.name, source).await {
+                    wanted.push((tenant.name.clone(), source.name.clone(), poll));
                 }
             }
         }
@@ -96,6 +98,35 @@ pub async fn run(app: Arc<App>, client: reqwest::Client) {
         }
         tokio::time::sleep(RECONCILE).await;
     }
+}
+
+/// The poll endpoint of the stream idem made for `tenant`'s `source`, if it polls one that is
+/// usable (its `iss` the transmitter's).
+async fn subscribed_poll(app: &App, tenant: &str, source: &Source) -> Option<Poll> {
+    let subscribe = source.ssf.as_ref()?.transmitter.as_ref()?;
+    if subscribe.delivery != Delivery::Poll {
+        return None;
+    }
+    let record = match app
+        .engine
+        .streams()
+        .subscription(tenant, &source.name)
+        .await
+    {
+        Ok(record) => record?,
+        Err(e) => {
+            tracing::warn!(tenant, source = %source.name, error = %e, "the subscription could not be read");
+            return None;
+        }
+    };
+    let usable = record.stream_id.is_some()
+        && record.transmitter == subscribe.issuer
+        && record.iss.as_deref() == Some(subscribe.issuer.as_str());
+    Some(Poll {
+        url: record.poll_url.filter(|_| usable)?,
+        issuer: subscribe.issuer.clone(),
+        auth: subscribe.auth.clone(),
+    })
 }
 
 /// What one poll came to.
@@ -151,7 +182,6 @@ async fn poll_source(
             ack: &acks,
             set_errs: &set_errs,
         };
-        let answer = ask(&access, &poll.url, &request).await;
         let live = app.live.load_full();
         let Some((tenant_config, source_config)) = live
             .config
@@ -162,6 +192,12 @@ async fn poll_source(
             return;
         };
         let state = app.sources.of(&tenant, source_config);
+        let answer = ask(
+            state.access.as_deref().unwrap_or(&access),
+            &poll.url,
+            &request,
+        )
+        .await;
         let answer = match answer {
             Ok(answer) => answer,
             Err(e) => {

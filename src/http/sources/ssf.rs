@@ -13,6 +13,7 @@ use idem_schemas::timefmt::now_ms;
 use idem_schemas::SetError;
 use serde_json::Value;
 
+use super::subscribe;
 use super::take::{self, Fate, Ready};
 use crate::config::Tenant;
 use crate::http::ingest::read_body;
@@ -24,7 +25,7 @@ use crate::source::jwks::Missing;
 use crate::source::runtime::SourceState;
 use crate::source::set::{self, Err, Expect, SetRefusal, MAX_SET};
 use crate::source::verify::{self, Received};
-use crate::source::Source;
+use crate::source::{Delivery, Source};
 
 /// SSF's verification event.
 pub const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-type/verification";
@@ -181,6 +182,28 @@ pub async fn push(
         let bytes = read_body(headers, body, live.config.http.read_timeout, MAX_SET)
             .await
             .map_err(NotTaken::Later)?;
+        let subscribed = source.ssf.as_ref().and_then(|s| s.transmitter.as_ref());
+        if subscribed.is_some_and(|s| s.delivery == Delivery::Push) && source.secrets.is_empty() {
+            // Pushed by the stream idem made: with the authorization_header idem gave it.
+            let given = headers
+                .get(axum::http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok());
+            let known = subscribe::push_authorization(app, &tenant.name, &source.name, given)
+                .await
+                .map_err(|e| {
+                    tracing::error!(error = %e, "the store failed on a subscription");
+                    NotTaken::Later(ApiError::new(
+                        Kind::Unavailable,
+                        "the store cannot be reached; send the SET again",
+                    ))
+                })?;
+            if !known {
+                return Err(NotTaken::Refused(SetRefusal::new(
+                    Err::AuthenticationFailed,
+                    "the push is not authenticated: not the stream's authorization_header",
+                )));
+            }
+        }
         verify::check(
             source,
             &Received {

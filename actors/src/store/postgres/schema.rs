@@ -122,6 +122,16 @@ const MIGRATIONS: &[&str] = &[
     // idem cannot read: nothing changes in the tables, the version refuses such an idem. This
     // idem reads the rows written before as they were.
     "",
+    // 10: the streams idem made at transmitters for its sources, one row per source.
+    r#"
+    CREATE TABLE IF NOT EXISTS idem_ssf_subscriptions (
+        tenant  text   NOT NULL,
+        source  text   NOT NULL,
+        version bigint NOT NULL,
+        record  bytea  NOT NULL,
+        PRIMARY KEY (tenant, source)
+    );
+    "#,
 ];
 
 /// The schema that added deliveries' URLs.
