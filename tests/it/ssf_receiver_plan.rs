@@ -9,7 +9,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use devtools::jose::{self, JwsKey};
-use devtools::transmitter::{CLIENT_ID, CLIENT_SECRET, POLL_TOKEN, STREAM_AUDIENCE};
+use devtools::transmitter::{
+    CLIENT_ID, CLIENT_SECRET, POLL_TOKEN, STREAM_AUDIENCE, VERIFICATION_EVENT,
+};
 use serde_json::{json, Value};
 
 use crate::support::*;
@@ -480,4 +482,60 @@ async fn a_stream_of_another_issuer_is_not_used() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(transmitter.pending(), 1);
     assert!(transmitter.verifications().is_empty());
+}
+
+#[tokio::test]
+async fn oidssf_receiver_stream_verification_by_state() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let (_dir, _receiver, _idem, client, transmitter) =
+        start(&rsa, |t| subscribed(t, "poll"), 3600).await;
+    // No signing key yet: the verification asked for at the start is not sent.
+    let s = subscription_when(&client, |s| s["status"] == "enabled").await;
+    assert_eq!(s["verified_at"], Value::Null, "{s}");
+    let asked = transmitter.verifications();
+    let state = asked[0].1.clone().expect("a state");
+    transmitter.sign_with(JwsKey::rsa("rsa-1"));
+    let verification = |stream: &str, state: Option<&str>| {
+        let mut event = json!({});
+        if let Some(state) = state {
+            event["state"] = json!(state);
+        }
+        transmitter.set_about(stream, json!({VERIFICATION_EVENT: event}))
+    };
+    let polled_back = |jti: &'static str| {
+        let t = transmitter.clone();
+        async move {
+            eventually(
+                Duration::from_secs(20),
+                || async { (t.acked(), t.set_errs()) },
+                |(a, e)| a.iter().any(|j| j == jti) || e.contains_key(jti),
+            )
+            .await
+        }
+    };
+    // Another state, and the right state for another stream: refused, not verifying.
+    transmitter.queue(
+        "v-other-state",
+        &verification("stream-1", Some("not-the-state")),
+    );
+    transmitter.queue("v-other-stream", &verification("stream-9", Some(&state)));
+    // Unsolicited: acknowledged, not verifying.
+    transmitter.queue("v-unsolicited", &verification("stream-1", None));
+    for jti in ["v-other-state", "v-other-stream", "v-unsolicited"] {
+        polled_back(jti).await;
+    }
+    let errs = transmitter.set_errs();
+    assert_eq!(errs["v-other-state"]["err"], "invalid_state", "{errs:?}");
+    assert_eq!(errs["v-other-stream"]["err"], "invalid_state", "{errs:?}");
+    assert!(transmitter.acked().contains(&"v-unsolicited".to_string()));
+    assert_eq!(
+        status(&client).await["subscription"]["verified_at"],
+        Value::Null
+    );
+    // The state asked for, for its stream: verified.
+    transmitter.queue("v-right", &verification("stream-1", Some(&state)));
+    polled_back("v-right").await;
+    assert!(transmitter.acked().contains(&"v-right".to_string()));
+    let s = status(&client).await["subscription"].clone();
+    assert!(s["verified_at"].is_string(), "{s}");
 }
