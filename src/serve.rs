@@ -54,6 +54,16 @@ impl Keyring for ConfigKeyring {
             .map(|t| t.callback_secrets.clone())
             .unwrap_or_else(|| Arc::new([]))
     }
+
+    fn names_host(&self, tenant: &str, receiver: &str, host: &str) -> bool {
+        let live = self.0.load();
+        live.config
+            .tenants
+            .get(tenant)
+            .and_then(|t| t.ssf.as_ref())
+            .and_then(|ssf| ssf.receivers.get(receiver))
+            .is_some_and(|r| r.names_host(host))
+    }
 }
 
 /// Runs the service until `shutdown` completes. `on_listen` is told the bound address. With
@@ -69,6 +79,7 @@ pub async fn run(
     crate::http::known_series::export(&config);
     let live = Arc::new(ArcSwap::from_pointee(Live::new(config.clone())));
     let keyring = Arc::new(ConfigKeyring(live.clone()));
+    tracing::info!(store = ?config.engine.store, "opening the store");
     let engine = Engine::start(config.engine.clone(), keyring).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -97,6 +108,7 @@ pub async fn run(
         sources: crate::source::runtime::Sources::new(outbound.clone()),
         listening: addr,
         ssf,
+        token_failures: Default::default(),
     });
     let pollers = tokio::spawn(http::sources::poll::run(app.clone(), outbound));
     let subscriber = tokio::spawn(http::sources::subscribe::run(app.clone()));

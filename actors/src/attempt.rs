@@ -21,6 +21,7 @@ use idem_schemas::{
     StreamState,
 };
 
+use crate::destination;
 use crate::endpoint::{Admission, EndpointEvent, Endpoints, Permit};
 use crate::seal::Sealer;
 use crate::store::Store;
@@ -35,6 +36,10 @@ const MAX_ERROR_BODY: usize = 4096;
 pub trait Keyring: Send + Sync + 'static {
     /// The secrets to sign `tenant`'s callbacks with; every one signs.
     fn callback_secrets(&self, tenant: &str) -> Arc<[Secret]>;
+
+    /// Whether `tenant`'s receiver `receiver` names `host` (as a URL's `host_str`) among its
+    /// `endpoints`: only then may its streams push inside idem's own network.
+    fn names_host(&self, tenant: &str, receiver: &str, host: &str) -> bool;
 }
 
 /// One attempt of a delivery: whose, of which decision, in which trace, and which attempt of
@@ -55,6 +60,9 @@ pub struct Attempting<'a> {
 /// Sends callback attempts.
 pub struct Attempts {
     client: reqwest::Client,
+    /// Pushes to a host the receiver's `endpoints` do not name: connects only outside idem's
+    /// own network.
+    outside: reqwest::Client,
     keyring: Arc<dyn Keyring>,
     inline_timeout: Duration,
     endpoints: Arc<Endpoints>,
@@ -108,12 +116,18 @@ impl Attempts {
         store: Arc<dyn Store>,
         sealer: Arc<Sealer>,
     ) -> Result<Self, ClientError> {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")))
+        let builder = || {
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")))
+        };
+        let client = builder().build()?;
+        let outside = builder()
+            .dns_resolver(Arc::new(destination::Outside))
             .build()?;
         Ok(Attempts {
             client,
+            outside,
             keyring,
             inline_timeout,
             endpoints,
@@ -125,7 +139,7 @@ impl Attempts {
 
     /// A POST to `url`, parsed once per destination; a URL that does not parse is left to
     /// reqwest to refuse, as the attempt's error.
-    fn post(&self, url: &str) -> reqwest::RequestBuilder {
+    fn post(&self, client: &reqwest::Client, url: &str) -> reqwest::RequestBuilder {
         let mut urls = self.urls.lock().unwrap_or_else(|p| p.into_inner());
         let parsed = match urls.get(url) {
             Some(parsed) => parsed.clone(),
@@ -137,11 +151,11 @@ impl Attempts {
                     urls.insert(url.to_string(), parsed.clone());
                     parsed
                 }
-                Err(_) => return self.client.post(url),
+                Err(_) => return client.post(url),
             },
         };
         drop(urls);
-        self.client.post(parsed)
+        client.post(parsed)
     }
 
     /// The endpoints' breakers and limits.
@@ -327,6 +341,20 @@ impl Attempts {
                     },
                 )
             }
+            Err(e) if destination::refused_inside(&e).is_some() => {
+                let error = destination::refused_inside(&e).unwrap_or_default();
+                tracing::debug!(delivery = %delivery.id, %error, "delivery refused");
+                (
+                    ActionStatus::Failed,
+                    AttemptRecord {
+                        at_ms,
+                        code: None,
+                        error: Some(error),
+                        latency_ms,
+                        retry_after_ms: None,
+                    },
+                )
+            }
             Err(e) => {
                 let error = if e.is_timeout() {
                     format!("no answer within {} ms", deadline.as_millis())
@@ -376,7 +404,7 @@ impl Attempts {
         let timestamp = (at_ms / 1000) as i64;
         let secrets = self.keyring.callback_secrets(tenant);
         let mut request = self
-            .post(&delivery.url)
+            .post(&self.client, &delivery.url)
             .header("content-type", "application/json")
             .header("webhook-id", &delivery.id)
             .header("webhook-timestamp", timestamp.to_string())
@@ -437,8 +465,9 @@ impl Attempts {
                     .await?
             }
         };
+        let client = self.push_client(tenant, &stream.receiver, url)?;
         let mut request = self
-            .post(url)
+            .post(client, url)
             .header("content-type", "application/secevent+jwt")
             .header("accept", "application/json")
             .body(token);
@@ -450,6 +479,34 @@ impl Attempts {
             request = request.header("authorization", header);
         }
         Ok(request)
+    }
+
+    /// The client to push to `url` with for `tenant`'s receiver `receiver`: any where its
+    /// `endpoints` name the host; elsewhere, one that connects only outside idem's own
+    /// network, and none (a failed attempt) to an address inside or `localhost`.
+    fn push_client(
+        &self,
+        tenant: &str,
+        receiver: &str,
+        url: &str,
+    ) -> Result<&reqwest::Client, (ActionStatus, String)> {
+        let host = reqwest::Url::parse(url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string))
+            .unwrap_or_default();
+        if self.keyring.names_host(tenant, receiver, &host) {
+            return Ok(&self.client);
+        }
+        if destination::host_inside(&host) {
+            return Err((
+                ActionStatus::Failed,
+                format!(
+                    "{host} is inside idem's own network (loopback, private or link-local) and \
+                     the receiver's endpoints do not name it: not sent"
+                ),
+            ));
+        }
+        Ok(&self.outside)
     }
 
     /// The SET `id`, sealed in `body`, opened under its key (`key` while it rides with a
@@ -480,16 +537,17 @@ impl Attempts {
     }
 }
 
-/// What `stream` means for a SET of `action` to it: attempted (a disabled stream's SETs too,
-/// which the attempt drops), held while the stream is paused, or left to be polled. The
-/// stream's own events (verification, stream updated) go even while it is paused.
+/// What `stream` means for a SET of `action` to it: attempted (a disabled stream's decisions'
+/// SETs too, which the attempt drops), held while the stream is paused, or left to be polled.
+/// Nothing reaches a paused or disabled stream: its own events (a verification) are held until
+/// it is enabled, as its decisions' SETs are while it is paused.
 fn readiness_of(stream: Stream, action: &str) -> Readiness {
     let own = about_the_stream(action);
     match (stream.method, stream.state) {
         (_, StreamState::Disabled) if !own => Readiness::Go(Some(stream)),
         (StreamMethod::Poll, _) => Readiness::Polled,
-        (StreamMethod::Push, StreamState::Paused) if !own => Readiness::Paused,
-        _ => Readiness::Go(Some(stream)),
+        (StreamMethod::Push, StreamState::Paused | StreamState::Disabled) => Readiness::Paused,
+        (StreamMethod::Push, StreamState::Enabled) => Readiness::Go(Some(stream)),
     }
 }
 
@@ -555,6 +613,10 @@ mod tests {
     impl Keyring for NoSecrets {
         fn callback_secrets(&self, _: &str) -> Arc<[Secret]> {
             Arc::new([])
+        }
+
+        fn names_host(&self, _: &str, _: &str, _: &str) -> bool {
+            false
         }
     }
 
@@ -636,6 +698,27 @@ mod tests {
         );
         let (status, _) = late("st_off").await;
         assert_eq!(status, ActionStatus::Dropped);
+        // A stream's own event (a verification) reaches neither a paused nor a disabled stream:
+        // it is held until the stream is enabled.
+        for id in ["st_paused", "st_off"] {
+            let verification = PlannedDelivery {
+                action: crate::stream_event::VERIFICATION_ACTION.into(),
+                ..set_to(id)
+            };
+            assert!(matches!(
+                attempts.readiness("acme", &verification).await,
+                Readiness::Paused
+            ));
+            let (status, why) = attempts
+                .set("acme", id, None, &verification)
+                .await
+                .expect_err("no request");
+            assert_eq!(
+                (status, why.as_str()),
+                (ActionStatus::Queued, "the stream is paused"),
+                "{id}"
+            );
+        }
         let (status, why) = late("st_gone").await;
         assert_eq!(
             (status, why.as_str()),

@@ -7,12 +7,17 @@ use serde::Serialize;
 
 /// The version byte written in front of every record (3: ids and digests stored as bytes; 4: a
 /// claim names its subject's claim; 5: a decision names its source; 6: a decision, its
-/// response, its deliveries and its kept record name the trace it was made in).
-pub const FORMAT_VERSION: u8 = 6;
+/// response, its deliveries and its kept record name the trace it was made in; 7: a decision
+/// and its kept record name the rule that decided and the rules that failed).
+pub const FORMAT_VERSION: u8 = 7;
 
-/// The older version still read: its records are this version's with no trace field, read as
+/// An older version still read: its records are version 6's with no trace field, read as
 /// absent (see `idem_schemas::trace::before_traces`).
 const BEFORE_TRACES: u8 = 5;
+
+/// An older version still read: its records are this version's with no rule fields, read as
+/// absent (see `idem_schemas::stored::before_rules`).
+const BEFORE_RULES: u8 = 6;
 
 /// No stored record is larger than this; a length prefix claiming more is corruption.
 const MAX_RECORD: usize = 4 * 1024 * 1024;
@@ -66,8 +71,13 @@ pub fn decode<T: DeserializeOwned>(record: &[u8]) -> Result<T, CodecError> {
     let (&version, payload) = record.split_first().ok_or(CodecError::Empty)?;
     let (value, read) = match version {
         FORMAT_VERSION => bincode::serde::decode_from_slice(payload, config())?,
-        BEFORE_TRACES => idem_schemas::trace::before_traces(|| {
+        BEFORE_RULES => idem_schemas::stored::before_rules(|| {
             bincode::serde::decode_from_slice(payload, config())
+        })?,
+        BEFORE_TRACES => idem_schemas::trace::before_traces(|| {
+            idem_schemas::stored::before_rules(|| {
+                bincode::serde::decode_from_slice(payload, config())
+            })
         })?,
         _ => return Err(CodecError::Version(version)),
     };
@@ -263,6 +273,8 @@ mod tests {
                 token: None,
             }],
             trace: None,
+            rule: None,
+            rule_errors: Vec::new(),
         };
         let claimed = ClaimEvent::Claimed(Claim {
             fingerprint: [7; 32],
@@ -328,6 +340,65 @@ mod tests {
         assert_eq!(
             decode::<ClaimEvent>(&encode(&traced).expect("encode")).expect("decode"),
             traced
+        );
+    }
+
+    #[test]
+    fn records_from_before_rules_read_with_no_rule() {
+        use idem_schemas::*;
+        let decision = Decision {
+            id: "dec_00112233445566778899aabbccddeeff".into(),
+            tenant: "acme".into(),
+            signal_type: "sim_swap".into(),
+            source: None,
+            verdict: Verdict::Review,
+            subject_hash: "ab".repeat(32),
+            created_at_ms: 1_700_000_000_000,
+            deliveries: Vec::new(),
+            trace: TraceContext::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            rule: None,
+            rule_errors: Vec::new(),
+        };
+        // A version 6 record is this version's less the two rule fields, which close a decision
+        // and its kept record: `None` and an empty list, a zero byte each.
+        let without_rules = |record: Vec<u8>, end: usize| {
+            assert_eq!(&record[end - 2..end], [0, 0]);
+            let mut old = [&record[..end - 2], &record[end..]].concat();
+            old[0] = BEFORE_RULES;
+            old
+        };
+        let own = encode(&decision).expect("encode")[1..].to_vec();
+        let claimed = ClaimEvent::Claimed(Claim {
+            fingerprint: [7; 32],
+            holder: 42,
+            claimed_at_ms: 1_700_000_000_000,
+            expires_at_ms: 1_700_086_400_000,
+            decision: decision.clone(),
+            subject: Some(SubjectLink {
+                digest: [9; 32],
+                window_ms: 60_000,
+            }),
+        });
+        let bytes = encode(&claimed).expect("encode");
+        let at = bytes.windows(own.len()).position(|w| w == own);
+        let old = without_rules(bytes, at.expect("the decision's bytes") + own.len());
+        assert_eq!(decode::<ClaimEvent>(&old).expect("claimed"), claimed);
+        let record = DecisionRecord::kept_for(&decision, std::time::Duration::from_secs(60));
+        let kept = encode(&record).expect("encode");
+        let old = without_rules(kept.clone(), kept.len());
+        assert_eq!(decode::<DecisionRecord>(&old).expect("kept"), record);
+        // A record of this version keeps its rule and failures.
+        let ruled = DecisionRecord {
+            rule: Some("high-risk".into()),
+            rule_errors: vec![RuleError {
+                rule: "recent".into(),
+                message: "No such key: risk".into(),
+            }],
+            ..record
+        };
+        assert_eq!(
+            decode::<DecisionRecord>(&encode(&ruled).expect("encode")).expect("decode"),
+            ruled
         );
     }
 }

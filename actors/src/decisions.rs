@@ -1,7 +1,8 @@
 //! The decisions handle: a tenant's kept decisions as the API shows them, each with its
 //! actions' delivery statuses now: one by id, or a subject's (digested here, never stored in
 //! clear) newest first, a page at a time. Another tenant's decision is as missing as a missing
-//! one.
+//! one. And what a playbook would decide for a signal now ([`Decisions::evaluate`]), which
+//! claims, stores and sends nothing.
 
 use std::sync::Arc;
 
@@ -11,7 +12,23 @@ use idem_schemas::{DecidedAction, DecisionRecord, DecisionView};
 use crate::deliveries::DeliveriesError;
 use crate::delivery::DeliveryActors;
 use crate::digest::Digester;
-use crate::store::Store;
+use crate::playbook::Playbook;
+use crate::rules::Input;
+use crate::store::{Store, StoreError};
+
+/// What a playbook would decide for a signal now: its verdict, the rule that decides it (none:
+/// the playbook's default), its actions' names, and the rules whose evaluation failed.
+#[derive(Debug)]
+pub struct Evaluated {
+    /// The verdict.
+    pub verdict: idem_schemas::Verdict,
+    /// The rule that decides; `None`: the playbook's default.
+    pub rule: Option<String>,
+    /// The actions' names, in order.
+    pub actions: Vec<String>,
+    /// The rules whose evaluation failed.
+    pub errors: Vec<idem_schemas::RuleError>,
+}
 
 /// A page of a subject's decisions, newest first.
 #[derive(Debug)]
@@ -92,6 +109,36 @@ impl Decisions {
         Ok(DecisionList { data, next_after })
     }
 
+    /// What `tenant`'s `playbook` would decide for `signal` now, its subject's history read
+    /// from the kept decisions: nothing is claimed, stored, counted or sent.
+    pub async fn evaluate(
+        &self,
+        tenant: &str,
+        playbook: &Playbook,
+        signal: &idem_schemas::SignalRequest,
+    ) -> Result<Evaluated, StoreError> {
+        let now = now_ms();
+        let subject_hash = self.digester.subject(tenant, &signal.subject);
+        let calls = playbook.history();
+        let counts = crate::history::read(&*self.store, tenant, &subject_hash, calls, now).await?;
+        self.store.settle().await?;
+        let metadata = signal.metadata.clone().unwrap_or_default();
+        let input = Input {
+            signal_type: &signal.signal_type,
+            subject: &signal.subject,
+            metadata: &metadata,
+            source: None,
+            now_ms: now,
+        };
+        let choice = playbook.choose(input, &counts);
+        Ok(Evaluated {
+            verdict: choice.verdict,
+            rule: choice.rule.map(str::to_string),
+            actions: choice.actions.iter().map(|a| a.name.clone()).collect(),
+            errors: choice.errors,
+        })
+    }
+
     /// A kept decision as the API shows it, with its deliveries' statuses now. A delivery is
     /// kept as long as its decision: one already forgotten (its node's clock ahead of this
     /// one's) means the decision is past its retention too.
@@ -114,6 +161,8 @@ impl Decisions {
             decision_id: record.id,
             signal_type: record.signal_type,
             decision: record.verdict,
+            rule: record.rule,
+            rule_errors: record.rule_errors,
             subject_hash: record.subject_hash,
             source: record.source,
             actions,

@@ -21,6 +21,7 @@
 //! callback and SET attempts), `endpoint` (each endpoint's admission and limit),
 //! `retry_worker`, `sweeper`.
 
+pub mod action;
 mod attempt;
 pub mod breaker;
 pub mod claim;
@@ -28,10 +29,12 @@ pub mod codec;
 pub mod decisions;
 pub mod deliveries;
 pub mod delivery;
+pub mod destination;
 pub mod digest;
 mod endpoint;
 pub mod engine;
 pub mod failpoint;
+pub mod history;
 mod idle;
 pub mod metrics;
 pub mod node;
@@ -39,6 +42,7 @@ pub mod outcome;
 pub mod playbook;
 pub mod record;
 mod retry_worker;
+pub mod rules;
 pub mod seal;
 pub mod set;
 pub mod settings;

@@ -1,6 +1,6 @@
 //! What the actors count, in Prometheus' default registry (rendered by the HTTP front at
 //! `GET /metrics`): claim transitions, delivery attempts by outcome, breaker transitions, actor
-//! failures, the group
+//! failures, rule failures, the group
 //! commit's latency, and deliveries by status (gauges counted once from the store at start,
 //! then moved with each delivery write). The sans-IO cores do not count: they say what to count
 //! as a [`Metric`], and whoever carries out their effects counts it.
@@ -83,6 +83,24 @@ pub static ACTOR_FAILURES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
     .expect("metric registers once")
 });
+
+/// Rules whose evaluation failed (they did not match), by tenant, playbook and rule: the
+/// configured rules are few, and each is named by the configuration.
+pub static RULE_ERRORS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "idem_rule_errors_total",
+        "Rule evaluations that failed (the rule did not match)",
+        &["tenant", "playbook", "rule"]
+    )
+    .expect("metric registers once")
+});
+
+/// Counts a failed evaluation of `rule` of `tenant`'s `playbook`.
+pub fn rule_failed(tenant: &str, playbook: &str, rule: &str) {
+    RULE_ERRORS
+        .with_label_values(&[tenant, playbook, rule])
+        .inc();
+}
 
 /// Group commit latency (sled flush + fdatasync), per batch.
 pub static FLUSH_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {

@@ -1,7 +1,9 @@
 //! Playbooks: how a signal becomes a decision. The tenant's playbook for the signal's type gives
 //! the verdict and the actions (callbacks, and SETs to Shared Signals streams, see `set`); this
 //! module fixes everything about them at once (the decision id, each delivery's id and its bytes
-//! with their timestamp), so that whatever runs again later sends exactly the same thing.
+//! with their timestamp), so that whatever runs again later sends exactly the same thing. A
+//! playbook with rules (see `rules`) decides by the first that matches, with its verdict and
+//! actions, and by its own otherwise.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,14 +17,12 @@ use idem_schemas::{
 use ring::digest::{Context, SHA256};
 use serde_json::{Map, Value};
 
+use crate::action::{Action, Target};
 use crate::digest::Digester;
+use crate::rules::{self, Counts, Input, Rule, SourceOf};
 use crate::seal::Sealer;
-use crate::set::{self, MakeSetError, SetAction, SetContext, SetIssuer};
+use crate::set::{self, MakeSetError, SetContext, SetIssuer};
 use crate::trace;
-
-/// The most actions one playbook may have (each a callback, or a SET to each stream that asked
-/// for it, per decision).
-pub const MAX_ACTIONS: usize = 16;
 
 /// A playbook: what a signal type becomes (`[tenants.<t>.playbooks.<type>]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,51 +34,53 @@ pub struct Playbook {
     /// Within this long after a decision for a subject, further signals of this type for that
     /// subject make no new decision: they get the first one's response.
     pub once_per_subject: Option<Duration>,
-}
-
-/// One action of a playbook.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Action {
-    /// Its name, unique in the playbook.
-    pub name: String,
-    /// What it does.
-    pub target: Target,
-}
-
-/// What an action does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// A signed callback POSTed to this URL.
-    Callback(String),
-    /// A SET to each stream of the tenant's transmitter that asked for its event.
-    Set(SetAction),
-}
-
-impl Action {
-    /// A callback to `url`.
-    pub fn callback(name: &str, url: &str) -> Action {
-        Action {
-            name: name.to_string(),
-            target: Target::Callback(url.to_string()),
-        }
-    }
-
-    /// The URL of a callback action.
-    pub fn url(&self) -> Option<&str> {
-        match &self.target {
-            Target::Callback(url) => Some(url),
-            Target::Set(_) => None,
-        }
-    }
+    /// Its rules, in order: the first whose `when` is true decides instead.
+    pub rules: Vec<Rule>,
 }
 
 impl Playbook {
-    /// Whether any of its actions is a SET.
+    /// Whether any of its actions, or its rules' actions, is a SET.
     pub fn sends_sets(&self) -> bool {
-        self.actions
-            .iter()
+        self.all_actions()
             .any(|a| matches!(a.target, Target::Set(_)))
     }
+
+    /// Its own actions and its rules'.
+    pub fn all_actions(&self) -> impl Iterator<Item = &Action> {
+        let of_rules = self.rules.iter().flat_map(|r| &r.actions);
+        self.actions.iter().chain(of_rules)
+    }
+
+    /// What its rules count of the subject's history, each once.
+    pub fn history(&self) -> Vec<rules::History> {
+        rules::history_of(&self.rules)
+    }
+
+    /// The verdict, the actions and the rule that decides `input` with the history `counts`
+    /// (what [`Self::history`] names, counted), and the rules that failed.
+    pub fn choose(&self, input: Input<'_>, counts: &Counts) -> Choice<'_> {
+        let evaluation = rules::evaluate(&self.rules, input, counts);
+        let rule = evaluation.matched.and_then(|n| self.rules.get(n));
+        Choice {
+            verdict: rule.map_or(self.decision, |r| r.decision),
+            actions: rule.map_or(&self.actions, |r| &r.actions),
+            rule: rule.map(|r| r.name.as_str()),
+            errors: evaluation.errors,
+        }
+    }
+}
+
+/// What a playbook decides for one signal.
+#[derive(Debug)]
+pub struct Choice<'a> {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The actions.
+    pub actions: &'a [Action],
+    /// The rule that decided; `None`: the playbook's default.
+    pub rule: Option<&'a str>,
+    /// The rules whose evaluation failed.
+    pub errors: Vec<idem_schemas::RuleError>,
 }
 
 /// A tenant's playbooks, by signal type.
@@ -91,7 +93,7 @@ pub struct Signal<'a> {
     /// The signal type (the playbook's key).
     pub signal_type: &'a str,
     /// The source it came from, if any.
-    pub source: Option<&'a str>,
+    pub source: Option<&'a SourceOf>,
     /// The subject, as the signal names it (only a SET carries it, sealed).
     pub subject: &'a str,
     /// The keyed digests of subjects.
@@ -134,6 +136,9 @@ pub enum DecideError {
     /// The playbook sends SETs, and the tenant's streams could not be read.
     #[error("the streams cannot be read: {0}")]
     Streams(String),
+    /// The playbook's rules count the subject's history, and it could not be read.
+    #[error("the subject's history cannot be read: {0}")]
+    History(String),
 }
 
 /// Everything a signal's decision needs but the tenant's streams, owned: what its claim decides
@@ -144,7 +149,7 @@ pub struct Decider {
     /// The tenant's name.
     pub tenant: String,
     /// The source the signal came from, if any.
-    pub source: Option<String>,
+    pub source: Option<SourceOf>,
     /// The signal.
     pub signal: SignalRequest,
     /// The tenant's transmitter, if it is one: where the playbook's `set` actions go.
@@ -159,13 +164,28 @@ impl Decider {
         self.transmitter.is_some() && self.playbook.sends_sets()
     }
 
-    /// The decision, made at `now_ms`, its SETs (if it sends any) to `streams` as they are now,
-    /// sealed by `sealer`; in a span of its own under the claim's.
+    /// Whether the decision reads the subject's history: its playbook's rules count it.
+    pub fn reads_history(&self) -> bool {
+        self.playbook
+            .rules
+            .iter()
+            .any(|r| !r.when.history().is_empty())
+    }
+
+    /// The keyed digest of the signal's subject, under which its history is kept.
+    pub fn subject_hash(&self, digester: &Digester) -> String {
+        digester.subject(&self.tenant, &self.signal.subject)
+    }
+
+    /// The decision, made at `now_ms` with the subject's history `counts` (see
+    /// [`Playbook::history`]), its SETs (if it sends any) to `streams` as they are now, sealed
+    /// by `sealer`; in a span of its own under the claim's.
     pub fn decide(
         self,
         digester: &Digester,
         sealer: &Sealer,
         streams: &[Stream],
+        counts: &Counts,
         now_ms: u64,
     ) -> Result<Decision, DecideError> {
         let span = crate::trace_span!(
@@ -185,40 +205,54 @@ impl Decider {
         let signal = Signal {
             tenant: &self.tenant,
             signal_type: &self.signal.signal_type,
-            source: self.source.as_deref(),
+            source: self.source.as_ref(),
             subject: &self.signal.subject,
             digester,
             metadata: self.signal.metadata.unwrap_or_default(),
             trace: self.trace,
         };
-        let decision = decide(&self.playbook, signal, sets.as_ref(), now_ms)?;
+        let decision = decide(&self.playbook, signal, sets.as_ref(), counts, now_ms)?;
         span.record("idem.decision_id", decision.id.as_str());
         span.record("idem.deliveries", decision.deliveries.len());
         Ok(decision)
     }
 }
 
-/// Applies `playbook` to `signal` at `now_ms`; its `set` actions go to the streams of `sets`.
+/// Applies `playbook` to `signal` at `now_ms` with the subject's history `counts`; its `set`
+/// actions go to the streams of `sets`. A rule whose evaluation failed is counted.
 pub fn decide(
     playbook: &Playbook,
     signal: Signal<'_>,
     sets: Option<&SetContext<'_>>,
+    counts: &Counts,
     now_ms: u64,
 ) -> Result<Decision, DecideError> {
     let id = format!("dec_{}", uuid::Uuid::now_v7().simple());
     let timestamp = rfc3339_millis(now_ms);
     let subject_hash = signal.digester.subject(signal.tenant, signal.subject);
-    let mut deliveries = Vec::with_capacity(playbook.actions.len());
-    for action in &playbook.actions {
+    let input = Input {
+        signal_type: signal.signal_type,
+        subject: signal.subject,
+        metadata: &signal.metadata,
+        source: signal.source,
+        now_ms,
+    };
+    let choice = playbook.choose(input, counts);
+    for error in &choice.errors {
+        crate::metrics::rule_failed(signal.tenant, signal.signal_type, &error.rule);
+    }
+    let mut deliveries = Vec::with_capacity(choice.actions.len());
+    for action in choice.actions {
         match &action.target {
             Target::Callback(url) => {
                 let envelope = CallbackEnvelope {
-                    event_type: format!("decision.{}", playbook.decision.as_str()),
+                    event_type: format!("decision.{}", choice.verdict.as_str()),
                     timestamp: timestamp.clone(),
                     data: CallbackData {
                         tenant: signal.tenant.to_string(),
                         decision_id: id.clone(),
-                        decision: playbook.decision,
+                        decision: choice.verdict,
+                        rule: choice.rule.map(str::to_string),
                         action: action.name.clone(),
                         signal_type: signal.signal_type.to_string(),
                         subject_hash: subject_hash.clone(),
@@ -253,12 +287,14 @@ pub fn decide(
         id,
         tenant: signal.tenant.to_string(),
         signal_type: signal.signal_type.to_string(),
-        source: signal.source.map(str::to_string),
-        verdict: playbook.decision,
+        source: signal.source.map(|s| s.name.clone()),
+        verdict: choice.verdict,
         subject_hash,
         created_at_ms: now_ms,
         deliveries,
         trace: signal.trace,
+        rule: choice.rule.map(str::to_string),
+        rule_errors: choice.errors,
     })
 }
 
@@ -276,6 +312,7 @@ mod tests {
                 Action::callback("case", "http://127.0.0.1:1/case"),
             ],
             once_per_subject: None,
+            rules: Vec::new(),
         };
         let mut metadata = Map::new();
         metadata.insert("risk".into(), Value::from(97));
@@ -288,7 +325,7 @@ mod tests {
             metadata,
             trace: None,
         };
-        let d = decide(&playbook, signal, None, 1_795_888_472_123).expect("decide");
+        let d = decide(&playbook, signal, None, &Counts::new(), 1_795_888_472_123).expect("decide");
         assert!(d.id.starts_with("dec_"));
         assert_eq!(d.deliveries.len(), 2);
         assert_eq!(d.deliveries[0].id, delivery_id(&d.id, "lock"));

@@ -19,25 +19,264 @@ use crate::digest::Digester;
 use crate::seal::Sealer;
 use crate::store::SetKey;
 
-/// The event types a stream can carry: CAEP 1.0's and RISC's whose events need nothing but the
-/// subject (and, for CAEP, `event_timestamp` and `initiating_entity`), which a decision has.
-pub const EVENTS_SUPPORTED: &[&str] = &[
-    "https://schemas.openid.net/secevent/caep/event-type/session-revoked",
-    "https://schemas.openid.net/secevent/caep/event-type/session-established",
-    "https://schemas.openid.net/secevent/caep/event-type/session-presented",
-    "https://schemas.openid.net/secevent/risc/event-type/account-credential-change-required",
-    "https://schemas.openid.net/secevent/risc/event-type/account-purged",
-    "https://schemas.openid.net/secevent/risc/event-type/account-disabled",
-    "https://schemas.openid.net/secevent/risc/event-type/account-enabled",
-    "https://schemas.openid.net/secevent/risc/event-type/identifier-changed",
-    "https://schemas.openid.net/secevent/risc/event-type/identifier-recycled",
-    "https://schemas.openid.net/secevent/risc/event-type/opt-in",
-    "https://schemas.openid.net/secevent/risc/event-type/opt-out-initiated",
-    "https://schemas.openid.net/secevent/risc/event-type/opt-out-cancelled",
-    "https://schemas.openid.net/secevent/risc/event-type/opt-out-effective",
-    "https://schemas.openid.net/secevent/risc/event-type/recovery-activated",
-    "https://schemas.openid.net/secevent/risc/event-type/recovery-information-changed",
+/// What an event's member must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberKind {
+    /// A string.
+    Text,
+    /// One of these strings.
+    OneOf(&'static [&'static str]),
+    /// A JSON object.
+    Object,
+}
+
+/// A member an event type's events must carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member {
+    /// Its name.
+    pub name: &'static str,
+    /// What it must be.
+    pub kind: MemberKind,
+}
+
+/// An event type idem sends, and the members its events must carry beyond the subject (and,
+/// for CAEP, `event_timestamp` and `initiating_entity`, which idem gives): a `set` action gives
+/// them in its `event`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventType {
+    /// Its URI.
+    pub uri: &'static str,
+    /// Its required members.
+    pub required: &'static [Member],
+}
+
+const fn text(name: &'static str) -> Member {
+    Member {
+        name,
+        kind: MemberKind::Text,
+    }
+}
+
+const fn one_of(name: &'static str, values: &'static [&'static str]) -> Member {
+    Member {
+        name,
+        kind: MemberKind::OneOf(values),
+    }
+}
+
+const fn event(uri: &'static str, required: &'static [Member]) -> EventType {
+    EventType { uri, required }
+}
+
+/// CAEP 1.0's credential types (§3.3.1), which RISC's credential-compromise takes too.
+const CREDENTIAL_TYPES: &[&str] = &[
+    "password",
+    "pin",
+    "x509",
+    "fido2-platform",
+    "fido2-roaming",
+    "fido-u2f",
+    "verifiable-credential",
+    "phone-voice",
+    "phone-sms",
+    "app",
 ];
+const COMPLIANCE: &[&str] = &["compliant", "not-compliant"];
+const RISK_LEVELS: &[&str] = &["LOW", "MEDIUM", "HIGH"];
+
+/// Every CAEP 1.0 and RISC 1.0 event type, with the members its events require.
+pub const EVENT_TYPES: &[EventType] = &[
+    event(
+        "https://schemas.openid.net/secevent/caep/event-type/session-revoked",
+        &[],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/caep/event-type/token-claims-change",
+        &[Member {
+            name: "claims",
+            kind: MemberKind::Object,
+        }],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/caep/event-type/credential-change",
+        &[
+            one_of("credential_type", CREDENTIAL_TYPES),
+            one_of("change_type", &["create", "revoke", "update", "delete"]),
+        ],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/caep/event-type/assurance-level-change",
+        &[text("namespace"), text("current_level")],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/caep/event-type/device-compliance-change",
+        &[
+            one_of("previous_status", COMPLIANCE),
+            one_of("current_status", COMPLIANCE),
+        ],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/caep/event-type/session-established",
+        &[],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/caep/event-type/session-presented",
+        &[],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/caep/event-type/risk-level-change",
+        &[
+            text("risk_reason"),
+            one_of(
+                "principal",
+                &["USER", "DEVICE", "SESSION", "TENANT", "ORG_UNIT", "GROUP"],
+            ),
+            one_of("current_level", RISK_LEVELS),
+        ],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/risc/event-type/account-credential-change-required",
+        &[],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/risc/event-type/account-purged",
+        &[],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/risc/event-type/account-disabled",
+        &[],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/risc/event-type/account-enabled",
+        &[],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/risc/event-type/identifier-changed",
+        &[],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/risc/event-type/identifier-recycled",
+        &[],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/risc/event-type/credential-compromise",
+        &[one_of("credential_type", CREDENTIAL_TYPES)],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/risc/event-type/opt-in",
+        &[],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/risc/event-type/opt-out-initiated",
+        &[],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/risc/event-type/opt-out-cancelled",
+        &[],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/risc/event-type/opt-out-effective",
+        &[],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/risc/event-type/recovery-activated",
+        &[],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/risc/event-type/recovery-information-changed",
+        &[],
+    ),
+    event(
+        "https://schemas.openid.net/secevent/risc/event-type/sessions-revoked",
+        &[],
+    ),
+];
+
+/// The event type `uri` names, if idem sends it.
+pub fn event_type(uri: &str) -> Option<&'static EventType> {
+    EVENT_TYPES.iter().find(|e| e.uri == uri)
+}
+
+/// Why an event's members do not fit its type: the member, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{member} {reason}")]
+pub struct InvalidMembers {
+    /// The member.
+    pub member: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Whether `members` fit the event type `uri` (one idem sends): each required member there, of
+/// its kind; `reason_admin` and `reason_user` objects of language tags to strings; CAEP's
+/// `initiating_entity` one of its four; and no `event_timestamp`, which idem gives (the time
+/// the decision is made).
+pub fn check_members(uri: &str, members: &Map<String, Value>) -> Result<(), InvalidMembers> {
+    let invalid = |member: &str, reason: String| InvalidMembers {
+        member: member.to_string(),
+        reason,
+    };
+    let Some(event) = event_type(uri) else {
+        return Err(invalid(
+            "set",
+            format!("{uri:?} is not an event type idem sends"),
+        ));
+    };
+    for required in event.required {
+        let value = members
+            .get(required.name)
+            .ok_or_else(|| invalid(required.name, format!("is required by {uri}")))?;
+        match (required.kind, value) {
+            (MemberKind::Text, Value::String(s)) if !s.is_empty() => {}
+            (MemberKind::OneOf(values), Value::String(s)) if values.contains(&s.as_str()) => {}
+            (MemberKind::Object, Value::Object(_)) => {}
+            (MemberKind::Text, _) => {
+                return Err(invalid(required.name, "must be a non-empty string".into()))
+            }
+            (MemberKind::OneOf(values), _) => {
+                return Err(invalid(
+                    required.name,
+                    format!("must be one of {}", values.join(", ")),
+                ))
+            }
+            (MemberKind::Object, _) => {
+                return Err(invalid(
+                    required.name,
+                    "must be a table (a JSON object)".into(),
+                ))
+            }
+        }
+    }
+    for reason in ["reason_admin", "reason_user"] {
+        match members.get(reason) {
+            None => {}
+            Some(Value::Object(texts))
+                if !texts.is_empty() && texts.values().all(Value::is_string) => {}
+            Some(_) => {
+                return Err(invalid(
+                    reason,
+                    "must be a table of language tags to texts, e.g. { en = \"...\" }".into(),
+                ))
+            }
+        }
+    }
+    if members.contains_key("event_timestamp") {
+        return Err(invalid(
+            "event_timestamp",
+            "is given by idem: the time the decision is made".into(),
+        ));
+    }
+    if let Some(entity) = members.get("initiating_entity") {
+        const ENTITIES: &[&str] = &["admin", "user", "policy", "system"];
+        if !entity.as_str().is_some_and(|e| ENTITIES.contains(&e)) || !uri.starts_with(CAEP) {
+            return Err(invalid(
+                "initiating_entity",
+                format!("is CAEP's, one of {}", ENTITIES.join(", ")),
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// CAEP's event types, whose events carry `event_timestamp` and `initiating_entity`.
 const CAEP: &str = "https://schemas.openid.net/secevent/caep/event-type/";
@@ -73,6 +312,8 @@ pub struct SetAction {
     pub event: String,
     /// How they name the subject.
     pub subject_format: SubjectFormat,
+    /// The event's own members (checked by [`check_members`]).
+    pub members: Map<String, Value>,
 }
 
 /// Signs a SET's claims with the transmitter's signing key: a compact JWS, `typ`
@@ -148,7 +389,7 @@ pub fn events_delivered(stream: &Stream) -> impl Iterator<Item = &str> {
         .events_requested
         .iter()
         .map(String::as_str)
-        .filter(|e| EVENTS_SUPPORTED.contains(e))
+        .filter(|e| event_type(e).is_some())
 }
 
 /// Whether `stream` gets a SET of `event` about the subject known by the digests `subject`
@@ -262,10 +503,12 @@ pub fn plan(
 ) -> Result<Vec<PlannedDelivery>, MakeSetError> {
     let now_s = of.now_ms / 1000;
     let sub_id = sub_id(of.subject, action.subject_format);
-    let mut event = Map::new();
+    let mut event = action.members.clone();
     if action.event.starts_with(CAEP) {
         event.insert("event_timestamp".into(), Value::from(now_s));
-        event.insert("initiating_entity".into(), Value::from("policy"));
+        event
+            .entry("initiating_entity")
+            .or_insert_with(|| Value::from("policy"));
     }
     // The subject's digests are worked out only when a stream removed some subject.
     let delivering = context
@@ -415,5 +658,69 @@ mod tests {
             ..stream("st_5")
         };
         assert!(!gets(&unknown, "urn:example:not-ours", &[[1; 32]]));
+    }
+
+    #[test]
+    fn every_caep_and_risc_event_type_is_known_with_its_required_members() {
+        let caep = EVENT_TYPES
+            .iter()
+            .filter(|e| e.uri.starts_with(CAEP))
+            .count();
+        assert_eq!(caep, 8, "CAEP 1.0's eight event types");
+        assert_eq!(EVENT_TYPES.len(), 8 + 14, "and RISC 1.0's fourteen");
+        let mut uris: Vec<&str> = EVENT_TYPES.iter().map(|e| e.uri).collect();
+        uris.sort();
+        uris.dedup();
+        assert_eq!(uris.len(), EVENT_TYPES.len(), "each once");
+        let changed = "https://schemas.openid.net/secevent/caep/event-type/credential-change";
+        let members = |v: Value| v.as_object().cloned().expect("object");
+        assert_eq!(
+            check_members(changed, &members(json!({"credential_type": "password"}))),
+            Err(InvalidMembers {
+                member: "change_type".into(),
+                reason: format!("is required by {changed}")
+            })
+        );
+        let ok = json!({"credential_type": "fido2-roaming", "change_type": "create",
+                        "friendly_name": "key", "reason_admin": {"en": "x"}});
+        assert_eq!(check_members(changed, &members(ok)), Ok(()));
+        for (bad, member) in [
+            (
+                json!({"credential_type": "password", "change_type": "rotate"}),
+                "change_type",
+            ),
+            (
+                json!({"credential_type": 7, "change_type": "create"}),
+                "credential_type",
+            ),
+            (
+                json!({"credential_type": "pin", "change_type": "create", "reason_user": {}}),
+                "reason_user",
+            ),
+            (
+                json!({"credential_type": "pin", "change_type": "create", "initiating_entity": "robot"}),
+                "initiating_entity",
+            ),
+            (
+                json!({"credential_type": "pin", "change_type": "create", "event_timestamp": 1}),
+                "event_timestamp",
+            ),
+        ] {
+            let e = check_members(changed, &members(bad.clone())).expect_err("refused");
+            assert_eq!(e.member, member, "{bad}");
+        }
+        let claims = "https://schemas.openid.net/secevent/caep/event-type/token-claims-change";
+        assert!(check_members(claims, &members(json!({"claims": "x"}))).is_err());
+        assert!(check_members(
+            claims,
+            &members(json!({"claims": {"trusted_network": false}}))
+        )
+        .is_ok());
+        // RISC has no initiating_entity.
+        let compromise =
+            "https://schemas.openid.net/secevent/risc/event-type/credential-compromise";
+        let risc = json!({"credential_type": "password", "initiating_entity": "admin"});
+        assert!(check_members(compromise, &members(risc)).is_err());
+        assert!(check_members("urn:example:made-up", &Map::new()).is_err());
     }
 }

@@ -349,6 +349,10 @@ pub enum Backend {
         url: String,
         /// Connections this node holds.
         pool_size: usize,
+        /// How long `idem serve` waits at start for the database to connect and answer: a
+        /// node's own deadline, not part of what nodes share.
+        #[serde(skip)]
+        connect_timeout: std::time::Duration,
     },
 }
 
@@ -359,10 +363,15 @@ impl std::fmt::Debug for Backend {
             Backend::Sled { data_dir } => {
                 f.debug_struct("Sled").field("data_dir", data_dir).finish()
             }
-            Backend::Postgres { pool_size, .. } => f
+            Backend::Postgres {
+                pool_size,
+                connect_timeout,
+                ..
+            } => f
                 .debug_struct("Postgres")
                 .field("url", &"..")
                 .field("pool_size", pool_size)
+                .field("connect_timeout", connect_timeout)
                 .finish(),
         }
     }

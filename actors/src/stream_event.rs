@@ -1,9 +1,10 @@
 //! SSF's own events about a stream, with no I/O: a verification event (SSF §8.1.4.2), sent when
-//! the receiver asks for one, and a stream-updated event (§8.1.5), sent before a stream is
-//! paused or disabled and when it is enabled again. Each is a SET whose subject is the stream
-//! itself (`{"format": "opaque", "id": <stream_id>}`), delivered by the delivery machinery like
-//! a decision's SETs; a stream's state neither holds nor drops them, since they tell the
-//! receiver about that state. Their deliveries belong to no decision.
+//! the receiver asks for one, and a stream-updated event (§8.1.5). A receiver's own change of
+//! status is answered, not announced, so idem makes no stream-updated event for it; an older
+//! idem did, and its deliveries are still known by their action. Each is a SET whose subject is
+//! the stream itself (`{"format": "opaque", "id": <stream_id>}`), delivered by the delivery
+//! machinery like a decision's SETs; a paused or disabled stream holds them until it is enabled
+//! and never drops them. Their deliveries belong to no decision.
 
 use idem_schemas::stored::STREAM_SCHEME;
 use idem_schemas::{PlannedDelivery, StreamState};
@@ -70,8 +71,8 @@ impl StreamEvent {
     }
 }
 
-/// Whether a delivery of action `action` is a stream's event about itself, which the stream's
-/// state neither holds nor drops.
+/// Whether a delivery of action `action` is a stream's event about itself, which a disabled
+/// stream holds rather than drops.
 pub fn about_the_stream(action: &str) -> bool {
     action == VERIFICATION_ACTION || action == STREAM_UPDATED_ACTION
 }

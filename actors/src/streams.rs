@@ -16,8 +16,8 @@ use crate::metrics::Metric;
 use crate::seal::Sealer;
 use crate::set::{self, MakeSetError, SetIssuer};
 use crate::settings::Settings;
-use crate::store::{Store, StoreError, Unit};
-use crate::stream_event::{self, about_the_stream, StreamEvent};
+use crate::store::{Created, Store, StoreError, Unit};
+use crate::stream_event::{self, StreamEvent};
 use crate::supervise::RegistryError;
 
 /// How many waiting SETs a poll stream's disabling drops at once.
@@ -80,6 +80,12 @@ impl Streams {
     /// written, durably.
     pub async fn put(&self, tenant: &str, stream: &Stream) -> Result<bool, StoreError> {
         self.store.put_stream(tenant, stream).await
+    }
+
+    /// Makes the new `stream` (at version 1), durably, unless its id is taken or its receiver
+    /// has [`crate::store::STREAMS_PER_RECEIVER`] streams already.
+    pub async fn create(&self, tenant: &str, stream: &Stream) -> Result<Created, StoreError> {
+        self.store.create_stream(tenant, stream).await
     }
 
     /// Removes `tenant`'s stream `id`, durably; whether it was there.
@@ -154,14 +160,17 @@ impl Streams {
     }
 
     /// The SETs waiting in `tenant`'s poll stream, oldest first, at most `limit`, each as
-    /// (`jti`, token), and whether more wait. While the stream is paused or disabled only its
-    /// events about itself are handed out.
+    /// (`jti`, token), and whether more wait. While the stream is paused or disabled none is
+    /// handed out, its events about itself neither.
     pub async fn waiting(
         &self,
         tenant: &str,
         stream: &Stream,
         limit: usize,
     ) -> Result<(Vec<(String, Vec<u8>)>, bool), StreamsError> {
+        if stream.state != StreamState::Enabled {
+            return Ok((Vec::new(), false));
+        }
         let url = format!("{STREAM_SCHEME}{}", stream.id);
         let ids = self.store.queued_to(tenant, &url, limit + 1).await?;
         let more = ids.len() > limit;
@@ -171,9 +180,6 @@ impl Streams {
                 continue;
             };
             let record = &delivery.record;
-            if stream.state != StreamState::Enabled && !about_the_stream(&record.action) {
-                continue;
-            }
             // Gone meanwhile (answered, or dead): its key is erased with its end.
             let Some(key) = self.store.set_key(&id).await? else {
                 continue;
@@ -212,6 +218,31 @@ impl Streams {
             Err(RedeliverError::Actor(e)) => Err(e.into()),
             Err(_) => Ok(false),
         }
+    }
+
+    /// Makes the SETs held for `tenant`'s push stream `stream_id` while it was paused or
+    /// disabled due at once, in the order they were queued, rather than at their next look
+    /// (up to [`DROPPED_AT_ONCE`] of them; any more go at their next look). The stream was
+    /// enabled (they are sent) or disabled (its decisions' SETs are dropped, its own events
+    /// held again). How many it moved.
+    pub async fn release(&self, tenant: &str, stream_id: &str) -> Result<usize, StreamsError> {
+        let url = format!("{STREAM_SCHEME}{stream_id}");
+        let ids = self.store.queued_to(tenant, &url, DROPPED_AT_ONCE).await?;
+        let mut held = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(delivery) = self.deliveries.load(&id).await? {
+                held.push((delivery.record.created_at_ms, id));
+            }
+        }
+        held.sort();
+        let now = now_ms();
+        let mut released = 0;
+        // One millisecond apart, oldest first: the retry queue wakes them in that order.
+        for (n, (_, id)) in held.iter().enumerate() {
+            let at_ms = now + n as u64;
+            released += usize::from(self.deliveries.release(id, at_ms).await?);
+        }
+        Ok(released)
     }
 
     /// Drops the SETs of decisions waiting in `tenant`'s poll stream `stream_id`, which was

@@ -22,6 +22,10 @@ pub enum Scenario {
     /// Every request a new key of a playbook without actions: claim, recovery point and
     /// completion in one durable write (the job `redis` does)
     Claim,
+    /// Every request a new key of a playbook with three rules (one counting the subject's
+    /// decisions) that match none of them: `unique` with its rules evaluated and the subject's
+    /// history read; its ratio to `unique`'s in the same run
+    Rules,
     /// Every request a completed key (1000 keys)
     Replay,
     /// Every request a new key of a playbook whose one action is a Security Event Token (ES256)
@@ -57,6 +61,7 @@ impl Scenario {
             Scenario::Keyless => "keyless",
             Scenario::Unique => "unique",
             Scenario::Claim => "claim",
+            Scenario::Rules => "rules",
             Scenario::Replay => "replay",
             Scenario::Ssf => "ssf",
             Scenario::Set => "set",
@@ -76,6 +81,7 @@ impl Scenario {
             Scenario::Keyless
                 | Scenario::Unique
                 | Scenario::Claim
+                | Scenario::Rules
                 | Scenario::Replay
                 | Scenario::Ssf
                 | Scenario::Set

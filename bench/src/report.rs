@@ -59,8 +59,9 @@ pub struct Figures {
     /// `claim`'s (or the store's own ceiling, `sled`'s) requests/s over the `redis` anchor's in
     /// the same run.
     anchor_ratio: Option<f64>,
-    /// `ssf`'s (or `set`'s) requests/s over `unique`'s in the same run: a pushed SET against a
-    /// keyed signal (or a decision sent as a SET against one sent as a callback).
+    /// `ssf`'s (or `set`'s, `rules`') requests/s over `unique`'s in the same run: a pushed SET
+    /// against a keyed signal (or a decision sent as a SET against one sent as a callback, or
+    /// one decided by rules against one without).
     unique_ratio: Option<f64>,
     /// p50, p90, p99 and max latency, in ms.
     latency_ms: [f64; 4],
@@ -95,12 +96,16 @@ impl Figures {
     }
 
     /// A `claim` (or `sled`) row's figures with its ratio to the `redis` anchor's requests/s in
-    /// the same run, and an `ssf` or `set` row's with its ratio to `unique`'s, if both ran.
+    /// the same run, and an `ssf`, `set` or `rules` row's with its ratio to `unique`'s, if both
+    /// ran.
     pub fn against_anchor(mut self, redis: Option<f64>, unique: Option<f64>) -> Figures {
         if self.name.starts_with("claim") || self.name == "sled" {
             self.anchor_ratio = redis.map(|r| self.rate / r);
         }
-        if self.name.starts_with("ssf") || self.name.starts_with("set") {
+        if ["ssf", "set", "rules"]
+            .iter()
+            .any(|n| self.name.starts_with(n))
+        {
             self.unique_ratio = unique.map(|u| self.rate / u);
         }
         self

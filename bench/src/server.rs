@@ -63,6 +63,23 @@ callback_secret = "{CALLBACK_SECRET}"
 [tenants.acme.playbooks.sim_swap]
 decision = "deny"
 actions = [ {{ name = "lock_account", url = "http://{receiver}/lock" }} ]
+# The rules scenario's: sim_swap's decision and action, and three rules none of its signals
+# matches, the last counting the subject's decisions.
+[tenants.acme.playbooks.ruled]
+decision = "deny"
+actions = [ {{ name = "lock_account", url = "http://{receiver}/lock" }} ]
+[[tenants.acme.playbooks.ruled.rules]]
+name = "high-risk"
+when = 'has(signal.metadata.risk) && signal.metadata.risk >= 90'
+decision = "step_up"
+[[tenants.acme.playbooks.ruled.rules]]
+name = "test-numbers"
+when = 'signal.subject.startsWith("+999")'
+decision = "allow"
+[[tenants.acme.playbooks.ruled.rules]]
+name = "repeated"
+when = 'subject.decisions("ruled", duration("1h")) > 100'
+decision = "review"
 [tenants.acme.playbooks.noop]
 decision = "allow"
 actions = []

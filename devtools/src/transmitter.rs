@@ -12,9 +12,10 @@
 //! keeping each stream's configuration, status and subjects; given a signing key
 //! ([`LoopbackTransmitter::sign_with`]), a verification request makes a verification SET, queued
 //! for polling or pushed to the stream's endpoint with its `authorization_header`.
-//! Panics on a poisoned lock (a test's own panic).
+//! Played hostile, it gives more SETs than asked for, or answers the next polls with bodies given
+//! as they are (a member that is no SET, a flood). Panics on a poisoned lock (a test's own panic).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -82,6 +83,12 @@ struct Shared {
     verifications: Vec<(String, Option<String>)>,
     signer: Option<Arc<crate::jose::JwsKey>>,
     sets_made: u64,
+    /// Every pending SET is given, whatever `maxEvents` asks.
+    ignore_max_events: bool,
+    /// Bodies the next polls are answered with, as they are.
+    answers: VecDeque<axum::body::Bytes>,
+    /// How many `ack`s and `setErrs` each poll carried.
+    requests: Vec<(usize, usize)>,
 }
 
 impl Shared {
@@ -307,6 +314,28 @@ impl LoopbackTransmitter {
         s.hold_after_give = true;
     }
 
+    /// Gives every pending SET on each poll, more than `maxEvents` asks for (or, with
+    /// `false`, at most that again).
+    pub fn ignore_max_events(&self, ignore: bool) {
+        self.shared().ignore_max_events = ignore;
+    }
+
+    /// The next poll is answered with `body` (JSON) as it is, once its acks are read; several
+    /// calls answer as many polls, in order.
+    pub fn answer_next(&self, body: impl Into<axum::body::Bytes>) {
+        self.shared().answers.push_back(body.into());
+    }
+
+    /// How many answers given with [`LoopbackTransmitter::answer_next`] are still to be given.
+    pub fn answers_left(&self) -> usize {
+        self.shared().answers.len()
+    }
+
+    /// How many `ack`s and `setErrs` each poll so far carried, in order.
+    pub fn requests(&self) -> Vec<(usize, usize)> {
+        self.shared().requests.clone()
+    }
+
     /// The next `n` polls answer 500.
     pub fn fail_next(&self, n: u32) {
         self.shared().fail_next = n;
@@ -343,6 +372,9 @@ async fn poll_handler(
             s.fail_next -= 1;
             return StatusCode::INTERNAL_SERVER_ERROR.into_response();
         }
+        let acks = request["ack"].as_array().map_or(0, Vec::len);
+        let errs = request["setErrs"].as_object().map_or(0, |e| e.len());
+        s.requests.push((acks, errs));
         for jti in request["ack"].as_array().into_iter().flatten() {
             let jti = jti.as_str().unwrap_or_default().to_string();
             s.pending.remove(&jti);
@@ -355,6 +387,18 @@ async fn poll_handler(
             }
         }
     }
+    if let Some(body) = shared
+        .lock()
+        .expect("transmitter state")
+        .answers
+        .pop_front()
+    {
+        return (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response();
+    }
     // A short long poll: wait a little for a SET when there is none.
     for _ in 0..20 {
         let ready = immediately || !shared.lock().expect("transmitter state").pending.is_empty();
@@ -364,6 +408,10 @@ async fn poll_handler(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let mut s = shared.lock().expect("transmitter state");
+    let max = match s.ignore_max_events {
+        true => usize::MAX,
+        false => max,
+    };
     let sets: BTreeMap<String, String> = s
         .pending
         .iter()

@@ -185,6 +185,8 @@ impl DeliveryModel {
                 token: None,
             }],
             trace: None,
+            rule: None,
+            rule_errors: Vec::new(),
         };
         let outcomes = [ActionOutcome {
             delivery_id: "msg_1".into(),

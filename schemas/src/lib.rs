@@ -26,8 +26,8 @@ pub use wire::{
     AccessToken, ActionResult, ActionStatus, AttemptView, AuthorizationScheme, CallbackData,
     CallbackEnvelope, DeadReason, DecidedAction, DecisionPage, DecisionResponse, DecisionView,
     DeliveryPage, DeliveryStatus, DeliveryView, EndpointList, EndpointState, EndpointView,
-    NamedSource, OAuthError, OktaVerification, PollStatus, Problem, RedeliverRequest, Redelivered,
-    SetError, SignalRequest, SourceList, SourceReceipt, SourceStatus, StreamConfig, StreamDelivery,
-    StreamStatus, StreamStatusBody, SubscriptionStatus, TenantStats, TransmitterMetadata, Verdict,
-    VerificationStatus,
+    NamedSource, OAuthError, OktaVerification, PlaybookEvaluation, PollStatus, Problem,
+    RedeliverRequest, Redelivered, RuleError, SetError, SignalRequest, SourceList, SourceReceipt,
+    SourceStatus, StreamConfig, StreamDelivery, StreamStatus, StreamStatusBody, SubscriptionStatus,
+    TenantStats, TransmitterMetadata, Verdict, VerificationStatus,
 };

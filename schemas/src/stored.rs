@@ -10,7 +10,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::trace::TraceContext;
-use crate::wire::{ActionResult, ActionStatus, DecisionResponse, DeliveryStatus, Verdict};
+use crate::wire::{
+    ActionResult, ActionStatus, DecisionResponse, DeliveryStatus, RuleError, Verdict,
+};
 
 /// A decision as fixed when its claim is made: whatever runs after a crash sends these bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -38,6 +40,12 @@ pub struct Decision {
     /// attempt of its deliveries belongs to it.
     #[serde(deserialize_with = "crate::trace::stored_field")]
     pub trace: Option<TraceContext>,
+    /// The playbook's rule that decided; `None`: the playbook's default.
+    #[serde(deserialize_with = "rules_field")]
+    pub rule: Option<String>,
+    /// The rules whose evaluation failed (they did not match).
+    #[serde(deserialize_with = "rules_field")]
+    pub rule_errors: Vec<RuleError>,
 }
 
 /// One callback of a decision: where it goes and the exact bytes it sends.
@@ -195,6 +203,7 @@ impl Decision {
             decision_id: self.id.clone(),
             signal_type: self.signal_type.clone(),
             decision: self.verdict,
+            rule: self.rule.clone(),
             subject_hash: self.subject_hash.clone(),
             actions,
             created_at: crate::timefmt::rfc3339_millis(self.created_at_ms),
@@ -229,6 +238,12 @@ pub struct DecisionRecord {
     /// The trace the decision was made in, when tracing was on.
     #[serde(deserialize_with = "crate::trace::stored_field")]
     pub trace: Option<TraceContext>,
+    /// The playbook's rule that decided; `None`: the playbook's default.
+    #[serde(deserialize_with = "rules_field")]
+    pub rule: Option<String>,
+    /// The rules whose evaluation failed (they did not match).
+    #[serde(deserialize_with = "rules_field")]
+    pub rule_errors: Vec<RuleError>,
 }
 
 /// One action of a kept decision.
@@ -265,6 +280,8 @@ impl DecisionRecord {
                 })
                 .collect(),
             trace: decision.trace,
+            rule: decision.rule.clone(),
+            rule_errors: decision.rule_errors.clone(),
         }
     }
 }
@@ -597,4 +614,35 @@ pub struct Subscription {
     pub verified_at_ms: Option<u64>,
     /// What went wrong last, if the last attempt failed.
     pub last_error: Option<String>,
+}
+
+thread_local! {
+    static BEFORE_RULES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `decode` (the decoding of one record written before rules) with every rule field read
+/// as absent.
+pub fn before_rules<R>(decode: impl FnOnce() -> R) -> R {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            BEFORE_RULES.set(false);
+        }
+    }
+    BEFORE_RULES.set(true);
+    let _reset = Reset;
+    decode()
+}
+
+/// A stored decision's rule field (serde `deserialize_with`): absent (its default) in a record
+/// written before rules, read as written otherwise.
+fn rules_field<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    match BEFORE_RULES.get() {
+        true => Ok(T::default()),
+        false => T::deserialize(d),
+    }
 }

@@ -105,6 +105,9 @@ pub struct DecisionResponse {
     pub signal_type: String,
     /// The verdict.
     pub decision: Verdict,
+    /// The playbook's rule that decided; absent when the playbook's default decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
     /// Keyed digest of the subject (hex).
     pub subject_hash: String,
     /// One entry per playbook action, in playbook order.
@@ -124,6 +127,9 @@ pub struct CallbackData {
     pub decision_id: String,
     /// The verdict.
     pub decision: Verdict,
+    /// The playbook's rule that decided; absent when the playbook's default decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
     /// The playbook action this callback performs.
     pub action: String,
     /// The signal type.
@@ -495,6 +501,13 @@ pub struct DecisionView {
     pub signal_type: String,
     /// The verdict.
     pub decision: Verdict,
+    /// The playbook's rule that decided; absent when the playbook's default decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The rules whose evaluation failed for this decision (they did not match); absent when
+    /// none did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rule_errors: Vec<RuleError>,
     /// Keyed digest of the subject (hex).
     pub subject_hash: String,
     /// The source the signal came from (its name under the tenant's sources), or null for a
@@ -510,6 +523,16 @@ pub struct DecisionView {
     /// that trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+}
+
+/// A rule whose evaluation failed for a decision: it did not match.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RuleError {
+    /// The rule's name.
+    pub rule: String,
+    /// Why its evaluation failed.
+    pub message: String,
 }
 
 /// A tenant's live figures (`GET /v1/stats`).
@@ -533,6 +556,22 @@ pub struct TenantStats {
     pub dead: u64,
     /// `queued` and `dead` stop counting here: this value means at least as many.
     pub counted_to: u64,
+}
+
+/// What a playbook would decide for a signal now (`POST /v1/playbooks/{type}/evaluate`): nothing
+/// was claimed, stored or sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlaybookEvaluation {
+    /// The verdict.
+    pub decision: Verdict,
+    /// The rule that decides; absent when the playbook's default decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The names of the actions the decision would run, in order.
+    pub actions: Vec<String>,
+    /// The rules whose evaluation failed (they did not match).
+    pub errors: Vec<RuleError>,
 }
 
 /// A page of a subject's decisions, newest first.
@@ -588,12 +627,14 @@ pub struct AccessToken {
     pub token_type: String,
     /// Seconds it is good for.
     pub expires_in: u64,
+    /// The scopes granted, space-separated: `ssf.read`, `ssf.manage`.
+    pub scope: String,
 }
 
 /// An OAuth 2.0 error (RFC 6749 §5.2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct OAuthError {
-    /// `invalid_request`, `invalid_client` or `unsupported_grant_type`.
+    /// `invalid_request`, `invalid_client`, `invalid_scope` or `unsupported_grant_type`.
     pub error: String,
     /// What is wrong, in English.
     pub error_description: String,
@@ -608,7 +649,7 @@ pub struct StreamConfig {
     pub iss: String,
     /// The receiver's configured audience.
     pub aud: String,
-    /// Every event type this transmitter sends: CAEP's and RISC's.
+    /// The event types this transmitter sends: those of the tenant's playbooks' `set` actions.
     pub events_supported: Vec<String>,
     /// The event types the receiver asked for.
     pub events_requested: Vec<String>,

@@ -99,6 +99,9 @@ pub async fn check(
         }
     }
 
+    // 2b. Every answer names the rule its signal calls for.
+    crate::rules::check(outcome, &mut report);
+
     // 4. Every delivery of every answered decision, to its end.
     let mut deliveries = BTreeSet::new();
     // Every stream a decision listed a SET to.

@@ -56,6 +56,7 @@ mod proxy;
 mod receiver;
 mod report;
 mod rng;
+mod rules;
 mod sources;
 mod ssf;
 mod stored;

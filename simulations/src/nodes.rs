@@ -93,7 +93,7 @@ callback_secret = "{CALLBACK_SECRET}"
 [tenants.sim.playbooks.sim_swap]
 decision = "deny"
 actions = [ {{ name = "lock_account", url = "{recv}/lock" }}, {{ name = "open_case", url = "{recv}/case" }}, {revoke} ]
-[tenants.sim.playbooks.port_out]
+{rules}[tenants.sim.playbooks.port_out]
 decision = "review"
 actions = [ {{ name = "notify", url = "{recv}/notify" }} ]
 [tenants.sim.sources.okta_sim]
@@ -141,6 +141,10 @@ subject = "/data/phoneNumber"
                 key_ttl = key_ttl,
                 public_url = streams::PUBLIC_URL,
                 revoke = streams::action(),
+                rules = crate::rules::sim_swap_rules(&format!(
+                    r#"{{ name = "lock_account", url = "{recv}/lock" }}, {{ name = "open_case", url = "{recv}/case" }}, {}"#,
+                    streams::action()
+                )),
             ),
         )
         .map_err(|e| e.to_string())?;

@@ -12,7 +12,9 @@
 //! cannot change: a configuration serialized is what it cannot, since a setting read from the
 //! configuration in force is skipped where it is declared.
 
+mod actions;
 mod reload;
+mod rules;
 mod secrets;
 mod sources;
 mod ssf;
@@ -205,7 +207,7 @@ impl File {
         let bare = reqwest::Url::parse(base).is_ok_and(|u| {
             u.query().is_none() && u.fragment().is_none() && u.username().is_empty()
         });
-        if !tenants::callback_url(base) || !bare {
+        if !actions::callback_url(base) || !bare {
             return Err(read::refuse(format_args!(
                 "{url:?} is not an http(s) URL like \"https://idem.example.com\""
             )));
@@ -264,6 +266,26 @@ impl Config {
             delivery: file.delivery,
             decisions: file.decisions,
         };
+        let claim_life = engine
+            .idempotency
+            .key_ttl
+            .max(idem_actors::signals::EVENT_CLAIM_MIN);
+        let tenants = tenants::checked(file.tenants)?;
+        let mut names: Vec<_> = tenants
+            .values()
+            .flat_map(|t| t.sources.values().map(move |s| (t, s)))
+            .collect();
+        names.sort_by(|a, b| (&a.0.name, &a.1.name).cmp(&(&b.0.name, &b.1.name)));
+        for (tenant, source) in names {
+            {
+                sources::check_max_age(
+                    &format!("tenants.{}.sources.{}", tenant.name, source.name),
+                    source,
+                    claim_life,
+                    file.signatures.tolerance,
+                )?;
+            }
+        }
         Config {
             listen: file.listen,
             data_dir: file.data_dir,
@@ -271,7 +293,7 @@ impl Config {
             engine,
             signatures: file.signatures,
             http: file.http,
-            tenants: tenants::checked(file.tenants)?,
+            tenants,
             telemetry: telemetry(file.telemetry, |name| std::env::var(name).ok())?,
         }
         .with_issuers()
@@ -282,6 +304,18 @@ impl Config {
     /// loopback address (one machine), and has no path (SSF's metadata is found at the
     /// URL's root).
     fn with_issuers(self) -> Result<Config, ConfigError> {
+        // Twilio signs the URL it posts to: idem takes it from `public_url`, never from what a
+        // request's headers say, so off loopback a twilio source needs it.
+        let twilio = self.tenants.values().flat_map(|t| t.sources.values());
+        let twilio = twilio
+            .filter(|s| s.kind == crate::source::SourceKind::Twilio)
+            .count();
+        if twilio > 0 && self.public_url.is_none() && !self.listen.ip().is_loopback() {
+            return Err(invalid(
+                "public_url",
+                "is required when a source is of kind twilio: Twilio signs the URL it posts to, and idem takes it from public_url, never from the request's Host",
+            ));
+        }
         if !self.tenants.values().any(|t| t.ssf.is_some()) {
             return Ok(self);
         }
@@ -405,6 +439,59 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
         Config::parse(text)
             .expect_err("must be refused")
             .to_string()
+    }
+
+    #[test]
+    fn an_ssf_sources_max_age_keeps_a_set_within_its_claim() {
+        let with = |max_age: &str, more: &str| {
+            format!(
+                "{more}\n{MINIMAL}\n[tenants.acme.sources.tx]\nkind = \"ssf\"\n\
+                 issuer = \"https://tx.example\"\naudience = \"https://rx.example\"\n\
+                 jwks = \"/etc/jwks.json\"\n{max_age}\n"
+            )
+        };
+        let max_age = |text: &str| {
+            let c = Config::parse(text).expect("valid");
+            let ssf = c.tenants["acme"].sources["tx"].ssf.clone().expect("ssf");
+            let claim_life = c
+                .engine
+                .idempotency
+                .key_ttl
+                .max(idem_actors::signals::EVENT_CLAIM_MIN);
+            ssf.max_age(claim_life, c.signatures.tolerance)
+        };
+        // Unwritten: a SET's claim life (three days unless key_ttl is longer) less the skew.
+        let three_days = 3 * 86_400;
+        assert_eq!(
+            max_age(&with("", "")),
+            Duration::from_secs(three_days - 300)
+        );
+        assert_eq!(
+            max_age(&with("", "").replace("[idempotency]", "[idempotency]\nkey_ttl = \"5d\"")),
+            Duration::from_secs(5 * 86_400 - 300)
+        );
+        assert_eq!(
+            max_age(&with("max_age = \"1h\"", "")),
+            Duration::from_secs(3600)
+        );
+        // Longer than the claim, with the skew: a SET could outlive its claim.
+        let e = err(&with("max_age = \"3d\"", ""));
+        assert!(e.contains("tenants.acme.sources.tx.max_age"), "{e}");
+        assert!(
+            Config::parse(&with("max_age = \"71h\"", "")).is_ok(),
+            "71 h and 5 min are within 3 days"
+        );
+        let e = err(&with(
+            "max_age = \"71h\"",
+            "[signatures]\ntolerance = \"2h\"",
+        ));
+        assert!(e.contains("tenants.acme.sources.tx.max_age"), "{e}");
+        let e = err(&with("max_age = \"18446744073709551615s\"", ""));
+        assert!(e.contains("tenants.acme.sources.tx.max_age"), "{e}");
+        let e = err(&with("max_age = \"0s\"", ""));
+        assert!(e.contains("tenants.acme.sources.tx.max_age"), "{e}");
+        let e = err(&with("", "[signatures]\ntolerance = \"3d\""));
+        assert!(e.contains("signatures.tolerance"), "{e}");
     }
 
     #[test]
@@ -556,13 +643,22 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
             c.engine.store,
             Backend::Postgres {
                 url: url.into(),
-                pool_size: 16
+                pool_size: 16,
+                connect_timeout: Duration::from_secs(10),
             }
         );
         assert!(
             !format!("{:?}", c.engine.store).contains("postgres@"),
             "the URL is not printed"
         );
+        let c = Config::parse(&pg(&format!(
+            "backend = \"postgres\"\nurl = \"{url}\"\nconnect_timeout = \"750ms\""
+        )))
+        .expect("valid");
+        assert!(matches!(
+            c.engine.store,
+            Backend::Postgres { connect_timeout, .. } if connect_timeout == Duration::from_millis(750)
+        ));
         let refused = [
             ("backend = \"postgres\"", "store.url"),
             ("backend = \"postgres\"\nurl = \"mysql://x\"", "store.url"),
@@ -570,6 +666,15 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
                 &format!("backend = \"postgres\"\nurl = \"{url}\"\npool_size = 0"),
                 "store.pool_size",
             ),
+            (
+                &format!("backend = \"postgres\"\nurl = \"{url}\"\nconnect_timeout = \"0s\""),
+                "store.connect_timeout",
+            ),
+            (
+                &format!("backend = \"postgres\"\nurl = \"{url}\"\nconnect_timeout = \"soon\""),
+                "store.connect_timeout",
+            ),
+            ("connect_timeout = \"5s\"", "store.url"),
             ("backend = \"redis\"", "store.backend"),
             (&format!("url = \"{url}\""), "store.url"),
             ("pool = 3", "pool"),
@@ -591,7 +696,8 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
             c.engine.store,
             Backend::Postgres {
                 url: url.into(),
-                pool_size: 16
+                pool_size: 16,
+                connect_timeout: Duration::from_secs(10),
             }
         );
         let var = "IDEM_TEST_CONFIG_STORE_URL";
@@ -702,6 +808,78 @@ actions = [{ name = "lock_account", url = "http://127.0.0.1:9000/lock" }]
             "{e}"
         );
         let _ = std::fs::remove_file(key);
+    }
+
+    #[test]
+    fn token_failures_default_and_are_refused_by_name_when_unusable() {
+        let key = std::env::temp_dir().join(format!("idem-config-tf-{}.pem", std::process::id()));
+        std::fs::write(
+            &key,
+            include_str!("../../devtools/fixtures/transmitter-rsa.pem"),
+        )
+        .expect("write key");
+        let with = |lines: &str| {
+            format!(
+                "{MINIMAL}\n[tenants.acme.ssf]\nsigning_keys = [{:?}]\n{lines}\n",
+                key.display().to_string()
+            )
+        };
+        let failures = |lines: &str| {
+            let config = Config::parse(&with(lines)).expect("valid");
+            config.tenants["acme"]
+                .ssf
+                .as_ref()
+                .map(|s| s.token_failures)
+        };
+        let default = crate::transmitter::TokenFailures {
+            per_client: 10,
+            per_address: 20,
+            every: Duration::from_secs(60),
+        };
+        assert_eq!(failures(""), Some(default));
+        let set = failures("token_failures = { per_client = 3, every = \"5s\" }");
+        assert_eq!(
+            set,
+            Some(crate::transmitter::TokenFailures {
+                per_client: 3,
+                every: Duration::from_secs(5),
+                ..default
+            })
+        );
+        for (lines, name) in [
+            (
+                "token_failures = { per_client = 0 }",
+                "token_failures.per_client",
+            ),
+            (
+                "token_failures = { per_address = 0 }",
+                "token_failures.per_address",
+            ),
+            (
+                "token_failures = { every = \"0s\" }",
+                "token_failures.every",
+            ),
+            ("token_failures = { per_minute = 3 }", "per_minute"),
+        ] {
+            let e = err(&with(lines));
+            assert!(e.contains(name), "{lines}: {e}");
+        }
+        let _ = std::fs::remove_file(key);
+    }
+
+    #[test]
+    fn a_twilio_source_off_loopback_needs_public_url() {
+        let twilio = format!(
+            "{MINIMAL}\n[tenants.acme.sources.sms]\nkind = \"twilio\"\nsecret = \"twilio-auth-token-0123\"\n"
+        );
+        Config::parse(&twilio).expect("on loopback, idem's own address is the URL");
+        let anywhere = format!("listen = \"0.0.0.0:8080\"\n{twilio}");
+        let e = err(&anywhere);
+        assert!(e.contains("public_url") && e.contains("twilio"), "{e}");
+        Config::parse(&format!(
+            "public_url = \"https://idem.example\"\n{anywhere}"
+        ))
+        .expect("public_url names the URL Twilio signs");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `[tenants.<t>.sources.<name>]`: a source's kind, its secrets (any one is accepted, for
-//! rotation), for `ssf` its transmitter (issuer, audience, JWK Set, algorithms, poll endpoint),
+//! rotation), for `ssf` its transmitter (issuer, audience, JWK Set, algorithms, the age a SET may
+//! have, poll endpoint),
 //! and its `map` from the sender's event types to the tenant's signal types, each of which must
 //! name one of the tenant's playbooks (checked with the tenant's, [`check_types`]).
 
@@ -39,6 +40,7 @@ struct RawSource {
     jwks: Option<String>,
     algorithms: Option<Vec<String>>,
     jwks_refetch: Option<Dur>,
+    max_age: Option<Dur>,
     poll: Option<RawPoll>,
     transmitter: Option<String>,
     auth: Option<RawAuth>,
@@ -134,6 +136,7 @@ fn source(key: &str, name: String, raw: RawSource) -> Result<Source, ConfigError
                 ("jwks", raw.jwks.is_some()),
                 ("algorithms", raw.algorithms.is_some()),
                 ("jwks_refetch", raw.jwks_refetch.is_some()),
+                ("max_age", raw.max_age.is_some()),
                 ("poll", raw.poll.is_some()),
                 ("transmitter", raw.transmitter.is_some()),
                 ("auth", raw.auth.is_some()),
@@ -272,6 +275,13 @@ fn ssf(key: &str, raw: &RawSource) -> Result<Ssf, ConfigError> {
             "must be at least 1s (an unknown kid must not make idem fetch at will)",
         ));
     }
+    let max_age = raw.max_age.as_ref().map(|d| d.0);
+    if max_age.is_some_and(|m| m < Duration::from_secs(1)) {
+        return Err(invalid(
+            format!("{key}.max_age"),
+            "must be at least 1s (how old a SET's iat may be)",
+        ));
+    }
     let poll =
         match &raw.poll {
             None => None,
@@ -303,6 +313,7 @@ fn ssf(key: &str, raw: &RawSource) -> Result<Ssf, ConfigError> {
         jwks,
         algorithms,
         jwks_refetch,
+        max_age,
         poll,
         transmitter,
     })
@@ -428,4 +439,42 @@ fn transmitter(key: &str, raw: &RawSource) -> Result<Option<Subscribe>, ConfigEr
         delivery,
         verify_every,
     }))
+}
+
+/// Whether the `max_age` of `source`, written under `key`, lets no SET outlive its claim: a SET
+/// may be `skew` ahead of this clock and is claimed for `claim_life`, so one sent again after
+/// its claim has ended is refused only if `max_age` and `skew` together are within
+/// `claim_life`.
+pub(super) fn check_max_age(
+    key: &str,
+    source: &Source,
+    claim_life: Duration,
+    skew: Duration,
+) -> Result<(), ConfigError> {
+    let Some(ssf) = &source.ssf else {
+        return Ok(());
+    };
+    if skew >= claim_life {
+        return Err(invalid(
+            "signatures.tolerance",
+            format!(
+                "is at least as long as a source event's claim is kept ({}s): an ssf source's SETs \
+                 could be sent again once their claim has ended",
+                claim_life.as_secs()
+            ),
+        ));
+    }
+    match ssf.max_age {
+        Some(max_age) if max_age.checked_add(skew).is_none_or(|t| t > claim_life) => Err(invalid(
+            format!("{key}.max_age"),
+            format!(
+                "with signatures.tolerance ({}s) is longer than a SET's claim is kept ({}s, the \
+                 longer of idempotency.key_ttl and three days): a SET sent again after its claim \
+                 ended would be decided again",
+                skew.as_secs(),
+                claim_life.as_secs()
+            ),
+        )),
+        _ => Ok(()),
+    }
 }

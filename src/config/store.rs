@@ -3,6 +3,7 @@
 //! has keys of its own; checked without connecting.
 
 use std::path::Path;
+use std::time::Duration;
 
 use idem_actors::settings::read::{self, SecretText};
 use idem_actors::settings::Backend;
@@ -14,6 +15,11 @@ use super::{invalid, ConfigError};
 const POOL: usize = 16;
 const MAX_POOL: i64 = 1024;
 
+/// How long `idem serve` waits at start for the database to connect and answer, unless told
+/// otherwise: long enough for a database across a network, short enough that a supervisor sees
+/// the failed start and retries.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// `[store]` as written.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -23,6 +29,8 @@ pub(super) struct StoreSection {
     /// environment.
     url: Option<SecretText>,
     pool_size: Option<i64>,
+    /// A duration as written ("10s").
+    connect_timeout: Option<String>,
 }
 
 impl StoreSection {
@@ -30,10 +38,11 @@ impl StoreSection {
     pub(super) fn backend(self, data_dir: &Path) -> Result<Backend, ConfigError> {
         match self.backend.as_deref().unwrap_or("sled") {
             "sled" => {
-                if self.url.is_some() || self.pool_size.is_some() {
+                if self.url.is_some() || self.pool_size.is_some() || self.connect_timeout.is_some()
+                {
                     return Err(invalid(
                         "store.url",
-                        "url and pool_size are for backend = \"postgres\"; sled lives in data_dir",
+                        "url, pool_size and connect_timeout are for backend = \"postgres\"; sled lives in data_dir",
                     ));
                 }
                 Ok(Backend::Sled {
@@ -62,7 +71,16 @@ impl StoreSection {
                     Some(n) => read::bounded(n, 1, MAX_POOL, "connections")
                         .map_err(|why| invalid("store.pool_size", why))?,
                 };
-                Ok(Backend::Postgres { url, pool_size })
+                let connect_timeout = match self.connect_timeout {
+                    None => CONNECT_TIMEOUT,
+                    Some(text) => read::parse_duration(&text)
+                        .map_err(|why| invalid("store.connect_timeout", why))?,
+                };
+                Ok(Backend::Postgres {
+                    url,
+                    pool_size,
+                    connect_timeout,
+                })
             }
             other => Err(invalid(
                 "store.backend",

@@ -3,18 +3,19 @@
 //! it is written, each value checked as it is read; [`checked`] then checks what spans its
 //! tables: its name, API keys unique across tenants, a playbook with callbacks needs a callback
 //! secret (every callback is signed) and one with SETs a transmitter, a source's types name
-//! playbooks, and no two sources share a secret.
+//! playbooks, and no two sources share a secret. A playbook's rules and tests are read by
+//! `rules`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use idem_actors::playbook::{Action, Playbook, Playbooks, Target, MAX_ACTIONS};
-use idem_actors::set::{SetAction, SubjectFormat, EVENTS_SUPPORTED};
+use idem_actors::playbook::{Playbook, Playbooks};
 use idem_actors::settings::read::{self, Dur};
 use idem_schemas::signature::Secret;
-use idem_schemas::Verdict;
 use serde::{Deserialize, Deserializer};
 
+use super::actions::{self, verdict, RawAction};
+use super::rules::{self, RawRule, RawTest};
 use super::secrets::{shared_webhook_secrets, webhook_secrets};
 use super::{invalid, is_name, refused, sources, ssf, ConfigError};
 use crate::source::Source;
@@ -102,8 +103,12 @@ impl Tenant {
         let written = BTreeMap::<String, RawPlaybook>::deserialize(d)?;
         written
             .into_iter()
-            .map(|(signal_type, p)| {
-                let playbook = self::playbook(&format!(".{signal_type}"), p).map_err(refused)?;
+            .map(|(signal_type, mut p)| {
+                let key = format!(".{signal_type}");
+                let tests = std::mem::take(&mut p.tests);
+                let playbook = self::playbook(&key, p).map_err(refused)?;
+                rules::run_tests(&format!("{key}.tests"), &signal_type, &playbook, tests)
+                    .map_err(refused)?;
                 Ok((signal_type, Arc::new(playbook)))
             })
             .collect()
@@ -118,16 +123,10 @@ struct RawPlaybook {
     #[serde(default)]
     actions: Vec<RawAction>,
     once_per_subject: Option<Dur>,
-}
-
-/// An action as written: a callback (`url`) or a SET (`set`, with its `subject_format`).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawAction {
-    name: String,
-    url: Option<String>,
-    set: Option<String>,
-    subject_format: Option<String>,
+    #[serde(default)]
+    rules: Vec<RawRule>,
+    #[serde(default)]
+    tests: Vec<RawTest>,
 }
 
 /// The tenants as read, by name, once what spans their tables is checked: at least one.
@@ -156,7 +155,7 @@ pub(super) fn checked(
                 format!("is the same as tenants.{other}.api_key"),
             ));
         }
-        let actions = || t.playbooks.values().flat_map(|p| &p.actions);
+        let actions = || t.playbooks.values().flat_map(|p| p.all_actions());
         if actions().any(|a| a.url().is_some()) && t.callback_secrets.is_empty() {
             return Err(invalid(
                 format!("{key}.callback_secret"),
@@ -193,108 +192,12 @@ pub(super) fn checked(
 
 /// The playbook written under `key` (the rest of its key beneath the table being read).
 fn playbook(key: &str, p: RawPlaybook) -> Result<Playbook, ConfigError> {
-    let decision = match p.decision.as_deref() {
-        Some("allow") => Verdict::Allow,
-        Some("deny") => Verdict::Deny,
-        Some("step_up") => Verdict::StepUp,
-        Some("review") => Verdict::Review,
-        Some(other) => {
-            return Err(invalid(
-                format!("{key}.decision"),
-                format!("{other:?} is not one of allow, deny, step_up, review"),
-            ))
-        }
-        None => return Err(invalid(format!("{key}.decision"), "is required")),
-    };
-    if p.actions.len() > MAX_ACTIONS {
-        return Err(invalid(
-            format!("{key}.actions"),
-            format!("at most {MAX_ACTIONS} actions"),
-        ));
-    }
-    let mut actions = Vec::with_capacity(p.actions.len());
-    for (n, raw) in p.actions.into_iter().enumerate() {
-        let akey = format!("{key}.actions[{n}]");
-        let action = self::action(&akey, raw)?;
-        if actions.iter().any(|a: &Action| a.name == action.name) {
-            return Err(invalid(
-                format!("{akey}.name"),
-                format!("{:?} is used twice in this playbook", action.name),
-            ));
-        }
-        actions.push(action);
-    }
+    let decision = verdict(key, p.decision.as_deref())?;
+    let actions = actions::read(&format!("{key}.actions"), p.actions, "playbook")?;
     Ok(Playbook {
         decision,
         actions,
         once_per_subject: p.once_per_subject.map(|d| d.0),
+        rules: rules::read(&format!("{key}.rules"), p.rules)?,
     })
-}
-
-/// The action written under `key`.
-fn action(key: &str, raw: RawAction) -> Result<Action, ConfigError> {
-    if raw.name.is_empty() {
-        return Err(invalid(format!("{key}.name"), "must not be empty"));
-    }
-    let target = match (raw.url, raw.set) {
-        (Some(url), None) => {
-            if raw.subject_format.is_some() {
-                return Err(invalid(
-                    format!("{key}.subject_format"),
-                    "is for set actions only",
-                ));
-            }
-            if !callback_url(&url) {
-                return Err(invalid(
-                    format!("{key}.url"),
-                    format!("{url:?} is not an http(s) URL with a host"),
-                ));
-            }
-            Target::Callback(url)
-        }
-        (None, Some(event)) => {
-            if !EVENTS_SUPPORTED.contains(&event.as_str()) {
-                return Err(invalid(
-                    format!("{key}.set"),
-                    format!("{event:?} is not a CAEP or RISC event type idem sends"),
-                ));
-            }
-            let subject_format = match raw.subject_format.as_deref() {
-                None => SubjectFormat::Opaque,
-                Some(name) => SubjectFormat::parse(name).ok_or_else(|| {
-                    invalid(
-                        format!("{key}.subject_format"),
-                        format!("{name:?} is not one of email, phone_number, opaque"),
-                    )
-                })?,
-            };
-            Target::Set(SetAction {
-                event,
-                subject_format,
-            })
-        }
-        _ => {
-            return Err(invalid(
-                key,
-                "an action has either a url (a callback) or a set (a Security Event Token)",
-            ))
-        }
-    };
-    Ok(Action {
-        name: raw.name,
-        target,
-    })
-}
-
-/// An http(s) URL with its host where the host goes: the URL parser reads `http:///x` (no
-/// host) as host `x`, and every callback to it would fail until dead.
-pub(super) fn callback_url(raw: &str) -> bool {
-    let Ok(url) = reqwest::Url::parse(raw) else {
-        return false;
-    };
-    let authority = raw.split_once("://").map_or("", |(_, rest)| rest);
-    matches!(url.scheme(), "http" | "https")
-        && url.host_str().is_some_and(|h| !h.is_empty())
-        && !authority.is_empty()
-        && !authority.starts_with(['/', '\\', '?', '#'])
 }

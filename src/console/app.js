@@ -373,6 +373,12 @@ const decisionView = {
           ['ID', el('span', { class: 'mono', text: d.decision_id })],
           ['Type', d.type],
           ['Verdict', verdictBadge(d.decision)],
+          // The playbook's rule that decided, or its own decision.
+          ['Rule', d.rule == null ? muted('the playbook\'s own decision')
+            : el('span', { id: 'rule', class: 'mono', text: d.rule })],
+          ['Rule errors', !(d.rule_errors && d.rule_errors.length) ? null
+            : el('ul', { id: 'rule-errors' },
+              ...d.rule_errors.map((e) => el('li', {}, code(e.rule), ' ', e.message)))],
           ['Source', sourceText(d.source)],
           ['Subject hash', el('span', { class: 'mono break', text: d.subject_hash })],
           ['Created', timeEl(d.created_at)],

@@ -188,6 +188,13 @@ pub(crate) fn refused(tenant: &str, e: SignalError) -> ApiError {
                 "the tenant's Shared Signals streams could not be read; retry with the same key",
             )
         }
+        SignalError::History(why) => {
+            tracing::error!(%tenant, error = %why, "the subject's history could not be read");
+            ApiError::new(
+                Kind::Unavailable,
+                "the subject's history could not be read; retry with the same key",
+            )
+        }
         SignalError::Store(_) | SignalError::Claim(_) => {
             tracing::error!(%tenant, error = %e, "claim failed");
             ApiError::new(

@@ -1,10 +1,12 @@
 //! The series `/metrics` shows from the start, at zero: every label value known before anything
 //! happens (how a signal can end, the verdicts, claim transitions, delivery attempts, breaker
-//! moves, fenced writes, actor families, and each configured source kind's outcomes), so that a
+//! moves, fenced writes, actor families, each configured source kind's outcomes, and the
+//! refusals at the senders' surfaces), so that a
 //! rate, a dashboard's panel or an alert reads 0 rather than nothing until a first event, as
 //! Prometheus advises. [`export`] runs when the service starts and after each reload (a source
-//! of a kind not configured before). Metrics carry no tenant or source name: a tenant's own
-//! figures are `GET /v1/stats`, a source's `GET /v1/sources/{tenant}/{source}/status`.
+//! of a kind not configured before). Metrics carry no tenant or source name (a tenant's own
+//! figures are `GET /v1/stats`, a source's `GET /v1/sources/{tenant}/{source}/status`), but for
+//! rule failures, which name the rule the configuration names (tenant, playbook, rule).
 
 use std::sync::LazyLock;
 
@@ -14,6 +16,7 @@ use idem_schemas::Verdict;
 use crate::config::Config;
 use crate::http::metrics::{DECISIONS, REQUEST_SECONDS, SIGNALS, SOURCE_DELIVERIES, SOURCE_EVENTS};
 use crate::http::problem::Kind;
+use crate::http::refusals::{self, REFUSALS};
 use crate::source::runtime::Fate;
 use crate::source::set::Err as SetErr;
 use crate::source::SourceKind;
@@ -60,6 +63,19 @@ const SET_REFUSALS: [SetErr; 6] = [
 
 /// How another source's delivery is refused once it is routed to its source.
 const DELIVERY_REFUSALS: [Kind; 2] = [Kind::SourceUnauthenticated, Kind::InvalidEvents];
+
+/// Every way a request to the senders' surfaces is refused, as `idem_refusals_total` names it
+/// (besides `unknown-source`, and for `ssf` RFC 8935's codes).
+const SURFACE_REFUSALS: [Kind; 8] = [
+    Kind::SourceUnauthenticated,
+    Kind::StaleTimestamp,
+    Kind::RepeatedHeader,
+    Kind::PayloadTooLarge,
+    Kind::RequestTimeout,
+    Kind::MalformedJson,
+    Kind::InvalidEvents,
+    Kind::RateLimited,
+];
 
 const CLAIM_TRANSITIONS: [&str; 4] = ["claimed", "dispatched", "completed", "taken_over"];
 const ATTEMPT_OUTCOMES: [&str; 4] = ["retry", "delivered", "failed", "dead"];
@@ -108,7 +124,23 @@ pub fn export(config: &Config) {
     for family in ACTOR_FAMILIES {
         actors::ACTOR_FAILURES.with_label_values(&[family]);
     }
+    for (name, tenant) in &config.tenants {
+        for (signal_type, playbook) in &tenant.playbooks {
+            for rule in &playbook.rules {
+                actors::RULE_ERRORS.with_label_values(&[name, signal_type, &rule.name]);
+            }
+        }
+    }
     LazyLock::force(&actors::FLUSH_SECONDS);
+    for surface in [refusals::SOURCES, refusals::SSF] {
+        REFUSALS.with_label_values(&[surface, refusals::UNKNOWN_SOURCE]);
+        for kind in SURFACE_REFUSALS {
+            REFUSALS.with_label_values(&[surface, kind.describe().1]);
+        }
+    }
+    for err in SET_REFUSALS {
+        REFUSALS.with_label_values(&[refusals::SSF, err.as_str()]);
+    }
     crate::telemetry::export_metrics();
 }
 

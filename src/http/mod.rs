@@ -11,9 +11,11 @@ pub mod ingest;
 pub mod known_series;
 pub mod metrics;
 pub mod openapi;
+pub mod playbooks;
 pub mod problem;
 pub mod query;
 pub mod ratelimit;
+pub mod refusals;
 pub mod server;
 pub mod sources;
 pub mod stats;
@@ -21,6 +23,7 @@ pub mod store_state;
 pub mod submit;
 pub mod traces;
 pub mod transmitter;
+pub mod unique_members;
 
 use std::sync::Arc;
 
@@ -75,6 +78,18 @@ pub struct App {
     pub listening: std::net::SocketAddr,
     /// The keys the transmitters derive from `key_secret`.
     pub ssf: crate::transmitter::TransmitterSecrets,
+    /// Failed token requests, by receiver and by address.
+    pub token_failures: transmitter::token_limit::TokenLimiter,
+}
+
+impl App {
+    /// How others reach this idem: `public_url`, or `http://` and the address it listens on.
+    pub fn base_url(&self, live: &Live) -> String {
+        match &live.config.public_url {
+            Some(url) => url.clone(),
+            None => format!("http://{}", self.listening),
+        }
+    }
 }
 
 /// The router of the whole service; each request traced when tracing is on.
@@ -91,6 +106,7 @@ fn routes(app: Arc<App>) -> Router {
         .route("/v1/signals", post(ingest::ingest))
         .route("/v1/decisions", get(decisions::list))
         .route("/v1/decisions/{id}", get(decisions::show))
+        .route("/v1/playbooks/{type}/evaluate", post(playbooks::evaluate))
         .route("/v1/deliveries", get(deliveries::list))
         .route("/v1/deliveries/{id}", get(deliveries::show))
         .route("/v1/deliveries/{id}/redeliver", post(deliveries::redeliver))

@@ -8,10 +8,10 @@ use idem_schemas::{
     AccessToken, ActionResult, ActionStatus, AttemptView, AuthorizationScheme, CallbackData,
     CallbackEnvelope, DeadReason, DecidedAction, DecisionPage, DecisionResponse, DecisionView,
     DeliveryPage, DeliveryStatus, DeliveryView, EndpointList, EndpointState, EndpointView,
-    NamedSource, OAuthError, OktaVerification, PollStatus, Problem, RedeliverRequest, Redelivered,
-    SetError, SignalRequest, SourceList, SourceReceipt, SourceStatus, StreamConfig, StreamDelivery,
-    StreamStatus, StreamStatusBody, SubscriptionStatus, TenantStats, TransmitterMetadata, Verdict,
-    VerificationStatus,
+    NamedSource, OAuthError, OktaVerification, PlaybookEvaluation, PollStatus, Problem,
+    RedeliverRequest, Redelivered, RuleError, SetError, SignalRequest, SourceList, SourceReceipt,
+    SourceStatus, StreamConfig, StreamDelivery, StreamStatus, StreamStatusBody, SubscriptionStatus,
+    TenantStats, TransmitterMetadata, Verdict, VerificationStatus,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ObjectBuilder, Type};
@@ -94,6 +94,26 @@ fn get_decision() {}
     security(("bearer" = []))
 )]
 fn list_decisions() {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/playbooks/{type}/evaluate",
+    tag = "decisions",
+    summary = "What the playbook would decide for a signal now (a dry run)",
+    description = "Evaluates the tenant's playbook for `type` on the signal in the body, as a decision would now: its rules in order over the signal and the subject's kept decisions, the first whose `when` is true deciding, the playbook's own decision otherwise. It claims nothing, stores nothing, counts nothing and sends nothing. The body is a signal as `POST /v1/signals` takes it, of the path's type.",
+    params(("type" = String, Path, description = "The signal type whose playbook is evaluated")),
+    request_body(content = SignalRequest, content_type = "application/json"),
+    responses(
+        (status = 200, body = PlaybookEvaluation),
+        (status = 400, description = "malformed-json, invalid-signal (also a body of another type) or unknown-signal-type", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "payload-too-large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "unsupported-media-type: not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "internal: the subject's history could not be read", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+fn evaluate_playbook() {}
 
 #[utoipa::path(
     get,
@@ -225,7 +245,7 @@ fn console_asset() {}
     path = "/v1/sources/{tenant}/{source}",
     tag = "sources",
     summary = "A sender's delivery, taken as the sender sends it",
-    description = "No API key: the delivery is authenticated by its source's kind, over the raw bytes, before anything is parsed or stored: `stripe` Stripe-Signature (t=…,v1=…, HMAC-SHA-256 of `t.body`, t within signatures.tolerance); `github` X-Hub-Signature-256; `standard` webhook-id, webhook-timestamp, webhook-signature; `okta` the configured Authorization value; `auth0` and `cloudevents` Authorization: Bearer <secret>; `twilio` X-Twilio-Signature over the URL, whose bodySHA256 is the body's SHA-256; `ssf` a Security Event Token (application/secevent+jwt) signed with a key of the transmitter's JWK Set, chosen by kid, with an allowed public-key alg that fits the key (and the configured Authorization value, if any). Each event (a batch for okta, auth0, twilio and batched CloudEvents; each of a SET's events) becomes one signal claimed under the sender's event id (okta `uuid`, auth0 `log_id`, twilio the CloudEvent `id`, stripe `id`, github the digest of its signed body (X-GitHub-Delivery is its event_id), standard webhook-id, cloudevents its `source` and `id`, ssf the SET's `jti`): a sender's retry is a duplicate, with no second decision or callback. The signal type comes from the source's `map` by event type; an event without a type, or of an unmapped one, is ignored; one without an id, with an id or type over 256 bytes, or without a subject at the map's JSON pointer is refused; both are acknowledged. The 200 leaves once every accepted event's claim and decision are durable; the callbacks follow. An `ssf` source answers RFC 8935's way: 202 with no body once every event of the SET is claimed (for a first SET and a repeated one alike), 400 `{err, description}` for a refused SET, with nothing claimed. A source signal's metadata is {source, event_id, event_type}; the body is never stored.",
+    description = "No API key: the delivery is authenticated by its source's kind, over the raw bytes, before anything is parsed or stored: `stripe` Stripe-Signature (t=…,v1=…, HMAC-SHA-256 of `t.body`, t within signatures.tolerance); `github` X-Hub-Signature-256; `standard` webhook-id, webhook-timestamp, webhook-signature; `okta` the configured Authorization value; `auth0` and `cloudevents` Authorization: Bearer <secret>; `twilio` X-Twilio-Signature over public_url and the path (never the request's Host), whose bodySHA256 is the body's SHA-256; `ssf` a Security Event Token (application/secevent+jwt) signed with a key of the transmitter's JWK Set, chosen by kid, with an allowed public-key alg that fits the key (and the configured Authorization value, if any). Each event (a batch for okta, auth0, twilio and batched CloudEvents; each of a SET's events) becomes one signal claimed under the sender's event id (okta `uuid`, auth0 `log_id`, twilio the CloudEvent `id`, stripe `id`, github the digest of its signed body (X-GitHub-Delivery is its event_id), standard webhook-id, cloudevents its `source` and `id`, ssf the SET's `jti`): a sender's retry is a duplicate, with no second decision or callback. The signal type comes from the source's `map` by event type; an event without a type, or of an unmapped one, is ignored; one without an id, with an id or type over 256 bytes, or without a subject at the map's JSON pointer is refused; both are acknowledged. The 200 leaves once every accepted event's claim and decision are durable; the callbacks follow. An `ssf` source answers RFC 8935's way: 202 with no body once every event of the SET is claimed (for a first SET and a repeated one alike), 400 `{err, description}` for a refused SET, with nothing claimed. A caller without valid credentials gets one answer from every source and from no source (401 source-unauthenticated; for a push of application/secevent+jwt, 400 authentication_failed); a header a scheme or an event id is read from, sent twice, is 400 repeated-header. A source signal's metadata is {source, event_id, event_type}; the body is never stored.",
     params(
         ("tenant" = String, Path, description = "The tenant"),
         ("source" = String, Path, description = "The source's name under the tenant's `sources`"),
@@ -243,10 +263,9 @@ fn console_asset() {}
             (Problem = "application/problem+json"),
             (SetError = "application/json"),
         )),
-        (status = 401, description = "source-unauthenticated or stale-timestamp", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "not-found: no such tenant or source", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "source-unauthenticated: not authenticated by the source's scheme, or no such tenant or source (one answer for both); stale-timestamp: the signature matched, its time is off", body = Problem, content_type = "application/problem+json"),
         (status = 408, description = "request-timeout", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "payload-too-large: the body is over 1 MiB (ssf: 64 KiB)", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "payload-too-large: the body is over 1 MiB (ssf: 64 KiB), or a batch of CloudEvents holds over 100 events", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "internal: an event could not be stored; send the delivery again", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "unavailable: the store, or (ssf) the transmitter's JWK Set; send it again", body = Problem, content_type = "application/problem+json"),
     ),
@@ -267,9 +286,7 @@ fn post_source() {}
     responses(
         (status = 200, body = OktaVerification),
         (status = 400, description = "invalid-events: no challenge", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "source-unauthenticated", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
-        (status = 405, description = "method-not-allowed: not an okta source", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "source-unauthenticated: not the configured authorization, or no such okta source (one answer for no source, a source of another kind, and a wrong credential)", body = Problem, content_type = "application/problem+json"),
     ),
 )]
 fn get_source() {}
@@ -338,14 +355,15 @@ fn ssf_jwks() {}
     path = "/ssf/{tenant}/token",
     tag = "shared signals out",
     summary = "An access token for a receiver (OAuth 2.0 client credentials)",
-    description = "RFC 6749 §4.4: `grant_type=client_credentials`, the receiver authenticated by `client_secret_basic` or `client_secret_post` (not both) with its `client_id` (its name under `[tenants.<t>.ssf.receivers]`) and `client_secret`. The token is good on every node sharing `key_secret` for `token_lifetime` (default 1 hour), and no longer once the receiver's secret changes.",
+    description = "RFC 6749 §4.4: `grant_type=client_credentials`, the receiver authenticated by `client_secret_basic` or `client_secret_post` (not both) with its `client_id` (its name under `[tenants.<t>.ssf.receivers]`) and `client_secret`. The token is good on every node sharing `key_secret` for `token_lifetime` (default 1 hour), and no longer once the receiver's secret changes. It is granted the `scope` asked for (`ssf.read`, `ssf.manage`, space-separated), each among the receiver's `scopes`, or all the receiver's `scopes` when none is asked for; the answer's `scope` says which. Failed requests (an unknown client, a wrong secret) are limited per receiver and per address by `token_failures`; a request with the right secret takes nothing from them.",
     params(("tenant" = String, Path, description = "The tenant")),
-    request_body(description = "`grant_type=client_credentials`, and `client_id` and `client_secret` unless sent as Basic credentials", content_type = "application/x-www-form-urlencoded", content = String),
+    request_body(description = "`grant_type=client_credentials`, optionally `scope`, and `client_id` and `client_secret` unless sent as Basic credentials", content_type = "application/x-www-form-urlencoded", content = String),
     responses(
         (status = 200, body = AccessToken, headers(("Cache-Control" = String, description = "`no-store`"))),
-        (status = 400, description = "invalid_request or unsupported_grant_type", body = OAuthError),
+        (status = 400, description = "invalid_request, invalid_scope or unsupported_grant_type", body = OAuthError),
         (status = 401, description = "invalid_client", body = OAuthError, headers(("WWW-Authenticate" = String, description = "`Basic realm=\"idem\"` when the client sent Basic credentials, or none"))),
         (status = 404, description = "no transmitter here", body = OAuthError),
+        (status = 429, description = "temporarily_unavailable: too many failed requests of this client or address (`token_failures`); refused before the secret is looked at", body = OAuthError, headers(("Retry-After" = u64, description = "seconds until one more attempt is allowed"))),
     ),
 )]
 fn ssf_token() {}
@@ -355,13 +373,14 @@ fn ssf_token() {}
     path = "/ssf/{tenant}/streams",
     tag = "shared signals out",
     summary = "Create a stream (SSF §8.1.1.1)",
-    description = "The body's `delivery` (`method` push, `urn:ietf:rfc:8935`, with the receiver's `endpoint_url` and optional `authorization_header`; poll streams are not offered), `events_requested` and `description` are taken; transmitter properties in it are ignored. The `endpoint_url` must be under one of the receiver's configured `endpoints` (without them, any https URL). The stream is enabled and includes every subject. A receiver has at most 16 streams. The `authorization_header` is stored sealed under a key derived from `key_secret` and never read back.",
+    description = "The body's `delivery` (`method` push, `urn:ietf:rfc:8935`, with the receiver's `endpoint_url` and optional `authorization_header`; or poll, `urn:ietf:rfc:8936`, the `endpoint_url` then the transmitter's; without `delivery`, poll), `events_requested` and `description` are taken; transmitter properties in it are ignored. The `endpoint_url` must be under one of the receiver's configured `endpoints` (without them, any https URL whose host is not inside idem's own network: loopback, private, link-local, `localhost`); a host inside is taken only when an entry names it. The stream is enabled and includes every subject. A receiver has at most 16 streams. The `authorization_header` is stored sealed under a key derived from `key_secret` and never read back.",
     params(("tenant" = String, Path, description = "The tenant")),
     request_body(content = Object, content_type = "application/json"),
     responses(
         (status = 201, body = StreamConfig),
         (status = 400, description = "invalid-stream or malformed-json", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized: no valid access token", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "too-many-streams", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "unavailable: the store", body = Problem, content_type = "application/problem+json"),
@@ -381,7 +400,8 @@ fn ssf_create_stream() {}
     ),
     responses(
         (status = 200, body = StreamConfig, description = "The stream, or an array of them without stream_id"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found: no such stream of this receiver's", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -398,7 +418,8 @@ fn ssf_read_streams() {}
     responses(
         (status = 200, body = StreamConfig),
         (status = 400, description = "invalid-stream or malformed-json", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -411,11 +432,12 @@ fn ssf_update_stream() {}
     tag = "shared signals out",
     summary = "Replace a stream's receiver-supplied properties (SSF §8.1.1.4)",
     params(("tenant" = String, Path, description = "The tenant")),
-    request_body(content = Object, content_type = "application/json", description = "`stream_id`, `delivery`, and `events_requested` and `description` (reset when left out)"),
+    request_body(content = Object, content_type = "application/json", description = "`stream_id`, and `delivery`, `events_requested` and `description` (reset when left out: a stream without `delivery` is a poll stream)"),
     responses(
         (status = 200, body = StreamConfig),
         (status = 400, description = "invalid-stream or malformed-json", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -434,7 +456,8 @@ fn ssf_replace_stream() {}
     responses(
         (status = 204, description = "Deleted"),
         (status = 400, description = "invalid-query: no stream_id", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -452,7 +475,8 @@ fn ssf_delete_stream() {}
     ),
     responses(
         (status = 200, body = StreamStatusBody),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -464,13 +488,14 @@ fn ssf_stream_status() {}
     path = "/ssf/{tenant}/streams/status",
     tag = "shared signals out",
     summary = "Set a stream's status (SSF §8.1.2.2)",
-    description = "A change of status sends the stream a stream-updated SET (`status`, `reason`), delivered whatever the status: before its SETs are held (paused) or dropped (disabled), and when they flow again.",
+    description = "The change is answered, not announced (no stream-updated SET). Once a change to `paused` or `disabled` is answered nothing reaches the stream, push or poll, until it is enabled: its decisions' SETs are held (paused) or dropped (disabled), a verification waits. Enabling it sends what it held at once, oldest first.",
     params(("tenant" = String, Path, description = "The tenant")),
     request_body(content = StreamStatusBody, content_type = "application/json"),
     responses(
         (status = 200, body = StreamStatusBody),
         (status = 400, description = "invalid-stream: a status other than enabled, paused, disabled", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -488,7 +513,8 @@ fn ssf_set_stream_status() {}
     responses(
         (status = 200, description = "Included"),
         (status = 400, description = "invalid-stream", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -506,7 +532,8 @@ fn ssf_add_subject() {}
     responses(
         (status = 204, description = "Removed"),
         (status = 400, description = "invalid-stream", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -518,13 +545,14 @@ fn ssf_remove_subject() {}
     path = "/ssf/{tenant}/streams/verify",
     tag = "shared signals out",
     summary = "Ask for a verification event on a stream (SSF §8.1.4.2)",
-    description = "`{\"stream_id\", \"state\"}`: a verification SET echoing `state`, with `sub_id` `{\"format\": \"opaque\", \"id\": <stream_id>}`, is queued for the stream and delivered whatever its status. At most one per `min_verification_interval`.",
+    description = "`{\"stream_id\", \"state\"}`: a verification SET echoing `state`, with `sub_id` `{\"format\": \"opaque\", \"id\": <stream_id>}`, is queued for the stream and sent once it is enabled (at once if it is). At most one per `min_verification_interval`.",
     params(("tenant" = String, Path, description = "The tenant")),
     request_body(content = Object, content_type = "application/json"),
     responses(
         (status = 204, description = "The verification SET is queued"),
         (status = 400, description = "invalid-stream", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "rate-limited: sooner than min_verification_interval after the last verification; Retry-After says when", body = Problem, content_type = "application/problem+json"),
     ),
@@ -543,7 +571,8 @@ fn ssf_verify() {}
     responses(
         (status = 200, body = Object, description = "`{\"sets\": {jti: token}}`, with `\"moreAvailable\": true` when more wait"),
         (status = 400, description = "invalid-stream: a malformed request, or a push stream", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized: no access token (`WWW-Authenticate: Bearer`), or one not valid or expired (`Bearer error=\"invalid_token\"`)", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
+        (status = 403, description = "insufficient-scope: the token lacks the scope the call needs (`ssf.read` to read and poll, `ssf.manage` to write); `WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"…\"`", body = Problem, content_type = "application/problem+json", headers(("WWW-Authenticate" = String))),
         (status = 404, description = "not-found", body = Problem, content_type = "application/problem+json"),
     ),
     security(("receiver" = []))
@@ -567,7 +596,7 @@ fn openapi() {}
 #[openapi(
     info(title = "idem", description = "Exactly-once trust decisions for identity webhooks"),
     paths(
-        post_signals, get_decision, list_decisions, get_delivery, list_deliveries, redeliver,
+        post_signals, get_decision, list_decisions, evaluate_playbook, get_delivery, list_deliveries, redeliver,
         redeliver_matching, list_endpoints, stats, post_source, get_source, source_status, list_sources, console,
         console_asset, ssf_metadata, ssf_jwks, ssf_token, ssf_create_stream, ssf_read_streams,
         ssf_update_stream, ssf_replace_stream, ssf_delete_stream, ssf_stream_status,
@@ -581,7 +610,7 @@ fn openapi() {}
         RedeliverRequest, Redelivered, SourceReceipt, OktaVerification, TenantStats, SetError,
         SourceStatus, VerificationStatus, StreamStatus, PollStatus, SubscriptionStatus, SourceList, NamedSource,
         TransmitterMetadata, AuthorizationScheme, AccessToken, OAuthError, StreamConfig,
-        StreamDelivery, StreamStatusBody
+        StreamDelivery, StreamStatusBody, PlaybookEvaluation, RuleError
     )),
     modifiers(&Extras, &Limits)
 )]
@@ -665,6 +694,18 @@ impl Modify for Limits {
             response.description = format!(
                 "payload-too-large: the body is over {} KiB",
                 ingest::MAX_BODY / 1024
+            );
+        }
+        let sources = paths
+            .get_mut("/v1/sources/{tenant}/{source}")
+            .and_then(|p| p.post.as_mut());
+        let too_large = sources.and_then(|o| o.responses.responses.get_mut("413"));
+        if let Some(utoipa::openapi::RefOr::T(response)) = too_large {
+            response.description = format!(
+                "payload-too-large: the body is over {} KiB (ssf: {} KiB), or a batch of CloudEvents holds over {} events",
+                crate::source::MAX_SOURCE_BODY / 1024,
+                crate::source::set::MAX_SET / 1024,
+                crate::source::events::MAX_CLOUDEVENTS_BATCH
             );
         }
     }

@@ -24,6 +24,8 @@ pub enum Kind {
     InvalidSignal,
     /// No valid Bearer token.
     Unauthorized,
+    /// A valid Bearer token without the scope the request needs.
+    InsufficientScope,
     /// The tenant signs its requests, and this one carries no signature.
     SignatureRequired,
     /// No signature matched.
@@ -66,7 +68,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind (for documentation and tests).
-    pub const ALL: [Kind; 27] = [
+    pub const ALL: [Kind; 28] = [
         Kind::InvalidIdempotencyKey,
         Kind::RepeatedHeader,
         Kind::UnsupportedMediaType,
@@ -75,6 +77,7 @@ impl Kind {
         Kind::MalformedJson,
         Kind::InvalidSignal,
         Kind::Unauthorized,
+        Kind::InsufficientScope,
         Kind::SignatureRequired,
         Kind::InvalidSignature,
         Kind::StaleTimestamp,
@@ -123,6 +126,11 @@ impl Kind {
                 S::UNAUTHORIZED,
                 "unauthorized",
                 "Missing or invalid API key",
+            ),
+            Kind::InsufficientScope => (
+                S::FORBIDDEN,
+                "insufficient-scope",
+                "The access token lacks the scope needed",
             ),
             Kind::SignatureRequired => (
                 S::UNAUTHORIZED,
@@ -218,6 +226,7 @@ pub struct ApiError {
     kind: Kind,
     detail: String,
     retry_after: Option<u64>,
+    challenge: Option<String>,
 }
 
 impl ApiError {
@@ -227,7 +236,14 @@ impl ApiError {
             kind,
             detail: detail.into(),
             retry_after: None,
+            challenge: None,
         }
+    }
+
+    /// With `WWW-Authenticate: {challenge}` (overriding the kind's default).
+    pub fn challenge(mut self, challenge: impl Into<String>) -> Self {
+        self.challenge = Some(challenge.into());
+        self
     }
 
     /// A `500 internal` for a read of `what` (the tenant's deliveries, decisions) that failed
@@ -295,6 +311,9 @@ impl IntoResponse for ApiError {
         }
         if let Some(seconds) = self.retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if let Some(challenge) = self.challenge.and_then(|c| HeaderValue::try_from(c).ok()) {
+            headers.insert(header::WWW_AUTHENTICATE, challenge);
         }
         response
     }

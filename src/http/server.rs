@@ -1,12 +1,16 @@
 //! The listener loop: HTTP/1.1 connections served by hyper with limits axum's default server
 //! does not set — a deadline for a request's headers to arrive (a slowloris client is cut off)
 //! and a bound on their size — and a graceful shutdown that stops accepting, lets every request
-//! in flight finish, then returns.
+//! in flight finish, then returns. Each request carries its peer's address (`ConnectInfo`).
 
 use std::future::Future;
 use std::time::Duration;
 
+use axum::extract::ConnectInfo;
+use axum::http::Request;
 use axum::Router;
+use hyper::body::Incoming;
+use hyper::service::{service_fn, Service as _};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -33,8 +37,8 @@ pub async fn serve(
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors and the like: back off instead of spinning.
                         tracing::warn!(error = %e, "accept failed");
@@ -43,7 +47,12 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let service = TowerToHyperService::new(router.clone());
+                // Each request carries its peer's address, as axum's `ConnectInfo`.
+                let routed = TowerToHyperService::new(router.clone());
+                let service = service_fn(move |mut request: Request<Incoming>| {
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    routed.call(request)
+                });
                 let connection = builder.serve_connection(TokioIo::new(stream), service);
                 let connection = graceful.watch(connection);
                 tokio::spawn(async move {

@@ -21,6 +21,11 @@ const ALGORITHMS: [&str; 2] = ["RS256", "ES256"];
 const REFETCH: Duration = Duration::from_secs(60);
 const RETRY: Duration = Duration::from_secs(1);
 
+/// How old a SET's `iat` may be (a transmitter redelivers a SET with its bytes unchanged, for as
+/// long as its retries last), and how far ahead of this clock.
+const MAX_AGE: Duration = Duration::from_secs(30 * 86_400);
+const SKEW: Duration = Duration::from_secs(300);
+
 /// The largest metadata or JWK Set document read.
 const MAX_DOCUMENT: usize = 256 * 1024;
 
@@ -146,6 +151,9 @@ impl SetSource {
             issuer: &self.issuer,
             audience: &self.audience,
             algorithms: &self.algorithms,
+            now_secs: (idem_schemas::timefmt::now_ms() / 1000) as i64,
+            max_age: MAX_AGE,
+            skew: SKEW,
         };
         let header = set::header(token, &expect)?;
         let key = self.key(header.kid.as_deref().unwrap_or_default()).await?;

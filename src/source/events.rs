@@ -3,8 +3,8 @@
 //! and Twilio send a JSON array (or one object); Stripe, GitHub and Standard Webhooks send one
 //! event, GitHub and Standard Webhooks with its id in a header. CloudEvents come structured (one
 //! event), batched (an array) or binary (the attributes in `ce-*` headers, the body as `data`),
-//! each unique by its `source` and `id`; a SET's events are each of its `events`, unique by the
-//! SET's `jti` (its `iss` is the source's). Nothing here keeps any of the event.
+//! each unique by its `source` and `id`; a SET's events are each of its `events`, one claim by
+//! the SET's `iss` and `jti`. Nothing here keeps any of the event.
 
 use std::borrow::Cow;
 
@@ -24,7 +24,7 @@ pub struct Event<'v> {
     /// What the subject pointer reads.
     pub body: Cow<'v, Value>,
     /// What the event is claimed under when its id alone is not unique at the source (a
-    /// CloudEvent's `source` and `id`, a SET's `jti` and event type); else its id.
+    /// CloudEvent's `source` and `id`, a SET's `iss` and `jti`); else its id.
     pub claim: Option<String>,
 }
 
@@ -47,14 +47,18 @@ fn pair(a: &str, b: &str) -> String {
     format!("{}:{a}{b}", a.len())
 }
 
-/// The events of a verified SET.
+/// The events of a verified SET, each claimed under the SET's `iss` and `jti`, whatever the
+/// event: a SET is one claim (RFC 8417 makes the events of a SET one logical event, and its
+/// `jti` unique at its issuer), so the same `jti` sent again holding another event is a
+/// duplicate. Claims made under a SET's `jti` and event type, as earlier versions did, stay in
+/// the store until they end.
 pub fn of_set(set: &Set) -> Vec<Event<'_>> {
     set.events()
         .map(|(uri, _)| Event {
             id: Some(set.jti.clone()),
             event_type: Some(uri.clone()),
             body: Cow::Borrowed(&set.claims),
-            claim: Some(pair(&set.jti, uri)),
+            claim: Some(pair(&set.iss, &set.jti)),
         })
         .collect()
 }
@@ -80,7 +84,52 @@ pub const CLOUDEVENTS_STRUCTURED: &str = "application/cloudevents+json";
 /// A batch of CloudEvents.
 pub const CLOUDEVENTS_BATCH: &str = "application/cloudevents-batch+json";
 
-/// A CloudEvent's own attributes as an event.
+/// The most events a batch of CloudEvents may hold. The senders CloudEvents sources serve send
+/// one event per request (CAMARA's notifications, Knative's deliveries); a sender that batches
+/// fits in this many, and one request's claims stay as few as a provider's own batch.
+pub const MAX_CLOUDEVENTS_BATCH: usize = 100;
+
+/// How many members the JSON array `bytes` holds, counted without building any of them (so a
+/// batch over [`MAX_CLOUDEVENTS_BATCH`] is refused before it takes memory); `None` if `bytes`
+/// is not one JSON array.
+pub fn array_len(bytes: &[u8]) -> Option<usize> {
+    use serde::de::{Deserializer as _, IgnoredAny, SeqAccess, Visitor};
+    struct Count;
+    impl<'de> Visitor<'de> for Count {
+        type Value = usize;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON array")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+            let mut n = 0;
+            while seq.next_element::<IgnoredAny>()?.is_some() {
+                n += 1;
+            }
+            Ok(n)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let n = (&mut de).deserialize_seq(Count).ok()?;
+    de.end().ok().map(|()| n)
+}
+
+/// A CloudEvent's required context attributes as the CloudEvents 1.0 specification defines
+/// them: `specversion` "1.0", and `id`, `source` (a URI-reference) and `type` non-empty strings.
+/// An event without them is not a CloudEvent, and a delivery holding one is refused whole.
+fn required_attributes(event: &Value) -> Result<(), String> {
+    if event.get("specversion").and_then(Value::as_str) != Some("1.0") {
+        return Err("specversion must be \"1.0\"".into());
+    }
+    for name in ["id", "source", "type"] {
+        match event.get(name).and_then(Value::as_str) {
+            Some(value) if !value.is_empty() => {}
+            _ => return Err(format!("{name} must be a non-empty string")),
+        }
+    }
+    Ok(())
+}
+
+/// A CloudEvent's own attributes as an event (read once [`required_attributes`] holds).
 fn cloudevent(event: &Value) -> Event<'_> {
     let id = text(event.get("id"));
     let source = text(event.get("source"));
@@ -89,7 +138,6 @@ fn cloudevent(event: &Value) -> Event<'_> {
         _ => None,
     };
     Event {
-        // With no `source` the event has no unique id: it is refused as one without an id.
         id: id.filter(|_| claim.is_some()),
         event_type: text(event.get("type")),
         body: Cow::Borrowed(event),
@@ -118,7 +166,15 @@ fn binary(headers: &HeaderMap, data: &Value) -> Result<Value, ShapeError> {
             let value = value.to_str().map_err(|_| {
                 ShapeError(format!("the ce-{attribute} header is not visible ASCII"))
             })?;
-            event.insert(attribute.to_string(), Value::from(value));
+            // Which of two values would the sender mean? Neither is taken.
+            if event
+                .insert(attribute.to_string(), Value::from(value))
+                .is_some()
+            {
+                return Err(ShapeError(format!(
+                    "the ce-{attribute} header is sent twice"
+                )));
+            }
         }
     }
     if !event.contains_key("specversion") {
@@ -235,10 +291,15 @@ pub fn read<'v>(
                         "a structured CloudEvent is a JSON object".into(),
                     ));
                 }
+                required_attributes(body).map_err(ShapeError)?;
                 Ok(vec![cloudevent(body)])
             }
             Some(CLOUDEVENTS_BATCH) => match body {
                 Value::Array(events) if events.iter().all(Value::is_object) => {
+                    for (n, event) in events.iter().enumerate() {
+                        required_attributes(event)
+                            .map_err(|why| ShapeError(format!("event {n} of the batch: {why}")))?;
+                    }
                     Ok(events.iter().map(cloudevent).collect())
                 }
                 _ => Err(ShapeError(
@@ -247,6 +308,8 @@ pub fn read<'v>(
             },
             _ => {
                 let event = binary(headers, body)?;
+                required_attributes(&event)
+                    .map_err(|why| ShapeError(format!("the ce-* headers: {why}")))?;
                 let mut read = cloudevent(&event);
                 Ok(vec![Event {
                     id: read.id.take(),
@@ -357,6 +420,53 @@ mod tests {
     }
 
     #[test]
+    fn a_sets_events_are_one_claim_by_its_iss_and_jti() {
+        let set = |iss: &str, jti: &str, events: Value| Set {
+            jti: jti.into(),
+            iss: iss.into(),
+            claims: json(&format!(r#"{{"events":{events}}}"#)),
+        };
+        let keys = |s: &Set| -> Vec<Option<String>> {
+            of_set(s)
+                .iter()
+                .map(|e| e.claim_key().map(str::to_string))
+                .collect()
+        };
+        let one = set("https://tx", "j1", json(r#"{"a":{}}"#));
+        let other_type = set("https://tx", "j1", json(r#"{"b":{}}"#));
+        let both = set("https://tx", "j1", json(r#"{"a":{},"b":{}}"#));
+        assert_eq!(
+            keys(&one),
+            keys(&other_type),
+            "another event type, one claim"
+        );
+        assert!(
+            keys(&both).iter().all(|k| *k == keys(&one)[0]),
+            "{:?}",
+            keys(&both)
+        );
+        assert_ne!(
+            keys(&one),
+            keys(&set("https://tx", "j2", json(r#"{"a":{}}"#)))
+        );
+        assert_ne!(
+            keys(&set("ab", "c", json(r#"{"a":{}}"#))),
+            keys(&set("a", "bc", json(r#"{"a":{}}"#))),
+            "iss and jti are not run together"
+        );
+        assert_eq!(of_set(&both)[1].event_type.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn a_batch_is_counted_without_being_built() {
+        assert_eq!(array_len(b"[]"), Some(0));
+        assert_eq!(array_len(br#" [{}, {"a": [1, 2]}, 3] "#), Some(3));
+        assert_eq!(array_len(b"{}"), None);
+        assert_eq!(array_len(b"[1, 2"), None);
+        assert_eq!(array_len(b"[1] [2]"), None);
+    }
+
+    #[test]
     fn cloudevents_come_structured_batched_or_binary_and_are_unique_by_source_and_id() {
         let with = |pairs: &[(&'static str, &str)]| {
             let mut h = HeaderMap::new();
@@ -412,8 +522,33 @@ mod tests {
 
         let plain = with(&[("content-type", "application/json")]);
         assert!(read(SourceKind::Cloudevents, &plain, &data).is_err());
-        let no_source = json(r#"{"specversion":"1.0","id":"e1","type":"t"}"#);
-        let read4 = read(SourceKind::Cloudevents, &structured, &no_source).expect("read");
-        assert_eq!(read4[0].claim_key(), None, "no source: no unique id");
+        // Not a CloudEvent: a required attribute missing, empty, or of another version.
+        for bad in [
+            r#"{"specversion":"1.0","id":"e1","type":"t"}"#,
+            r#"{"specversion":"1.0","id":"e1","source":"","type":"t"}"#,
+            r#"{"specversion":"1.0","id":"","source":"//op/a","type":"t"}"#,
+            r#"{"specversion":"1.0","id":"e1","source":"//op/a","type":""}"#,
+            r#"{"specversion":"0.3","id":"e1","source":"//op/a","type":"t"}"#,
+            r#"{"specversion":1.0,"id":"e1","source":"//op/a","type":"t"}"#,
+        ] {
+            let bad = json(bad);
+            assert!(
+                read(SourceKind::Cloudevents, &structured, &bad).is_err(),
+                "{bad}"
+            );
+            let in_batch = Value::Array(vec![one.clone(), bad.clone()]);
+            assert!(
+                read(SourceKind::Cloudevents, &batched, &in_batch).is_err(),
+                "{bad}"
+            );
+        }
+        // A required attribute's header twice.
+        let mut twice = binary.clone();
+        twice.append("ce-id", "e2".parse().expect("value"));
+        let err = read(SourceKind::Cloudevents, &twice, &data).expect_err("ce-id twice");
+        assert!(err.0.contains("ce-id"), "{err}");
+        let mut empty = binary.clone();
+        empty.insert("ce-source", "".parse().expect("value"));
+        assert!(read(SourceKind::Cloudevents, &empty, &data).is_err());
     }
 }

@@ -116,6 +116,8 @@ pub struct Ssf {
     pub algorithms: Vec<String>,
     /// The least time between two fetches of the JWK Set.
     pub jwks_refetch: Duration,
+    /// How old a SET's `iat` may be, as written; unwritten, see [`Ssf::max_age`].
+    pub max_age: Option<Duration>,
     /// Where idem polls it (RFC 8936), if it does.
     pub poll: Option<Poll>,
     /// The transmitter idem subscribes itself at, if it manages its stream there.
@@ -155,6 +157,16 @@ pub struct Poll {
     pub auth: upstream::Auth,
 }
 
+impl Ssf {
+    /// How old a SET's `iat` may be: as written, else as long as a SET's claim is kept
+    /// (`claim_life`) less the clock skew allowed ahead (`skew`), so that a SET sent again after
+    /// its claim has ended is refused rather than decided again.
+    pub fn max_age(&self, claim_life: Duration, skew: Duration) -> Duration {
+        self.max_age
+            .unwrap_or_else(|| claim_life.saturating_sub(skew))
+    }
+}
+
 impl std::fmt::Debug for Ssf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ssf")
@@ -162,6 +174,7 @@ impl std::fmt::Debug for Ssf {
             .field("audience", &self.audience)
             .field("jwks", &self.jwks)
             .field("algorithms", &self.algorithms)
+            .field("max_age", &self.max_age)
             .field("poll", &self.poll.as_ref().map(|p| &p.url))
             .field("transmitter", &self.transmitter)
             .finish()

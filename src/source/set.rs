@@ -3,11 +3,13 @@
 //! allow-list and to that key's type (so a token can never pick HS256 over an RSA key, nor
 //! `none`), the signature verified by `jsonwebtoken` over the token's bytes, and only then the
 //! claims parsed (strictly: a member named twice is refused) and checked: `typ`, `iss`, `aud`,
-//! `jti`, `iat`, `events`. Each refusal carries RFC 8935's error code, which a push is answered
+//! `jti`, `iat`, `events`. A header asking for a JWS extension (`crit`, `b64`) is refused: idem
+//! understands none. Each refusal carries RFC 8935's error code, which a push is answered
 //! with and a poll reports in `setErrs`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -21,6 +23,11 @@ use super::MAX_EVENT_ID;
 
 /// The longest token taken (a SET is a few kilobytes).
 pub const MAX_SET: usize = 64 * 1024;
+
+/// The most events a SET may carry. SSF sends one event per SET, and RFC 8417 makes a SET's
+/// events one logical event; a few more leave room for extensions, and a SET of thousands is
+/// refused rather than read event by event.
+pub const MAX_SET_EVENTS: usize = 16;
 
 /// The least an RSA key's modulus has, in bits.
 const MIN_RSA_BITS: usize = 2048;
@@ -226,6 +233,12 @@ pub struct Expect<'a> {
     pub audience: &'a str,
     /// The algorithms allowed.
     pub algorithms: &'a [String],
+    /// Now, in Unix seconds.
+    pub now_secs: i64,
+    /// How old an `iat` may be.
+    pub max_age: Duration,
+    /// How far ahead of now an `iat` may be (clock skew).
+    pub skew: Duration,
 }
 
 /// A SET's JOSE header, as far as choosing its key goes.
@@ -255,7 +268,8 @@ pub fn header(token: &str, expect: &Expect<'_>) -> Result<Header, SetRefusal> {
     let bytes = URL_SAFE_NO_PAD
         .decode(encoded.as_bytes())
         .map_err(|_| invalid("the JOSE header is not base64url"))?;
-    canonical::parse(&bytes).map_err(|e| invalid(format!("the JOSE header: {e}")))?;
+    let raw = canonical::parse(&bytes).map_err(|e| invalid(format!("the JOSE header: {e}")))?;
+    no_extensions(&raw)?;
     let header: Header =
         serde_json::from_slice(&bytes).map_err(|e| invalid(format!("the JOSE header: {e}")))?;
     let typ = header.typ.as_deref().unwrap_or_default();
@@ -274,6 +288,41 @@ pub fn header(token: &str, expect: &Expect<'_>) -> Result<Header, SetRefusal> {
         return Err(bad_key("the JOSE header names no kid"));
     }
     Ok(header)
+}
+
+/// Refuses a JOSE header that asks for an extension: idem understands none, so any `crit`
+/// (RFC 7515 §4.1.11: a recipient that does not understand a listed extension must refuse the
+/// JWS), well-formed or not, is refused; and `b64` other than `true` (RFC 7797's unencoded
+/// payload, which would need `crit` and changes what the signature covers).
+fn no_extensions(header: &Value) -> Result<(), SetRefusal> {
+    match header.get("crit") {
+        None => {}
+        Some(Value::Array(names)) if !names.is_empty() && names.iter().all(Value::is_string) => {
+            let names: Vec<String> = names
+                .iter()
+                .take(4)
+                .filter_map(Value::as_str)
+                .map(|n| format!("{:?}", cut(n)))
+                .collect();
+            return Err(invalid(format!(
+                "the JOSE header's crit names extensions this receiver does not understand ({}): \
+                 a SET with crit is refused (RFC 7515 §4.1.11)",
+                names.join(", ")
+            )));
+        }
+        Some(_) => {
+            return Err(invalid(
+                "the JOSE header's crit is not a non-empty array of names (RFC 7515 §4.1.11); \
+                 this receiver understands no extension, so a SET with crit is refused",
+            ))
+        }
+    }
+    match header.get("b64") {
+        None | Some(Value::Bool(true)) => Ok(()),
+        Some(_) => Err(invalid(
+            "the JOSE header's b64 is not true: an unencoded payload (RFC 7797) is not taken",
+        )),
+    }
 }
 
 /// A verified SET's claims.
@@ -375,15 +424,23 @@ fn claims_of(claims: Value, expect: &Expect<'_>) -> Result<Set, SetRefusal> {
         .and_then(Value::as_str)
         .filter(|j| !j.is_empty() && j.len() <= MAX_EVENT_ID)
         .ok_or_else(|| invalid(format!("the SET has no jti of 1 to {MAX_EVENT_ID} bytes")))?;
-    if !object.get("iat").is_some_and(Value::is_number) {
-        return Err(invalid("the SET has no numeric iat"));
-    }
+    let iat = object
+        .get("iat")
+        .and_then(Value::as_f64)
+        .ok_or_else(|| invalid("the SET has no numeric iat"))?;
+    issued_within(iat, expect)?;
     let events = object
         .get("events")
         .and_then(Value::as_object)
         .ok_or_else(|| invalid("the SET's events is not a JSON object"))?;
     if events.is_empty() {
         return Err(invalid("the SET's events is empty"));
+    }
+    if events.len() > MAX_SET_EVENTS {
+        return Err(invalid(format!(
+            "the SET carries {} events; at most {MAX_SET_EVENTS} are taken (SSF sends one)",
+            events.len()
+        )));
     }
     if let Some((uri, _)) = events.iter().find(|(_, payload)| !payload.is_object()) {
         return Err(invalid(format!(
@@ -396,6 +453,28 @@ fn claims_of(claims: Value, expect: &Expect<'_>) -> Result<Set, SetRefusal> {
         iss: iss.to_string(),
         claims,
     })
+}
+
+/// Whether a SET issued at `iat` (Unix seconds) is within the source's window: at most
+/// `max_age` old (a SET older than its claim could be sent again and decided again) and at most
+/// `skew` ahead.
+fn issued_within(iat: f64, expect: &Expect<'_>) -> Result<(), SetRefusal> {
+    let now = expect.now_secs as f64;
+    let max_age = expect.max_age.as_secs();
+    if iat < now - max_age as f64 {
+        return Err(invalid(format!(
+            "the SET's iat is more than {max_age} s in the past: a SET this old is not taken \
+             (its claim may have ended, and it would be decided again)"
+        )));
+    }
+    let skew = expect.skew.as_secs();
+    if iat > now + skew as f64 {
+        return Err(invalid(format!(
+            "the SET's iat is more than {skew} s in the future: the transmitter's clock or the SET \
+             is wrong"
+        )));
+    }
+    Ok(())
 }
 
 /// `text` cut to 64 characters, for a description.
@@ -426,6 +505,9 @@ mod tests {
             issuer: &issuer,
             audience: &audience,
             algorithms: &algorithms,
+            now_secs: 1_000,
+            max_age: Duration::from_secs(999),
+            skew: Duration::from_secs(300),
         };
         let token = |header: &str| format!("{}.{}.", encode(header), encode("{}"));
         let refused = |header: &str| header_err(&token(header), &expect);
@@ -460,6 +542,44 @@ mod tests {
         );
     }
 
+    #[test]
+    fn any_crit_and_a_b64_other_than_true_are_refused() {
+        let (algorithms, issuer, audience) = expect();
+        let expect = Expect {
+            issuer: &issuer,
+            audience: &audience,
+            algorithms: &algorithms,
+            now_secs: 1_000,
+            max_age: Duration::from_secs(999),
+            skew: Duration::from_secs(300),
+        };
+        let refused = |extra: &str| {
+            let written = format!(r#"{{"alg":"RS256","typ":"secevent+jwt","kid":"k"{extra}}}"#);
+            header(&format!("{}.{}.", encode(&written), encode("{}")), &expect)
+                .err()
+                .map(|r| (r.err, r.description))
+        };
+        for extra in [
+            r#","crit":["exp"],"exp":1"#,
+            r#","crit":["b64"],"b64":false"#,
+            r#","crit":["b64"],"b64":true"#,
+            r#","crit":[]"#,
+            r#","crit":"b64""#,
+            r#","crit":[1]"#,
+            r#","crit":null"#,
+        ] {
+            let (err, description) = refused(extra).unwrap_or_else(|| panic!("{extra} taken"));
+            assert_eq!(err, Err::InvalidRequest, "{extra}");
+            assert!(description.contains("crit"), "{extra}: {description}");
+        }
+        for extra in [r#","b64":false"#, r#","b64":"false""#, r#","b64":null"#] {
+            let (err, description) = refused(extra).unwrap_or_else(|| panic!("{extra} taken"));
+            assert_eq!(err, Err::InvalidRequest, "{extra}");
+            assert!(description.contains("b64"), "{extra}: {description}");
+        }
+        assert_eq!(refused(r#","b64":true"#), None, "b64 true is the default");
+    }
+
     fn header_err(token: &str, expect: &Expect<'_>) -> Option<Err> {
         header(token, expect).err().map(|r| r.err)
     }
@@ -471,6 +591,9 @@ mod tests {
             issuer: &issuer,
             audience: &audience,
             algorithms: &algorithms,
+            now_secs: 1_000,
+            max_age: Duration::from_secs(999),
+            skew: Duration::from_secs(300),
         };
         let check = |claims: &str| {
             claims_of(serde_json::from_str(claims).expect("json"), &expect)
@@ -515,6 +638,62 @@ mod tests {
             ),
             Err(Err::InvalidRequest)
         );
+        let events = |n: usize| {
+            let members: Vec<String> = (0..n).map(|i| format!(r#""e{i}":{{}}"#)).collect();
+            format!(
+                r#"{{"iss":"https://tx.example","aud":"https://rx.example","jti":"j","iat":1,"events":{{{}}}}}"#,
+                members.join(",")
+            )
+        };
+        assert_eq!(check(&events(MAX_SET_EVENTS)), Ok("j".to_string()));
+        assert_eq!(check(&events(MAX_SET_EVENTS + 1)), Err(Err::InvalidRequest));
+        assert_eq!(check(&events(4_000)), Err(Err::InvalidRequest));
+    }
+
+    #[test]
+    fn iat_is_within_max_age_behind_and_the_skew_ahead() {
+        let (algorithms, issuer, audience) = expect();
+        let now = 1_764_000_000;
+        let expect = Expect {
+            issuer: &issuer,
+            audience: &audience,
+            algorithms: &algorithms,
+            now_secs: now,
+            max_age: Duration::from_secs(3600),
+            skew: Duration::from_secs(300),
+        };
+        let check = |iat: Value| {
+            let claims = serde_json::json!({"iss": issuer, "aud": audience, "jti": "j",
+                "iat": iat, "events": {"u": {}}});
+            claims_of(claims, &expect)
+                .map(|_| ())
+                .map_err(|r| (r.err, r.description))
+        };
+        for iat in [now, now - 3600, now + 300] {
+            assert_eq!(check(iat.into()), Ok(()), "{iat}");
+        }
+        assert_eq!(
+            check((now as f64 + 0.5).into()),
+            Ok(()),
+            "a fractional NumericDate"
+        );
+        let ten_years = 10 * 365 * 86_400;
+        for (iat, why) in [
+            (0, "in the past"),
+            (-1, "in the past"),
+            (now - 3601, "in the past"),
+            (now - ten_years, "in the past"),
+            (now + 301, "in the future"),
+            (now + ten_years, "in the future"),
+        ] {
+            let refused = check(iat.into());
+            assert!(
+                matches!(&refused, Err((Err::InvalidRequest, d)) if d.contains(why)),
+                "{iat}: {refused:?}"
+            );
+        }
+        assert!(check(serde_json::json!("1764000000")).is_err(), "a string");
+        assert!(check(serde_json::json!(1e300)).is_err(), "far ahead");
     }
 
     #[test]

@@ -54,8 +54,31 @@ pub struct Received<'a> {
     pub now_secs: i64,
     /// `signatures.tolerance`, in seconds.
     pub tolerance_secs: u64,
-    /// `public_url`, when set: where senders reach idem, whatever the request's headers say.
-    pub public_url: Option<&'a str>,
+    /// Where senders reach idem: `public_url`, or `http://` and the address idem listens on
+    /// (only allowed on loopback), whatever the request's headers say.
+    pub base_url: &'a str,
+}
+
+/// The headers a source's scheme or its event's identity is read from: sent twice, which one
+/// would a proxy in front have checked? Refused for every source alike, before it is looked
+/// up, so that the answer shows nothing of what the source is.
+pub const READ_ONCE: [&str; 9] = [
+    "authorization",
+    "stripe-signature",
+    "x-hub-signature-256",
+    "x-github-event",
+    "x-github-delivery",
+    "x-twilio-signature",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+];
+
+/// The first header of [`READ_ONCE`] that `headers` holds more than once.
+pub fn repeated(headers: &HeaderMap) -> Option<&'static str> {
+    READ_ONCE
+        .into_iter()
+        .find(|name| headers.get_all(*name).iter().nth(1).is_some())
 }
 
 fn header<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<&'h str, Refused> {
@@ -65,12 +88,6 @@ fn header<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<&'h str, Ref
         return Err(Refused::Repeated(name));
     }
     value.ok_or(Refused::Missing(name))
-}
-
-/// The first value of a list-valued header (`X-Forwarded-*` may name every proxy).
-fn first<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    let value = headers.get(name)?.to_str().ok()?;
-    value.split(',').next().map(str::trim)
 }
 
 /// Checks that `delivery` comes from the provider `source` is configured for.
@@ -119,6 +136,8 @@ pub fn check(source: &Source, delivery: &Received<'_>) -> Result<(), Refused> {
             let id = header(headers, "webhook-id")?;
             let timestamp = header(headers, "webhook-timestamp")?;
             let signatures = header(headers, "webhook-signature")?;
+            // The signature first, then the time: only a sender holding the secret learns that
+            // its clock is off.
             signature::verify(
                 &source.standard_secrets,
                 id,
@@ -126,7 +145,7 @@ pub fn check(source: &Source, delivery: &Received<'_>) -> Result<(), Refused> {
                 signatures,
                 delivery.body,
                 delivery.now_secs,
-                delivery.tolerance_secs,
+                u64::MAX,
             )
             .map_err(|e| match e {
                 VerifyError::Stale => Refused::Stale(delivery.tolerance_secs),
@@ -134,7 +153,15 @@ pub fn check(source: &Source, delivery: &Received<'_>) -> Result<(), Refused> {
                     Refused::Malformed("webhook-timestamp must be unix seconds")
                 }
                 VerifyError::NoMatch => Refused::Mismatch("webhook-signature"),
-            })
+            })?;
+            let seconds: i64 = timestamp
+                .trim()
+                .parse()
+                .map_err(|_| Refused::Malformed("webhook-timestamp must be unix seconds"))?;
+            match delivery.now_secs.abs_diff(seconds) > delivery.tolerance_secs {
+                true => Err(Refused::Stale(delivery.tolerance_secs)),
+                false => Ok(()),
+            }
         }
     }
 }
@@ -184,9 +211,10 @@ fn stripe(source: &Source, delivery: &Received<'_>) -> Result<(), Refused> {
 }
 
 /// `X-Twilio-Signature`: the body is bound by the URL's `bodySHA256`, and the URL by the
-/// signature. idem sees the path and query Twilio posted to, and the host it named (a proxy's
-/// `X-Forwarded-Host`, else `Host`, else the request's authority); the scheme is the one a proxy
-/// in front says (`X-Forwarded-Proto`), else either of https and http.
+/// signature. The URL is where senders reach idem (`public_url`) and the path and query Twilio
+/// posted to, never what the request's `Host` or `X-Forwarded-*` say (the client chooses those,
+/// so a signature made for another deployment's URL would pass). Twilio's own validators take
+/// the URL with and without its scheme's default port; so does idem.
 fn twilio(source: &Source, delivery: &Received<'_>) -> Result<(), Refused> {
     let signature = header(delivery.headers, "x-twilio-signature")?;
     let tag = STANDARD
@@ -210,40 +238,19 @@ fn twilio(source: &Source, delivery: &Received<'_>) -> Result<(), Refused> {
         return Err(Refused::Mismatch("bodySHA256"));
     }
     let path = delivery.uri.path_and_query().map_or("/", |p| p.as_str());
-    let urls: Vec<String> = match delivery.public_url {
-        // With `public_url` set, the URL Twilio signed is the one it was given there: the
-        // client chooses `Host` and `X-Forwarded-*`, which would let a signature made for
-        // another deployment's URL pass here.
-        Some(base) => vec![format!("{base}{path}")],
-        None => {
-            let host = first(delivery.headers, "x-forwarded-host")
-                .or_else(|| first(delivery.headers, "host"))
-                .or_else(|| delivery.uri.authority().map(|a| a.as_str()))
-                .ok_or(Refused::Missing("host"))?;
-            let schemes: &[&str] = match first(delivery.headers, "x-forwarded-proto") {
-                Some("http") => &["http"],
-                Some("https") => &["https"],
-                _ => &["https", "http"],
-            };
-            schemes
-                .iter()
-                .flat_map(|scheme| {
-                    // Twilio's own validators take the URL with and without the scheme's
-                    // default port.
-                    let default_port = match *scheme {
-                        "https" => ":443",
-                        _ => ":80",
-                    };
-                    let bare = host.strip_suffix(default_port).unwrap_or(host);
-                    let with_port = match bare.contains(':') {
-                        true => None,
-                        false => Some(format!("{scheme}://{bare}{default_port}{path}")),
-                    };
-                    std::iter::once(format!("{scheme}://{bare}{path}")).chain(with_port)
-                })
-                .collect()
+    let base = delivery.base_url;
+    let mut urls = vec![format!("{base}{path}")];
+    if let Some((scheme, host)) = base.split_once("://") {
+        let default_port = match scheme {
+            "https" => Some(":443"),
+            "http" => Some(":80"),
+            _ => None,
+        };
+        // A host with a port of its own (or an IPv6 literal) is taken as it is.
+        if let (Some(port), false) = (default_port, host.contains(':')) {
+            urls.push(format!("{scheme}://{host}{port}{path}"));
         }
-    };
+    }
     let matches = urls.into_iter().any(|url| {
         source.secrets.iter().any(|s| {
             let expected = hmac_sha1(s.as_bytes(), &[url.as_bytes()]);
@@ -302,7 +309,7 @@ mod tests {
                 body,
                 now_secs,
                 tolerance_secs: 300,
-                public_url: None,
+                base_url: "https://mycompany.com",
             },
         )
     }
@@ -361,44 +368,7 @@ mod tests {
         let body = br#"{"property": "value", "boolean": true}"#;
         let uri = "/myapp.php?foo=1&bar=2&bodySHA256=0a1ff7634d9ab3b95db5c9a2dfe9416e41502b283a80c7cf19632632f96e6620";
         let s = source(SourceKind::Twilio, &["12345"]);
-        for sig in [
-            "a9nBmqA0ju/hNViExpshrM61xv4=",
-            "uzN7O1319XdYoYMfTT2eUM1PJT0=",
-        ] {
-            let h = headers(&[("host", "mycompany.com"), ("x-twilio-signature", sig)]);
-            assert_eq!(check_at(&s, &h, uri, body, 0), Ok(()), "{sig}");
-        }
-        let h = headers(&[
-            ("host", "mycompany.com"),
-            ("x-twilio-signature", "a9nBmqA0ju/hNViExpshrM61xv4="),
-        ]);
-        // Another body than the hash names.
-        assert_eq!(
-            check_at(&s, &h, uri, br#"{"property": "other", "boolean": true}"#, 0),
-            Err(Refused::Mismatch("bodySHA256"))
-        );
-        // Another host, another token, or an http proxy in front: not what Twilio signed.
-        let other_host = headers(&[
-            ("host", "example.com"),
-            ("x-twilio-signature", "a9nBmqA0ju/hNViExpshrM61xv4="),
-        ]);
-        assert!(check_at(&s, &other_host, uri, body, 0).is_err());
-        assert!(check_at(&source(SourceKind::Twilio, &["54321"]), &h, uri, body, 0).is_err());
-        // Behind proxies, the first X-Forwarded-Host is the one Twilio named.
-        let proxied = headers(&[
-            ("host", "10.0.0.7:8080"),
-            ("x-forwarded-host", "mycompany.com, edge.internal"),
-            ("x-forwarded-proto", "https"),
-            ("x-twilio-signature", "a9nBmqA0ju/hNViExpshrM61xv4="),
-        ]);
-        assert_eq!(check_at(&s, &proxied, uri, body, 0), Ok(()));
-        let mut http = h.clone();
-        http.insert("x-forwarded-proto", "http".parse().expect("value"));
-        assert!(check_at(&s, &http, uri, body, 0).is_err());
-        assert!(check_at(&s, &h, "/myapp.php?foo=1&bar=2", body, 0).is_err());
-
-        // With public_url set, the signed URL is its own: Host and X-Forwarded-* are not read.
-        let pinned = |public_url: &str, headers: &HeaderMap| {
+        let at = |base_url: &str, headers: &HeaderMap, uri: &str, body: &[u8]| {
             let uri: Uri = uri.parse().expect("uri");
             check(
                 &s,
@@ -408,17 +378,53 @@ mod tests {
                     body,
                     now_secs: 0,
                     tolerance_secs: 300,
-                    public_url: Some(public_url),
+                    base_url,
                 },
             )
         };
-        assert_eq!(pinned("https://mycompany.com", &other_host), Ok(()));
+        // Signed over https://mycompany.com/myapp.php?…, without and with the port.
+        for sig in [
+            "a9nBmqA0ju/hNViExpshrM61xv4=",
+            "uzN7O1319XdYoYMfTT2eUM1PJT0=",
+        ] {
+            let h = headers(&[("x-twilio-signature", sig)]);
+            assert_eq!(at("https://mycompany.com", &h, uri, body), Ok(()), "{sig}");
+        }
+        let h = headers(&[("x-twilio-signature", "a9nBmqA0ju/hNViExpshrM61xv4=")]);
+        // Another body than the hash names, another token, no bodySHA256.
         assert_eq!(
-            pinned("https://idem.example.com", &h),
-            Err(Refused::Mismatch("X-Twilio-Signature")),
-            "a request naming the signed host is not taken at another public_url"
+            at(
+                "https://mycompany.com",
+                &h,
+                uri,
+                br#"{"property": "other", "boolean": true}"#
+            ),
+            Err(Refused::Mismatch("bodySHA256"))
         );
-        assert!(pinned("http://mycompany.com", &proxied).is_err());
+        assert!(check_at(&source(SourceKind::Twilio, &["54321"]), &h, uri, body, 0).is_err());
+        assert!(at("https://mycompany.com", &h, "/myapp.php?foo=1&bar=2", body).is_err());
+        // The URL is idem's own: Host and X-Forwarded-* naming the signed host change nothing.
+        let claimed = headers(&[
+            ("host", "mycompany.com"),
+            ("x-forwarded-host", "mycompany.com"),
+            ("x-forwarded-proto", "https"),
+            ("x-twilio-signature", "a9nBmqA0ju/hNViExpshrM61xv4="),
+        ]);
+        assert_eq!(
+            at("https://idem.example.com", &claimed, uri, body),
+            Err(Refused::Mismatch("X-Twilio-Signature")),
+            "a request naming the signed host is not taken at another URL"
+        );
+        assert!(at("http://mycompany.com", &claimed, uri, body).is_err());
+        assert_eq!(at("https://mycompany.com", &claimed, uri, body), Ok(()));
+    }
+
+    #[test]
+    fn a_header_read_once_is_found_when_sent_twice() {
+        let mut h = headers(&[("x-github-event", "push"), ("authorization", "a")]);
+        assert_eq!(repeated(&h), None);
+        h.append("x-github-event", "issues".parse().expect("value"));
+        assert_eq!(repeated(&h), Some("x-github-event"));
     }
 
     // The Standard Webhooks Rust library's signing example.
@@ -443,6 +449,11 @@ mod tests {
             Err(Refused::Stale(300))
         );
         assert!(check_at(&s, &h, "/", b"{}", 1649367553).is_err());
+        // The signature before the time: an unsigned body is not told that its time is off.
+        assert_eq!(
+            check_at(&s, &h, "/", b"{}", 1649367553 + 301),
+            Err(Refused::Mismatch("webhook-signature"))
+        );
     }
 
     #[test]

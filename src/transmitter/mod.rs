@@ -25,6 +25,30 @@ pub struct Transmitter {
     pub token_lifetime: Duration,
     /// How soon after one verification of a stream another may be asked for.
     pub min_verification_interval: Duration,
+    /// How many failed token requests a receiver and an address may make.
+    pub token_failures: TokenFailures,
+}
+
+/// `token_failures`: how many failed token requests (an unknown client, a wrong secret) a
+/// receiver and a peer address may make at once, and how soon one more is allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenFailures {
+    /// Failures a receiver's `client_id` may have in a burst.
+    pub per_client: u32,
+    /// Failures one address may have in a burst, whatever client it names.
+    pub per_address: u32,
+    /// One more failure is allowed every `every`.
+    pub every: Duration,
+}
+
+impl Default for TokenFailures {
+    fn default() -> Self {
+        TokenFailures {
+            per_client: 10,
+            per_address: 20,
+            every: Duration::from_secs(60),
+        }
+    }
 }
 
 /// A receiver that may manage streams. Its `Debug` leaves the secret out.
@@ -36,19 +60,26 @@ pub struct Receiver {
     pub audience: String,
     /// Where its push streams may send (URL prefixes); none: any https URL.
     pub endpoints: Vec<reqwest::Url>,
+    /// The most its tokens may be granted.
+    pub scopes: token::Scopes,
 }
 
 impl Receiver {
     /// Whether this receiver's streams may push to `url`: under one of its `endpoints` (the
     /// same scheme and host, the same port where the entry names one, and a path under the
-    /// entry's), or, when it has none, any https URL. idem sends SETs where receivers say, so
-    /// this keeps a receiver from pointing idem at what only idem can reach.
+    /// entry's), or, when it has none, any https URL whose host is not inside idem's own
+    /// network (loopback, private, link-local…: see [`idem_actors::destination`]). idem sends
+    /// SETs where receivers say, so this keeps a receiver from pointing idem at what only idem
+    /// can reach; a name that resolves inside is caught when a SET is sent.
     pub fn may_push_to(&self, url: &str) -> bool {
         let Ok(url) = reqwest::Url::parse(url) else {
             return false;
         };
         if self.endpoints.is_empty() {
-            return url.scheme() == "https";
+            return url.scheme() == "https"
+                && url
+                    .host_str()
+                    .is_some_and(|host| !idem_actors::destination::host_inside(host));
         }
         self.endpoints.iter().any(|entry| {
             entry.scheme() == url.scheme()
@@ -61,12 +92,23 @@ impl Receiver {
     }
 }
 
+impl Receiver {
+    /// Whether one of its `endpoints` names `host` (as a URL's `host_str`): the one way its
+    /// streams may push inside idem's own network.
+    pub fn names_host(&self, host: &str) -> bool {
+        self.endpoints
+            .iter()
+            .any(|entry| entry.host_str() == Some(host))
+    }
+}
+
 impl std::fmt::Debug for Receiver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Receiver")
             .field("client_secret", &"..")
             .field("audience", &self.audience)
             .field("endpoints", &self.endpoints)
+            .field("scopes", &self.scopes)
             .finish()
     }
 }

@@ -1,12 +1,14 @@
 //! A stream's management (SSF §8.1), with no I/O: what a receiver's request asks for, checked
 //! and applied to the stored [`Stream`], and the stream's configuration as the receiver reads
 //! it. Receiver-supplied properties (`delivery`, `events_requested`, `description`) are taken;
-//! transmitter-supplied ones in a request are ignored, as §8.1.1 says; `events_delivered` is
-//! what was requested among the events this transmitter sends.
+//! transmitter-supplied ones in a request are ignored, as §8.1.1 says; `events_supported` is
+//! what the tenant's playbooks can send, and `events_delivered` what was requested among them.
 
 use std::time::Duration;
 
-use idem_actors::set::{events_delivered, EVENTS_SUPPORTED};
+use idem_actors::action::Target;
+use idem_actors::playbook::Playbooks;
+use idem_actors::set::event_type;
 use idem_actors::stream_event::status_name;
 use idem_schemas::{
     Stream, StreamConfig, StreamDelivery, StreamMethod, StreamState, StreamStatusBody,
@@ -160,8 +162,17 @@ pub fn asked(body: &Value) -> Result<Asked, InvalidStream> {
     })
 }
 
-/// A new stream `id` of `receiver`, made at `now_ms` as `asked` (which must name a delivery);
-/// `seal` seals its authorization header.
+/// The delivery of a stream whose request names none: poll (SSF §8.1.1.1).
+fn poll() -> DeliveryAsked {
+    DeliveryAsked {
+        method: StreamMethod::Poll,
+        endpoint_url: None,
+        authorization_header: None,
+    }
+}
+
+/// A new stream `id` of `receiver`, made at `now_ms` as `asked` (a poll stream when it names
+/// no delivery); `seal` seals its authorization header.
 pub fn create(
     id: String,
     receiver: &str,
@@ -169,9 +180,7 @@ pub fn create(
     asked: Asked,
     seal: impl FnOnce(&str) -> Result<Vec<u8>, InvalidStream>,
 ) -> Result<Stream, InvalidStream> {
-    let delivery = asked
-        .delivery
-        .ok_or_else(|| refused("delivery is required"))?;
+    let delivery = asked.delivery.unwrap_or_else(poll);
     let authorization = delivery
         .authorization_header
         .as_deref()
@@ -195,7 +204,8 @@ pub fn create(
 }
 
 /// `stream` changed as `asked`: what a PATCH names (`whole` false) or, for a PUT (`whole`
-/// true), every receiver-supplied property, reset where the request leaves it out.
+/// true), every receiver-supplied property, reset where the request leaves it out (a delivery
+/// left out: poll, as for a new stream).
 pub fn change(
     stream: &Stream,
     asked: Asked,
@@ -204,18 +214,18 @@ pub fn change(
 ) -> Result<Stream, InvalidStream> {
     let mut next = stream.clone();
     next.version += 1;
-    match asked.delivery {
-        Some(delivery) => {
-            next.authorization = delivery
-                .authorization_header
-                .as_deref()
-                .map(seal)
-                .transpose()?;
-            next.method = delivery.method;
-            next.endpoint_url = delivery.endpoint_url;
-        }
-        None if whole => return Err(refused("delivery is required")),
-        None => {}
+    let delivery = match asked.delivery {
+        None if whole => Some(poll()),
+        delivery => delivery,
+    };
+    if let Some(delivery) = delivery {
+        next.authorization = delivery
+            .authorization_header
+            .as_deref()
+            .map(seal)
+            .transpose()?;
+        next.method = delivery.method;
+        next.endpoint_url = delivery.endpoint_url;
     }
     match asked.events_requested {
         Some(events) => next.events_requested = events,
@@ -303,6 +313,23 @@ pub struct StreamContext<'a> {
     pub poll_base: &'a str,
     /// How soon after one verification another may be asked for.
     pub min_verification_interval: Duration,
+    /// The event types the tenant's playbooks can send.
+    pub events_supported: &'a [String],
+}
+
+/// The event types `playbooks`' `set` actions send, sorted, each once.
+pub fn events_supported(playbooks: &Playbooks) -> Vec<String> {
+    let mut events: Vec<String> = playbooks
+        .values()
+        .flat_map(|p| p.actions.iter())
+        .filter_map(|a| match &a.target {
+            Target::Set(set) if event_type(&set.event).is_some() => Some(set.event.clone()),
+            _ => None,
+        })
+        .collect();
+    events.sort();
+    events.dedup();
+    events
 }
 
 /// The stream's configuration as the receiver reads it (§8.1.1). The authorization header is
@@ -319,9 +346,14 @@ pub fn view(stream: &Stream, context: &StreamContext<'_>) -> StreamConfig {
         stream_id: stream.id.clone(),
         iss: context.issuer.to_string(),
         aud: context.audience.to_string(),
-        events_supported: EVENTS_SUPPORTED.iter().map(|e| e.to_string()).collect(),
+        events_supported: context.events_supported.to_vec(),
         events_requested: stream.events_requested.clone(),
-        events_delivered: events_delivered(stream).map(str::to_string).collect(),
+        events_delivered: stream
+            .events_requested
+            .iter()
+            .filter(|e| context.events_supported.contains(e))
+            .cloned()
+            .collect(),
         delivery: StreamDelivery {
             method: method.to_string(),
             endpoint_url,
@@ -343,7 +375,7 @@ pub fn status_view(stream: &Stream) -> StreamStatusBody {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use idem_actors::set::includes;
+    use idem_actors::set::{events_delivered, includes};
     use serde_json::json;
 
     const REVOKED: &str = "https://schemas.openid.net/secevent/caep/event-type/session-revoked";
@@ -383,6 +415,7 @@ mod tests {
             audience: "https://okta.example",
             poll_base: "https://idem.example/ssf/acme/streams",
             min_verification_interval: Duration::from_secs(15),
+            events_supported: &[REVOKED.to_string()],
         };
         let view = serde_json::to_value(view(&stream, &context)).expect("json");
         assert_eq!(view["iss"], "https://idem.example/ssf/acme");
@@ -400,7 +433,6 @@ mod tests {
     fn refuses_what_is_not_a_stream() {
         for body in [
             json!([]),
-            json!({}),
             json!({"delivery": {"method": "urn:example:smoke-signals"}}),
             json!({"delivery": {"method": PUSH}}),
             json!({"delivery": {"method": PUSH, "endpoint_url": "ftp://rx.example/x"}}),
@@ -447,7 +479,12 @@ mod tests {
         assert_eq!(put.endpoint_url.as_deref(), Some("https://rx.example/b"));
         assert!(put.events_requested.is_empty());
         assert_eq!(put.description, None);
-        assert!(change(&put, Asked::default(), true, no_seal).is_err());
+        // A PUT without a delivery resets it to poll.
+        let polled = change(&put, Asked::default(), true, no_seal).expect("put");
+        assert_eq!(
+            (polled.method, polled.endpoint_url, polled.authorization),
+            (StreamMethod::Poll, None, None)
+        );
     }
 
     #[test]
@@ -467,5 +504,20 @@ mod tests {
             .expect("changed");
         assert!(includes(&added, &subject));
         assert_eq!(added.version, 3);
+    }
+
+    #[test]
+    fn a_stream_asked_for_without_a_delivery_is_a_poll_stream() {
+        let stream = create(
+            "st_1".into(),
+            "okta",
+            5,
+            asked(&json!({"events_requested": [REVOKED]})).expect("asked"),
+            no_seal,
+        )
+        .expect("create");
+        assert_eq!(stream.method, StreamMethod::Poll);
+        assert_eq!((stream.endpoint_url, stream.authorization), (None, None));
+        assert_eq!(stream.events_requested, [REVOKED]);
     }
 }

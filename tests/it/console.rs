@@ -38,6 +38,11 @@ callback_secret = "{CALLBACK_SECRET}"
 decision = "deny"
 actions = [ {{ name = "lock_account", url = "http://{receiver}/hooks/lock" }} ]
 
+[[tenants.acme.playbooks.sim_swap.rules]]
+name = "vip"
+when = 'has(signal.metadata.vip) && signal.metadata.vip'
+decision = "review"
+
 [tenants.acme.sources.okta_prod]
 kind = "okta"
 secret = "{OKTA_AUTH}"
@@ -623,4 +628,40 @@ async fn a_traced_decision_names_its_trace() {
         .await;
     assert!(shown.contains(trace), "{shown}");
     assert_eq!(browser.text("#trace-id").await.as_deref(), Some(trace));
+}
+
+#[tokio::test]
+async fn a_decision_names_the_rule_that_made_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let config = console_config(&dir.path().join("data"), &receiver.addr.to_string());
+    let idem = Idem::start(dir.path(), &config);
+    let api = Client::new(&idem.base);
+    let body =
+        serde_json::json!({"type": "sim_swap", "subject": "+15550011", "metadata": {"vip": true}});
+    let r = api
+        .signal(Req::new(&body.to_string()).header("authorization", &format!("Bearer {API_KEY}")))
+        .await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let by_rule = decision_id(&r);
+    let r = api
+        .signal(
+            Req::new(&sim_swap("+15550012")).header("authorization", &format!("Bearer {API_KEY}")),
+        )
+        .await;
+    let by_default = decision_id(&r);
+
+    let (browser, console) = signed_in(&idem).await;
+    browser
+        .open(&format!("{console}#/decisions/{by_rule}"))
+        .await;
+    browser.wait_for("#rule", "the rule").await;
+    assert_eq!(browser.text("#rule").await.as_deref(), Some("vip"));
+    browser
+        .open(&format!("{console}#/decisions/{by_default}"))
+        .await;
+    let shown = browser
+        .wait_text("#decision", "the decision", |t| t.contains(&by_default))
+        .await;
+    assert!(shown.contains("the playbook's own decision"), "{shown}");
 }

@@ -7,7 +7,8 @@
 //! restart replays every answered key. With every group commit slowed, a source event's queued
 //! callback still waits until its claim is durable, and one killed part-way through its write
 //! sends no callback of a decision never made. A bulk redelivery killed part-way and taken
-//! over redelivers what it matched when it was claimed, each delivery once.
+//! over redelivers what it matched when it was claimed, each delivery once. A decision made by a
+//! rule and killed before its actions runs as it was stored, even once the rules changed.
 
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
@@ -475,4 +476,60 @@ async fn a_bulk_redelivery_taken_over_after_a_crash_redelivers_what_it_matched_e
         "no third series"
     );
     assert_eq!(delivery(&client, &after).await["attempts_total"], 2);
+}
+
+#[tokio::test]
+async fn killed_between_a_rules_decision_and_its_actions_the_stored_decision_runs() {
+    let (_dir, receiver, idem, client) = Harness::new()
+        .delivery(DELIVERY)
+        .tenants(|r| crate::rules::tenants(r, "deny"))
+        .failpoints("claim.after_persist=return")
+        .start()
+        .await;
+    let key = unique("fp-rules");
+    let body = serde_json::json!({
+        "type": "sim_swap", "subject": "+447700900123", "metadata": {"risk": 95}
+    })
+    .to_string();
+    let req = || {
+        Req::new(&body)
+            .key(&key)
+            .header("authorization", "Bearer sk_acme_test_key")
+    };
+    let r = client.try_send("POST", "/v1/signals", req()).await;
+    assert!(r.is_err(), "the process dies before answering");
+    let (status, config) = idem.wait_exit().await;
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    assert!(receiver.seen().is_empty(), "no action ran before the crash");
+
+    // The rule now allows; the claim holds the decision made before the crash.
+    let written = std::fs::read_to_string(&config).expect("read config");
+    let changed = written.replace(r#""deny""#, r#""allow""#);
+    assert_ne!(changed, written);
+    std::fs::write(&config, changed).expect("write config");
+    let idem = Idem::start_with(config, &[]);
+    let client = Client::new(&idem.base);
+    let r = retry_after_crash(|| client.signal(req())).await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let decided = r.json();
+    assert_eq!(
+        decided["decision"], "deny",
+        "the stored decision, not a new one"
+    );
+    assert_eq!(decided["rule"], "high-risk");
+    let callback = receiver.wait_for(1).await.pop().expect("the stored action");
+    assert_eq!(callback.path, "/lock");
+    let envelope: serde_json::Value = serde_json::from_slice(&callback.body).expect("json");
+    assert_eq!(envelope["type"], "decision.deny");
+    assert_eq!(envelope["data"]["rule"], "high-risk");
+    assert_eq!(envelope["data"]["decision_id"], decided["decision_id"]);
+
+    // A new key is decided by the rules as they are now.
+    let fresh = client
+        .signal(
+            Req::new(&body.replace("+447700900123", "+447700900124"))
+                .header("authorization", "Bearer sk_acme_test_key"),
+        )
+        .await;
+    assert_eq!(fresh.json()["decision"], "allow", "{}", text(&fresh));
 }

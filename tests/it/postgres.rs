@@ -472,7 +472,7 @@ async fn an_older_schema_holding_records_is_refused_and_an_empty_one_migrated() 
             .expect("version");
         row.get::<_, i32>(0)
     });
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
     let old_health = with_postgres(&url, |client| async move {
         let row = client
             .query_one(

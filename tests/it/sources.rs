@@ -581,15 +581,16 @@ async fn an_unauthenticated_delivery_claims_nothing() {
     exactly(&receiver, "/login", 3).await;
     exactly(&receiver, "/mfa", 2).await;
 
-    // No such tenant or source; another method; a body that is not the provider's shape.
+    // No such tenant or source (answered as a caller without credentials is); a body that is
+    // not the provider's shape.
     let r = client
         .send("POST", "/v1/sources/nobody/okta_prod", Req::new("{}"))
         .await;
-    problem(&r, 404, "not-found");
+    problem(&r, 401, "source-unauthenticated");
     let r = client
         .send("POST", "/v1/sources/idp/nothing", Req::new("{}"))
         .await;
-    problem(&r, 404, "not-found");
+    problem(&r, 401, "source-unauthenticated");
     let r = client
         .send(
             "POST",
@@ -717,7 +718,8 @@ async fn okta_verifies_its_event_hook_with_the_configured_authorization() {
     let r = client
         .send("GET", "/v1/sources/idp/stripe", Req::new(""))
         .await;
-    assert_eq!(r.status, 405, "{}", text(&r));
+    // A source of another kind answers GET as no source does.
+    assert_eq!(r.status, 401, "{}", text(&r));
 }
 
 #[tokio::test]

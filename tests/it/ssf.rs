@@ -105,9 +105,14 @@ async fn start(
 fn compromise(jti: &str, subject: Value) -> Value {
     json!({
         "iss": ISSUER, "aud": [AUDIENCE, "https://other.example"], "jti": jti,
-        "iat": 1_764_000_000, "sub_id": subject,
+        "iat": now_secs(), "sub_id": subject,
         "events": {RISC_COMPROMISE: {"credential_type": "password", "reason_admin": {"en": "found in a dump"}}}
     })
+}
+
+/// Now in Unix seconds: a SET's `iat` is checked against idem's clock.
+fn now_secs() -> u64 {
+    idem_schemas::timefmt::now_ms() / 1000
 }
 
 fn email(address: &str) -> Value {
@@ -208,7 +213,7 @@ async fn a_pushed_set_is_one_decision_however_often_it_comes() {
 
     // A CAEP event whose subject is inside the event (an older form), by a prefix route.
     let revoked = rsa.sign(&json!({
-        "iss": ISSUER, "aud": AUDIENCE, "jti": "jti-3", "iat": 1_764_000_001,
+        "iss": ISSUER, "aud": AUDIENCE, "jti": "jti-3", "iat": now_secs(),
         "events": {CAEP_REVOKED: {"subject": {"format": "opaque", "id": "session-9"}, "event_timestamp": 1_764_000_001}}
     }));
     assert_accepted(&push(&client, &revoked).await, "a CAEP event");
@@ -465,13 +470,13 @@ async fn ssf_own_events_are_recorded_not_decided() {
     let rsa = JwsKey::rsa("rsa-1");
     let (_dir, receiver, _idem, client, _transmitter) = start(&[&rsa], "60s").await;
     let verification = rsa.sign(&json!({
-        "iss": ISSUER, "aud": AUDIENCE, "jti": "v-1", "iat": 1_764_000_000,
+        "iss": ISSUER, "aud": AUDIENCE, "jti": "v-1", "iat": now_secs(),
         "sub_id": {"format": "opaque", "id": "stream-1"},
         "events": {VERIFICATION: {"state": "VGhlIHN0YXRlIG9mIHRoZSB2ZXJpZmljYXRpb24"}}
     }));
     assert_accepted(&push(&client, &verification).await, "a verification event");
     let updated = rsa.sign(&json!({
-        "iss": ISSUER, "aud": AUDIENCE, "jti": "u-1", "iat": 1_764_000_001,
+        "iss": ISSUER, "aud": AUDIENCE, "jti": "u-1", "iat": now_secs(),
         "sub_id": {"format": "opaque", "id": "stream-1"},
         "events": {STREAM_UPDATED: {"status": "paused", "reason": "maintenance"}}
     }));

@@ -20,7 +20,8 @@ use super::phase::Invariant;
 use super::{submit, ClaimContext, ClaimError, Decide, Reply, Submission};
 use crate::failpoint;
 use crate::idle::IdleTimer;
-use crate::playbook::DecideError;
+use crate::playbook::{DecideError, Decider};
+use crate::rules::Counts;
 use crate::store::{ClaimId, ClaimLog, ClaimWrite, StoreError, Unit, Written};
 use crate::supervise::Family;
 use crate::trace;
@@ -231,18 +232,16 @@ impl ClaimState {
             }
         };
         let ctx = self.ctx.clone();
-        if !decider.reads_streams() {
-            let decision = decider.decide(&ctx.digester, &ctx.sealer, &[], now_ms());
+        if !decider.reads_streams() && !decider.reads_history() {
+            let counts = Counts::new();
+            let decision = decider.decide(&ctx.digester, &ctx.sealer, &[], &counts, now_ms());
             return Some(Feedback::Decided(generation, decision.map_err(Into::into)));
         }
-        // The streams as they are when the claim is won: a stream made after gets nothing of
-        // this decision. Read in a task, so the mailbox stays open.
+        // The streams and the subject's history as they are when the claim is won: a stream
+        // made after gets nothing of this decision. Read in a task, so the mailbox stays open.
         let me = myself.clone();
         tokio::spawn(async move {
-            let decision = match ctx.store.streams(&decider.tenant).await {
-                Ok(streams) => decider.decide(&ctx.digester, &ctx.sealer, &streams, now_ms()),
-                Err(e) => Err(DecideError::Streams(e.to_string())),
-            };
+            let decision = read_and_decide(&ctx, *decider).await;
             let decision = decision.map_err(ClaimError::from);
             let _ = me.cast(ClaimMsg::Decided {
                 generation,
@@ -388,4 +387,31 @@ async fn offer_to_subject(
     submit(family, ctx, &to, sub)
         .await
         .map_err(|e| e.to_string())
+}
+
+/// What `decider` reads (its tenant's streams, its subject's history), then its decision.
+pub(crate) async fn read_and_decide(
+    ctx: &ClaimContext,
+    decider: Decider,
+) -> Result<idem_schemas::Decision, DecideError> {
+    let streams = match decider.reads_streams() {
+        true => ctx
+            .store
+            .streams(&decider.tenant)
+            .await
+            .map_err(|e| DecideError::Streams(e.to_string()))?,
+        false => Vec::new(),
+    };
+    let now = now_ms();
+    let counts = match decider.reads_history() {
+        true => {
+            let subject_hash = decider.subject_hash(&ctx.digester);
+            let calls = decider.playbook.history();
+            crate::history::read(&*ctx.store, &decider.tenant, &subject_hash, calls, now)
+                .await
+                .map_err(|e| DecideError::History(e.to_string()))?
+        }
+        false => Counts::new(),
+    };
+    decider.decide(&ctx.digester, &ctx.sealer, &streams, &counts, now)
 }

@@ -17,6 +17,7 @@
 //! stops; the next request rebuilds it from the log.
 
 mod actor;
+pub(crate) use actor::read_and_decide;
 pub mod core;
 pub mod effect;
 pub mod phase;

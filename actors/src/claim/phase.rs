@@ -239,6 +239,8 @@ mod tests {
                 created_at_ms: T,
                 deliveries: vec![],
                 trace: None,
+                rule: None,
+                rule_errors: Vec::new(),
             },
             subject: None,
         }

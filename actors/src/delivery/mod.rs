@@ -129,6 +129,12 @@ pub enum DeliveryMsg {
         answer: PollAnswer,
         reply: RpcReplyPort<bool>,
     },
+    /// Its stream was enabled (or disabled): if it is held, due at `at_ms` instead of at its
+    /// next look; whether that moved it.
+    Release {
+        at_ms: u64,
+        reply: RpcReplyPort<bool>,
+    },
     /// Time to check whether the actor has been idle long enough to stop.
     IdleCheck,
 }
@@ -377,6 +383,21 @@ impl Actor for DeliveryActor {
                     }
                 }
             }
+            DeliveryMsg::Release { at_ms, reply } => {
+                if state.ctx.store.leases_due() {
+                    state.reread().await?;
+                }
+                // As a redelivery: written at the log's end as this actor read it.
+                match state.delivery.released(at_ms) {
+                    Some((event, to)) => {
+                        state.record(event, to, None).await?;
+                        let _ = reply.send(true);
+                    }
+                    None => {
+                        let _ = reply.send(false);
+                    }
+                }
+            }
             DeliveryMsg::Polled { url, answer, reply } => {
                 if state.ctx.store.leases_due() {
                     state.reread().await?;
@@ -534,6 +555,21 @@ impl DeliveryActors {
             }
         }
         Err(RegistryError::Unavailable.into())
+    }
+
+    /// Makes the delivery `id`, if it is held, due at `at_ms` (see
+    /// [`DeliveryState::released`]): whether that moved it, durably.
+    pub async fn release(&self, id: &str, at_ms: u64) -> Result<bool, RegistryError> {
+        for _ in 0..MAX_ROUNDS {
+            let actor = self.actor(id).await?;
+            let release = |reply| DeliveryMsg::Release { at_ms, reply };
+            match actor.call(release, None).await {
+                Ok(ractor::rpc::CallResult::Success(released)) => return Ok(released),
+                // Stopped before handling it (a second release moves nothing).
+                _ => tokio::task::yield_now().await,
+            }
+        }
+        Err(RegistryError::Unavailable)
     }
 
     /// The delivery actors' family (liveness, failures).

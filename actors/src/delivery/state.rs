@@ -308,6 +308,23 @@ impl DeliveryState {
         Hold::Move(until_ms.min(deadline))
     }
 
+    /// What releasing this delivery, held while its stream was paused or disabled, does: made
+    /// due at `at_ms` (a hold until then, recorded), if it is held until later; none otherwise.
+    pub fn released(&self, at_ms: u64) -> Option<(DeliveryEvent, Placement)> {
+        let due = self.placement.due_ms?;
+        if self.placement.status != DeliveryStatus::Queued
+            || self.held_since_ms.is_none()
+            || due <= at_ms
+        {
+            return None;
+        }
+        let queued = Placement {
+            status: DeliveryStatus::Queued,
+            due_ms: Some(at_ms),
+        };
+        Some((DeliveryEvent::Held { until_ms: at_ms }, queued))
+    }
+
     /// What `answer` does at `now_ms` to this SET waiting in a poll stream (RFC 8936). Only a
     /// queued SET to `url`, the stream polled, is answered (any other `jti` is nothing), and a
     /// stream's own events are never dropped.
@@ -713,6 +730,8 @@ mod tests {
             created_at_ms: T,
             deliveries,
             trace: None,
+            rule: None,
+            rule_errors: Vec::new(),
         }
     }
 
@@ -896,6 +915,34 @@ mod tests {
             since.redelivery(None, claim + 5),
             Redelivery::Record(redelivered(claim + 5), queued_at(claim + 5))
         );
+    }
+
+    #[test]
+    fn a_held_delivery_is_released_to_an_earlier_time_and_nothing_else_is() {
+        let fold = |events: &[DeliveryEvent]| {
+            let mut log = vec![DeliveryEvent::Created(record())];
+            log.extend_from_slice(events);
+            DeliveryState::fold(log).expect("fold")
+        };
+        let held = fold(&[DeliveryEvent::Held {
+            until_ms: T + 60_000,
+        }]);
+        let (event, to) = held.released(T + 10).expect("released");
+        assert_eq!(event, DeliveryEvent::Held { until_ms: T + 10 });
+        assert_eq!(to.due_ms, Some(T + 10));
+        let mut moved = held.clone();
+        moved.apply(event).expect("applies");
+        assert_eq!(moved.placement, to);
+        assert!(moved.queued_at(T + 10), "its entry is its own");
+        assert_eq!(moved.released(T + 10), None, "released once");
+        // Not held (due anyway), or held until sooner: nothing.
+        assert_eq!(fold(&[]).released(T + 10), None);
+        assert_eq!(held.released(T + 60_000), None);
+        let ended = fold(&[DeliveryEvent::Answered {
+            attempt: attempt(None, None),
+            next: NextStep::Dead,
+        }]);
+        assert_eq!(ended.released(T + 10), None);
     }
 
     #[test]

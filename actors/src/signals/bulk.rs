@@ -301,6 +301,8 @@ pub fn claim(
                 })
                 .collect(),
             trace: None,
+            rule: None,
+            rule_errors: Vec::new(),
         },
         subject: None,
     }

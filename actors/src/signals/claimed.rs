@@ -88,7 +88,7 @@ pub fn claimed(
             };
             claim(digester.key(tenant, key), request, false)
         }
-        (By::Event { source, id }, subject) => {
+        (By::Event { source, id, .. }, subject) => {
             let request = Request {
                 lasts: Some(settings.idempotency.key_ttl.max(EVENT_CLAIM_MIN)),
                 wait: Some(CONCURRENT_WAIT),

@@ -13,17 +13,19 @@ pub mod claimed;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_schemas::timefmt::now_ms;
 use idem_schemas::{SignalRequest, TraceContext};
 use serde_json::Value;
 use tracing::Instrument;
 
-use crate::claim::{Answer, ClaimContext, ClaimError, Claims, Decide, Reply, Submission};
+use crate::claim::{
+    read_and_decide, Answer, ClaimContext, ClaimError, Claims, Decide, Reply, Submission,
+};
 use crate::delivery::DeliveryActors;
 use crate::metrics::Metric;
 use crate::outcome::Outcome;
 use crate::playbook::{DecideError, Decider, Playbooks};
 use crate::record::{self, Decided};
+use crate::rules::SourceOf;
 use crate::set::SetIssuer;
 use crate::store::StoreError;
 use crate::supervise::RegistryError;
@@ -64,6 +66,10 @@ pub enum By<'a> {
     Event {
         /// The source's name.
         source: &'a str,
+        /// The source's kind.
+        kind: &'a str,
+        /// The provider's event type.
+        event_type: &'a str,
         /// The provider's event id.
         id: &'a str,
     },
@@ -81,6 +87,9 @@ pub enum SignalError {
     /// The playbook sends SETs, and the tenant's streams could not be read (retry).
     #[error("the streams cannot be read: {0}")]
     Streams(String),
+    /// The playbook's rules count the subject's history, and it could not be read (retry).
+    #[error("the subject's history cannot be read: {0}")]
+    History(String),
     /// A keyless signal's deliveries could not be stored.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -102,6 +111,7 @@ impl SignalError {
         match self {
             SignalError::NoPlaybook(_) => "unknown-signal-type",
             SignalError::Streams(_)
+            | SignalError::History(_)
             | SignalError::Actors(RegistryError::Unavailable | RegistryError::Overloaded) => {
                 "unavailable"
             }
@@ -198,7 +208,16 @@ impl Signals {
             &by,
         );
         let source = match by {
-            By::Event { source, .. } => Some(source.to_string()),
+            By::Event {
+                source,
+                kind,
+                event_type,
+                ..
+            } => Some(SourceOf {
+                name: source.to_string(),
+                kind: kind.to_string(),
+                event_type: event_type.to_string(),
+            }),
             By::Request { .. } => None,
         };
         let decider = Decider {
@@ -255,15 +274,11 @@ impl Signals {
     /// names them.
     async fn keyless(&self, decider: Decider) -> Result<idem_schemas::StoredResponse, SignalError> {
         let ctx = self.ctx();
-        let streams = match decider.reads_streams() {
-            true => ctx
-                .store
-                .streams(&decider.tenant)
-                .await
-                .map_err(|e| SignalError::Streams(e.to_string()))?,
-            false => Vec::new(),
-        };
-        let decision = decider.decide(&ctx.digester, &ctx.sealer, &streams, now_ms())?;
+        let decision = read_and_decide(ctx, decider).await.map_err(|e| match e {
+            DecideError::Streams(why) => SignalError::Streams(why),
+            DecideError::History(why) => SignalError::History(why),
+            other => SignalError::Decide(other),
+        })?;
         let outcomes = ctx.attempts.inline(&decision).await;
         let response = record::response(&decision, &outcomes)?;
         let decided = Decided::Keyless {
@@ -282,6 +297,7 @@ impl Signals {
 fn failed(e: Arc<ClaimError>) -> SignalError {
     match &*e {
         ClaimError::Decide(DecideError::Streams(why)) => SignalError::Streams(why.clone()),
+        ClaimError::Decide(DecideError::History(why)) => SignalError::History(why.clone()),
         _ => SignalError::Claim(e),
     }
 }

@@ -310,6 +310,9 @@ pub enum StoreError {
     /// The store did not answer in time.
     #[error("store: no answer within {0:?}")]
     Unresponsive(std::time::Duration),
+    /// The database did not connect and answer within `store.connect_timeout` at start.
+    #[error("store: the database at store.url did not connect and answer within store.connect_timeout ({0:?})")]
+    NoAnswerAtStart(std::time::Duration),
 }
 
 impl From<std::io::Error> for StoreError {
@@ -366,10 +369,18 @@ pub async fn open(node: Process) -> Result<Arc<dyn Store>, StoreError> {
         crate::settings::Backend::Sled { data_dir } => {
             sled::SledStore::open(&data_dir, node.settings.idempotency.in_flight_timeout)?
         }
-        crate::settings::Backend::Postgres { url, pool_size } => {
-            postgres::PgStore::open(&url, pool_size, node).await?
-        }
+        crate::settings::Backend::Postgres {
+            url,
+            pool_size,
+            connect_timeout,
+        } => postgres::PgStore::open(&url, pool_size, connect_timeout, node).await?,
     })
+}
+
+/// The smallest decision id made at or after `at_ms`: a decision id is `dec_` and a UUIDv7,
+/// whose first twelve hex digits are its unix milliseconds.
+pub fn first_decision_id_at(at_ms: u64) -> String {
+    format!("dec_{:012x}", at_ms.min((1 << 48) - 1))
 }
 
 /// A subject digest as stored: the bytes behind its hex (the text itself, should it not be hex).
@@ -431,6 +442,20 @@ pub trait DecisionStore: Send + Sync {
         limit: usize,
         now_ms: u64,
     ) -> Read<'a, Vec<DecisionRecord>>;
+
+    /// How many of `tenant`'s decisions about the subject whose digest is `subject_hash` (of
+    /// `signal_type` only, if given) were made at or after `since_ms` and are unexpired at
+    /// `now_ms`, counted up to `limit`: one range of the subject's index, from `since_ms` on
+    /// (ids are time-ordered).
+    fn count_decisions<'a>(
+        &'a self,
+        tenant: &'a str,
+        subject_hash: &'a str,
+        signal_type: Option<&'a str>,
+        since_ms: u64,
+        limit: u64,
+        now_ms: u64,
+    ) -> Read<'a, u64>;
 
     /// Forgets up to `limit` decisions expired before `now_ms`; how many. It blocks: call it
     /// from a blocking thread.
@@ -533,6 +558,20 @@ pub trait LeaseStore: Send + Sync {
 /// The Shared Signals streams receivers made at each tenant's transmitter. A change is written
 /// only over the version it was made from, so two nodes changing one stream at once cannot both
 /// win; each write is durable when it returns.
+/// The most streams one receiver may have in a tenant: each is a SET per decision it asks for.
+pub const STREAMS_PER_RECEIVER: usize = 16;
+
+/// What a stream's creation came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// Made, durably.
+    Made,
+    /// A stream of the tenant has that id: nothing written.
+    Taken,
+    /// Its receiver has [`STREAMS_PER_RECEIVER`] streams already: nothing written.
+    Full,
+}
+
 pub trait StreamStore: Send + Sync {
     /// `tenant`'s stream `id`, if it exists.
     fn stream<'a>(&'a self, tenant: &'a str, id: &'a str) -> Read<'a, Option<Stream>>;
@@ -540,9 +579,15 @@ pub trait StreamStore: Send + Sync {
     /// `tenant`'s streams, by id.
     fn streams<'a>(&'a self, tenant: &'a str) -> Read<'a, Vec<Stream>>;
 
-    /// Writes `stream`: a new one at version 1 if no stream has its id, otherwise over the
-    /// stored one only if that is at the version before. Whether it was written.
+    /// Writes `stream`: a new one at version 1 as [`StreamStore::create_stream`] makes it,
+    /// otherwise over the stored one only if that is at the version before. Whether it was
+    /// written.
     fn put_stream<'a>(&'a self, tenant: &'a str, stream: &'a Stream) -> Read<'a, bool>;
+
+    /// Makes the new `stream` (at version 1) if no stream of the tenant has its id and its
+    /// receiver has fewer than [`STREAMS_PER_RECEIVER`] streams, decided by the store itself:
+    /// of creates racing on any number of nodes, no more than the limit are made.
+    fn create_stream<'a>(&'a self, tenant: &'a str, stream: &'a Stream) -> Read<'a, Created>;
 
     /// Removes `tenant`'s stream `id`; whether it was there.
     fn delete_stream<'a>(&'a self, tenant: &'a str, id: &'a str) -> Read<'a, bool>;

@@ -18,6 +18,10 @@ impl Keyring for NoSecrets {
     fn callback_secrets(&self, _: &str) -> Arc<[Secret]> {
         Arc::new([])
     }
+
+    fn names_host(&self, _: &str, _: &str, _: &str) -> bool {
+        false
+    }
 }
 
 /// The key's window: long enough that a busy machine still retries the new generation within
@@ -50,6 +54,7 @@ fn playbooks() -> Playbooks {
         decision: Verdict::Deny,
         actions: Vec::new(),
         once_per_subject: None,
+        rules: Vec::new(),
     };
     Playbooks::from([("sim_swap".to_string(), Arc::new(deny))])
 }

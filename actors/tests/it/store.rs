@@ -37,7 +37,12 @@ async fn stores() -> Vec<(&'static str, Arc<dyn Store>, Option<tempfile::TempDir
     .await;
     let url = devtools::postgres::fresh_database(devtools::postgres::LOCAL, "idem_test")
         .unwrap_or_else(|e| panic!("PostgreSQL must answer for the store suite: {e}"));
-    let postgres = open(Backend::Postgres { url, pool_size: 2 }).await;
+    let postgres = open(Backend::Postgres {
+        url,
+        pool_size: 2,
+        connect_timeout: std::time::Duration::from_secs(10),
+    })
+    .await;
     vec![("sled", sled, Some(dir)), ("postgres", postgres, None)]
 }
 
@@ -87,6 +92,8 @@ fn decision(at: u64) -> Decision {
         created_at_ms: at,
         deliveries: vec![],
         trace: traced(),
+        rule: None,
+        rule_errors: Vec::new(),
     }
 }
 
@@ -568,6 +575,7 @@ async fn a_schema_5_database_gets_each_deliverys_url_from_its_log() {
     let backend = || Backend::Postgres {
         url: url.clone(),
         pool_size: 2,
+        connect_timeout: std::time::Duration::from_secs(10),
     };
     let at = now_ms() - 1_000;
     {
@@ -697,6 +705,7 @@ async fn a_job_is_leased_to_one_live_node_and_passes_once_it_is_gone() {
     let backend = || Backend::Postgres {
         url: url.clone(),
         pool_size: 2,
+        connect_timeout: std::time::Duration::from_secs(10),
     };
     let a = open_as(backend(), EPOCH).await;
     let b = open_as(backend(), EPOCH + 1).await;
@@ -812,6 +821,142 @@ async fn a_stream_is_written_only_over_the_version_it_was_made_from() {
         );
     })
     .await;
+}
+
+fn new_stream(id: &str, receiver: &str) -> Stream {
+    Stream {
+        id: id.into(),
+        receiver: receiver.into(),
+        version: 1,
+        created_at_ms: T,
+        method: StreamMethod::Poll,
+        endpoint_url: None,
+        authorization: None,
+        events_requested: vec!["urn:example:event".into()],
+        description: None,
+        state: StreamState::Enabled,
+        reason: None,
+        removed_subjects: Vec::new(),
+        verified_at_ms: None,
+    }
+}
+
+/// 32 creates of the receiver `okta`'s, let go at once over `nodes` in turn: how many were
+/// made. Every one not made must be refused as full.
+async fn racing_creates(nodes: &[Arc<dyn Store>]) -> usize {
+    const CREATES: usize = 32;
+    let start = Arc::new(tokio::sync::Barrier::new(CREATES));
+    let mut tasks = Vec::new();
+    for i in 0..CREATES {
+        let store = nodes[i % nodes.len()].clone();
+        let start = start.clone();
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            let stream = new_stream(&format!("st_{i}"), "okta");
+            store.create_stream("acme", &stream).await.expect("create")
+        }));
+    }
+    let mut made = 0;
+    for task in tasks {
+        match task.await.expect("the create runs") {
+            store::Created::Made => made += 1,
+            store::Created::Full => {}
+            store::Created::Taken => panic!("every id is new"),
+        }
+    }
+    made
+}
+
+async fn streams_of(store: &Arc<dyn Store>, receiver: &str) -> usize {
+    let streams = store.streams("acme").await.expect("list");
+    streams.iter().filter(|s| s.receiver == receiver).count()
+}
+
+/// The store of `backend`, once its directory is free: a sled store dropped a moment ago may
+/// hold its lock until sled's own threads let go of its files.
+async fn reopened(backend: impl Fn() -> Backend) -> Arc<dyn Store> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let node = Process {
+            epoch: EPOCH + 10,
+            settings: Arc::new(Settings {
+                store: backend(),
+                ..Settings::default()
+            }),
+        };
+        match store::open(node).await {
+            Ok(store) => return store,
+            Err(e)
+                if format!("{e:?}").contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("the store reopens: {e}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+async fn racing_creates_leave_a_receiver_no_more_streams_than_the_limit() {
+    let limit = store::STREAMS_PER_RECEIVER;
+    // One process on a sled directory.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sled = || Backend::Sled {
+        data_dir: dir.path().to_path_buf(),
+    };
+    let store = open(sled()).await;
+    assert_eq!(
+        racing_creates(std::slice::from_ref(&store)).await,
+        limit,
+        "sled"
+    );
+    assert_eq!(streams_of(&store, "okta").await, limit, "sled");
+    let other = new_stream("st_other", "ping");
+    assert_eq!(
+        store.create_stream("acme", &other).await.expect("create"),
+        store::Created::Made,
+        "sled: another receiver's limit is its own"
+    );
+    drop(store);
+    let store = reopened(sled).await;
+    assert_eq!(streams_of(&store, "okta").await, limit, "sled, reopened");
+
+    // Two nodes on one database.
+    let url = devtools::postgres::fresh_database(devtools::postgres::LOCAL, "idem_test")
+        .unwrap_or_else(|e| panic!("PostgreSQL must answer for the store suite: {e}"));
+    let postgres = || Backend::Postgres {
+        url: url.clone(),
+        pool_size: 8,
+        connect_timeout: std::time::Duration::from_secs(10),
+    };
+    let a = open_as(postgres(), EPOCH).await;
+    let b = open_as(postgres(), EPOCH + 1).await;
+    assert_eq!(
+        racing_creates(&[a.clone(), b.clone()]).await,
+        limit,
+        "postgres"
+    );
+    assert_eq!(
+        a.create_stream("acme", &other).await.expect("create"),
+        store::Created::Made,
+        "postgres: another receiver's limit is its own"
+    );
+    drop((a, b));
+    let store = reopened(postgres).await;
+    assert_eq!(
+        streams_of(&store, "okta").await,
+        limit,
+        "postgres, reopened"
+    );
+    assert_eq!(
+        store
+            .create_stream("acme", &new_stream("st_late", "okta"))
+            .await
+            .expect("create"),
+        store::Created::Full,
+        "postgres, reopened"
+    );
 }
 
 fn set_key(delivery: &str) -> SetKey {

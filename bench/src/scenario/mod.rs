@@ -139,6 +139,7 @@ pub async fn run_scenarios(
                 Scenario::Keyless => keyless::run(&ctx).await?,
                 Scenario::Unique => unique::run(&ctx, Scenario::Unique).await?,
                 Scenario::Claim => unique::run(&ctx, Scenario::Claim).await?,
+                Scenario::Rules => unique::run(&ctx, Scenario::Rules).await?,
                 Scenario::Replay => replay::run(&ctx).await?,
                 Scenario::Ssf => ssf::run(&ctx).await?,
                 Scenario::Set => set::run(&ctx).await?,
@@ -151,7 +152,11 @@ pub async fn run_scenarios(
             };
             let spread = matches!(
                 scenario,
-                Scenario::Unique | Scenario::Claim | Scenario::Replay | Scenario::Storm
+                Scenario::Unique
+                    | Scenario::Claim
+                    | Scenario::Rules
+                    | Scenario::Replay
+                    | Scenario::Storm
             );
             match store {
                 StoreKind::Postgres if nodes > 1 && spread => {
@@ -179,7 +184,7 @@ pub async fn instructions(
     let http = client();
     match scenario {
         Scenario::Keyless => keyless::instructions(idem, http, counters, requests).await,
-        Scenario::Unique | Scenario::Claim => {
+        Scenario::Unique | Scenario::Claim | Scenario::Rules => {
             unique::instructions(scenario, idem, http, counters, requests).await
         }
         Scenario::Replay => replay::instructions(idem, http, counters, requests).await,

@@ -1,7 +1,10 @@
 //! `unique`: signed `sim_swap` signals, each under a new idempotency key, as fast as answered (or
 //! paced by `--rate`): claim, dispatch, complete (two group commits) on top of `keyless`' work.
 //! `claim`: the same with a playbook without actions (`noop`), so a signal is one durable write,
-//! its claim, recovery point and completion at once: the job the `redis` anchor does.
+//! its claim, recovery point and completion at once: the job the `redis` anchor does. `rules`:
+//! `unique` with a playbook (`ruled`) of the same decision and action and three rules that
+//! match none of its signals, one of them counting the subject's decisions: what evaluating
+//! rules and reading a subject's history add to a decision.
 
 use super::{with_storage_written, ScenarioContext};
 use crate::args::Scenario;
@@ -14,6 +17,7 @@ use crate::signals::signal;
 fn signal_type(scenario: Scenario) -> &'static str {
     match scenario {
         Scenario::Claim => "noop",
+        Scenario::Rules => "ruled",
         _ => "sim_swap",
     }
 }

@@ -16,10 +16,11 @@ mod store;
 
 use std::sync::Arc;
 
+use idem_actors::action::Action as Callback;
 use idem_actors::claim::phase::Phase;
 use idem_actors::claim::Request;
 use idem_actors::digest::Digester;
-use idem_actors::playbook::{Action as Callback, Playbook};
+use idem_actors::playbook::Playbook;
 use idem_actors::signals::{claimed, By};
 use idem_actors::store::ClaimId;
 use idem_actors::Settings;
@@ -70,6 +71,7 @@ impl ClaimModel {
             decision: Verdict::Deny,
             actions: vec![Callback::callback("lock_account", "http://receiver/lock")],
             once_per_subject: (scenario == ClaimScenario::Subject).then_some(WINDOW),
+            rules: Vec::new(),
         };
         let digester = Digester::new(b"the model's key secret");
         let mut claims: Vec<ClaimId> = Vec::new();
@@ -88,6 +90,8 @@ impl ClaimModel {
             let by = match scenario {
                 ClaimScenario::Queued => By::Event {
                     source: "okta",
+                    kind: "okta",
+                    event_type: "user.session.start",
                     id: &name,
                 },
                 ClaimScenario::Waiting => By::Request {

@@ -328,8 +328,9 @@ impl ClaimModel {
     }
 }
 
-/// The decision a claim of key `key` makes at `generation`: its id and its callback's id and
-/// bytes.
+/// The decision a claim of key `key` makes at `generation`: its id, its callback's id and
+/// bytes, and the rule that made it, which names the generation: the rules are evaluated when
+/// a generation decides, and may have changed (a reload) since an earlier one.
 fn decision(key: usize, generation: u64) -> Decision {
     let id = format!("dec_{key}_{generation}");
     Decision {
@@ -349,6 +350,8 @@ fn decision(key: usize, generation: u64) -> Decision {
             token: None,
         }],
         trace: None,
+        rule: Some(format!("rule_{generation}")),
+        rule_errors: Vec::new(),
     }
 }
 

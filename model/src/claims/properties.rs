@@ -10,7 +10,7 @@ use idem_schemas::ClaimEvent;
 use stateright::Property;
 
 use super::scenario::{ClaimScenario, T0};
-use super::state::{decision_of, Response, State};
+use super::state::{decision_of, rule_of, Response, State};
 use super::store::fold;
 use super::ClaimModel;
 
@@ -76,6 +76,27 @@ pub(super) fn of(model: &ClaimModel) -> Vec<Property<ClaimModel>> {
                         planned && answered_with
                     })
                 })
+            },
+        ),
+        Property::always(
+            "every answer names the rule of the decision it names, as stored with its claim",
+            |_, s: &State| {
+                let stored: Vec<_> = s
+                    .rows
+                    .iter()
+                    .flatten()
+                    .filter_map(|row| fold(&row.events))
+                    .filter_map(|p| p.claim().map(|c| c.decision.clone()))
+                    .collect();
+                s.answers
+                    .iter()
+                    .flatten()
+                    .filter_map(Response::body)
+                    .all(|b| {
+                        stored.iter().any(|d| {
+                            decision_of(b) == Some(d.id.as_bytes()) && rule_of(b) == d.rule
+                        })
+                    })
             },
         ),
         // Once nothing is left to happen, every key's response is recorded, so the client's

@@ -322,3 +322,9 @@ pub(super) fn decision_of(body: &[u8]) -> Option<&[u8]> {
     let end = body[at..].iter().position(|&b| b == b'"')?;
     Some(&body[at..at + end])
 }
+
+/// The rule a response's bytes name, if they name one.
+pub(super) fn rule_of(body: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    value.get("rule")?.as_str().map(str::to_string)
+}

@@ -32,12 +32,43 @@ use crate::http::auth::TenantAuth;
 use crate::http::ingest::read_body;
 use crate::http::metrics::{SOURCE_DELIVERIES, SOURCE_EVENTS};
 use crate::http::problem::{ApiError, Kind};
+use crate::http::refusals;
 use crate::http::{App, Live};
 use crate::source::events;
 use crate::source::runtime::SourceState;
+use crate::source::set::{Err as SetErr, SetRefusal};
 use crate::source::verify::{self, Refused};
 use crate::source::{Source, SourceKind, MAX_SOURCE_BODY};
 use take::{Fate, Ready};
+
+/// What a caller not authenticated as a source's sender is told, whatever the source and
+/// whether there is one: why is logged, never answered.
+pub const UNAUTHENTICATED: &str = "not authenticated as this source's sender (or no such source)";
+
+/// Whether a request is a pushed SET, whose refusals take RFC 8935's form: by its media type,
+/// not by its source, so that the form shows nothing of the source either.
+fn is_set_push(headers: &HeaderMap) -> bool {
+    events::media_type(headers).as_deref() == Some(ssf::SECEVENT_JWT)
+}
+
+/// The largest body read of a request: a SET's, or a provider's delivery's.
+fn body_limit(set_push: bool) -> usize {
+    match set_push {
+        true => crate::source::set::MAX_SET,
+        false => MAX_SOURCE_BODY,
+    }
+}
+
+/// The answer to a caller not authenticated as a source's sender, in its request's form.
+fn unauthenticated_answer(set_push: bool) -> Response {
+    match set_push {
+        true => ssf::refused(&SetRefusal::new(
+            SetErr::AuthenticationFailed,
+            UNAUTHENTICATED,
+        )),
+        false => ApiError::new(Kind::SourceUnauthenticated, UNAUTHENTICATED).into_response(),
+    }
+}
 
 /// The tenant and source a path names, or 404.
 fn find(
@@ -51,11 +82,13 @@ fn find(
     Ok((tenant, source))
 }
 
+/// A refused authentication as answered: a stale timestamp (told only once the signature
+/// matched) and a repeated header as they are, anything else as [`UNAUTHENTICATED`].
 fn unauthenticated(refused: Refused) -> ApiError {
     match refused {
         Refused::Stale(_) => ApiError::new(Kind::StaleTimestamp, refused.to_string()),
         Refused::Repeated(_) => ApiError::new(Kind::RepeatedHeader, refused.to_string()),
-        other => ApiError::new(Kind::SourceUnauthenticated, other.to_string()),
+        _ => ApiError::new(Kind::SourceUnauthenticated, UNAUTHENTICATED),
     }
 }
 
@@ -66,13 +99,49 @@ pub async fn receive(
     request: Request,
 ) -> Response {
     let live = app.live.load_full();
-    let (tenant, source) = match find(&live, path) {
-        Ok(found) => found,
-        Err(problem) => return problem.into_response(),
+    let (parts, body) = request.into_parts();
+    let set_push = is_set_push(&parts.headers);
+    let surface = match set_push {
+        true => refusals::SSF,
+        false => refusals::SOURCES,
+    };
+    if let Some(name) = verify::repeated(&parts.headers) {
+        let detail = Refused::Repeated(name).to_string();
+        if refusals::note(surface, Kind::RepeatedHeader.describe().1) {
+            tracing::info!(
+                surface,
+                header = name,
+                "a delivery was refused: a header sent twice"
+            );
+        }
+        return match set_push {
+            true => ssf::refused(&SetRefusal::new(SetErr::InvalidRequest, detail)),
+            false => ApiError::new(Kind::RepeatedHeader, detail).into_response(),
+        };
+    }
+    // No such tenant or source: answered as a known source's unauthenticated caller is, once
+    // its body is read as theirs is (so that its size or its pace shows nothing either).
+    let Ok((tenant, source)) = find(&live, path) else {
+        let limit = body_limit(set_push);
+        let read = read_body(&parts.headers, body, live.config.http.read_timeout, limit).await;
+        let reason = read
+            .as_ref()
+            .err()
+            .map_or(refusals::UNKNOWN_SOURCE, ApiError::slug);
+        if refusals::note(surface, reason) {
+            tracing::info!(
+                surface,
+                reason,
+                "a delivery to no such tenant or source was refused"
+            );
+        }
+        return match read {
+            Ok(_) => unauthenticated_answer(set_push),
+            Err(problem) => problem.into_response(),
+        };
     };
     let kind = source.kind.as_str();
     let state = app.sources.of(&tenant.name, source);
-    let (parts, body) = request.into_parts();
     if source.kind == SourceKind::Ssf {
         return ssf::push(&app, &live, tenant, source, &state, &parts, body).await;
     }
@@ -81,11 +150,20 @@ pub async fn receive(
             SOURCE_DELIVERIES.with_label_values(&[kind, "ok"]).inc();
             Json(receipt).into_response()
         }
-        Err(problem) => {
+        Err(Failed { problem, why }) => {
             SOURCE_DELIVERIES
                 .with_label_values(&[kind, problem.slug()])
                 .inc();
-            problem.into_response()
+            let refused = problem.problem().status < 500;
+            if refused && refusals::note(refusals::SOURCES, problem.slug()) {
+                let reason = problem.slug();
+                let detail = why.map_or_else(|| problem.detail().to_string(), |w| w.to_string());
+                tracing::info!(tenant = %tenant.name, source = %source.name, kind, reason, detail, "a delivery was refused");
+            }
+            match set_push && problem.slug() == "source-unauthenticated" {
+                true => unauthenticated_answer(true),
+                false => problem.into_response(),
+            }
         }
     }
 }
@@ -98,13 +176,14 @@ async fn handle(
     state: &SourceState,
     parts: &axum::http::request::Parts,
     body: axum::body::Body,
-) -> Result<SourceReceipt, ApiError> {
+) -> Result<SourceReceipt, Failed> {
+    let set_push = is_set_push(&parts.headers);
     let headers = &parts.headers;
     let bytes = read_body(
         headers,
         body,
         live.config.http.read_timeout,
-        MAX_SOURCE_BODY,
+        body_limit(set_push),
     )
     .await?;
     // Authenticated before anything is parsed: an unauthenticated delivery claims nothing.
@@ -116,10 +195,27 @@ async fn handle(
             body: &bytes,
             now_secs: (now_ms() / 1000) as i64,
             tolerance_secs: live.config.signatures.tolerance.as_secs(),
-            public_url: live.config.public_url.as_deref(),
+            base_url: &app.base_url(live),
         },
     )
-    .map_err(unauthenticated)?;
+    .map_err(|refused| Failed {
+        problem: unauthenticated(refused),
+        why: Some(refused),
+    })?;
+    if source.kind == SourceKind::Cloudevents
+        && events::media_type(headers).as_deref() == Some(events::CLOUDEVENTS_BATCH)
+    {
+        let over = events::array_len(&bytes).filter(|n| *n > events::MAX_CLOUDEVENTS_BATCH);
+        if let Some(n) = over {
+            return Err(Failed::from(ApiError::new(
+                Kind::PayloadTooLarge,
+                format!(
+                    "a batch of CloudEvents holds at most {} events, not {n}: send it in parts",
+                    events::MAX_CLOUDEVENTS_BATCH
+                ),
+            )));
+        }
+    }
     let value =
         canonical::parse(&bytes).map_err(|e| ApiError::new(Kind::MalformedJson, e.to_string()))?;
     let events = events::read(source.kind, headers, &value).map_err(|e| {
@@ -199,24 +295,38 @@ async fn handle(
     // One event not durable fails the delivery, so the provider sends it again; the events
     // claimed meanwhile are duplicates then.
     match failed {
-        Some(problem) => Err(problem),
+        Some(problem) => Err(problem.into()),
         None => Ok(receipt),
     }
 }
 
+/// Why a delivery was not taken: the answer, and for a refused authentication its reason,
+/// which is logged, never answered.
+struct Failed {
+    problem: ApiError,
+    why: Option<Refused>,
+}
+
+impl From<ApiError> for Failed {
+    fn from(problem: ApiError) -> Self {
+        Failed { problem, why: None }
+    }
+}
+
 /// `GET`: Okta's one-time verification of an event hook, with the configured authorization.
+/// No such source is answered as an unauthenticated caller is.
 pub async fn verify_hook(
     State(app): State<Arc<App>>,
     path: Result<Path<(String, String)>, PathRejection>,
     headers: HeaderMap,
 ) -> Response {
     let live = app.live.load_full();
-    let answer = find(&live, path).and_then(|(_, source)| {
+    let found =
+        find(&live, path).map_err(|_| ApiError::new(Kind::SourceUnauthenticated, UNAUTHENTICATED));
+    let answer = found.and_then(|(_, source)| {
+        // Only an okta source answers GET; another is answered as no source is.
         if source.kind != SourceKind::Okta {
-            return Err(ApiError::new(
-                Kind::MethodNotAllowed,
-                "only an okta source answers GET (Okta's event hook verification)",
-            ));
+            return Err(ApiError::new(Kind::SourceUnauthenticated, UNAUTHENTICATED));
         }
         let uri = axum::http::Uri::from_static("/");
         verify::check(
@@ -227,7 +337,7 @@ pub async fn verify_hook(
                 body: &[],
                 now_secs: 0,
                 tolerance_secs: 0,
-                public_url: live.config.public_url.as_deref(),
+                base_url: &app.base_url(&live),
             },
         )
         .map_err(unauthenticated)?;
@@ -246,7 +356,12 @@ pub async fn verify_hook(
     });
     match answer {
         Ok(verification) => Json(verification).into_response(),
-        Err(problem) => problem.into_response(),
+        Err(problem) => {
+            if refusals::note(refusals::SOURCES, problem.slug()) {
+                tracing::info!(reason = problem.slug(), "Okta's verification was refused");
+            }
+            problem.into_response()
+        }
     }
 }
 

@@ -3,6 +3,10 @@
 //! given exactly as a pushed one (`ssf::take`), and acknowledges a `jti` in its next request
 //! only once that SET's claims are durable; a refused SET is reported in `setErrs`, and one that
 //! could not be taken now (the store, the JWK Set) is neither, so the transmitter gives it again.
+//! An answer is read up to a bound ([`MAX_ANSWER`]) and taken at most [`MAX_EVENTS`] SETs at a
+//! time, each judged on its own: a member that is no SET is reported in `setErrs`, beside the
+//! SETs taken, and the members over what was asked for are left for the transmitter to give
+//! again.
 //! A crash between a claim and its ack loses nothing: the SET comes again, is a duplicate, and is
 //! acknowledged then. Errors back off, doubling up to a cap. On several nodes one node at a
 //! time polls a source: the one holding its lease in the store, which passes to another node
@@ -15,6 +19,7 @@ use std::time::Duration;
 
 use idem_schemas::SetError;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::ssf::{self, NotTaken};
 use crate::http::App;
@@ -49,13 +54,45 @@ struct PollRequest<'a> {
     set_errs: &'a BTreeMap<String, SetError>,
 }
 
-/// A poll answer (RFC 8936 §2.5).
+/// A poll answer (RFC 8936 §2.5), its `sets` not judged yet: each member is judged on its own
+/// ([`judge`]).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct PollAnswer {
-    sets: BTreeMap<String, String>,
+    sets: serde_json::Map<String, Value>,
     #[serde(default)]
     more_available: bool,
+}
+
+/// A poll answer's `sets`, judged member by member.
+#[derive(Debug, PartialEq)]
+struct Judged {
+    /// The SETs to take, by `jti`.
+    tokens: Vec<(String, String)>,
+    /// The members that are no SET (not a string), by `jti`: each reported in `setErrs`.
+    unusable: Vec<String>,
+    /// How many members were left over `max`: neither acknowledged nor reported, so the
+    /// transmitter gives them again.
+    left: usize,
+}
+
+/// The first `max` members of `sets` (in the order of their `jti`s), each judged on its own: a
+/// string is a SET to take, anything else unusable; the members over `max` (a transmitter
+/// giving more than it was asked for) are left for it to give again.
+fn judge(sets: serde_json::Map<String, Value>, max: usize) -> Judged {
+    let left = sets.len().saturating_sub(max);
+    let mut judged = Judged {
+        tokens: Vec::new(),
+        unusable: Vec::new(),
+        left,
+    };
+    for (jti, member) in sets.into_iter().take(max) {
+        match member {
+            Value::String(token) => judged.tokens.push((jti, token)),
+            _ => judged.unusable.push(jti),
+        }
+    }
+    judged
 }
 
 /// Runs until aborted: starts a poll client for each polled source in force, stops one whose
@@ -213,13 +250,37 @@ async fn poll_source(
         acks.clear();
         set_errs.clear();
         backoff = BACKOFF_FIRST;
+        let judged = judge(answer.sets, MAX_EVENTS as usize);
+        if judged.left > 0 {
+            tracing::warn!(
+                tenant,
+                source,
+                asked = MAX_EVENTS,
+                left = judged.left,
+                "a poll answer held more SETs than asked for; the rest are not acknowledged and come again"
+            );
+        }
         let mut next = Answered {
             acks: Vec::new(),
             set_errs: BTreeMap::new(),
-            more: answer.more_available,
+            more: answer.more_available || judged.left > 0,
         };
+        for jti in judged.unusable {
+            state.count(crate::source::runtime::Fate::Refused);
+            crate::http::metrics::SOURCE_EVENTS
+                .with_label_values(&["ssf", "refused"])
+                .inc();
+            next.set_errs.insert(
+                jti,
+                SetError {
+                    err: crate::source::set::Err::InvalidRequest.as_str().to_string(),
+                    description: "not a SET: a member of sets must be a string (a compact JWS)"
+                        .to_string(),
+                },
+            );
+        }
         let app = &app;
-        let takes = answer.sets.iter().map(|(jti, token)| {
+        let takes = judged.tokens.iter().map(|(jti, token)| {
             let state = state.clone();
             async move {
                 let taken = ssf::take(app, tenant_config, source_config, &state, token).await;
@@ -301,4 +362,33 @@ async fn ask(access: &Access, url: &str, request: &PollRequest<'_>) -> Result<Po
     tokio::time::timeout(POLL_TIMEOUT, exchange)
         .await
         .map_err(|_| format!("no answer within {POLL_TIMEOUT:?}"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_cut_to_what_was_asked_and_judged_per_member() {
+        let sets = |text: &str| match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(map)) => map,
+            other => panic!("{text}: {other:?}"),
+        };
+        let judged = judge(
+            sets(r#"{"a":"t.a.s","b":5,"c":null,"d":{"x":1},"e":"t.e.s","f":"t.f.s"}"#),
+            4,
+        );
+        assert_eq!(
+            judged,
+            Judged {
+                tokens: vec![("a".into(), "t.a.s".into())],
+                unusable: vec!["b".into(), "c".into(), "d".into()],
+                left: 2,
+            }
+        );
+        let all = judge(sets(r#"{"a":"t","b":"u"}"#), 64);
+        assert_eq!((all.tokens.len(), all.unusable.len(), all.left), (2, 0, 0));
+        let none = judge(sets("{}"), 64);
+        assert_eq!(none.left, 0);
+    }
 }

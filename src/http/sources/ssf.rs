@@ -1,9 +1,9 @@
 //! An `ssf` source's Security Event Tokens, pushed (RFC 8935) or polled (RFC 8936). [`take`]
 //! checks a SET (`source::set`, its key from the source's cached JWK Set) before anything of it
 //! is stored, records SSF's own events (verification, stream updated) instead of deciding them,
-//! refuses the whole SET if one of its events cannot be taken, and claims the others under
-//! (source, `jti`, event type): the `iss` is the source's, so a SET pushed again, or both pushed
-//! and polled, is a duplicate. [`push`] answers a push: 202 once every claim is durable, RFC
+//! refuses the whole SET if one of its events cannot be taken, and claims it once under (source,
+//! `iss`, `jti`), whatever events it holds: a SET pushed again, or both pushed and polled, or its
+//! `jti` sent again with another event, is a duplicate. [`push`] answers a push: 202 once every claim is durable, RFC
 //! 8935's `{"err","description"}` for a refused SET, 503 when the store or the JWK Set failed.
 
 use axum::http::header::{CONTENT_LANGUAGE, CONTENT_TYPE};
@@ -19,11 +19,12 @@ use crate::config::Tenant;
 use crate::http::ingest::read_body;
 use crate::http::metrics::{SOURCE_DELIVERIES, SOURCE_EVENTS};
 use crate::http::problem::{ApiError, Kind};
+use crate::http::refusals;
 use crate::http::{App, Live};
 use crate::source::events;
 use crate::source::jwks::Missing;
 use crate::source::runtime::SourceState;
-use crate::source::set::{self, Err, Expect, SetRefusal, MAX_SET};
+use crate::source::set::{self, Err, Expect, SetRefusal};
 use crate::source::verify::{self, Received};
 use crate::source::{Delivery, Source};
 
@@ -66,10 +67,21 @@ pub async fn take(
             "the source is not an ssf source",
         )));
     };
+    let live = app.live.load();
+    let skew = live.config.signatures.tolerance;
+    let claim_life = live
+        .config
+        .engine
+        .idempotency
+        .key_ttl
+        .max(idem_actors::signals::EVENT_CLAIM_MIN);
     let expect = Expect {
         issuer: &ssf.issuer,
         audience: &ssf.audience,
         algorithms: &ssf.algorithms,
+        now_secs: (now_ms() / 1000) as i64,
+        max_age: ssf.max_age(claim_life, skew),
+        skew,
     };
     let header = set::header(token, &expect)?;
     let kid = header.kid.as_deref().unwrap_or_default();
@@ -117,7 +129,10 @@ pub async fn take(
     let mut to_claim = Vec::new();
     for r in ready {
         match r {
-            Ready::Claim(prepared) => to_claim.push(prepared),
+            // A SET is one claim, by its `iss` and `jti`, whatever it holds: its first event the
+            // map routes is its signal, and the others it holds are taken as part of it.
+            Ready::Claim(prepared) if to_claim.is_empty() => to_claim.push(prepared),
+            Ready::Claim(_) => taken.push(Fate::REPEATED),
             _ => taken.push(Fate::Ignored),
         }
     }
@@ -231,17 +246,39 @@ pub async fn push(
     parts: &axum::http::request::Parts,
     body: axum::body::Body,
 ) -> Response {
+    let set_push = super::is_set_push(&parts.headers);
+    let mut why = None;
     let outcome = async {
         let headers = &parts.headers;
-        if events::media_type(headers).as_deref() != Some(SECEVENT_JWT) {
-            return Err(NotTaken::Refused(SetRefusal::new(
-                Err::InvalidRequest,
-                format!("a SET is pushed as {SECEVENT_JWT}"),
-            )));
-        }
-        let bytes = read_body(headers, body, live.config.http.read_timeout, MAX_SET)
+        let limit = super::body_limit(set_push);
+        let bytes = read_body(headers, body, live.config.http.read_timeout, limit)
             .await
             .map_err(NotTaken::Later)?;
+        // Authenticated first, as every source is: the form of what came is looked at after.
+        verify::check(
+            source,
+            &Received {
+                headers,
+                uri: &parts.uri,
+                body: &bytes,
+                now_secs: (now_ms() / 1000) as i64,
+                tolerance_secs: 0,
+                base_url: &app.base_url(live),
+            },
+        )
+        .map_err(|refused| {
+            why = Some(refused);
+            match set_push {
+                true => NotTaken::Refused(SetRefusal::new(
+                    Err::AuthenticationFailed,
+                    super::UNAUTHENTICATED,
+                )),
+                false => NotTaken::Later(ApiError::new(
+                    Kind::SourceUnauthenticated,
+                    super::UNAUTHENTICATED,
+                )),
+            }
+        })?;
         let subscribed = source.ssf.as_ref().and_then(|s| s.transmitter.as_ref());
         if subscribed.is_some_and(|s| s.delivery == Delivery::Push) && source.secrets.is_empty() {
             // Pushed by the stream idem made: with the authorization_header idem gave it.
@@ -258,29 +295,25 @@ pub async fn push(
                     ))
                 })?;
             if !known {
-                return Err(NotTaken::Refused(SetRefusal::new(
-                    Err::AuthenticationFailed,
-                    "the push is not authenticated: not the stream's authorization_header",
-                )));
+                why = Some(verify::Refused::Mismatch("Authorization"));
+                return Err(match set_push {
+                    true => NotTaken::Refused(SetRefusal::new(
+                        Err::AuthenticationFailed,
+                        super::UNAUTHENTICATED,
+                    )),
+                    false => NotTaken::Later(ApiError::new(
+                        Kind::SourceUnauthenticated,
+                        super::UNAUTHENTICATED,
+                    )),
+                });
             }
         }
-        verify::check(
-            source,
-            &Received {
-                headers,
-                uri: &parts.uri,
-                body: &bytes,
-                now_secs: (now_ms() / 1000) as i64,
-                tolerance_secs: 0,
-                public_url: live.config.public_url.as_deref(),
-            },
-        )
-        .map_err(|refused| {
-            SetRefusal::new(
-                Err::AuthenticationFailed,
-                format!("the push is not authenticated: {refused}"),
-            )
-        })?;
+        if !set_push {
+            return Err(NotTaken::Refused(SetRefusal::new(
+                Err::InvalidRequest,
+                format!("a SET is pushed as {SECEVENT_JWT}"),
+            )));
+        }
         let token = std::str::from_utf8(&bytes)
             .map_err(|_| SetRefusal::new(Err::InvalidRequest, "a SET is ASCII"))?
             .trim();
@@ -299,9 +332,18 @@ pub async fn push(
         Err(NotTaken::Refused(refusal)) => {
             state.count(Fate::Refused);
             SOURCE_EVENTS.with_label_values(&["ssf", "refused"]).inc();
-            tracing::info!(tenant = %tenant.name, source = %source.name, err = refusal.err.as_str(), description = %refusal.description, "a SET was refused");
+            if refusals::note(refusals::SSF, refusal.err.as_str()) {
+                let description = why.map_or(refusal.description.clone(), |w| w.to_string());
+                tracing::info!(tenant = %tenant.name, source = %source.name, err = refusal.err.as_str(), description, "a SET was refused");
+            }
             refused(&refusal)
         }
-        Err(NotTaken::Later(problem)) => problem.into_response(),
+        Err(NotTaken::Later(problem)) => {
+            if problem.problem().status < 500 && refusals::note(refusals::SSF, problem.slug()) {
+                let detail = why.map_or(problem.detail().to_string(), |w| w.to_string());
+                tracing::info!(tenant = %tenant.name, source = %source.name, reason = problem.slug(), detail, "a SET push was refused");
+            }
+            problem.into_response()
+        }
     }
 }

@@ -95,7 +95,10 @@ pub async fn claim(
     let mut metadata = Map::new();
     metadata.insert("source".into(), Value::from(source.name.clone()));
     metadata.insert("event_id".into(), Value::from(prepared.event_id));
-    metadata.insert("event_type".into(), Value::from(prepared.event_type));
+    metadata.insert(
+        "event_type".into(),
+        Value::from(prepared.event_type.clone()),
+    );
     let signal = SignalRequest {
         signal_type: prepared.route.signal_type.clone(),
         subject: prepared.subject,
@@ -116,6 +119,8 @@ pub async fn claim(
     }
     let by = By::Event {
         source: &source.name,
+        kind: source.kind.as_str(),
+        event_type: &prepared.event_type,
         id: &prepared.claim_key,
     };
     let live = app.live.load();

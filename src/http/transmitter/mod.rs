@@ -7,6 +7,7 @@ pub mod discovery;
 pub mod poll;
 pub mod streams;
 pub mod token;
+pub mod token_limit;
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use idem_schemas::timefmt::now_ms;
 use crate::config::Tenant;
 use crate::http::problem::{ApiError, Kind};
 use crate::http::{App, Live};
+use crate::transmitter::token::Scopes;
 use crate::transmitter::Transmitter;
 
 /// The tenant the path names and its transmitter, or 404.
@@ -28,17 +30,9 @@ fn find<'l>(live: &'l Live, tenant: &str) -> Result<(&'l Tenant, &'l Transmitter
         .ok_or_else(|| ApiError::new(Kind::NotFound, "no Shared Signals transmitter here"))
 }
 
-/// How others reach this idem: `public_url`, or the address it listens on.
-fn base_url(app: &App, live: &Live) -> String {
-    match &live.config.public_url {
-        Some(url) => url.clone(),
-        None => format!("http://{}", app.listening),
-    }
-}
-
 /// The tenant's issuer: `{base}/ssf/{tenant}`.
 fn issuer(app: &App, live: &Live, tenant: &str) -> String {
-    format!("{}/ssf/{tenant}", base_url(app, live))
+    format!("{}/ssf/{tenant}", app.base_url(live))
 }
 
 /// `tenant`'s transmitter as its SETs are made with it, if it is one: made once per
@@ -66,14 +60,42 @@ pub fn of(app: &App, live: &Live, tenant: &str) -> Option<Arc<set::SetIssuer>> {
     made.get(tenant).cloned()
 }
 
-/// The receiver whose access token the `Authorization: Bearer` header carries, or 401.
+/// The scope an operation on the stream management API needs: reading (`GET`: a stream, the
+/// streams, a status) and polling a poll stream need `ssf.read`; every other request is a write
+/// and needs `ssf.manage`: creating, updating, replacing and deleting a stream, changing its
+/// status, adding and removing subjects, and asking for a verification (which makes the
+/// transmitter send, and counts against the stream's interval).
+pub fn needed(method: &axum::http::Method, path: &str) -> Scopes {
+    let read = method == axum::http::Method::GET || path.ends_with("/poll");
+    Scopes {
+        read,
+        manage: !read,
+    }
+}
+
+/// The receiver whose access token the `Authorization: Bearer` header carries, if that token
+/// has the scopes `needed` (among those its receiver is configured with now): 401 with
+/// `WWW-Authenticate: Bearer` without one, `error="invalid_token"` for one not valid or
+/// expired; 403 `error="insufficient_scope"` without the scope; 400 `error="invalid_request"`
+/// for a token in the query string (RFC 6750 §2.3, which idem does not take).
 fn receiver(
     app: &App,
     tenant: &Tenant,
     ssf: &Transmitter,
-    headers: &HeaderMap,
+    (headers, query): (&HeaderMap, Option<&str>),
+    needed: Scopes,
 ) -> Result<String, ApiError> {
-    let unauthorized = |detail: &str| ApiError::new(Kind::Unauthorized, detail);
+    let in_query = query.is_some_and(|q| {
+        q.split('&')
+            .any(|pair| pair.split('=').next() == Some("access_token"))
+    });
+    if in_query {
+        return Err(ApiError::new(
+            Kind::InvalidQuery,
+            "send the access token in the Authorization header, not the query string",
+        )
+        .challenge("Bearer error=\"invalid_request\""));
+    }
     let token = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
@@ -81,12 +103,15 @@ fn receiver(
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim())
         .ok_or_else(|| {
-            unauthorized(&format!(
-                "send Authorization: Bearer <an access token from POST /ssf/{}/token>",
-                tenant.name
-            ))
+            ApiError::new(
+                Kind::Unauthorized,
+                format!(
+                    "send Authorization: Bearer <an access token from POST /ssf/{}/token>",
+                    tenant.name
+                ),
+            )
         })?;
-    crate::transmitter::token::check(
+    let (receiver, granted) = crate::transmitter::token::check(
         &app.ssf.token_key,
         token,
         &tenant.name,
@@ -97,5 +122,24 @@ fn receiver(
                 .map(|r| r.client_secret.as_str())
         },
     )
-    .map_err(|e| unauthorized(&e.to_string()))
+    .map_err(|e| {
+        ApiError::new(Kind::Unauthorized, e.to_string()).challenge(format!(
+            "Bearer error=\"invalid_token\", error_description=\"{e}\""
+        ))
+    })?;
+    let configured = ssf
+        .receivers
+        .get(&receiver)
+        .map_or(Scopes::ALL, |r| r.scopes);
+    if !needed.within(granted.and(configured)) {
+        let scope = needed.names();
+        return Err(ApiError::new(
+            Kind::InsufficientScope,
+            format!("this request needs an access token with scope {scope}"),
+        )
+        .challenge(format!(
+            "Bearer error=\"insufficient_scope\", scope=\"{scope}\""
+        )));
+    }
+    Ok(receiver)
 }

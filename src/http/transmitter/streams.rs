@@ -1,6 +1,7 @@
 //! Stream management (SSF §8.1) under `/ssf/{tenant}/streams`: create, read or list, update,
-//! replace and delete a stream; read and set its status (a change of which the stream is told
-//! by a stream-updated SET); add and remove subjects; ask for a verification SET. Each call
+//! replace and delete a stream; read and set its status (answered, not announced: nothing
+//! reaches a paused or disabled stream, and enabling it sends what it held at once); add and
+//! remove subjects; ask for a verification SET. Each call
 //! carries a receiver's token and reaches that receiver's streams only (another's is as missing
 //! as a missing one). A change is made from the stored version and written over it alone,
 //! durably, before it is answered; one that lost a race with another node is made again from
@@ -20,7 +21,7 @@ use idem_schemas::{Stream, StreamConfig, StreamMethod, StreamState};
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::Value;
 
-use super::{base_url, find, issuer, receiver};
+use super::{find, issuer, receiver};
 use crate::config::Tenant;
 use crate::http::problem::{ApiError, Kind};
 use crate::http::query;
@@ -28,19 +29,20 @@ use crate::http::{App, Live};
 use crate::transmitter::stream::{self, InvalidStream, StreamContext};
 use crate::transmitter::Transmitter;
 use idem_actors::set::stream_owner;
+use idem_actors::store::{Created, STREAMS_PER_RECEIVER};
 use idem_actors::stream_event::StreamEvent;
 use idem_actors::StreamsError;
 
 /// The most streams one receiver may have: each is a SET per decision it asks for.
-pub const MAX_STREAMS: usize = 16;
+pub const MAX_STREAMS: usize = STREAMS_PER_RECEIVER;
 /// The largest request body, in bytes.
 const MAX_BODY: usize = 64 * 1024;
 /// How often a change is made again after losing a race to another writer.
 const ATTEMPTS: usize = 5;
 
 /// A receiver of a tenant's transmitter, authenticated by the access token its
-/// `Authorization: Bearer` header carries (401 otherwise; 404 for a tenant that is no
-/// transmitter), with the configuration in force when the request came: the extractor of every
+/// `Authorization: Bearer` header carries, with the scope the request needs (401 or 403
+/// otherwise; 404 for a tenant that is no transmitter), with the configuration in force when the request came: the extractor of every
 /// stream route.
 pub struct ReceiverAuth {
     live: Arc<Live>,
@@ -64,7 +66,9 @@ impl FromRequestParts<Arc<App>> for ReceiverAuth {
             .ok_or_else(not_found)?;
         let live = app.live.load_full();
         let (t, ssf) = find(&live, tenant)?;
-        let receiver = receiver(app, t, ssf, &parts.headers)?;
+        let needed = super::needed(&parts.method, parts.uri.path());
+        let asked = (&parts.headers, parts.uri.query());
+        let receiver = receiver(app, t, ssf, asked, needed)?;
         Ok(ReceiverAuth {
             tenant: t.name.clone(),
             live: live.clone(),
@@ -84,9 +88,10 @@ impl ReceiverAuth {
 
     /// The stream's configuration as this receiver reads it.
     fn view(&self, app: &App, stream: &Stream) -> StreamConfig {
-        let (_, ssf) = self.parts();
+        let (tenant, ssf) = self.parts();
         let issuer = issuer(app, &self.live, &self.tenant);
-        let poll_base = format!("{}/ssf/{}/streams", base_url(app, &self.live), self.tenant);
+        let events_supported = stream::events_supported(&tenant.playbooks);
+        let poll_base = format!("{}/ssf/{}/streams", app.base_url(&self.live), self.tenant);
         let audience = ssf
             .receivers
             .get(&self.receiver)
@@ -99,6 +104,7 @@ impl ReceiverAuth {
                 audience,
                 poll_base: &poll_base,
                 min_verification_interval: ssf.min_verification_interval,
+                events_supported: &events_supported,
             },
         )
     }
@@ -180,7 +186,8 @@ impl ReceiverAuth {
             (Some(url), Some(receiver)) if !receiver.may_push_to(url) => Err(ApiError::new(
                 Kind::InvalidStream,
                 "delivery.endpoint_url is not among where this receiver's streams may push \
-                 (its endpoints; without them, https URLs)",
+                 (its endpoints; without them, https URLs outside idem's own network: no \
+                 loopback, private or link-local address, no localhost)",
             )),
             _ => Ok(()),
         }
@@ -204,7 +211,7 @@ fn invalid(e: InvalidStream) -> ApiError {
     ApiError::new(Kind::InvalidStream, e.0)
 }
 
-/// The JSON object a request carries.
+/// The JSON object a request carries, each of its objects naming a member once.
 pub(super) fn json_body(body: &Bytes) -> Result<Value, ApiError> {
     if body.len() > MAX_BODY {
         return Err(ApiError::new(
@@ -212,8 +219,15 @@ pub(super) fn json_body(body: &Bytes) -> Result<Value, ApiError> {
             format!("a stream request is at most {MAX_BODY} bytes"),
         ));
     }
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::new(Kind::MalformedJson, format!("the body is not JSON: {e}")))
+    let value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::new(Kind::MalformedJson, format!("the body is not JSON: {e}")))?;
+    match crate::http::unique_members::duplicated(body) {
+        None => Ok(value),
+        Some(member) => Err(ApiError::new(
+            Kind::InvalidStream,
+            format!("{member} is sent twice: send each member once"),
+        )),
+    }
 }
 
 /// The `stream_id` a request body names.
@@ -263,34 +277,28 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let asked = stream::asked(&json_body(&body)?).map_err(invalid)?;
     caller.may_push(&asked)?;
-    let mine = app
-        .engine
-        .streams()
-        .list(&caller.tenant)
-        .await
-        .map_err(unavailable)?
-        .into_iter()
-        .filter(|s| s.receiver == caller.receiver)
-        .count();
-    if mine >= MAX_STREAMS {
-        return Err(ApiError::new(
-            Kind::TooManyStreams,
-            format!("a receiver has at most {MAX_STREAMS} streams: delete one first"),
-        ));
-    }
     let id = new_id()?;
     let made = stream::create(id.clone(), &caller.receiver, now_ms(), asked, |h| {
         caller.seal(&app, &id, h)
     })
     .map_err(invalid)?;
-    if !app
+    // The store counts the receiver's streams and writes the new one as one step, so creates
+    // racing on any number of nodes stop at the limit.
+    match app
         .engine
         .streams()
-        .put(&caller.tenant, &made)
+        .create(&caller.tenant, &made)
         .await
         .map_err(unavailable)?
     {
-        return Err(ApiError::new(Kind::Internal, "a new stream id was taken"));
+        Created::Made => {}
+        Created::Full => {
+            return Err(ApiError::new(
+                Kind::TooManyStreams,
+                format!("a receiver has at most {MAX_STREAMS} streams: delete one first"),
+            ))
+        }
+        Created::Taken => return Err(ApiError::new(Kind::Internal, "a new stream id was taken")),
     }
     Ok((StatusCode::CREATED, Json(caller.view(&app, &made))).into_response())
 }
@@ -407,22 +415,25 @@ pub async fn set_status(
             Ok(Some(stream::with_state(stored, state, reason.clone())))
         })
         .await?;
-    // Its SETs are held while it is paused and dropped while disabled, but the stream-updated
-    // SET goes whatever its state: the receiver learns why the others stop, or that they
-    // start again.
+    // The receiver made the change: it is answered, not announced. From now on nothing
+    // reaches a paused or disabled stream (readiness reads the stream before each attempt).
     if was.state != state {
-        let reason = changed.reason.clone();
-        let updated = StreamEvent::Updated {
-            status: state,
-            reason,
-        };
-        caller.tell(&app, &id, updated).await?;
-        // A poll stream's waiting SETs are dropped now, as a push stream's are at their next
-        // look.
-        if state == StreamState::Disabled && was.method == StreamMethod::Poll {
-            if let Err(e) = app.engine.streams().drop_waiting(&caller.tenant, &id).await {
-                tracing::error!(error = %e, stream = %id, "a disabled poll stream's SETs wait for their hold to end");
+        let streams = app.engine.streams();
+        let done = match (state, was.method) {
+            // A poll stream's waiting SETs of decisions are dropped now, as a push stream's
+            // are at once below.
+            (StreamState::Disabled, StreamMethod::Poll) => {
+                streams.drop_waiting(&caller.tenant, &id).await.map(drop)
             }
+            // What a push stream held goes at once, not at its next look: sent once it is
+            // enabled, dropped (its own events held again) once it is disabled.
+            (StreamState::Enabled | StreamState::Disabled, StreamMethod::Push) => {
+                streams.release(&caller.tenant, &id).await.map(drop)
+            }
+            _ => Ok(()),
+        };
+        if let Err(e) = done {
+            tracing::error!(error = %e, stream = %id, "a stream's held SETs go at their next look");
         }
     }
     Ok(Json(stream::status_view(&changed)).into_response())

@@ -1,13 +1,16 @@
 //! `POST /ssf/{tenant}/token`: OAuth 2.0 client credentials (RFC 6749 §4.4) for the tenant's
 //! receivers, authenticated by `client_secret_basic` or `client_secret_post` (one, not both),
 //! the secret compared in constant time. The answer is a Bearer token (RFC 6750) that any node
-//! checks; refusals are RFC 6749 §5.2's JSON errors.
+//! checks, granted the `scope` asked for (`ssf.read`, `ssf.manage`) within the receiver's
+//! `scopes`, or all of those when it asks for none; refusals are RFC 6749 §5.2's JSON errors.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::extract::rejection::FormRejection;
-use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{header, Extensions, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Form, Json};
 use base64::engine::general_purpose::STANDARD;
@@ -18,8 +21,9 @@ use percent_encoding::percent_decode_str;
 use subtle::ConstantTimeEq;
 
 use super::find;
+use super::token_limit::Requester;
 use crate::http::App;
-use crate::transmitter::token;
+use crate::transmitter::token::{self, Scopes};
 
 /// A refusal, answered as an RFC 6749 §5.2 error.
 struct Refusal {
@@ -28,6 +32,8 @@ struct Refusal {
     description: String,
     /// Answered with `WWW-Authenticate: Basic` (the client tried Basic).
     basic: bool,
+    /// Answered with `Retry-After`, in seconds.
+    retry_after: Option<u64>,
 }
 
 impl Refusal {
@@ -37,6 +43,7 @@ impl Refusal {
             error: "invalid_request",
             description: description.into(),
             basic: false,
+            retry_after: None,
         }
     }
 
@@ -46,6 +53,21 @@ impl Refusal {
             error: "invalid_client",
             description: "unknown client or wrong secret".into(),
             basic,
+            retry_after: None,
+        }
+    }
+
+    /// Too many failed requests of this client or address: 429 (RFC 6585) with
+    /// `Retry-After`, in RFC 6749's error form as `temporarily_unavailable`.
+    fn too_many(wait: u64) -> Self {
+        Refusal {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            error: "temporarily_unavailable",
+            description: format!(
+                "too many failed token requests of this client or address; retry after {wait} s"
+            ),
+            basic: false,
+            retry_after: Some(wait),
         }
     }
 }
@@ -59,6 +81,9 @@ impl IntoResponse for Refusal {
         let mut response = (self.status, Json(body)).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if let Some(wait) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(wait));
+        }
         if self.basic {
             headers.insert(
                 header::WWW_AUTHENTICATE,
@@ -98,14 +123,48 @@ fn basic(headers: &HeaderMap) -> Result<Option<(String, String)>, Refusal> {
     Ok(Some((form_decoded(id)?, form_decoded(secret)?)))
 }
 
+/// The scopes a token is granted: those `asked` for (RFC 6749 §3.3), each among the receiver's
+/// `allowed`; all it is allowed when it asks for none.
+fn granted(asked: Option<&str>, allowed: Scopes) -> Result<Scopes, Refusal> {
+    let invalid = |description: String| Refusal {
+        status: StatusCode::BAD_REQUEST,
+        error: "invalid_scope",
+        description,
+        basic: false,
+        retry_after: None,
+    };
+    let asked = match asked {
+        None => return Ok(allowed),
+        Some(asked) => {
+            Scopes::parse(asked.split(' ').filter(|s| !s.is_empty())).map_err(|name| {
+                invalid(format!(
+                    "{name:?} is not a scope: ask for ssf.read, ssf.manage or both"
+                ))
+            })?
+        }
+    };
+    match asked {
+        None => Ok(allowed),
+        Some(asked) if asked.within(allowed) => Ok(asked),
+        Some(_) => Err(invalid(format!(
+            "this client may be granted {} only",
+            allowed.names()
+        ))),
+    }
+}
+
 /// The token endpoint.
 pub async fn issue(
     State(app): State<Arc<App>>,
     Path(tenant): Path<String>,
     headers: HeaderMap,
+    extensions: Extensions,
     form: Result<Form<Vec<(String, String)>>, FormRejection>,
 ) -> Response {
-    match grant(&app, &tenant, &headers, form) {
+    let address = extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| peer.ip());
+    match grant(&app, &tenant, &headers, address, form) {
         Ok(response) => response,
         Err(e) => e.into_response(),
     }
@@ -115,6 +174,7 @@ fn grant(
     app: &App,
     tenant: &str,
     headers: &HeaderMap,
+    address: Option<std::net::IpAddr>,
     form: Result<Form<Vec<(String, String)>>, FormRejection>,
 ) -> Result<Response, Refusal> {
     let live = app.live.load_full();
@@ -123,6 +183,7 @@ fn grant(
         error: "invalid_request",
         description: "no Shared Signals transmitter here".into(),
         basic: false,
+        retry_after: None,
     })?;
     let Form(fields) =
         form.map_err(|_| Refusal::request("send an application/x-www-form-urlencoded body"))?;
@@ -141,6 +202,7 @@ fn grant(
                 error: "unsupported_grant_type",
                 description: "only client_credentials is granted".into(),
                 basic: false,
+                retry_after: None,
             })
         }
         None => return Err(Refusal::request("grant_type is required")),
@@ -162,28 +224,42 @@ fn grant(
                 description: "send client credentials (Basic, or client_id and client_secret)"
                     .into(),
                 basic: true,
+                retry_after: None,
             })
         }
     };
-    let receiver = ssf
-        .receivers
-        .get(&client_id)
-        .ok_or(Refusal::client(is_basic))?;
-    if !bool::from(receiver.client_secret.as_bytes().ct_eq(secret.as_bytes())) {
-        return Err(Refusal::client(is_basic));
-    }
+    let receiver = ssf.receivers.get(&client_id);
+    let who = Requester {
+        tenant: &tenant.name,
+        client: receiver.map(|_| client_id.as_str()),
+        address,
+    };
+    // Refused before the secret is looked at: a guess made now tells nothing.
+    let (limits, now) = (&ssf.token_failures, Instant::now());
+    app.token_failures
+        .check(&who, limits, now)
+        .map_err(Refusal::too_many)?;
+    let receiver = match receiver {
+        Some(r) if bool::from(r.client_secret.as_bytes().ct_eq(secret.as_bytes())) => r,
+        _ => {
+            app.token_failures.failed(&who, limits, now);
+            return Err(Refusal::client(is_basic));
+        }
+    };
+    let scopes = granted(field("scope")?, receiver.scopes)?;
     let lifetime = ssf.token_lifetime;
     let access_token = token::issue(
         &app.ssf.token_key,
-        &tenant.name,
-        &client_id,
+        (&tenant.name, &client_id),
         &receiver.client_secret,
+        scopes,
         now_ms().saturating_add(lifetime.as_millis() as u64),
     );
     let mut response = Json(AccessToken {
         access_token,
         token_type: "Bearer".into(),
         expires_in: lifetime.as_secs(),
+        scope: scopes.names(),
     })
     .into_response();
     response

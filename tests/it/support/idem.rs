@@ -96,6 +96,21 @@ impl Idem {
         }
     }
 
+    /// The process's resident memory now and at its peak so far, in KiB (`VmRSS` and `VmHWM`
+    /// of /proc/<pid>/status).
+    pub fn memory(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the process's status");
+        let kib = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in {status}"))
+        };
+        (kib("VmRSS:"), kib("VmHWM:"))
+    }
+
     /// What the process logged so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().expect("lock").clone()

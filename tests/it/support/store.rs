@@ -115,7 +115,11 @@ fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 pub async fn set_key_kept(config_path: &Path, data_dir: &Path, delivery: &str) -> bool {
     use idem_actors::settings::Backend;
     let store = match postgres_url(config_path) {
-        Some(url) => Backend::Postgres { url, pool_size: 1 },
+        Some(url) => Backend::Postgres {
+            url,
+            pool_size: 1,
+            connect_timeout: std::time::Duration::from_secs(10),
+        },
         None => Backend::Sled {
             data_dir: data_dir.to_path_buf(),
         },

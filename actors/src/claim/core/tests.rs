@@ -79,6 +79,8 @@ fn decision(name: &str, callbacks: &[&str], sets: &[&str]) -> Decision {
         created_at_ms: T,
         deliveries,
         trace: None,
+        rule: None,
+        rule_errors: Vec::new(),
     }
 }
 

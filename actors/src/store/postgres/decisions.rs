@@ -9,7 +9,7 @@ use tokio_postgres::Row;
 
 use super::PgStore;
 use crate::codec;
-use crate::store::{subject_bytes, DecisionStore, Read, StoreError};
+use crate::store::{first_decision_id_at, subject_bytes, DecisionStore, Read, StoreError};
 
 fn record(row: &Row) -> Result<DecisionRecord, StoreError> {
     let bytes: &[u8] = row.try_get(0)?;
@@ -76,6 +76,43 @@ impl DecisionStore for PgStore {
                 }
             };
             rows.iter().map(record).collect()
+        })
+    }
+
+    fn count_decisions<'a>(
+        &'a self,
+        tenant: &'a str,
+        subject_hash: &'a str,
+        signal_type: Option<&'a str>,
+        since_ms: u64,
+        limit: u64,
+        now_ms: u64,
+    ) -> Read<'a, u64> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            // One range of the `(tenant, subject, id)` index from `since_ms` on, each row's
+            // type and expiry read from its heap tuple, up to `limit` rows.
+            let since = first_decision_id_at(since_ms);
+            let row = super::row(
+                &client,
+                "SELECT count(*) FROM (SELECT 1 FROM idem_decisions \
+                 WHERE tenant = $1 AND subject = $2 AND id >= $3 AND expires_at_ms > $4 \
+                 AND ($5::text IS NULL OR signal_type = $5) LIMIT $6) AS counted",
+                &[
+                    &tenant,
+                    &subject_bytes(subject_hash),
+                    &since,
+                    &(now_ms as i64),
+                    &signal_type,
+                    &(limit.min(i64::MAX as u64) as i64),
+                ],
+            )
+            .await?;
+            let counted: i64 = match row {
+                Some(row) => row.try_get(0)?,
+                None => 0,
+            };
+            Ok(counted.max(0) as u64)
         })
     }
 

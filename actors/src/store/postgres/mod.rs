@@ -52,10 +52,21 @@ pub struct PgStore {
 
 impl PgStore {
     /// Connects to `url` with up to `pool_size` connections, migrates the schema, says this
-    /// node is alive, and starts the group commit and the heartbeat.
-    pub async fn open(url: &str, pool_size: usize, node: Process) -> Result<Arc<Self>, StoreError> {
-        let config: tokio_postgres::Config = url.parse()?;
-        let news = news::News::start(config.clone());
+    /// node is alive, and starts the group commit and the heartbeat. A database that does not
+    /// connect and answer within `connect_timeout` is [`StoreError::NoAnswerAtStart`] (one that
+    /// takes the connection and never answers would otherwise hold the start for ever); every
+    /// later connection's TCP connect has the same deadline, unless the URL sets its own.
+    pub async fn open(
+        url: &str,
+        pool_size: usize,
+        connect_timeout: std::time::Duration,
+        node: Process,
+    ) -> Result<Arc<Self>, StoreError> {
+        let mut config: tokio_postgres::Config = url.parse()?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(connect_timeout);
+        }
+        let news_config = config.clone();
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -68,19 +79,26 @@ impl PgStore {
             .build()
             .map_err(|e| StoreError::Pool(e.to_string()))?;
         {
-            let mut client = pool.get().await?;
             // A claim is answered once its commit returns: only a commit that is on disk then
             // (any setting but `off`) keeps that answer through the database's own crash.
-            let commits: String = client
-                .query_one("SHOW synchronous_commit", &[])
-                .await?
-                .try_get(0)?;
+            let first_answer = async {
+                let client = pool.get().await?;
+                let commits: String = client
+                    .query_one("SHOW synchronous_commit", &[])
+                    .await?
+                    .try_get(0)?;
+                Ok::<_, StoreError>((client, commits))
+            };
+            let (mut client, commits) = tokio::time::timeout(connect_timeout, first_answer)
+                .await
+                .map_err(|_| StoreError::NoAnswerAtStart(connect_timeout))??;
             if commits == "off" {
                 return Err(StoreError::NotDurable(commits));
             }
             schema::migrate(&mut client).await?;
             heartbeat(&client, node.epoch).await?;
         }
+        let news = news::News::start(news_config);
         let (jobs, queue) = mpsc::unbounded_channel();
         tokio::spawn(batch::run(pool.clone(), node.clone(), queue));
         let (loads, asked) = mpsc::unbounded_channel();

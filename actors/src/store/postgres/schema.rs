@@ -122,7 +122,11 @@ const MIGRATIONS: &[&str] = &[
     // idem cannot read: nothing changes in the tables, the version refuses such an idem. This
     // idem reads the rows written before as they were.
     "",
-    // 10: the streams idem made at transmitters for its sources, one row per source.
+    // 10: a decision and its kept record name the rule that decided and the rules that failed
+    // (codec version 7), which an older idem cannot read: as 9. A subject's history is counted
+    // on the `(tenant, subject, id)` index, which is there already.
+    "",
+    // 11: the streams idem made at transmitters for its sources, one row per source.
     r#"
     CREATE TABLE IF NOT EXISTS idem_ssf_subscriptions (
         tenant  text   NOT NULL,

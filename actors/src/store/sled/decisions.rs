@@ -13,7 +13,7 @@ use idem_schemas::DecisionRecord;
 use super::keys::{decision_key, past_tenant, subject_listing, subject_prefix, tenant_prefix};
 use super::SledStore;
 use crate::codec;
-use crate::store::{DecisionStore, Read, StoreError};
+use crate::store::{first_decision_id_at, DecisionStore, Read, StoreError};
 
 impl DecisionStore for SledStore {
     fn load_decision<'a>(
@@ -70,6 +70,43 @@ impl DecisionStore for SledStore {
                 }
             }
             Ok(found)
+        });
+        Box::pin(ready(read))
+    }
+
+    fn count_decisions<'a>(
+        &'a self,
+        tenant: &'a str,
+        subject_hash: &'a str,
+        signal_type: Option<&'a str>,
+        since_ms: u64,
+        limit: u64,
+        now_ms: u64,
+    ) -> Read<'a, u64> {
+        let read = self.commits.usable().and_then(|()| {
+            // One range of the subject's listing from `since_ms` on, and a read of each record
+            // in it (its type and its expiry), up to `limit` of them.
+            let prefix = subject_prefix(tenant, subject_hash);
+            let start = [&prefix[..], first_decision_id_at(since_ms).as_bytes()].concat();
+            let end = [&prefix[..], &[0xff]].concat();
+            let mut counted = 0;
+            for entry in self.by_subject.range(start..end) {
+                let (key, _) = entry?;
+                let id = key
+                    .get(prefix.len()..)
+                    .and_then(|id| std::str::from_utf8(id).ok())
+                    .ok_or(StoreError::Malformed("decisions_by_subject"))?;
+                let record = self
+                    .read_decision(tenant, id, now_ms)?
+                    .filter(|r| signal_type.is_none_or(|t| r.signal_type == t));
+                if record.is_some() {
+                    counted += 1;
+                    if counted >= limit {
+                        break;
+                    }
+                }
+            }
+            Ok(counted)
         });
         Box::pin(ready(read))
     }

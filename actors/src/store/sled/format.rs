@@ -17,11 +17,12 @@ use crate::store::StoreError;
 /// fingerprints are of the body's RFC 8785 form, and decisions are kept for lookup; 7: a
 /// decision names its source; 8: decisions swept in the order they were made, without an expiry
 /// index; 9: queued deliveries indexed by endpoint; 10: records name the trace their decision
-/// was made in (an older idem cannot read them; those of format 9 read as they were).
-pub const FORMAT: u8 = 10;
+/// was made in (an older idem cannot read them; those of format 9 read as they were); 11:
+/// decisions name the rule that decided and the rules that failed (likewise, from format 10).
+pub const FORMAT: u8 = 11;
 
 /// The older formats a directory is upgraded from when it opens.
-const UPGRADES: [u8; 3] = [7, 8, 9];
+const UPGRADES: [u8; 4] = [7, 8, 9, 10];
 
 /// Where the data directory's format is written (sled's default tree).
 pub const FORMAT_KEY: &[u8] = b"idem_format";
@@ -97,12 +98,12 @@ fn check(db: &::sled::Db) -> Result<(), StoreError> {
 /// leaves a delivery listed under both: not counted, it is counted too few times until it
 /// leaves the queue, never too many for ever). The mark goes last: sled recovers its log in
 /// order, so a directory marked with this format holds the whole upgrade, and a crash before
-/// the mark upgrades again (each step may run twice). Format 9 only needs the mark.
+/// the mark upgrades again (each step may run twice). Formats 9 and 10 only need the mark.
 fn upgrade(db: &::sled::Db, from: u8) -> Result<(), StoreError> {
     if from == 7 {
         db.drop_tree("decision_expiry")?;
     }
-    if from == 9 {
+    if from == 9 || from == 10 {
         db.insert(FORMAT_KEY, &[FORMAT])?;
         return Ok(());
     }

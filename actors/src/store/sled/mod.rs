@@ -19,7 +19,7 @@ mod subscriptions;
 mod tests;
 
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 pub use format::FORMAT;
@@ -66,6 +66,8 @@ pub struct SledStore {
     /// crash part-way leaves it findable), and a read between the two would hand out a
     /// delivery whose records are not all there yet.
     applying: RwLock<()>,
+    /// Held while a new stream is counted against its receiver's limit and written.
+    creating_streams: Mutex<()>,
     /// How long a claim may be in flight before it may be taken over, or replaced once expired.
     in_flight_timeout_ms: u64,
 }
@@ -92,6 +94,7 @@ impl SledStore {
             pending_starts: db.open_tree("pending_starts")?,
             commits: GroupCommit::start(db.clone(), dir)?,
             applying: RwLock::new(()),
+            creating_streams: Mutex::new(()),
             in_flight_timeout_ms: in_flight_timeout.as_millis() as u64,
             db,
         });

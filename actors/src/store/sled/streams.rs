@@ -1,13 +1,16 @@
 //! Shared Signals streams in sled: the tree `ssf_streams` holds each stream under
 //! `tenant length ‖ tenant ‖ id`. A change is a compare-and-swap of the bytes it was made from,
-//! made durable before it is answered.
+//! made durable before it is answered. A new stream is counted against its receiver's limit and
+//! written under one lock of the store's: the data directory is this process's alone, so that
+//! lock decides between every create there is, and the count is read from the streams
+//! themselves, so nothing else is kept that could drift from them.
 
 use idem_schemas::Stream;
 
 use super::keys::tenant_prefix;
 use super::SledStore;
 use crate::codec;
-use crate::store::{Read, Store, StoreError, StreamStore, Unit};
+use crate::store::{Created, Read, Store, StoreError, StreamStore, Unit, STREAMS_PER_RECEIVER};
 
 fn stream_key(tenant: &str, id: &str) -> Vec<u8> {
     let mut key = tenant_prefix(tenant);
@@ -33,6 +36,36 @@ impl SledStore {
             .streams
             .compare_and_swap(&key, old.as_ref(), Some(new))?
             .is_ok())
+    }
+
+    /// Makes the new `stream` unless its id is taken or its receiver's streams are full.
+    fn make_stream(&self, tenant: &str, stream: &Stream) -> Result<Created, StoreError> {
+        if stream.version != 1 {
+            return Ok(Created::Taken);
+        }
+        let _alone = self
+            .creating_streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mine = self
+            .read_streams(tenant)?
+            .iter()
+            .filter(|s| s.receiver == stream.receiver)
+            .count();
+        if mine >= STREAMS_PER_RECEIVER {
+            return Ok(Created::Full);
+        }
+        let key = stream_key(tenant, &stream.id);
+        let new = codec::encode(stream)?;
+        Ok(
+            match self
+                .streams
+                .compare_and_swap(&key, None::<&[u8]>, Some(new))?
+            {
+                Ok(()) => Created::Made,
+                Err(_) => Created::Taken,
+            },
+        )
     }
 
     fn read_streams(&self, tenant: &str) -> Result<Vec<Stream>, StoreError> {
@@ -67,12 +100,28 @@ impl StreamStore for SledStore {
     }
 
     fn put_stream<'a>(&'a self, tenant: &'a str, stream: &'a Stream) -> Read<'a, bool> {
+        if stream.version == 1 {
+            return Box::pin(async move {
+                Ok(self.create_stream(tenant, stream).await? == Created::Made)
+            });
+        }
         Box::pin(async move {
             let written = self.swap_stream(tenant, stream)?;
             if written {
                 self.make_durable().await?;
             }
             Ok(written)
+        })
+    }
+
+    fn create_stream<'a>(&'a self, tenant: &'a str, stream: &'a Stream) -> Read<'a, Created> {
+        Box::pin(async move {
+            self.commits.usable()?;
+            let created = self.make_stream(tenant, stream)?;
+            if created == Created::Made {
+                self.make_durable().await?;
+            }
+            Ok(created)
         })
     }
 

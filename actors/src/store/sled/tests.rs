@@ -54,6 +54,8 @@ fn claimed(at: u64, ttl: u64) -> ClaimEvent {
             created_at_ms: at,
             deliveries: vec![],
             trace: None,
+            rule: None,
+            rule_errors: Vec::new(),
         },
         subject: None,
     })
@@ -574,6 +576,8 @@ fn record(tenant: &str, at: u64, expires_at: u64, subject: &str) -> DecisionReco
         expires_at_ms: expires_at,
         actions: vec![],
         trace: None,
+        rule: None,
+        rule_errors: Vec::new(),
     }
 }
 
