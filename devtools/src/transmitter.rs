@@ -247,10 +247,13 @@ impl LoopbackTransmitter {
             panic!("the transmitter has no signing key");
         };
         s.sets_made += 1;
+        let iat = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let claims = json!({
             "iss": s.stream_iss.clone().unwrap_or_else(|| s.issuer.clone()),
             "aud": s.stream_aud, "jti": format!("ssf-{}-{}", id, s.sets_made),
-            "iat": 1_764_000_000, "sub_id": {"format": "opaque", "id": id},
+            "iat": iat, "sub_id": {"format": "opaque", "id": id},
             "events": events,
         });
         key.sign(&claims)

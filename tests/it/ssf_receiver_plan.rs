@@ -72,7 +72,8 @@ async fn start(
 /// A RISC credential-compromise SET from `issuer`.
 fn compromise(issuer: &str, jti: &str, email: &str) -> Value {
     json!({
-        "iss": issuer, "aud": AUDIENCE, "jti": jti, "iat": 1_764_000_000,
+        "iss": issuer, "aud": AUDIENCE, "jti": jti,
+        "iat": idem_schemas::timefmt::now_ms() / 1000,
         "sub_id": {"format": "email", "email": email},
         "events": {RISC_COMPROMISE: {"credential_type": "password"}}
     })
