@@ -116,7 +116,7 @@ async fn a_database_with_a_newer_schema_is_refused_with_exit_2() {
     assert_eq!(code, Some(2), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("version 99") && stderr.contains("version 10 "),
+        stderr.contains("version 99") && stderr.contains("version 11 "),
         "{stderr}"
     );
 }
