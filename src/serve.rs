@@ -111,6 +111,7 @@ pub async fn run(
         token_failures: Default::default(),
     });
     let pollers = tokio::spawn(http::sources::poll::run(app.clone(), outbound));
+    let subscriber = tokio::spawn(http::sources::subscribe::run(app.clone()));
     on_listen(addr);
     tracing::info!(%addr, store = ?config.engine.store, "serving");
     // A store that failed for good stops the service as a shutdown signal would: the requests
@@ -135,6 +136,7 @@ pub async fn run(
     )
     .await;
     pollers.abort();
+    subscriber.abort();
     let halted = app.engine.node().halted().borrow().clone();
     if let Some(e) = halted {
         tracing::error!(error = %e, "the store failed for good: exiting");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use idem_schemas::stored::STREAM_SCHEME;
 use idem_schemas::timefmt::now_ms;
-use idem_schemas::{DeliveryStatus, Stream, StreamState};
+use idem_schemas::{DeliveryStatus, Stream, StreamState, Subscription};
 
 use crate::delivery::RedeliverError;
 use crate::delivery::{queued_log, record_of, DeliveryActors, DeliveryError, PollAnswer};
@@ -91,6 +91,26 @@ impl Streams {
     /// Removes `tenant`'s stream `id`, durably; whether it was there.
     pub async fn delete(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
         self.store.delete_stream(tenant, id).await
+    }
+
+    /// The record of the stream idem made for `tenant`'s source `source`, if any.
+    pub async fn subscription(
+        &self,
+        tenant: &str,
+        source: &str,
+    ) -> Result<Option<Subscription>, StoreError> {
+        self.store.subscription(tenant, source).await
+    }
+
+    /// Writes `record` over the version before it (a new one at version 1); whether it was
+    /// written, durably.
+    pub async fn put_subscription(
+        &self,
+        tenant: &str,
+        source: &str,
+        record: &Subscription,
+    ) -> Result<bool, StoreError> {
+        self.store.put_subscription(tenant, source, record).await
     }
 
     /// The keyed digest of `subject` (as a signal names it) that a stream keeps.

@@ -19,7 +19,7 @@ pub use hex::lower_hex;
 pub use stored::{
     ActionOutcome, AttemptRecord, Claim, ClaimEvent, Decision, DecisionRecord, DeliveryEvent,
     DeliveryRecord, NextStep, PlannedDelivery, RecordedAction, StoredResponse, Stream,
-    StreamMethod, StreamState, SubjectLink,
+    StreamMethod, StreamState, SubjectLink, Subscription,
 };
 pub use trace::TraceContext;
 pub use wire::{
@@ -28,6 +28,6 @@ pub use wire::{
     DeliveryPage, DeliveryStatus, DeliveryView, EndpointList, EndpointState, EndpointView,
     NamedSource, OAuthError, OktaVerification, PlaybookEvaluation, PollStatus, Problem,
     RedeliverRequest, Redelivered, RuleError, SetError, SignalRequest, SourceList, SourceReceipt,
-    SourceStatus, StreamConfig, StreamDelivery, StreamStatus, StreamStatusBody, TenantStats,
-    TransmitterMetadata, Verdict, VerificationStatus,
+    SourceStatus, StreamConfig, StreamDelivery, StreamStatus, StreamStatusBody, SubscriptionStatus,
+    TenantStats, TransmitterMetadata, Verdict, VerificationStatus,
 };

@@ -579,6 +579,43 @@ pub mod hex_text {
     }
 }
 
+/// The stream idem made at a transmitter for one of its `ssf` sources (idem as a receiver), as
+/// stored: enough to find the stream again at the next start on any node, and what the
+/// transmitter last said of it. Written over its version.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subscription {
+    /// Bumped by every change: a change is written only over the version it was made from.
+    pub version: u64,
+    /// The transmitter's issuer the stream is at.
+    pub transmitter: String,
+    /// The stream's id at the transmitter; none once deleted (or before it is made).
+    pub stream_id: Option<String>,
+    /// `push` or `poll`: how the stream was made to deliver.
+    pub delivery: String,
+    /// The event types asked for.
+    pub events_requested: Vec<String>,
+    /// The event types the transmitter said it delivers.
+    pub events_delivered: Vec<String>,
+    /// A poll stream's endpoint, as the transmitter gave it.
+    pub poll_url: Option<String>,
+    /// The stream's `iss`: the stream is used only if it is the transmitter's issuer.
+    pub iss: Option<String>,
+    /// A push stream's `authorization_header`, sealed under a key derived from `key_secret`.
+    pub authorization: Option<Vec<u8>>,
+    /// The stream's status as the transmitter last said (`enabled`, `paused`, `disabled`).
+    pub status: Option<String>,
+    /// Why, as the transmitter said.
+    pub reason: Option<String>,
+    /// The `state` of the verification asked for last, until it arrives.
+    pub verify_state: Option<String>,
+    /// When a verification was last asked for, unix milliseconds.
+    pub verify_asked_ms: Option<u64>,
+    /// When the stream was last verified, unix milliseconds.
+    pub verified_at_ms: Option<u64>,
+    /// What went wrong last, if the last attempt failed.
+    pub last_error: Option<String>,
+}
+
 thread_local! {
     static BEFORE_RULES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }

@@ -393,6 +393,25 @@ pub struct SourceStatus {
     /// `ssf` with `poll`: the poll client's state on this node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poll: Option<PollStatus>,
+    /// `ssf` with `transmitter`: the stream idem made there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subscription: Option<SubscriptionStatus>,
+}
+
+/// The stream idem made at an `ssf` source's transmitter, as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubscriptionStatus {
+    /// The stream's id at the transmitter, once made (none once deleted).
+    pub stream_id: Option<String>,
+    /// Its status as the transmitter last said: `enabled`, `paused` or `disabled`.
+    pub status: Option<String>,
+    /// The event types the transmitter delivers on it.
+    pub events_delivered: Vec<String>,
+    /// When it was last verified (RFC 3339), if it was.
+    pub verified_at: Option<String>,
+    /// What went wrong last, if the last attempt failed.
+    pub last_error: Option<String>,
 }
 
 /// `GET /v1/sources`: the tenant's sources, by name, each with its status on this node.

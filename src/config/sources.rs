@@ -14,13 +14,17 @@ use serde::{Deserialize, Deserializer};
 use super::secrets::{webhook_secret, SecretList};
 use super::{invalid, is_name, refused, ConfigError};
 use crate::source::jwks::JwksAt;
-use crate::source::{set, Pattern, Poll, Route, Source, SourceKind, Ssf};
+use crate::source::upstream::{well_known, Auth};
+use crate::source::{set, Delivery, Pattern, Poll, Route, Source, SourceKind, Ssf, Subscribe};
 
 /// An `ssf` source's subject pointer when its `map` entry names none.
 pub const SSF_SUBJECT: &str = "/sub_id";
 
 /// The fewest characters a source's secret has: one anybody could guess authenticates nothing.
 pub const MIN_SECRET: usize = 16;
+
+/// How often a subscribed stream is verified again, unless `verify_every` says otherwise.
+const VERIFY_EVERY: Duration = Duration::from_secs(24 * 3600);
 
 /// The least time between two fetches of a JWK Set, unless `jwks_refetch` says otherwise.
 const JWKS_REFETCH: Duration = Duration::from_secs(60);
@@ -38,8 +42,23 @@ struct RawSource {
     jwks_refetch: Option<Dur>,
     max_age: Option<Dur>,
     poll: Option<RawPoll>,
+    transmitter: Option<String>,
+    auth: Option<RawAuth>,
+    delivery: Option<String>,
+    verify_every: Option<Dur>,
     #[serde(default)]
     map: Vec<RawRoute>,
+}
+
+/// An `ssf` source's `auth` as written: OAuth client credentials, or a static `bearer`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    client_id: Option<String>,
+    client_secret: Option<Resolved>,
+    token_url: Option<String>,
+    scope: Option<String>,
+    bearer: Option<Resolved>,
 }
 
 /// An `ssf` source's `poll` as written.
@@ -119,6 +138,10 @@ fn source(key: &str, name: String, raw: RawSource) -> Result<Source, ConfigError
                 ("jwks_refetch", raw.jwks_refetch.is_some()),
                 ("max_age", raw.max_age.is_some()),
                 ("poll", raw.poll.is_some()),
+                ("transmitter", raw.transmitter.is_some()),
+                ("auth", raw.auth.is_some()),
+                ("delivery", raw.delivery.is_some()),
+                ("verify_every", raw.verify_every.is_some()),
             ] {
                 if written {
                     return Err(invalid(
@@ -219,7 +242,12 @@ fn ssf(key: &str, raw: &RawSource) -> Result<Ssf, ConfigError> {
             .filter(|v| !v.is_empty())
             .ok_or_else(|| invalid(format!("{key}.{name}"), "is required for an ssf source"))
     };
-    let issuer = required("issuer", &raw.issuer)?;
+    let transmitter = transmitter(key, raw)?;
+    // A subscribed source's SETs are its transmitter's.
+    let issuer = match (&transmitter, &raw.issuer) {
+        (Some(t), None) => t.issuer.clone(),
+        _ => required("issuer", &raw.issuer)?,
+    };
     let audience = required("audience", &raw.audience)?;
     let jwks = JwksAt::parse(&required("jwks", &raw.jwks)?);
     let algorithms = raw
@@ -254,23 +282,31 @@ fn ssf(key: &str, raw: &RawSource) -> Result<Ssf, ConfigError> {
             "must be at least 1s (how old a SET's iat may be)",
         ));
     }
-    let poll = match &raw.poll {
-        None => None,
-        Some(p) => {
-            let url = p
-                .url
-                .clone()
-                .filter(|u| u.starts_with("https://") || u.starts_with("http://"))
-                .ok_or_else(|| invalid(format!("{key}.poll.url"), "must be an http(s) URL"))?;
-            let token = p
-                .token
-                .as_ref()
-                .map(|t| t.0.clone())
-                .filter(|t| !t.is_empty())
-                .ok_or_else(|| invalid(format!("{key}.poll.token"), "is required"))?;
-            Some(Poll { url, token })
-        }
-    };
+    let poll =
+        match &raw.poll {
+            None => None,
+            Some(p) => {
+                let url =
+                    p.url.clone().filter(|u| is_http(u)).ok_or_else(|| {
+                        invalid(format!("{key}.poll.url"), "must be an http(s) URL")
+                    })?;
+                let token = p.token.as_ref().map(|t| t.0.clone());
+                let auth =
+                    match (token, &transmitter) {
+                        (Some(token), None) if !token.is_empty() => Auth::Bearer(token),
+                        (Some(_), Some(_)) => return Err(invalid(
+                            format!("{key}.poll.token"),
+                            "the poll client calls with the source's auth: give one or the other",
+                        )),
+                        (None, Some(t)) => t.auth.clone(),
+                        _ => return Err(invalid(format!("{key}.poll.token"), "is required")),
+                    };
+                let issuer = transmitter
+                    .as_ref()
+                    .map_or_else(|| issuer.clone(), |t| t.issuer.clone());
+                Some(Poll { url, issuer, auth })
+            }
+        };
     Ok(Ssf {
         issuer,
         audience,
@@ -279,7 +315,130 @@ fn ssf(key: &str, raw: &RawSource) -> Result<Ssf, ConfigError> {
         jwks_refetch,
         max_age,
         poll,
+        transmitter,
     })
+}
+
+fn is_http(url: &str) -> bool {
+    url.starts_with("https://") || url.starts_with("http://")
+}
+
+/// An `ssf` source's `transmitter`, `auth`, `delivery` and `verify_every`: the first three, or
+/// none of them.
+fn transmitter(key: &str, raw: &RawSource) -> Result<Option<Subscribe>, ConfigError> {
+    if raw.transmitter.is_none() {
+        for (name, written) in [
+            ("delivery", raw.delivery.is_some()),
+            ("verify_every", raw.verify_every.is_some()),
+        ] {
+            if written {
+                return Err(invalid(
+                    format!("{key}.{name}"),
+                    "is for a source with a transmitter",
+                ));
+            }
+        }
+    }
+    let (issuer, written) = match (&raw.transmitter, &raw.auth) {
+        (None, None) => return Ok(None),
+        (Some(issuer), Some(auth)) => (issuer, auth),
+        (Some(_), None) => {
+            return Err(invalid(
+                format!("{key}.auth"),
+                "is required with transmitter: { client_id, client_secret } or { bearer }",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                format!("{key}.transmitter"),
+                "is required with auth: the transmitter's issuer",
+            ))
+        }
+    };
+    if well_known(issuer, "ssf-configuration").is_err() {
+        return Err(invalid(
+            format!("{key}.transmitter"),
+            "must be the transmitter's issuer, an http(s) URL without query or fragment",
+        ));
+    }
+    let nonempty = |value: &Option<Resolved>| {
+        value
+            .as_ref()
+            .map(|v| v.0.clone())
+            .filter(|v| !v.is_empty())
+    };
+    let auth = match (&written.bearer, &written.client_id) {
+        (Some(_), None) => {
+            if written.client_secret.is_some()
+                || written.token_url.is_some()
+                || written.scope.is_some()
+            {
+                return Err(invalid(
+                    format!("{key}.auth"),
+                    "a bearer goes alone, without client_secret, token_url or scope",
+                ));
+            }
+            Auth::Bearer(
+                nonempty(&written.bearer)
+                    .ok_or_else(|| invalid(format!("{key}.auth.bearer"), "must not be empty"))?,
+            )
+        }
+        (None, Some(client_id)) if !client_id.is_empty() => {
+            let client_secret = nonempty(&written.client_secret).ok_or_else(|| {
+                invalid(
+                    format!("{key}.auth.client_secret"),
+                    "is required with client_id",
+                )
+            })?;
+            if let Some(url) = written.token_url.as_ref().filter(|u| !is_http(u)) {
+                return Err(invalid(
+                    format!("{key}.auth.token_url"),
+                    format!("{url:?} is not an http(s) URL"),
+                ));
+            }
+            Auth::Client {
+                client_id: client_id.clone(),
+                client_secret,
+                token_url: written.token_url.clone(),
+                scope: written.scope.clone().filter(|s| !s.is_empty()),
+            }
+        }
+        _ => {
+            return Err(invalid(
+                format!("{key}.auth"),
+                "is { client_id, client_secret } (OAuth client credentials) or { bearer }",
+            ))
+        }
+    };
+    let delivery = match raw.delivery.as_deref() {
+        Some("push") => Delivery::Push,
+        Some("poll") => Delivery::Poll,
+        Some(other) => {
+            return Err(invalid(
+                format!("{key}.delivery"),
+                format!("{other:?} is not push or poll"),
+            ))
+        }
+        None => {
+            return Err(invalid(
+                format!("{key}.delivery"),
+                "is required with transmitter: push or poll",
+            ))
+        }
+    };
+    let verify_every = raw.verify_every.as_ref().map_or(VERIFY_EVERY, |d| d.0);
+    if verify_every < Duration::from_secs(1) {
+        return Err(invalid(
+            format!("{key}.verify_every"),
+            "must be at least 1s",
+        ));
+    }
+    Ok(Some(Subscribe {
+        issuer: issuer.clone(),
+        auth,
+        delivery,
+        verify_every,
+    }))
 }
 
 /// Whether the `max_age` of `source`, written under `key`, lets no SET outlive its claim: a SET

@@ -10,8 +10,8 @@ use idem_schemas::{
     DeliveryPage, DeliveryStatus, DeliveryView, EndpointList, EndpointState, EndpointView,
     NamedSource, OAuthError, OktaVerification, PlaybookEvaluation, PollStatus, Problem,
     RedeliverRequest, Redelivered, RuleError, SetError, SignalRequest, SourceList, SourceReceipt,
-    SourceStatus, StreamConfig, StreamDelivery, StreamStatus, StreamStatusBody, TenantStats,
-    TransmitterMetadata, Verdict, VerificationStatus,
+    SourceStatus, StreamConfig, StreamDelivery, StreamStatus, StreamStatusBody, SubscriptionStatus,
+    TenantStats, TransmitterMetadata, Verdict, VerificationStatus,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ObjectBuilder, Type};
@@ -608,7 +608,7 @@ fn openapi() {}
         DeadReason,
         DecisionView, DecisionPage, DecidedAction, EndpointList, EndpointView, EndpointState,
         RedeliverRequest, Redelivered, SourceReceipt, OktaVerification, TenantStats, SetError,
-        SourceStatus, VerificationStatus, StreamStatus, PollStatus, SourceList, NamedSource,
+        SourceStatus, VerificationStatus, StreamStatus, PollStatus, SubscriptionStatus, SourceList, NamedSource,
         TransmitterMetadata, AuthorizationScheme, AccessToken, OAuthError, StreamConfig,
         StreamDelivery, StreamStatusBody, PlaybookEvaluation, RuleError
     )),

@@ -14,6 +14,8 @@ pub mod jwks;
 pub mod runtime;
 pub mod set;
 pub mod subject;
+pub mod subscription;
+pub mod upstream;
 pub mod verify;
 
 use std::time::Duration;
@@ -118,24 +120,41 @@ pub struct Ssf {
     pub max_age: Option<Duration>,
     /// Where idem polls it (RFC 8936), if it does.
     pub poll: Option<Poll>,
+    /// The transmitter idem subscribes itself at, if it manages its stream there.
+    pub transmitter: Option<Subscribe>,
+}
+
+/// How idem subscribes an `ssf` source at its transmitter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Subscribe {
+    /// The transmitter's issuer.
+    pub issuer: String,
+    /// How idem authenticates there.
+    pub auth: upstream::Auth,
+    /// How the stream delivers.
+    pub delivery: Delivery,
+    /// How often the stream is verified again.
+    pub verify_every: Duration,
+}
+
+/// How a stream idem makes delivers its SETs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Delivery {
+    /// Pushed to idem (RFC 8935), with an `authorization_header` idem makes.
+    Push,
+    /// Polled by idem (RFC 8936).
+    Poll,
 }
 
 /// An SSF poll endpoint. Its `Debug` leaves the token out.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Poll {
     /// The endpoint.
     pub url: String,
-    /// The Bearer token sent to it.
-    pub token: String,
-}
-
-impl std::fmt::Debug for Poll {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Poll")
-            .field("url", &self.url)
-            .field("token", &"..")
-            .finish()
-    }
+    /// The transmitter's issuer, whose OAuth metadata names the token endpoint.
+    pub issuer: String,
+    /// How idem authenticates to it: `poll.token`, or the source's `auth`.
+    pub auth: upstream::Auth,
 }
 
 impl Ssf {
@@ -157,6 +176,7 @@ impl std::fmt::Debug for Ssf {
             .field("algorithms", &self.algorithms)
             .field("max_age", &self.max_age)
             .field("poll", &self.poll.as_ref().map(|p| &p.url))
+            .field("transmitter", &self.transmitter)
             .finish()
     }
 }

@@ -12,7 +12,8 @@ use idem_schemas::timefmt::{now_ms, rfc3339_millis};
 use idem_schemas::{PollStatus, SourceStatus, StreamStatus, VerificationStatus};
 
 use super::jwks::KeyCache;
-use super::{Source, SourceKind, Ssf};
+use super::upstream::Access;
+use super::{Delivery, Source, SourceKind, Ssf};
 
 /// The longest text kept of what a transmitter announces (a state, a status, a reason).
 const MAX_ANNOUNCED: usize = 256;
@@ -87,6 +88,9 @@ pub struct SourceState {
     ssf: Option<Ssf>,
     /// Its keys (`ssf`).
     pub keys: Option<KeyCache>,
+    /// What it calls its transmitter with (`ssf` with `transmitter`), shared by the stream's
+    /// management and the poll client so both use one token.
+    pub access: Option<Arc<Access>>,
     status: Mutex<Status>,
 }
 
@@ -167,12 +171,16 @@ impl SourceState {
             poll: self
                 .ssf
                 .as_ref()
-                .and_then(|s| s.poll.as_ref())
+                .filter(|s| {
+                    s.poll.is_some()
+                        || s.transmitter.as_ref().map(|t| t.delivery) == Some(Delivery::Poll)
+                })
                 .map(|_| PollStatus {
                     last_at: status.poll_last_ms.map(rfc3339_millis),
                     last_error: status.poll_error.clone(),
                     acked: status.acked,
                 }),
+            subscription: None,
         }
     }
 }
@@ -214,6 +222,17 @@ impl Sources {
                 .ssf
                 .as_ref()
                 .map(|s| KeyCache::new(s.jwks.clone(), s.jwks_refetch, self.client.clone())),
+            access: source
+                .ssf
+                .as_ref()
+                .and_then(|s| s.transmitter.as_ref())
+                .map(|t| {
+                    Arc::new(Access::new(
+                        t.issuer.clone(),
+                        t.auth.clone(),
+                        self.client.clone(),
+                    ))
+                }),
             ssf: source.ssf.clone(),
             status: Mutex::default(),
         });

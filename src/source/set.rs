@@ -47,6 +47,8 @@ pub enum Err {
     AuthenticationFailed,
     /// The transmitter may not send here.
     AccessDenied,
+    /// A verification for the subscribed stream with another `state`, or for another stream.
+    InvalidState,
 }
 
 impl Err {
@@ -59,6 +61,7 @@ impl Err {
             Err::InvalidAudience => "invalid_audience",
             Err::AuthenticationFailed => "authentication_failed",
             Err::AccessDenied => "access_denied",
+            Err::InvalidState => "invalid_state",
         }
     }
 }

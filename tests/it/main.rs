@@ -37,6 +37,7 @@ mod reload;
 mod rules;
 mod sources;
 mod ssf;
+mod ssf_receiver_plan;
 mod ssf_transmitter_plan;
 mod traces;
 mod transmitter;

@@ -116,7 +116,7 @@ async fn a_database_with_a_newer_schema_is_refused_with_exit_2() {
     assert_eq!(code, Some(2), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("version 99") && stderr.contains("version 10 "),
+        stderr.contains("version 99") && stderr.contains("version 11 "),
         "{stderr}"
     );
 }
@@ -472,7 +472,7 @@ async fn an_older_schema_holding_records_is_refused_and_an_empty_one_migrated() 
             .expect("version");
         row.get::<_, i32>(0)
     });
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
     let old_health = with_postgres(&url, |client| async move {
         let row = client
             .query_one(

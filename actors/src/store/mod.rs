@@ -19,7 +19,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use idem_schemas::{
-    ClaimEvent, DecisionRecord, DeliveryEvent, DeliveryRecord, DeliveryStatus, Stream,
+    ClaimEvent, DecisionRecord, DeliveryEvent, DeliveryRecord, DeliveryStatus, Stream, Subscription,
 };
 
 use crate::breaker::{EndpointEvent, EndpointHealth, EndpointId, Noted};
@@ -593,6 +593,26 @@ pub trait StreamStore: Send + Sync {
     fn delete_stream<'a>(&'a self, tenant: &'a str, id: &'a str) -> Read<'a, bool>;
 }
 
+/// The streams idem made at transmitters for its `ssf` sources, one record per (tenant,
+/// source), written over its version and durable when written.
+pub trait SubscriptionStore: Send + Sync {
+    /// The record of `tenant`'s source `source`, if there is one.
+    fn subscription<'a>(
+        &'a self,
+        tenant: &'a str,
+        source: &'a str,
+    ) -> Read<'a, Option<Subscription>>;
+
+    /// Writes `record`: a new one at version 1 if there is none, otherwise over the stored one
+    /// only if that is at the version before. Whether it was written.
+    fn put_subscription<'a>(
+        &'a self,
+        tenant: &'a str,
+        source: &'a str,
+        record: &'a Subscription,
+    ) -> Read<'a, bool>;
+}
+
 /// The keys SETs are sealed under. A key is kept by the unit that starts its decision's claim
 /// ([`Unit::keep_set_keys`]) and erased by the delivery write that ends its SET (delivered,
 /// failed, dead) or by [`Unit::erase_set_keys`]: from then on the SET's stored bytes do not
@@ -670,7 +690,14 @@ pub enum ClaimNews {
 
 /// A store: claims, deliveries, and the commit that makes a unit durable.
 pub trait Store:
-    ClaimStore + DeliveryStore + DecisionStore + EndpointStore + LeaseStore + StreamStore + SetKeyStore
+    ClaimStore
+    + DeliveryStore
+    + DecisionStore
+    + EndpointStore
+    + LeaseStore
+    + StreamStore
+    + SetKeyStore
+    + SubscriptionStore
 {
     /// Tells the other nodes that this one has requests waiting for the claim `id`, held by the
     /// node of epoch `holder` (nothing to tell on a store of one process).

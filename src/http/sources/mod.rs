@@ -12,6 +12,7 @@
 
 pub mod poll;
 pub mod ssf;
+pub mod subscribe;
 pub mod take;
 
 use std::sync::Arc;
@@ -23,7 +24,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idem_schemas::canonical;
 use idem_schemas::timefmt::now_ms;
-use idem_schemas::{NamedSource, OktaVerification, SourceList, SourceReceipt};
+use idem_schemas::timefmt::rfc3339_millis;
+use idem_schemas::{NamedSource, OktaVerification, SourceList, SourceReceipt, SubscriptionStatus};
 
 use crate::config::Tenant;
 use crate::http::auth::TenantAuth;
@@ -378,7 +380,26 @@ pub async fn status(
     if caller.name != tenant.name {
         return Err(ApiError::new(Kind::NotFound, "no such tenant or source"));
     }
-    let status = app.sources.of(&tenant.name, source).view(source.kind);
+    let mut status = app.sources.of(&tenant.name, source).view(source.kind);
+    if source.ssf.as_ref().is_some_and(|s| s.transmitter.is_some()) {
+        let record = app
+            .engine
+            .streams()
+            .subscription(&tenant.name, &source.name)
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "the store failed on a subscription");
+                ApiError::new(Kind::Unavailable, "the store cannot be reached; retry")
+            })?
+            .unwrap_or_default();
+        status.subscription = Some(SubscriptionStatus {
+            stream_id: record.stream_id,
+            status: record.status,
+            events_delivered: record.events_delivered,
+            verified_at: record.verified_at_ms.map(rfc3339_millis),
+            last_error: record.last_error,
+        });
+    }
     Ok(Json(status).into_response())
 }
 

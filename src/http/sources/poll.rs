@@ -23,7 +23,8 @@ use serde_json::Value;
 
 use super::ssf::{self, NotTaken};
 use crate::http::App;
-use crate::source::{Poll, SourceKind};
+use crate::source::upstream::Access;
+use crate::source::{Delivery, Poll, Source, SourceKind};
 
 /// The most SETs asked for in one poll.
 pub const MAX_EVENTS: u32 = 64;
@@ -108,6 +109,8 @@ pub async fn run(app: Arc<App>, client: reqwest::Client) {
                 }
                 if let Some(poll) = source.ssf.as_ref().and_then(|s| s.poll.clone()) {
                     wanted.push((tenant.name.clone(), source.name.clone(), poll));
+                } else if let Some(poll) = subscribed_poll(&app, &tenant.name, source).await {
+                    wanted.push((tenant.name.clone(), source.name.clone(), poll));
                 }
             }
         }
@@ -134,6 +137,35 @@ pub async fn run(app: Arc<App>, client: reqwest::Client) {
     }
 }
 
+/// The poll endpoint of the stream idem made for `tenant`'s `source`, if it polls one that is
+/// usable (its `iss` the transmitter's).
+async fn subscribed_poll(app: &App, tenant: &str, source: &Source) -> Option<Poll> {
+    let subscribe = source.ssf.as_ref()?.transmitter.as_ref()?;
+    if subscribe.delivery != Delivery::Poll {
+        return None;
+    }
+    let record = match app
+        .engine
+        .streams()
+        .subscription(tenant, &source.name)
+        .await
+    {
+        Ok(record) => record?,
+        Err(e) => {
+            tracing::warn!(tenant, source = %source.name, error = %e, "the subscription could not be read");
+            return None;
+        }
+    };
+    let usable = record.stream_id.is_some()
+        && record.transmitter == subscribe.issuer
+        && record.iss.as_deref() == Some(subscribe.issuer.as_str());
+    Some(Poll {
+        url: record.poll_url.filter(|_| usable)?,
+        issuer: subscribe.issuer.clone(),
+        auth: subscribe.auth.clone(),
+    })
+}
+
 /// What one poll came to.
 struct Answered {
     acks: Vec<String>,
@@ -155,6 +187,7 @@ async fn poll_source(
     let mut immediately = true;
     let job = format!("poll:{tenant}/{source}");
     let mut held: Option<u64> = None;
+    let access = Access::new(poll.issuer.clone(), poll.auth.clone(), client);
     loop {
         match app.engine.node().turn_at(&job).await {
             Ok(Some(token)) => {
@@ -186,7 +219,6 @@ async fn poll_source(
             ack: &acks,
             set_errs: &set_errs,
         };
-        let answer = ask(&client, &poll, &request).await;
         let live = app.live.load_full();
         let Some((tenant_config, source_config)) = live
             .config
@@ -197,6 +229,12 @@ async fn poll_source(
             return;
         };
         let state = app.sources.of(&tenant, source_config);
+        let answer = ask(
+            state.access.as_deref().unwrap_or(&access),
+            &poll.url,
+            &request,
+        )
+        .await;
         let answer = match answer {
             Ok(answer) => answer,
             Err(e) => {
@@ -293,21 +331,19 @@ async fn poll_source(
 }
 
 /// One poll request and its answer.
-async fn ask(
-    client: &reqwest::Client,
-    poll: &Poll,
-    request: &PollRequest<'_>,
-) -> Result<PollAnswer, String> {
+async fn ask(access: &Access, url: &str, request: &PollRequest<'_>) -> Result<PollAnswer, String> {
     let exchange = async {
-        let mut response = client
-            .post(&poll.url)
-            .bearer_auth(&poll.token)
-            .header("accept", "application/json")
-            .header("content-type", "application/json")
-            .body(serde_json::to_vec(request).map_err(|e| e.to_string())?)
-            .send()
+        let body = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+        let mut response = access
+            .send("the transmitter", |client| {
+                client
+                    .post(url)
+                    .header("accept", "application/json")
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+            })
             .await
-            .map_err(|e| format!("the transmitter did not answer: {e}"))?;
+            .map_err(|e| e.to_string())?;
         if !response.status().is_success() {
             return Err(format!("the transmitter answered {}", response.status()));
         }

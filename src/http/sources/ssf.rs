@@ -13,6 +13,7 @@ use idem_schemas::timefmt::now_ms;
 use idem_schemas::SetError;
 use serde_json::Value;
 
+use super::subscribe;
 use super::take::{self, Fate, Ready};
 use crate::config::Tenant;
 use crate::http::ingest::read_body;
@@ -25,7 +26,7 @@ use crate::source::jwks::Missing;
 use crate::source::runtime::SourceState;
 use crate::source::set::{self, Err, Expect, SetRefusal};
 use crate::source::verify::{self, Received};
-use crate::source::Source;
+use crate::source::{Delivery, Source};
 
 /// SSF's verification event.
 pub const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-type/verification";
@@ -107,6 +108,9 @@ pub async fn take(
         let text = |name: &str| payload.and_then(|p| p.get(name)).and_then(Value::as_str);
         match uri {
             VERIFICATION => {
+                if ssf.transmitter.is_some() {
+                    verified(app, tenant, source, &set.claims, text("state")).await?;
+                }
                 state.verified(text("state"));
                 own += 1;
             }
@@ -160,6 +164,63 @@ pub async fn take(
         state.count(*t);
     }
     Ok(taken)
+}
+
+/// A verification SET of a subscribed source: with the `state` idem asked for, for its stream,
+/// it verifies the stream (durably); with another `state` or for another stream it is refused;
+/// without `state` (unsolicited) it is acknowledged and verifies nothing.
+async fn verified(
+    app: &App,
+    tenant: &Tenant,
+    source: &Source,
+    claims: &Value,
+    state: Option<&str>,
+) -> Result<(), NotTaken> {
+    let Some(state) = state else {
+        return Ok(());
+    };
+    let unavailable = |e: idem_actors::StoreError| {
+        tracing::error!(error = %e, "the store failed on a subscription");
+        NotTaken::Later(ApiError::new(
+            Kind::Unavailable,
+            "the store cannot be reached; send the SET again",
+        ))
+    };
+    let streams = app.engine.streams();
+    let record = streams
+        .subscription(&tenant.name, &source.name)
+        .await
+        .map_err(unavailable)?
+        .unwrap_or_default();
+    // SSF §8.1.4.1: the verification SET names its stream in `sub_id` (`opaque`, the id).
+    let stream = claims
+        .pointer("/sub_id/id")
+        .or_else(|| claims.pointer("/sub_id/stream_id"))
+        .and_then(Value::as_str);
+    let ours = record.stream_id.is_some() && stream == record.stream_id.as_deref();
+    if !ours || record.verify_state.as_deref() != Some(state) {
+        return Err(NotTaken::Refused(SetRefusal::new(
+            Err::InvalidState,
+            "a verification with a state idem did not ask for, or for another stream",
+        )));
+    }
+    let mut now = record.clone();
+    now.verify_state = None;
+    now.verified_at_ms = Some(now_ms());
+    now.last_error = None;
+    now.version += 1;
+    // Lost to a concurrent write: the transmitter sends it again (or the next verification).
+    if !streams
+        .put_subscription(&tenant.name, &source.name, &now)
+        .await
+        .map_err(unavailable)?
+    {
+        return Err(NotTaken::Later(ApiError::new(
+            Kind::Unavailable,
+            "the subscription changed meanwhile; send the SET again",
+        )));
+    }
+    Ok(())
 }
 
 /// RFC 8935 §2.3's answer to a refused SET.
@@ -218,6 +279,35 @@ pub async fn push(
                 )),
             }
         })?;
+        let subscribed = source.ssf.as_ref().and_then(|s| s.transmitter.as_ref());
+        if subscribed.is_some_and(|s| s.delivery == Delivery::Push) && source.secrets.is_empty() {
+            // Pushed by the stream idem made: with the authorization_header idem gave it.
+            let given = headers
+                .get(axum::http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok());
+            let known = subscribe::push_authorization(app, &tenant.name, &source.name, given)
+                .await
+                .map_err(|e| {
+                    tracing::error!(error = %e, "the store failed on a subscription");
+                    NotTaken::Later(ApiError::new(
+                        Kind::Unavailable,
+                        "the store cannot be reached; send the SET again",
+                    ))
+                })?;
+            if !known {
+                why = Some(verify::Refused::Mismatch("Authorization"));
+                return Err(match set_push {
+                    true => NotTaken::Refused(SetRefusal::new(
+                        Err::AuthenticationFailed,
+                        super::UNAUTHENTICATED,
+                    )),
+                    false => NotTaken::Later(ApiError::new(
+                        Kind::SourceUnauthenticated,
+                        super::UNAUTHENTICATED,
+                    )),
+                });
+            }
+        }
         if !set_push {
             return Err(NotTaken::Refused(SetRefusal::new(
                 Err::InvalidRequest,

@@ -17,6 +17,7 @@ mod news;
 pub mod schema;
 mod set_keys;
 mod streams;
+mod subscriptions;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;

@@ -126,6 +126,16 @@ const MIGRATIONS: &[&str] = &[
     // (codec version 7), which an older idem cannot read: as 9. A subject's history is counted
     // on the `(tenant, subject, id)` index, which is there already.
     "",
+    // 11: the streams idem made at transmitters for its sources, one row per source.
+    r#"
+    CREATE TABLE IF NOT EXISTS idem_ssf_subscriptions (
+        tenant  text   NOT NULL,
+        source  text   NOT NULL,
+        version bigint NOT NULL,
+        record  bytea  NOT NULL,
+        PRIMARY KEY (tenant, source)
+    );
+    "#,
 ];
 
 /// The schema that added deliveries' URLs.

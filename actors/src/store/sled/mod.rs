@@ -14,6 +14,7 @@ mod keys;
 mod pending;
 mod set_keys;
 mod streams;
+mod subscriptions;
 #[cfg(test)]
 mod tests;
 
@@ -55,6 +56,8 @@ pub struct SledStore {
     streams: ::sled::Tree,
     /// The key each SET is sealed under, by delivery id, until its delivery ends.
     set_keys: ::sled::Tree,
+    /// The streams idem made at transmitters, by tenant and source.
+    subscriptions: ::sled::Tree,
     /// `claim → marker` of each start with queued deliveries being applied (see `pending`).
     pending_starts: ::sled::Tree,
     commits: GroupCommit,
@@ -86,6 +89,7 @@ impl SledStore {
             by_subject: db.open_tree("decisions_by_subject")?,
             endpoints: db.open_tree("endpoints")?,
             streams: db.open_tree("ssf_streams")?,
+            subscriptions: db.open_tree("ssf_subscriptions")?,
             set_keys: db.open_tree("set_keys")?,
             pending_starts: db.open_tree("pending_starts")?,
             commits: GroupCommit::start(db.clone(), dir)?,
