@@ -4,6 +4,7 @@ wait for what a peer receives."""
 
 import http.server
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -11,13 +12,30 @@ import urllib.error
 import urllib.request
 
 
-def write_config(tmp, rest):
-    """An idem config in the directory `tmp`, listening on a free loopback port with its data
-    under `tmp`, then `rest` (TOML); its path."""
+def write_config(tmp, rest, port=0):
+    """An idem config in the directory `tmp`, listening on loopback at `port` (0: a free one)
+    with its data under `tmp`, then `rest` (TOML); its path."""
     path = os.path.join(tmp, "idem.toml")
     with open(path, "w") as f:
-        f.write(f'listen = "127.0.0.1:0"\ndata_dir = "{tmp}/data"\n{rest}')
+        f.write(f'listen = "127.0.0.1:{port}"\ndata_dir = "{tmp}/data"\n{rest}')
     return path
+
+
+def free_port():
+    """A loopback port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fresh_database(prefix):
+    """A new database `idem_test_<prefix>_<pid>` on the local server (127.0.0.1:5432, user
+    postgres; dropped by `scripts/test`'s sweep); its URL."""
+    name = f"idem_test_{prefix}_{os.getpid()}"
+    for sql in (f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}"):
+        subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", sql], check=True,
+                       env=dict(os.environ, PGOPTIONS="-c client_min_messages=warning"))
+    return f"postgres://postgres@127.0.0.1:5432/{name}"
 
 
 def start_idem(binary, config, env=None):

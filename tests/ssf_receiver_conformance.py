@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from conformance_http import request, serve, start_idem, wait_for, write_config
+from conformance_http import fresh_database, request, serve, start_idem, wait_for, write_config
 from jwcrypto import jwk, jws
 from jwcrypto.common import json_decode
 
@@ -83,19 +83,9 @@ def stored(tmp, database):
     return [dump] + decoded
 
 
-def fresh_database():
-    """A new database on the local server (dropped at the end by `scripts/test`'s sweep)."""
-    name = f"idem_test_conformance_{os.getpid()}"
-    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc",
-                    f"DROP DATABASE IF EXISTS {name}"], check=True)
-    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc",
-                    f"CREATE DATABASE {name}"], check=True)
-    return f"postgres://postgres@127.0.0.1:5432/{name}"
-
-
 def main():
     binary = sys.argv[1]
-    database = fresh_database() if sys.argv[2:] == ["postgres"] else None
+    database = fresh_database("conformance") if sys.argv[2:] == ["postgres"] else None
     store = f'[store]\nbackend = "postgres"\nurl = "{database}"\n' if database else ""
     server, recv = serve(Receiver)
     push_url = f"{recv}/ssf/events"
