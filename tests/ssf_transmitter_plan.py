@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
+import uuid
 
 from conformance_http import request, serve, start_idem, write_config
 from jwcrypto import jwk, jws
@@ -377,7 +378,7 @@ def invalid_token_tests(plan, interop):
     """The plan's OIDSSFStreamControlNegativeTest*WithInvalidAccessToken/Token modules."""
     status, _, stream = plan.create({"method": POLL})
     sid = (stream or {}).get("stream_id", "none")
-    bad = "not-a-token-idem-issued"
+    bad = f"invalid:{uuid.uuid4()}"  # as the plan's OIDSSFInjectInvalidAccessTokenOverride makes it
     calls = [("CreateStreamWithInvalidAccessToken", "POST", {"delivery": {"method": POLL}}, None),
              ("ReadStreamWithInvalidAccessToken", "GET", None, {"stream_id": sid}),
              ("DeleteStreamWithInvalidAccessToken", "DELETE", None, {"stream_id": sid})]
@@ -391,6 +392,10 @@ def invalid_token_tests(plan, interop):
         check(f"OIDSSFStreamControlNegativeTest{module}: 401, error=\"invalid_token\"",
               status == 401 and www.startswith("Bearer") and 'error="invalid_token"' in www,
               f"{status} {www} {answer}")
+    altered = plan.token[:-2] + ("AA" if not plan.token.endswith("AA") else "BB")
+    status, h, answer = plan.call("GET", "configuration_endpoint", query={"stream_id": sid}, token=altered)
+    check("OIDSSFStreamControlNegativeTestReadStreamWithInvalidAccessToken: an altered token is 401 invalid_token",
+          status == 401 and 'error="invalid_token"' in h.get("www-authenticate", ""), f"{status} {answer}")
     status, _, answer = plan.call("GET", "configuration_endpoint", query={"stream_id": sid})
     check("OIDSSFStreamControlNegativeTest*WithInvalidAccessToken: the stream is untouched",
           status == 200 and answer.get("description") == "the plan's stream", f"{status} {answer}")
