@@ -17,7 +17,6 @@ database of the local server (127.0.0.1:5432, user postgres). Prints `ok`/`FAIL`
 import base64
 import http.server
 import json
-import os
 import signal
 import sys
 import tempfile
@@ -420,7 +419,7 @@ def run(binary, mode, store, interop):
                 check(f"{m}: a push stream carries an authorization_header idem made",
                       auth.startswith("Bearer ") and len(auth) > 40, str(d))
             if interop:
-                check(f"{plan} OIDSSFReceiverStreamCaepInteropTest {tag}: OIDSSFEnsureStreamContainsCaepInteropEvent",
+                check(f"OIDSSFReceiverStreamCaepInteropTest {tag}: OIDSSFEnsureStreamContainsCaepInteropEvent",
                       REVOKED in stream.get("events_requested", []), str(stream))
 
             # Verification.
@@ -547,7 +546,8 @@ def run(binary, mode, store, interop):
                 f.write(config_text(store, port, cb, source_lines(tx, mode, events + [extra])))
             asked = len(tx.verifications)
             idem.send_signal(signal.SIGHUP)
-            sub = eventually(lambda: subscription(base), lambda s: len(s.get("events_delivered") or []) == len(events) + 1)
+            sub = eventually(lambda: subscription(base),
+                             lambda s: len(s.get("events_delivered") or []) == len(events) + 1)
             check(f"{m}: a new event type in the map: the stream updated (PATCH), the same stream",
                   "PATCH /streams" in tx.calls and sub.get("stream_id") == sid and tx.made == 1,
                   f"{sub} {tx.calls}")
@@ -558,9 +558,10 @@ def run(binary, mode, store, interop):
                 f.write(config_text(store, port, cb, source_lines(tx, other, events + [extra])))
             asked = len(tx.verifications)
             idem.send_signal(signal.SIGHUP)
-            d = eventually(lambda: tx.streams[sid]["delivery"], lambda d: d["method"] == (PUSH if other == "push" else POLL))
+            method = PUSH if other == "push" else POLL
+            d = eventually(lambda: tx.streams[sid]["delivery"], lambda d: d["method"] == method)
             check(f"{m}: another delivery: the stream replaced (PUT), {other} now",
-                  "PUT /streams" in tx.calls and d["method"] == (PUSH if other == "push" else POLL) and tx.made == 1,
+                  "PUT /streams" in tx.calls and d["method"] == method and tx.made == 1,
                   f"{d} {tx.calls}")
             # idem asks for a verification once it has recorded the replaced stream (and the
             # push credential it made for it): the plan delivers from then on.
