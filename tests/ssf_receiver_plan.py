@@ -79,6 +79,7 @@ class Transmitter:
         self.set_errs = {}
         self.calls = []
         self.made = 0
+        self.unsolicited = []
 
     @property
     def issuer(self):
@@ -125,6 +126,14 @@ class Transmitter:
         except ValueError:
             return status, body
 
+    def unsolicited_at_once(self, sid):
+        """A verification without state sent to a stream just made or given a new delivery,
+        before the call that did it is answered (SSF §8.1.4: a transmitter may send one at any
+        time after it made the stream); what it got is kept, by stream, in `unsolicited`."""
+        claims = self.verification(sid)
+        status, answer = self.deliver(sid, claims)
+        self.unsolicited.append((sid, self.streams[sid]["delivery"]["method"], claims["jti"], status, answer))
+
     def answer(self, jti):
         """Once stream `jti` is polled back: 'ack' or its setErr."""
         def probe():
@@ -141,15 +150,18 @@ def handler(tx):
 
         def reply(self, status, body=None, content_type="application/json"):
             data = b"" if body is None else json.dumps(body).encode()
+            self.send_response(status)
+            if body is not None:
+                self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def handle(self):
             try:
-                self.send_response(status)
-                if body is not None:
-                    self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                super().handle()
             except (BrokenPipeError, ConnectionResetError):
-                pass  # a poll idem gave up on as it stopped
+                pass  # a connection of an idem SIGKILLed or stopped
 
         def body(self):
             raw = self.rfile.read(int(self.headers.get("content-length", 0)))
@@ -243,13 +255,17 @@ def handler(tx):
                 sid = f"stream-{tx.made}"
                 tx.streams[sid] = self.configured(sid, body)
                 tx.status[sid] = "enabled"
+                tx.unsolicited_at_once(sid)
                 return self.reply(201, tx.streams[sid])
             sid = body.get("stream_id")
             if sid not in tx.streams:
                 return self.reply(404)
+            was = tx.streams[sid]["delivery"]
             asked = dict(tx.streams[sid]) if method == "PATCH" else {}
             asked.update({k: body[k] for k in ("delivery", "events_requested", "description") if k in body})
             tx.streams[sid] = self.configured(sid, asked)
+            if tx.streams[sid]["delivery"] != was:
+                tx.unsolicited_at_once(sid)
             return self.reply(200, tx.streams[sid])
 
         def do_PATCH(self):
@@ -457,11 +473,18 @@ def run(binary, mode, store, interop):
                     tx.verification("stream-9", state), "invalid_state")
             check(f"{m}: neither verifies", subscription(base).get("verified_at") is None)
             m = f"OIDSSFReceiverUnsolicitedStreamVerificationTest {tag}"
+            (_, method, jti, status, answer), = tx.unsolicited or [(None, None, None, None, None)]
+            if method == PUSH:
+                check(f"{m}: one pushed at once on creation, before the create is answered, is accepted",
+                      status == 202, f"{status} {answer}")
+            else:
+                check(f"{m}: one queued at once on creation is acknowledged", tx.answer(jti) == "ack",
+                      str(tx.unsolicited))
             accepted(f"{m}: a verification without state is acknowledged", tx.verification(sid))
             check(f"{m}: and verifies nothing", subscription(base).get("verified_at") is None)
             m = f"OIDSSFReceiverStreamVerificationTest {tag}"
             accepted(f"{m}: the verification SET with idem's state is acknowledged", tx.verification(sid, state))
-            sub = eventually(lambda: subscription(base), lambda s: s.get("verified_at"))
+            sub = eventually(lambda: subscription(base), lambda s: s.get("verified_at") and s.get("status"))
             check(f"{m}: the stream is verified", isinstance(sub.get("verified_at"), str)
                   and sub.get("status") == "enabled" and sub.get("last_error") is None, str(sub))
             check(f"{m}: a verification decides nothing", decided(0, 0) == 0, str(callbacks))
@@ -542,8 +565,7 @@ def run(binary, mode, store, interop):
             check(f"{m}: after a SIGKILL and a start, the stream is read (GET /streams), not made again",
                   reads >= 1 and tx.made == 1, str(tx.calls))
             extra = COMPROMISE if interop else REVOKED
-            with open(path, "w") as f:
-                f.write(config_text(store, port, cb, source_lines(tx, mode, events + [extra])))
+            write_config(tmp, config_text(store, port, cb, source_lines(tx, mode, events + [extra])), port)
             asked = len(tx.verifications)
             idem.send_signal(signal.SIGHUP)
             sub = eventually(lambda: subscription(base),
@@ -554,8 +576,7 @@ def run(binary, mode, store, interop):
             check(f"{m}: after the update idem asks for a verification again",
                   eventually(lambda: len(tx.verifications), lambda n: n > asked) == asked + 1)
             other = "push" if mode == "poll" else "poll"
-            with open(path, "w") as f:
-                f.write(config_text(store, port, cb, source_lines(tx, other, events + [extra])))
+            write_config(tmp, config_text(store, port, cb, source_lines(tx, other, events + [extra])), port)
             asked = len(tx.verifications)
             idem.send_signal(signal.SIGHUP)
             method = PUSH if other == "push" else POLL
@@ -567,6 +588,9 @@ def run(binary, mode, store, interop):
             # push credential it made for it): the plan delivers from then on.
             check(f"{m}: after the replace idem asks for a verification again",
                   eventually(lambda: len(tx.verifications), lambda n: n > asked) == asked + 1)
+            if other == "push":
+                check(f"{m}: a verification pushed at once on the replace, before it is answered, is accepted",
+                      [u[3] for u in tx.unsolicited[1:]] == [202], str(tx.unsolicited))
             mode = other
             c = tx.event(events[0], "after-replace@example.com")
             accepted(f"{m}: SETs delivered by {other} after the replace are accepted", c)

@@ -253,7 +253,7 @@ async fn reconcile(
     let streams_at = endpoint(&metadata.configuration_endpoint, "configuration_endpoint")?;
     let store = app.engine.streams();
     let sealer = store.sealer().clone();
-    let read = store.subscription(tenant, source).await?;
+    let mut read = store.subscription(tenant, source).await?;
     let mut record = read.clone().unwrap_or_default();
     let issuer = access.issuer();
     if record.transmitter != issuer {
@@ -277,6 +277,18 @@ async fn reconcile(
         &wanted.endpoint_url,
         &authorization,
     );
+    // A new push credential is recorded before the transmitter is given it: a transmitter may
+    // push (a verification, say) as soon as it has made or replaced the stream, before it
+    // answers idem, and that push must already be taken.
+    if wanted.subscribe.delivery == Delivery::Push && record.authorization.is_none() {
+        record.authorization = Some(
+            sealer
+                .seal(&owner(tenant, source), authorization.as_bytes())
+                .map_err(|e| SubscribeError::Unusable(e.to_string()))?,
+        );
+        record = write(app, tenant, source, read.as_ref(), record).await?;
+        read = Some(record.clone());
+    }
     let mut stream = match &record.stream_id {
         Some(id) => {
             let url = with_query(streams_at, "stream_id", id);
