@@ -540,3 +540,286 @@ async fn oidssf_receiver_stream_verification_by_state() {
     let s = status(&client).await["subscription"].clone();
     assert!(s["verified_at"].is_string(), "{s}");
 }
+
+/// `method` on `path` of `entra` (`/subscription`, `/subjects`) with the tenant's key and
+/// `body`.
+async fn manage(client: &Client, method: &str, path: &str, body: &str) -> Resp {
+    client
+        .send(
+            method,
+            &format!("/v1/sources/acme/entra{path}"),
+            Req::new(body).header("authorization", API_KEY),
+        )
+        .await
+}
+
+#[tokio::test]
+async fn oidssf_receiver_stream_status_update() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let (_dir, _receiver, idem, client, transmitter) =
+        start(&rsa, |t| subscribed(t, "poll"), 3600).await;
+    subscription_when(&client, |s| s["status"] == "enabled").await;
+    // Paused through idem: the transmitter's answer is idem's, and recorded.
+    let r = manage(
+        &client,
+        "POST",
+        "/subscription",
+        r#"{"status": "paused", "reason": "maintenance"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    assert_eq!(
+        r.json(),
+        json!({"stream_id": "stream-1", "status": "paused", "reason": "maintenance"})
+    );
+    assert_eq!(
+        transmitter.stream_status("stream-1"),
+        Some(("paused".into(), Some("maintenance".into())))
+    );
+    assert!(transmitter.calls().contains(&"POST /status".to_string()));
+    assert_eq!(status(&client).await["subscription"]["status"], "paused");
+    // Enabled again.
+    let r = manage(&client, "POST", "/subscription", r#"{"status": "enabled"}"#).await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    assert_eq!(r.json()["status"], "enabled");
+    assert_eq!(
+        transmitter.stream_status("stream-1"),
+        Some(("enabled".into(), None))
+    );
+    assert_eq!(status(&client).await["subscription"]["status"], "enabled");
+    // What is not a status change is refused before the transmitter is asked.
+    let asked = transmitter.calls().len();
+    for (body, slug) in [
+        (r#"{"status": "stopped"}"#, "invalid-stream"),
+        (r#"{"status": "paused", "why": "x"}"#, "invalid-stream"),
+        (r#"{"reason": "x"}"#, "invalid-stream"),
+        (
+            r#"{"status": "paused", "status": "enabled"}"#,
+            "invalid-stream",
+        ),
+        ("paused", "malformed-json"),
+    ] {
+        let r = manage(&client, "POST", "/subscription", body).await;
+        assert_problem(&r, 400, slug, body);
+    }
+    let long = format!(
+        r#"{{"status": "paused", "reason": "{}"}}"#,
+        "x".repeat(1025)
+    );
+    assert_problem(
+        &manage(&client, "POST", "/subscription", &long).await,
+        400,
+        "invalid-stream",
+        "a reason over 1024 bytes",
+    );
+    assert_eq!(
+        transmitter.calls().len(),
+        asked,
+        "{:?}",
+        transmitter.calls()
+    );
+    // Another tenant's key, no key, no such source.
+    let r = client
+        .send(
+            "POST",
+            "/v1/sources/acme/entra/subscription",
+            Req::new(r#"{"status": "paused"}"#).header("authorization", "Bearer sk_nobody"),
+        )
+        .await;
+    assert_eq!(r.status, 401, "{}", text(&r));
+    let r = client
+        .send(
+            "POST",
+            "/v1/sources/acme/nothing/subscription",
+            Req::new(r#"{"status": "paused"}"#).header("authorization", API_KEY),
+        )
+        .await;
+    assert_problem(&r, 404, "not-found", "no such source");
+    // A stream the transmitter no longer has: its refusal, named.
+    transmitter.drop_stream("stream-1");
+    let r = manage(&client, "POST", "/subscription", r#"{"status": "paused"}"#).await;
+    assert_problem(&r, 502, "transmitter-failed", "a stream gone");
+    assert!(text(&r).contains("404"), "{}", text(&r));
+    let log = idem.stderr();
+    assert!(!log.contains("access-token-"), "a token logged: {log}");
+}
+
+#[tokio::test]
+async fn subjects_added_and_removed_through_idem() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let (_dir, _receiver, _idem, client, transmitter) =
+        start(&rsa, |t| subscribed(t, "poll"), 3600).await;
+    subscription_when(&client, |s| s["status"] == "enabled").await;
+    let subject = json!({"format": "email", "email": "ann@example.com"});
+    let r = manage(
+        &client,
+        "POST",
+        "/subjects",
+        &json!({"action": "add", "subject": subject, "verified": true}).to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    let r = manage(
+        &client,
+        "POST",
+        "/subjects",
+        &json!({"action": "remove", "subject": subject}).to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 204, "{}", text(&r));
+    assert_eq!(
+        transmitter.subjects(),
+        vec![
+            ("stream-1".to_string(), "add".to_string(), subject.clone()),
+            (
+                "stream-1".to_string(),
+                "remove".to_string(),
+                subject.clone()
+            ),
+        ]
+    );
+    for body in [
+        json!({"action": "replace", "subject": subject}),
+        json!({"action": "add", "subject": "ann@example.com"}),
+        json!({"action": "add", "subject": {"email": "ann@example.com"}}),
+        json!({"action": "remove", "subject": subject, "verified": true}),
+        json!({"action": "add"}),
+    ] {
+        let r = manage(&client, "POST", "/subjects", &body.to_string()).await;
+        assert_problem(&r, 400, "invalid-stream", &body.to_string());
+    }
+    assert_eq!(
+        transmitter.subjects().len(),
+        2,
+        "refused before the transmitter"
+    );
+}
+
+#[tokio::test]
+async fn a_source_not_subscribed_or_without_a_stream_is_409() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let transmitter = LoopbackTransmitter::start(jose::jwk_set(&[&rsa])).await;
+    // `entra` calls the transmitter with a token it refuses: no stream is ever made.
+    let lines = format!(
+        r#"audience = "{STREAM_AUDIENCE}"
+jwks = "{jwks}"
+transmitter = "{issuer}"
+auth = {{ bearer = "not-a-token-it-takes" }}
+delivery = "poll"
+[tenants.acme.sources.plain]
+kind = "ssf"
+issuer = "{issuer}"
+audience = "{STREAM_AUDIENCE}"
+jwks = "{jwks}""#,
+        issuer = transmitter.issuer(),
+        jwks = transmitter.url("/jwks"),
+    );
+    let (_dir, _receiver, _idem, client) = Harness::new()
+        .tenants(move |r| acme(r, &lines))
+        .start()
+        .await;
+    let s = subscription_when(&client, |s| s["last_error"].is_string()).await;
+    assert!(
+        s["last_error"].as_str().unwrap_or_default().contains("401"),
+        "{s}"
+    );
+    for (method, path, body) in [
+        ("POST", "/subscription", r#"{"status": "paused"}"#),
+        ("DELETE", "/subscription", ""),
+        (
+            "POST",
+            "/subjects",
+            r#"{"action": "add", "subject": {"format": "email", "email": "a@b.c"}}"#,
+        ),
+    ] {
+        let r = manage(&client, method, path, body).await;
+        assert_problem(&r, 409, "no-stream", path);
+        let r = client
+            .send(
+                method,
+                &format!("/v1/sources/acme/plain{path}"),
+                Req::new(body).header("authorization", API_KEY),
+            )
+            .await;
+        assert_problem(&r, 409, "not-subscribed", path);
+    }
+    assert_eq!(transmitter.streams_made(), 0);
+}
+
+#[tokio::test]
+async fn oidssf_receiver_stream_create_delete() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let transmitter = LoopbackTransmitter::start(jose::jwk_set(&[&rsa])).await;
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = devtools::free_port().expect("a free port");
+    let lines = subscribed(&transmitter, "poll").replace("\"1h\"", "\"1s\"");
+    let config = config_on_port(dir.path(), port, &acme(&receiver, &lines));
+    let idem = Idem::start(dir.path(), &config);
+    let client = Client::new(&idem.base);
+    let made = subscription_when(&client, |s| s["status"] == "enabled").await;
+    assert_eq!(made["stream_id"], "stream-1", "{made}");
+
+    // The source dropped from the configuration: its stream is kept.
+    let without = config_on_port(dir.path(), port, &acme_text(&receiver.url("/lock"), "").replace(
+        "[tenants.acme.sources.entra]\nkind = \"ssf\"\n\n[[tenants.acme.sources.entra.map]]\nevent = \"https://schemas.openid.net/secevent/risc/event-type/credential-compromise\"\ntype = \"breach\"\n",
+        "",
+    ));
+    std::fs::write(&idem.config_path, &without).expect("write");
+    idem.signal(libc::SIGHUP);
+    let configured = |want: u16| {
+        let client = &client;
+        async move {
+            eventually(
+                Duration::from_secs(20),
+                || async {
+                    let path = "/v1/sources/acme/entra/status";
+                    let key = Req::new("").header("authorization", API_KEY);
+                    client.send("GET", path, key).await.status
+                },
+                |s| *s == want,
+            )
+            .await
+        }
+    };
+    assert_eq!(configured(404).await, 404, "the source is still configured");
+    // Past a verification interval: nothing deleted, nothing made.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        !transmitter.calls().contains(&"DELETE /streams".to_string()),
+        "{:?}",
+        transmitter.calls()
+    );
+    assert!(transmitter.streams().contains_key("stream-1"));
+    std::fs::write(&idem.config_path, &config).expect("write");
+    idem.signal(libc::SIGHUP);
+    assert_eq!(configured(200).await, 200, "the source is not back");
+    let back = subscription_when(&client, |s| s["stream_id"] == "stream-1").await;
+    assert_eq!(back["stream_id"], "stream-1", "{back}");
+
+    // Deleted when asked: at the transmitter, and in the record.
+    let r = manage(&client, "DELETE", "/subscription", "").await;
+    assert_eq!(r.status, 204, "{}", text(&r));
+    assert!(
+        transmitter.streams().is_empty(),
+        "{:?}",
+        transmitter.streams()
+    );
+    let s = status(&client).await["subscription"].clone();
+    assert_eq!(s["stream_id"], Value::Null, "{s}");
+    assert_eq!(s["status"], Value::Null, "{s}");
+    let r = manage(&client, "DELETE", "/subscription", "").await;
+    assert_problem(&r, 409, "no-stream", "deleted already");
+    // Not made again while idem runs, past its verification interval.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(transmitter.streams_made(), 1, "{:?}", transmitter.calls());
+    idem.kill();
+
+    // The next start makes one new stream.
+    let idem = Idem::start(dir.path(), &config);
+    let client = Client::new(&idem.base);
+    let s = subscription_when(&client, |s| s["status"] == "enabled").await;
+    assert_eq!(s["stream_id"], "stream-2", "{s}");
+    assert_eq!(transmitter.streams_made(), 2, "{:?}", transmitter.calls());
+    assert_eq!(transmitter.streams().len(), 1);
+}
