@@ -823,3 +823,127 @@ async fn oidssf_receiver_stream_create_delete() {
     assert_eq!(transmitter.streams_made(), 2, "{:?}", transmitter.calls());
     assert_eq!(transmitter.streams().len(), 1);
 }
+
+const STREAM_UPDATED: &str = "https://schemas.openid.net/secevent/ssf/event-type/stream-updated";
+
+#[tokio::test]
+async fn a_stream_updated_event_sets_the_status_shown() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let (_dir, _receiver, _idem, client, transmitter) =
+        start(&rsa, |t| subscribed(t, "poll"), 3600).await;
+    subscription_when(&client, |s| s["status"] == "enabled").await;
+    transmitter.sign_with(JwsKey::rsa("rsa-1"));
+    let updated = |jti: &str, stream: &str, status: &str| {
+        let set = transmitter.set_about(
+            stream,
+            json!({STREAM_UPDATED: {"status": status, "reason": "told by the transmitter"}}),
+        );
+        transmitter.queue(jti, &set);
+    };
+    // For another stream: acknowledged, shown as announced, not the subscription's status.
+    updated("u-other", "stream-9", "disabled");
+    let acked = |jti: &'static str| {
+        let t = transmitter.clone();
+        async move {
+            eventually(
+                Duration::from_secs(20),
+                || async { t.acked() },
+                |a| a.iter().any(|j| j == jti),
+            )
+            .await
+        }
+    };
+    assert!(acked("u-other").await.contains(&"u-other".to_string()));
+    let s = status(&client).await;
+    assert_eq!(s["stream"]["status"], "disabled", "{s}");
+    assert_eq!(s["subscription"]["status"], "enabled", "{s}");
+    // For its stream: the subscription's status, on the store.
+    updated("u-paused", "stream-1", "paused");
+    assert!(acked("u-paused").await.contains(&"u-paused".to_string()));
+    let s = status(&client).await;
+    assert_eq!(s["subscription"]["status"], "paused", "{s}");
+    updated("u-enabled", "stream-1", "enabled");
+    assert!(acked("u-enabled").await.contains(&"u-enabled".to_string()));
+    assert_eq!(status(&client).await["subscription"]["status"], "enabled");
+    assert!(
+        transmitter.set_errs().is_empty(),
+        "{:?}",
+        transmitter.set_errs()
+    );
+}
+
+#[tokio::test]
+async fn oidssf_receiver_stream_verification_again_after_verify_every() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let (_dir, _receiver, _idem, client, transmitter) = start(
+        &rsa,
+        |t| subscribed(t, "poll").replace("\"1h\"", "\"1s\""),
+        3600,
+    )
+    .await;
+    transmitter.sign_with(JwsKey::rsa("rsa-1"));
+    let first = subscription_when(&client, |s| s["verified_at"].is_string()).await;
+    // Each interval: a verification with a new random state, which verifies the stream again.
+    let asked = eventually(
+        Duration::from_secs(20),
+        || async { transmitter.verifications() },
+        |v| v.len() >= 3,
+    )
+    .await;
+    assert!(asked.len() >= 3, "{asked:?}");
+    let states: std::collections::BTreeSet<_> = asked.iter().map(|(_, s)| s.clone()).collect();
+    assert_eq!(states.len(), asked.len(), "a state used twice: {asked:?}");
+    assert!(
+        asked
+            .iter()
+            .all(|(stream, s)| stream == "stream-1" && s.as_ref().is_some_and(|s| s.len() >= 32)),
+        "{asked:?}"
+    );
+    let again = subscription_when(&client, |s| s["verified_at"] != first["verified_at"]).await;
+    assert!(again["verified_at"].is_string(), "{again}");
+    assert_ne!(again["verified_at"], first["verified_at"], "{again}");
+    assert_eq!(transmitter.streams_made(), 1);
+    assert!(
+        transmitter.set_errs().is_empty(),
+        "{:?}",
+        transmitter.set_errs()
+    );
+}
+
+#[tokio::test]
+async fn two_nodes_on_one_database_starting_at_once_make_one_stream() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let transmitter = LoopbackTransmitter::start(jose::jwk_set(&[&rsa])).await;
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = test_database();
+    let tenants = acme(&receiver, &subscribed(&transmitter, "poll"));
+    let nodes: Vec<_> = (0..2)
+        .map(|n| {
+            let node_dir = dir.path().join(format!("node{n}"));
+            std::fs::create_dir_all(&node_dir).expect("dir");
+            let config = settings(&on_postgres(&url), &node_dir.join("data"), "", "") + &tenants;
+            let path = node_dir.join("idem.toml");
+            std::fs::write(&path, config).expect("config");
+            std::thread::spawn(move || Idem::start_with(path, &[]))
+        })
+        .collect();
+    let nodes: Vec<Idem> = nodes
+        .into_iter()
+        .map(|n| n.join().expect("node started"))
+        .collect();
+    for node in &nodes {
+        let client = Client::new(&node.base);
+        let s = subscription_when(&client, |s| s["status"] == "enabled").await;
+        assert_eq!(s["stream_id"], "stream-1", "{s}");
+    }
+    // A reconciliation round later on both nodes, still the one stream.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(transmitter.streams_made(), 1, "{:?}", transmitter.calls());
+    // Managed through either node: the one stream.
+    let other = Client::new(&nodes[1].base);
+    let r = manage(&other, "POST", "/subscription", r#"{"status": "paused"}"#).await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    let first = Client::new(&nodes[0].base);
+    assert_eq!(status(&first).await["subscription"]["status"], "paused");
+}
