@@ -10,7 +10,9 @@ across a restart (read, not made again), updates and replaces it when its config
 changes, asks for verification with a state of its own and is verified only by that state
 (another is refused, `invalid_state`, pushed or polled; one without state is acknowledged),
 reads the stream's status, accepts each event SET once (a duplicate decides nothing) and
-refuses bad ones with RFC 8935's `err`. With `postgres` as argv[2] idem runs on a fresh
+refuses bad ones with RFC 8935's `err`, accepts a verification the transmitter pushes as soon
+as it has made or replaced the stream, and, asked through its API, changes the stream's status,
+adds and removes subjects, and deletes the stream (a new one made only at the next start). With `postgres` as argv[2] idem runs on a fresh
 database of the local server (127.0.0.1:5432, user postgres). Prints `ok`/`FAIL` lines and
 `N passed, M failed`, and exits non-zero on a failure."""
 
@@ -401,6 +403,71 @@ def decided(n, timeout=10):
     return len(callbacks)
 
 
+def manage(base, method, what, body=None):
+    """A call to `/v1/sources/acme/entra/{what}` with the tenant's key: status, media type,
+    parsed body."""
+    data = json.dumps(body).encode() if body is not None else None
+    status, h, answer = request(f"{base}/v1/sources/acme/entra/{what}", data,
+                                {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
+                                method)
+    try:
+        parsed = json.loads(answer) if answer else None
+    except ValueError:
+        parsed = None
+    return status, h.get("content-type", ""), parsed
+
+
+def managed(tx, base, sid, mode, events):
+    """The plans' modules that need the receiver to change its stream: its status
+    (OIDSSFReceiverStreamStatusUpdateTest), its subjects and its deletion
+    (OIDSSFReceiverStreamCreateDeleteTest), asked of idem."""
+    tag = f"({mode})"
+    m = f"OIDSSFReceiverStreamStatusUpdateTest {tag}"
+    for value in ("paused", "enabled"):
+        status, _, answer = manage(base, "POST", "subscription", {"status": value, "reason": "the plan"})
+        check(f"{m}: POST …/subscription {value}: 200 with the transmitter's answer",
+              status == 200 and (answer or {}).get("status") == value and answer.get("stream_id") == sid,
+              f"{status} {answer}")
+        check(f"{m}: the transmitter's stream is {value}", tx.status.get(sid) == value, str(tx.status))
+        sub = eventually(lambda: subscription(base), lambda s: s.get("status") == value)
+        check(f"{m}: the subscription shows {value}", sub.get("status") == value, str(sub))
+    status, kind, answer = manage(base, "POST", "subscription", {"status": "sleeping"})
+    check(f"{m}: another status is 400 invalid-stream",
+          status == 400 and kind.startswith("application/problem+json")
+          and (answer or {}).get("type") == "urn:idem:problem:invalid-stream", f"{status} {answer}")
+
+    m = f"OIDSSFReceiverSubjects {tag}"
+    subject = {"format": "email", "email": "example.user@example.com"}
+    status, _, _ = manage(base, "POST", "subjects", {"action": "add", "subject": subject, "verified": True})
+    check(f"{m}: add: 200, the transmitter's add_subject_endpoint called with it",
+          status == 200 and tx.subjects[-1:] == [(sid, "add", subject)], f"{status} {tx.subjects}")
+    status, _, _ = manage(base, "POST", "subjects", {"action": "remove", "subject": subject})
+    check(f"{m}: remove: 204, the transmitter's remove_subject_endpoint called with it",
+          status == 204 and tx.subjects[-1:] == [(sid, "remove", subject)], f"{status} {tx.subjects}")
+    status, _, answer = manage(base, "POST", "subjects", {"action": "forget", "subject": subject})
+    check(f"{m}: another action is 400 invalid-stream",
+          status == 400 and (answer or {}).get("type") == "urn:idem:problem:invalid-stream", f"{status} {answer}")
+
+    m = f"OIDSSFReceiverStreamCreateDeleteTest {tag}"
+    auth = tx.streams[sid]["delivery"].get("authorization_header")
+    status, _, answer = manage(base, "DELETE", "subscription")
+    check(f"{m}: DELETE …/subscription: 204, the stream deleted at the transmitter",
+          status == 204 and "DELETE /streams" in tx.calls and sid not in tx.streams, f"{status} {answer}")
+    sub = eventually(lambda: subscription(base), lambda s: s.get("stream_id") is None)
+    check(f"{m}: the subscription has no stream", sub.get("stream_id") is None, str(sub))
+    if auth:
+        c = tx.event(events[0], "after-delete@example.com")
+        status, _, body = request(f"{base}/v1/sources/acme/entra", tx.sign(c).encode(),
+                                  {"Content-Type": "application/secevent+jwt", "Authorization": auth}, "POST")
+        check(f"{m}: a push with the deleted stream's credential is refused",
+              status == 400 and json.loads(body).get("err") == "authentication_failed", f"{status} {body}")
+    time.sleep(2)
+    check(f"{m}: no stream made again while idem runs", tx.made == 1, str(tx.calls))
+    status, _, answer = manage(base, "POST", "subscription", {"status": "enabled"})
+    check(f"{m}: a status change without a stream is 409 no-stream",
+          status == 409 and (answer or {}).get("type") == "urn:idem:problem:no-stream", f"{status} {answer}")
+
+
 def run(binary, mode, store, interop):
     """Both plans' modules on a subscription delivered by `mode`."""
     tx = Transmitter()
@@ -596,6 +663,13 @@ def run(binary, mode, store, interop):
             accepted(f"{m}: SETs delivered by {other} after the replace are accepted", c)
             check(f"{m}: and decided", decided(len(sent) + 1) == len(sent) + 1, str(len(callbacks)))
             check(f"{m}: nothing deleted by a change of the config", "DELETE /streams" not in tx.calls)
+            managed(tx, base, sid, mode, events)
+            idem.kill()
+            idem.wait(timeout=10)
+            idem, base = start_idem(binary, path)
+            sub = eventually(lambda: subscription(base), lambda s: s.get("stream_id"))
+            check(f"OIDSSFReceiverStreamCreateDeleteTest ({mode}): the next start makes a new stream",
+                  tx.made == 2 and sub.get("stream_id") == "stream-2", f"{sub} {tx.calls}")
         finally:
             idem.terminate()
             idem.wait(timeout=10)
