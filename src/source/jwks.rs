@@ -1,4 +1,5 @@
-//! A transmitter's JWK Set, fetched (an `http(s)` URL) or read (a file) and cached per source.
+//! A transmitter's JWK Set, fetched (an `http(s)` URL, or the `jwks_uri` of a subscribed
+//! source's transmitter's SSF metadata) or read (a file) and cached per source.
 //! A `kid` the cache does not hold fetches the set again, at most once per `refetch` interval
 //! counting every fetch, so a sender who invents `kid`s cannot make idem fetch at will. A fetch
 //! is bounded in time and size, and only the requests of its own source that need a new key wait
