@@ -947,3 +947,58 @@ async fn two_nodes_on_one_database_starting_at_once_make_one_stream() {
     let first = Client::new(&nodes[0].base);
     assert_eq!(status(&first).await["subscription"]["status"], "paused");
 }
+
+#[test]
+fn audience_and_jwks_are_optional_only_for_a_subscribed_source() {
+    let subscribed =
+        "transmitter = \"https://t.example/ssf\"\nauth = { bearer = \"b\" }\ndelivery = \"poll\"";
+    let (code, err) = check(subscribed);
+    assert_eq!(code, 0, "{err}");
+    for (lines, key) in [
+        (
+            "issuer = \"https://t.example/ssf\"\njwks = \"https://t.example/jwks\"",
+            "tenants.acme.sources.entra.audience",
+        ),
+        (
+            "issuer = \"https://t.example/ssf\"\naudience = \"https://idem.example/acme\"",
+            "tenants.acme.sources.entra.jwks",
+        ),
+    ] {
+        let (code, err) = check(lines);
+        assert_ne!(code, 0, "accepted: {lines}");
+        assert!(err.contains(key), "{key} not named for {lines}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn audience_and_keys_from_the_transmitter_when_not_written() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let lines = |t: &LoopbackTransmitter| {
+        subscribed(t, "poll")
+            .lines()
+            .filter(|l| !l.starts_with("audience") && !l.starts_with("jwks"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let (_dir, receiver, _idem, client, transmitter) = start(&rsa, lines, 3600).await;
+    transmitter.sign_with(JwsKey::rsa("rsa-1"));
+    subscription_when(&client, |s| s["verified_at"].is_string()).await;
+    // Verified with the key of the metadata's jwks_uri, for the stream's aud.
+    assert!(transmitter.jwks_fetches() >= 1);
+    let set = rsa.sign(&compromise(&transmitter.issuer(), "aud-1", "a@example.com"));
+    transmitter.deliver("stream-1", "aud-1", &set).await;
+    let mut other = compromise(&transmitter.issuer(), "aud-2", "b@example.com");
+    other["aud"] = json!("https://someone-else.example");
+    transmitter
+        .deliver("stream-1", "aud-2", &rsa.sign(&other))
+        .await;
+    let (acked, errs) = eventually(
+        Duration::from_secs(20),
+        || async { (transmitter.acked(), transmitter.set_errs()) },
+        |(a, e)| a.iter().any(|j| j == "aud-1") && e.contains_key("aud-2"),
+    )
+    .await;
+    assert!(acked.iter().any(|j| j == "aud-1"), "{acked:?}");
+    assert_eq!(errs["aud-2"]["err"], "invalid_audience", "{errs:?}");
+    exactly(&receiver, "/lock", 1).await;
+}

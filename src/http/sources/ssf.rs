@@ -79,9 +79,20 @@ pub async fn take(
         .idempotency
         .key_ttl
         .max(idem_actors::signals::EVENT_CLAIM_MIN);
+    let discovered;
+    let audience: &[String] = match &ssf.audience {
+        Some(written) => std::slice::from_ref(written),
+        None => {
+            discovered = match state.audience() {
+                Some(aud) => aud,
+                None => stream_audience(app, tenant, source, state).await?,
+            };
+            &discovered
+        }
+    };
     let expect = Expect {
         issuer: &ssf.issuer,
-        audience: &ssf.audience,
+        audience,
         algorithms: &ssf.algorithms,
         now_secs: (now_ms() / 1000) as i64,
         max_age: ssf.max_age(claim_life, skew),
@@ -102,7 +113,23 @@ pub async fn take(
             ))
         }
     })?;
-    let set = set::verify(token, &header, &key, &expect)?;
+    let set = match set::verify(token, &header, &key, &expect) {
+        // The stream's `aud` may have changed (a new stream): read again, at most once per
+        // `jwks_refetch`, as an unknown key is.
+        Err(refusal)
+            if refusal.err == Err::InvalidAudience
+                && ssf.audience.is_none()
+                && state.audience_older_than(ssf.jwks_refetch) =>
+        {
+            let again = stream_audience(app, tenant, source, state).await?;
+            let expect = Expect {
+                audience: &again,
+                ..expect.clone()
+            };
+            set::verify(token, &header, &key, &expect)?
+        }
+        other => other?,
+    };
     let events = events::of_set(&set);
     let mut ready = Vec::with_capacity(events.len());
     let mut own = 0;
@@ -226,6 +253,72 @@ async fn verified(
         )));
     }
     Ok(())
+}
+
+/// The `aud` of the stream recorded for a subscribed source with no `audience` written, read
+/// from the transmitter now and kept; none recorded yet, or the transmitter failing: the SET
+/// is sent again later.
+async fn stream_audience(
+    app: &App,
+    tenant: &Tenant,
+    source: &Source,
+    state: &SourceState,
+) -> Result<std::sync::Arc<[String]>, NotTaken> {
+    let later = |why: String| {
+        tracing::warn!(tenant = %tenant.name, source = %source.name, why, "the stream's aud could not be read");
+        NotTaken::Later(ApiError::new(
+            Kind::Unavailable,
+            "the stream's audience could not be read from the transmitter; send the SET again",
+        ))
+    };
+    let Some(access) = &state.access else {
+        return Err(later("the source is not subscribed".into()));
+    };
+    let record = app
+        .engine
+        .streams()
+        .subscription(&tenant.name, &source.name)
+        .await
+        .map_err(store_failed)?
+        .unwrap_or_default();
+    let Some(id) = record
+        .stream_id
+        .filter(|_| record.transmitter == access.issuer())
+    else {
+        return Err(later("no stream is recorded yet".into()));
+    };
+    let metadata = subscribe::metadata(access)
+        .await
+        .map_err(|e| later(e.to_string()))?;
+    let at = subscribe::endpoint(&metadata.configuration_endpoint, "configuration_endpoint")
+        .map_err(|e| later(e.to_string()))?;
+    let url = subscribe::with_query(at, "stream_id", &id);
+    let (status, stream) = subscribe::call(
+        access,
+        "the stream endpoint",
+        reqwest::Method::GET,
+        &url,
+        None,
+    )
+    .await
+    .map_err(|e| later(e.to_string()))?;
+    if status != 200 {
+        return Err(later(format!("the stream endpoint answered {status}")));
+    }
+    let aud: std::sync::Arc<[String]> = match &stream["aud"] {
+        Value::String(one) => vec![one.clone()].into(),
+        Value::Array(many) => many
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect(),
+        _ => return Err(later("the stream has no aud".into())),
+    };
+    if aud.is_empty() {
+        return Err(later("the stream's aud is empty".into()));
+    }
+    state.set_audience(aud.clone());
+    Ok(aud)
 }
 
 /// The stream a SET of SSF's own names in its `sub_id` (SSF §8.1.4.1: `opaque`, the id).
