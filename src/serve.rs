@@ -88,8 +88,17 @@ pub async fn run(
             source,
         })?;
     let addr = listener.local_addr().map_err(ServeError::Http)?;
-    let reloader =
-        reload_from.map(|path| tokio::spawn(reload_on_sighup(path, live.clone(), config.clone())));
+    // SIGHUP's handler is in place before idem says it listens: until then the signal's default
+    // action, ending the process, would be what a reload right after the start does.
+    let reloader = reload_from.map(|path| {
+        let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+        tokio::spawn(reload_on_sighup(
+            path,
+            hangups,
+            live.clone(),
+            config.clone(),
+        ))
+    });
     // What sources fetch and poll with (JWK Sets, SSF poll endpoints); no redirects followed.
     let outbound = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -156,10 +165,14 @@ pub async fn run(
     Ok(())
 }
 
-/// Reloads the configuration from `path` on every SIGHUP.
-async fn reload_on_sighup(path: PathBuf, live: Arc<ArcSwap<Live>>, started: Config) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+/// Reloads the configuration from `path` on every SIGHUP `hangups` receives.
+async fn reload_on_sighup(
+    path: PathBuf,
+    hangups: std::io::Result<tokio::signal::unix::Signal>,
+    live: Arc<ArcSwap<Live>>,
+    started: Config,
+) {
+    let Ok(mut hangups) = hangups else {
         tracing::warn!("cannot listen for SIGHUP; reload by restarting");
         return;
     };
