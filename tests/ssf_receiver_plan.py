@@ -643,7 +643,7 @@ def run(binary, mode, store, interop):
                 # A renewal due anyway may come first (the tokens live seconds): then nothing is
                 # refused; else one call is, and a new token is fetched at once.
                 check(f"{m}: a refused token is renewed once and the poll goes on",
-                      tx.answer(c["jti"]) == "ack" and tx.unauthorized <= 1 and tx.tokens_given == given + 1,
+                      tx.answer(c["jti"]) == "ack" and tx.unauthorized <= 1 and tx.tokens_given >= given + 1,
                       f"{tx.unauthorized} {tx.tokens_given - given}")
                 decided(len(sent) + 1)
                 sent.append(c)
