@@ -647,9 +647,12 @@ async fn oidssf_receiver_stream_status_update() {
 #[tokio::test]
 async fn subjects_added_and_removed_through_idem() {
     let rsa = JwsKey::rsa("rsa-1");
-    let (_dir, _receiver, _idem, client, transmitter) =
+    let (_dir, _receiver, idem, client, transmitter) =
         start(&rsa, |t| subscribed(t, "poll"), 3600).await;
     subscription_when(&client, |s| s["status"] == "enabled").await;
+    assert_eq!(transmitter.tokens_given(), 1);
+    // Its token refused: one new one, shared with the poll client, and the call made with it.
+    transmitter.revoke_tokens();
     let subject = json!({"format": "email", "email": "ann@example.com"});
     let r = manage(
         &client,
@@ -659,6 +662,7 @@ async fn subjects_added_and_removed_through_idem() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", text(&r));
+    assert_eq!(transmitter.tokens_given(), 2, "one new token on the 401");
     let r = manage(
         &client,
         "POST",
@@ -693,6 +697,8 @@ async fn subjects_added_and_removed_through_idem() {
         2,
         "refused before the transmitter"
     );
+    let log = idem.stderr();
+    assert!(!log.contains("access-token-"), "a token logged: {log}");
 }
 
 #[tokio::test]
