@@ -99,6 +99,16 @@ async fn polled(transmitter: &LoopbackTransmitter, key: &JwsKey, jti: &str) {
     );
 }
 
+/// Waits until SET `jti` is acknowledged or reported in `setErrs`.
+async fn polled_back(transmitter: &LoopbackTransmitter, jti: &str) {
+    eventually(
+        Duration::from_secs(20),
+        || async { (transmitter.acked(), transmitter.set_errs()) },
+        |(a, e)| a.iter().any(|j| j == jti) || e.contains_key(jti),
+    )
+    .await;
+}
+
 async fn status(client: &Client) -> Value {
     let r = client
         .send(
@@ -503,17 +513,6 @@ async fn oidssf_receiver_stream_verification_by_state() {
         }
         transmitter.set_about(stream, json!({VERIFICATION_EVENT: event}))
     };
-    let polled_back = |jti: &'static str| {
-        let t = transmitter.clone();
-        async move {
-            eventually(
-                Duration::from_secs(20),
-                || async { (t.acked(), t.set_errs()) },
-                |(a, e)| a.iter().any(|j| j == jti) || e.contains_key(jti),
-            )
-            .await
-        }
-    };
     // Another state, and the right state for another stream: refused, not verifying.
     transmitter.queue(
         "v-other-state",
@@ -523,7 +522,7 @@ async fn oidssf_receiver_stream_verification_by_state() {
     // Unsolicited: acknowledged, not verifying.
     transmitter.queue("v-unsolicited", &verification("stream-1", None));
     for jti in ["v-other-state", "v-other-stream", "v-unsolicited"] {
-        polled_back(jti).await;
+        polled_back(&transmitter, jti).await;
     }
     let errs = transmitter.set_errs();
     assert_eq!(errs["v-other-state"]["err"], "invalid_state", "{errs:?}");
@@ -535,7 +534,7 @@ async fn oidssf_receiver_stream_verification_by_state() {
     );
     // The state asked for, for its stream: verified.
     transmitter.queue("v-right", &verification("stream-1", Some(&state)));
-    polled_back("v-right").await;
+    polled_back(&transmitter, "v-right").await;
     assert!(transmitter.acked().contains(&"v-right".to_string()));
     let s = status(&client).await["subscription"].clone();
     assert!(s["verified_at"].is_string(), "{s}");
@@ -647,9 +646,12 @@ async fn oidssf_receiver_stream_status_update() {
 #[tokio::test]
 async fn subjects_added_and_removed_through_idem() {
     let rsa = JwsKey::rsa("rsa-1");
-    let (_dir, _receiver, _idem, client, transmitter) =
+    let (_dir, _receiver, idem, client, transmitter) =
         start(&rsa, |t| subscribed(t, "poll"), 3600).await;
     subscription_when(&client, |s| s["status"] == "enabled").await;
+    assert_eq!(transmitter.tokens_given(), 1);
+    // Its token refused: one new one, shared with the poll client, and the call made with it.
+    transmitter.revoke_tokens();
     let subject = json!({"format": "email", "email": "ann@example.com"});
     let r = manage(
         &client,
@@ -659,6 +661,7 @@ async fn subjects_added_and_removed_through_idem() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", text(&r));
+    assert_eq!(transmitter.tokens_given(), 2, "one new token on the 401");
     let r = manage(
         &client,
         "POST",
@@ -693,6 +696,8 @@ async fn subjects_added_and_removed_through_idem() {
         2,
         "refused before the transmitter"
     );
+    let log = idem.stderr();
+    assert!(!log.contains("access-token-"), "a token logged: {log}");
 }
 
 #[tokio::test]
@@ -842,28 +847,20 @@ async fn a_stream_updated_event_sets_the_status_shown() {
     };
     // For another stream: acknowledged, shown as announced, not the subscription's status.
     updated("u-other", "stream-9", "disabled");
-    let acked = |jti: &'static str| {
-        let t = transmitter.clone();
-        async move {
-            eventually(
-                Duration::from_secs(20),
-                || async { t.acked() },
-                |a| a.iter().any(|j| j == jti),
-            )
-            .await
-        }
-    };
-    assert!(acked("u-other").await.contains(&"u-other".to_string()));
+    polled_back(&transmitter, "u-other").await;
+    assert!(transmitter.acked().contains(&"u-other".to_string()));
     let s = status(&client).await;
     assert_eq!(s["stream"]["status"], "disabled", "{s}");
     assert_eq!(s["subscription"]["status"], "enabled", "{s}");
     // For its stream: the subscription's status, on the store.
     updated("u-paused", "stream-1", "paused");
-    assert!(acked("u-paused").await.contains(&"u-paused".to_string()));
+    polled_back(&transmitter, "u-paused").await;
+    assert!(transmitter.acked().contains(&"u-paused".to_string()));
     let s = status(&client).await;
     assert_eq!(s["subscription"]["status"], "paused", "{s}");
     updated("u-enabled", "stream-1", "enabled");
-    assert!(acked("u-enabled").await.contains(&"u-enabled".to_string()));
+    polled_back(&transmitter, "u-enabled").await;
+    assert!(transmitter.acked().contains(&"u-enabled".to_string()));
     assert_eq!(status(&client).await["subscription"]["status"], "enabled");
     assert!(
         transmitter.set_errs().is_empty(),
@@ -992,13 +989,10 @@ async fn audience_and_keys_from_the_transmitter_when_not_written() {
     transmitter
         .deliver("stream-1", "aud-2", &rsa.sign(&other))
         .await;
-    let (acked, errs) = eventually(
-        Duration::from_secs(20),
-        || async { (transmitter.acked(), transmitter.set_errs()) },
-        |(a, e)| a.iter().any(|j| j == "aud-1") && e.contains_key("aud-2"),
-    )
-    .await;
-    assert!(acked.iter().any(|j| j == "aud-1"), "{acked:?}");
+    polled_back(&transmitter, "aud-1").await;
+    polled_back(&transmitter, "aud-2").await;
+    assert!(transmitter.acked().contains(&"aud-1".to_string()));
+    let errs = transmitter.set_errs();
     assert_eq!(errs["aud-2"]["err"], "invalid_audience", "{errs:?}");
     exactly(&receiver, "/lock", 1).await;
 }

@@ -29,9 +29,6 @@ use crate::source::subscription::Metadata;
 use crate::source::upstream::{Access, UpstreamError};
 use crate::source::SourceKind;
 
-/// The largest body taken.
-const MAX_BODY: usize = 16 * 1024;
-
 /// The longest `reason` passed on.
 const MAX_REASON: usize = 1024;
 
@@ -129,22 +126,9 @@ fn refused(what: &'static str, status: u16, body: &Value) -> ApiError {
     )
 }
 
-/// The JSON body of a request as `T`, refused in problem+json.
+/// The JSON body of a request as `T`, refused in problem+json as a stream request is.
 fn body_of<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    if body.len() > MAX_BODY {
-        return Err(ApiError::new(
-            Kind::PayloadTooLarge,
-            format!("the body is at most {MAX_BODY} bytes"),
-        ));
-    }
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::new(Kind::MalformedJson, format!("the body is not JSON: {e}")))?;
-    if let Some(member) = crate::http::unique_members::duplicated(body) {
-        return Err(ApiError::new(
-            Kind::InvalidStream,
-            format!("{member} is sent twice: send each member once"),
-        ));
-    }
+    let value = crate::http::transmitter::streams::json_body(body)?;
     serde_json::from_value(value).map_err(|e| ApiError::new(Kind::InvalidStream, e.to_string()))
 }
 

@@ -290,21 +290,10 @@ async fn stream_audience(
     let metadata = subscribe::metadata(access)
         .await
         .map_err(|e| later(e.to_string()))?;
-    let at = subscribe::endpoint(&metadata.configuration_endpoint, "configuration_endpoint")
-        .map_err(|e| later(e.to_string()))?;
-    let url = subscribe::with_query(at, "stream_id", &id);
-    let (status, stream) = subscribe::call(
-        access,
-        "the stream endpoint",
-        reqwest::Method::GET,
-        &url,
-        None,
-    )
-    .await
-    .map_err(|e| later(e.to_string()))?;
-    if status != 200 {
-        return Err(later(format!("the stream endpoint answered {status}")));
-    }
+    let stream = subscribe::read_stream(access, &metadata, &id)
+        .await
+        .map_err(|e| later(e.to_string()))?
+        .ok_or_else(|| later("the transmitter has no such stream".into()))?;
     let aud: std::sync::Arc<[String]> = match &stream["aud"] {
         Value::String(one) => vec![one.clone()].into(),
         Value::Array(many) => many

@@ -315,22 +315,7 @@ async fn reconcile(
         read = Some(record.clone());
     }
     let mut stream = match &record.stream_id {
-        Some(id) => {
-            let url = with_query(streams_at, "stream_id", id);
-            let (status, body) = call(
-                access,
-                "the stream endpoint",
-                reqwest::Method::GET,
-                &url,
-                None,
-            )
-            .await?;
-            match status {
-                200 => Some(body),
-                404 => None,
-                other => return Err(failed("the stream endpoint", other)),
-            }
-        }
+        Some(id) => read_stream(access, &metadata, id).await?,
         None => None,
     };
     let mut made = false;
@@ -454,6 +439,23 @@ pub fn forget(record: &mut Subscription) {
 /// deletion leaves a record at its transmitter without a stream.
 pub fn deleted(record: &Subscription, issuer: &str) -> bool {
     record.stream_id.is_none() && record.transmitter == issuer
+}
+
+/// Stream `id` as the transmitter of `metadata` answers it; none if it has no such stream.
+pub async fn read_stream(
+    access: &Access,
+    metadata: &Metadata,
+    id: &str,
+) -> Result<Option<Value>, SubscribeError> {
+    let at = endpoint(&metadata.configuration_endpoint, "configuration_endpoint")?;
+    let url = with_query(at, "stream_id", id);
+    let what = "the stream endpoint";
+    let (status, body) = call(access, what, reqwest::Method::GET, &url, None).await?;
+    match status {
+        200 => Ok(Some(body)),
+        404 => Ok(None),
+        other => Err(failed(what, other)),
+    }
 }
 
 /// `url` with `name=value` added to its query.
