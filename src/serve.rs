@@ -88,8 +88,23 @@ pub async fn run(
             source,
         })?;
     let addr = listener.local_addr().map_err(ServeError::Http)?;
-    let reloader =
-        reload_from.map(|path| tokio::spawn(reload_on_sighup(path, live.clone(), config.clone())));
+    // SIGHUP is listened for before the address is told: a SIGHUP that came between the two
+    // would end the process (its default action).
+    let reloader = reload_from.and_then(|path| {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::hangup()) {
+            Ok(hangups) => Some(tokio::spawn(reload_on_sighup(
+                hangups,
+                path,
+                live.clone(),
+                config.clone(),
+            ))),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGHUP; reload by restarting");
+                None
+            }
+        }
+    });
     // What sources fetch and poll with (JWK Sets, SSF poll endpoints); no redirects followed.
     let outbound = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -156,13 +171,13 @@ pub async fn run(
     Ok(())
 }
 
-/// Reloads the configuration from `path` on every SIGHUP.
-async fn reload_on_sighup(path: PathBuf, live: Arc<ArcSwap<Live>>, started: Config) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot listen for SIGHUP; reload by restarting");
-        return;
-    };
+/// Reloads the configuration from `path` on every SIGHUP `hangups` receives.
+async fn reload_on_sighup(
+    mut hangups: tokio::signal::unix::Signal,
+    path: PathBuf,
+    live: Arc<ArcSwap<Live>>,
+    started: Config,
+) {
     while hangups.recv().await.is_some() {
         match Config::load(&path) {
             Err(e) => {
