@@ -381,42 +381,54 @@ pub async fn status(
         return Err(ApiError::new(Kind::NotFound, "no such tenant or source"));
     }
     let mut status = app.sources.of(&tenant.name, source).view(source.kind);
-    if source.ssf.as_ref().is_some_and(|s| s.transmitter.is_some()) {
-        let record = app
-            .engine
-            .streams()
-            .subscription(&tenant.name, &source.name)
-            .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "the store failed on a subscription");
-                ApiError::new(Kind::Unavailable, "the store cannot be reached; retry")
-            })?
-            .unwrap_or_default();
-        status.subscription = Some(SubscriptionStatus {
-            stream_id: record.stream_id,
-            status: record.status,
-            events_delivered: record.events_delivered,
-            verified_at: record.verified_at_ms.map(rfc3339_millis),
-            last_error: record.last_error,
-        });
-    }
+    status.subscription = subscription(&app, &tenant.name, source).await?;
     Ok(Json(status).into_response())
 }
 
+/// The stream of a source subscribed at its transmitter, as the store records it (none for a
+/// source wired by hand).
+async fn subscription(
+    app: &App,
+    tenant: &str,
+    source: &Source,
+) -> Result<Option<SubscriptionStatus>, ApiError> {
+    if !source.ssf.as_ref().is_some_and(|s| s.transmitter.is_some()) {
+        return Ok(None);
+    }
+    let record = app
+        .engine
+        .streams()
+        .subscription(tenant, &source.name)
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "the store failed on a subscription");
+            ApiError::new(Kind::Unavailable, "the store cannot be reached; retry")
+        })?
+        .unwrap_or_default();
+    Ok(Some(SubscriptionStatus {
+        stream_id: record.stream_id,
+        status: record.status,
+        events_delivered: record.events_delivered,
+        verified_at: record.verified_at_ms.map(rfc3339_millis),
+        last_error: record.last_error,
+    }))
+}
+
 /// `GET /v1/sources`, with the tenant's Bearer key: the tenant's sources by name, each with its
-/// status on this node.
+/// status on this node and, when subscribed, its stream as recorded.
 pub async fn list(
     State(app): State<Arc<App>>,
     TenantAuth { tenant, .. }: TenantAuth,
-) -> Json<SourceList> {
-    let mut data: Vec<NamedSource> = tenant
-        .sources
-        .values()
-        .map(|source| NamedSource {
+) -> Result<Json<SourceList>, ApiError> {
+    let mut data = Vec::with_capacity(tenant.sources.len());
+    for source in tenant.sources.values() {
+        let mut status = app.sources.of(&tenant.name, source).view(source.kind);
+        status.subscription = subscription(&app, &tenant.name, source).await?;
+        data.push(NamedSource {
             name: source.name.clone(),
-            status: app.sources.of(&tenant.name, source).view(source.kind),
-        })
-        .collect();
+            status,
+        });
+    }
     data.sort_by(|a, b| a.name.cmp(&b.name));
-    Json(SourceList { data })
+    Ok(Json(SourceList { data }))
 }
