@@ -392,9 +392,9 @@ async fn subscription(
     tenant: &str,
     source: &Source,
 ) -> Result<Option<SubscriptionStatus>, ApiError> {
-    if !source.ssf.as_ref().is_some_and(|s| s.transmitter.is_some()) {
+    let Some(_) = source.ssf.as_ref().and_then(|s| s.transmitter.as_ref()) else {
         return Ok(None);
-    }
+    };
     let record = app
         .engine
         .streams()
