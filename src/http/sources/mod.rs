@@ -195,7 +195,11 @@ async fn handle(
             body: &bytes,
             now_secs: (now_ms() / 1000) as i64,
             tolerance_secs: live.config.signatures.tolerance.as_secs(),
-            base_url: &app.base_url(live),
+            // Only Twilio's signature covers the URL it posted to.
+            base_url: &match source.kind {
+                SourceKind::Twilio => app.base_url(live),
+                _ => String::new(),
+            },
         },
     )
     .map_err(|refused| Failed {
