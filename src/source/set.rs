@@ -931,6 +931,83 @@ mod tests {
     }
 
     #[test]
+    fn es384_and_eddsa_sets_verify_with_their_keys_parsed_once() {
+        use ring::rand::SystemRandom;
+        use ring::signature::{
+            EcdsaKeyPair, Ed25519KeyPair, KeyPair, ECDSA_P384_SHA384_FIXED_SIGNING,
+        };
+
+        let (_, issuer, audience) = expect();
+        let algorithms: Vec<String> = ["ES384", "EdDSA"].map(String::from).into();
+        let now = 1_764_000_000;
+        let expect = Expect {
+            issuer: &issuer,
+            audience: &audience,
+            algorithms: &algorithms,
+            now_secs: now,
+            max_age: Duration::from_secs(3600),
+            skew: Duration::from_secs(300),
+        };
+        let claims = serde_json::json!({"iss": issuer, "aud": audience, "jti": "j", "iat": now,
+            "events": {"https://schemas.openid.net/secevent/caep/event-type/session-revoked": {}}});
+        let rng = SystemRandom::new();
+        let p384 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P384_SHA384_FIXED_SIGNING, &rng)
+            .ok()
+            .and_then(|pkcs8| {
+                let alg = &ECDSA_P384_SHA384_FIXED_SIGNING;
+                EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng).ok()
+            })
+            .expect("a P-384 key");
+        let ed = Ed25519KeyPair::generate_pkcs8(&rng)
+            .ok()
+            .and_then(|pkcs8| Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).ok())
+            .expect("an Ed25519 key");
+        let point = p384.public_key().as_ref();
+        let document = serde_json::json!({"keys": [
+            {"kty": "EC", "crv": "P-384", "kid": "p384",
+                "x": URL_SAFE_NO_PAD.encode(&point[1..49]), "y": URL_SAFE_NO_PAD.encode(&point[49..97])},
+            {"kty": "OKP", "crv": "Ed25519", "kid": "ed",
+                "x": URL_SAFE_NO_PAD.encode(ed.public_key().as_ref())},
+        ]})
+        .to_string();
+        let (keys, skipped) = Keys::parse(document.as_bytes()).expect("a JWK Set");
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let header = |alg: &str, kid: &str| serde_json::json!({"alg": alg, "kid": kid, "typ": "secevent+jwt"});
+        let check = |token: &str| {
+            let read = super::header(token, &expect)?;
+            let key = keys
+                .get(read.kid.as_deref().unwrap_or_default())
+                .ok_or_else(|| bad_key("no such kid"))?;
+            verify(token, &read, key, &expect).map(|set| set.jti)
+        };
+        let es384 = signed(&header("ES384", "p384"), &claims, |input| {
+            p384.sign(&rng, input).expect("ECDSA").as_ref().to_vec()
+        });
+        let eddsa = signed(&header("EdDSA", "ed"), &claims, |input| {
+            ed.sign(input).as_ref().to_vec()
+        });
+        for _ in 0..2 {
+            assert_eq!(check(&es384), Ok("j".to_string()));
+            assert_eq!(check(&eddsa), Ok("j".to_string()));
+        }
+        // Each under the other's kid: the algorithm does not fit the key.
+        let crossed = signed(&header("EdDSA", "p384"), &claims, |input| {
+            ed.sign(input).as_ref().to_vec()
+        });
+        assert_eq!(check(&crossed).map_err(|r| r.err), Err(Err::InvalidKey));
+        // EdDSA's signature of other claims.
+        let mut other = claims.clone();
+        other["jti"] = "k".into();
+        let other = signed(&header("EdDSA", "ed"), &other, |input| {
+            ed.sign(input).as_ref().to_vec()
+        });
+        let (input, _) = eddsa.rsplit_once('.').expect("a JWS");
+        let (_, signature) = other.rsplit_once('.').expect("a JWS");
+        let spliced = format!("{input}.{signature}");
+        assert_eq!(check(&spliced).map_err(|r| r.err), Err(Err::InvalidKey));
+    }
+
+    #[test]
     fn a_jwk_that_is_no_valid_public_key_is_left_out_when_its_set_is_read() {
         let x = "MKBCTNIcKUSDii11ySs3526iDZ8AiTo7Tu6KPAqv7D4";
         let y = "4Etl6SRW2YiLUrN5vfvVHuhp7x8PxltmWWlbbM4IFyM";
