@@ -354,7 +354,9 @@ impl Actor for DeliveryActor {
                 return Ok(());
             }
             DeliveryMsg::Attempt { due_ms, lease } => {
-                let attempted = state.attempt(due_ms, lease).await;
+                // On the heap: an attempt's future (the request's) is large, and the runtime
+                // moves this handler's future, whatever message it handles, several times.
+                let attempted = Box::pin(state.attempt(due_ms, lease)).await;
                 state.ctx.pending().remove(&state.delivery.record.id);
                 attempted?
             }

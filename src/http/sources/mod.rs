@@ -48,7 +48,16 @@ pub const UNAUTHENTICATED: &str = "not authenticated as this source's sender (or
 /// Whether a request is a pushed SET, whose refusals take RFC 8935's form: by its media type,
 /// not by its source, so that the form shows nothing of the source either.
 fn is_set_push(headers: &HeaderMap) -> bool {
-    events::media_type(headers).as_deref() == Some(ssf::SECEVENT_JWT)
+    events::has_media_type(headers, ssf::SECEVENT_JWT)
+}
+
+/// Where `source`'s sender reaches idem, as its check reads it: only Twilio's signature covers
+/// the URL it posted to, so for any other kind nothing is made.
+fn base_url(app: &App, live: &Live, source: &Source) -> String {
+    match source.kind {
+        SourceKind::Twilio => app.base_url(live),
+        _ => String::new(),
+    }
 }
 
 /// The largest body read of a request: a SET's, or a provider's delivery's.
@@ -195,7 +204,7 @@ async fn handle(
             body: &bytes,
             now_secs: (now_ms() / 1000) as i64,
             tolerance_secs: live.config.signatures.tolerance.as_secs(),
-            base_url: &app.base_url(live),
+            base_url: &base_url(app, live, source),
         },
     )
     .map_err(|refused| Failed {
@@ -203,7 +212,7 @@ async fn handle(
         why: Some(refused),
     })?;
     if source.kind == SourceKind::Cloudevents
-        && events::media_type(headers).as_deref() == Some(events::CLOUDEVENTS_BATCH)
+        && events::has_media_type(headers, events::CLOUDEVENTS_BATCH)
     {
         let over = events::array_len(&bytes).filter(|n| *n > events::MAX_CLOUDEVENTS_BATCH);
         if let Some(n) = over {
@@ -337,7 +346,7 @@ pub async fn verify_hook(
                 body: &[],
                 now_secs: 0,
                 tolerance_secs: 0,
-                base_url: &app.base_url(&live),
+                base_url: &base_url(&app, &live, source),
             },
         )
         .map_err(unauthenticated)?;
