@@ -217,7 +217,7 @@ fn invalid(e: InvalidStream) -> ApiError {
 }
 
 /// The JSON object a request carries, each of its objects naming a member once.
-pub(super) fn json_body(body: &Bytes) -> Result<Value, ApiError> {
+pub(crate) fn json_body(body: &Bytes) -> Result<Value, ApiError> {
     if body.len() > MAX_BODY {
         return Err(ApiError::new(
             Kind::PayloadTooLarge,
