@@ -833,7 +833,7 @@ mod tests {
         let now = 1_764_000_000;
         let expect = Expect {
             issuer: &issuer,
-            audience: &audience,
+            audience: std::slice::from_ref(&audience),
             algorithms: &algorithms,
             now_secs: now,
             max_age: Duration::from_secs(3600),
@@ -945,7 +945,7 @@ mod tests {
         let now = 1_764_000_000;
         let expect = Expect {
             issuer: &issuer,
-            audience: &audience,
+            audience: std::slice::from_ref(&audience),
             algorithms: &algorithms,
             now_secs: now,
             max_age: Duration::from_secs(3600),
