@@ -173,10 +173,7 @@ pub const EVENT_TYPES: &[EventType] = &[
     event_with(
         "https://schemas.openid.net/secevent/caep/event-type/risk-level-change",
         &[text("principal"), one_of("current_level", RISK_LEVELS)],
-        &[
-            text("risk_reason"),
-            one_of("previous_level", RISK_LEVELS),
-        ],
+        &[text("risk_reason"), one_of("previous_level", RISK_LEVELS)],
     ),
     event(
         "https://schemas.openid.net/secevent/risc/event-type/account-credential-change-required",
@@ -319,7 +316,9 @@ fn check_member(member: &Member, value: &Value) -> Result<(), String> {
         (MemberKind::TextList, Value::Array(a)) if a.iter().all(Value::is_string) => Ok(()),
         (MemberKind::Text, _) => Err("must be a non-empty string".into()),
         (MemberKind::OneOf(values), _) => Err(format!("must be one of {}", values.join(", "))),
-        (MemberKind::Object, _) => Err("must be a table (a JSON object) of one member or more".into()),
+        (MemberKind::Object, _) => {
+            Err("must be a table (a JSON object) of one member or more".into())
+        }
         (MemberKind::TextList, _) => Err("must be a list of strings".into()),
     }
 }
@@ -762,6 +761,41 @@ mod tests {
             &members(json!({"claims": {"trusted_network": false}}))
         )
         .is_ok());
+        assert!(
+            check_members(claims, &members(json!({"claims": {}}))).is_err(),
+            "one claim or more"
+        );
+        // Any credential type the two ends agree on.
+        let passkey = json!({"credential_type": "passkey", "change_type": "create"});
+        assert_eq!(check_members(changed, &members(passkey)), Ok(()));
+        // risk_reason is recommended, not required; optional members are checked when given.
+        let risk = "https://schemas.openid.net/secevent/caep/event-type/risk-level-change";
+        let ok = json!({"principal": "APPLICATION", "current_level": "HIGH"});
+        assert_eq!(check_members(risk, &members(ok)), Ok(()));
+        let assurance =
+            "https://schemas.openid.net/secevent/caep/event-type/assurance-level-change";
+        let established = "https://schemas.openid.net/secevent/caep/event-type/session-established";
+        for (uri, bad, member) in [
+            (
+                risk,
+                json!({"principal": "USER", "current_level": "HIGH", "previous_level": "EXTREME"}),
+                "previous_level",
+            ),
+            (
+                risk,
+                json!({"principal": "USER", "current_level": "high"}),
+                "current_level",
+            ),
+            (
+                assurance,
+                json!({"namespace": "NIST-AAL", "current_level": "nist-aal2", "change_direction": "up"}),
+                "change_direction",
+            ),
+            (established, json!({"amr": "pwd"}), "amr"),
+        ] {
+            let e = check_members(uri, &members(bad.clone())).expect_err("refused");
+            assert_eq!(e.member, member, "{bad}");
+        }
         // RISC has no initiating_entity.
         let compromise =
             "https://schemas.openid.net/secevent/risc/event-type/credential-compromise";
