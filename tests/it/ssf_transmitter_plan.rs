@@ -685,19 +685,7 @@ async fn oidssf_transmitter_stream_caep_interop_test() {
     let signal = sim_swap_signal(&client, "+15550005656", &unique("interop")).await;
     assert_eq!(signal.status, 201, "{}", text(&signal));
     let sent = exactly(&receiver, "/interop", 4).await;
-    let mut events = serde_json::Map::new();
-    for received in &sent {
-        let (_, claims) = verified(&client, received).await;
-        assert_eq!(
-            claims["sub_id"],
-            json!({"format": "phone_number", "phone_number": "+15550005656"})
-        );
-        let (uri, event) = claims["events"]
-            .as_object()
-            .and_then(|e| e.iter().next())
-            .expect("an event");
-        events.insert(uri.clone(), event.clone());
-    }
+    let events = by_event_type(&client, &sent, "+15550005656").await;
     let caep = |uri: &str| {
         let event = events[uri].clone();
         assert!(event["event_timestamp"].is_u64(), "{uri}: {event}");
@@ -731,6 +719,28 @@ async fn oidssf_transmitter_stream_caep_interop_test() {
     );
 }
 
+/// The event of each SET `received` (verified, about the phone number `subject`), by type.
+async fn by_event_type(
+    client: &Client,
+    received: &[Received],
+    subject: &str,
+) -> serde_json::Map<String, Value> {
+    let mut events = serde_json::Map::new();
+    for r in received {
+        let (_, claims) = verified(client, r).await;
+        assert_eq!(
+            claims["sub_id"],
+            json!({"format": "phone_number", "phone_number": subject})
+        );
+        let (uri, event) = claims["events"]
+            .as_object()
+            .and_then(|e| e.iter().next())
+            .expect("an event");
+        events.insert(uri.clone(), event.clone());
+    }
+    events
+}
+
 /// A `set` action's event is checked against its type's required members when the config is
 /// read: `idem check-config` names the key of what is missing or wrong, and the playbook never
 /// sends an event its receivers would refuse.
@@ -760,13 +770,8 @@ async fn oidssf_validate_caep_credential_change_event_members_are_checked_in_the
             format!("  {{ name = \"password\", set = \"{CREDENTIAL_CHANGE}\", event = {event} }},");
         let path = dir.path().join("idem.toml");
         std::fs::write(&path, config(dir.path(), &action)).expect("write config");
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
-            .args(["check-config", "--config"])
-            .arg(&path)
-            .output()
-            .expect("run idem");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{event} accepted");
+        let (passed, stderr) = check_config(&path);
+        assert!(!passed, "{event} accepted");
         assert!(stderr.contains(key), "{event}: {stderr}");
     }
 }
@@ -884,15 +889,7 @@ async fn sent_with_their_members(events: &[(&str, &str)]) {
     let signal = sim_swap_signal(&client, "+15550007878", &unique("every")).await;
     assert_eq!(signal.status, 201, "{}", text(&signal));
     let sent = exactly(&receiver, "/every", events.len()).await;
-    let mut got = serde_json::Map::new();
-    for received in &sent {
-        let (_, claims) = verified(&client, received).await;
-        let (uri, event) = claims["events"]
-            .as_object()
-            .and_then(|e| e.iter().next())
-            .expect("an event");
-        got.insert(uri.clone(), event.clone());
-    }
+    let got = by_event_type(&client, &sent, "+15550007878").await;
     for (short, members) in events {
         let uri = event_uri(short);
         let mut event = got
@@ -938,13 +935,8 @@ async fn a_set_action_missing_a_required_member_is_refused_naming_it() {
                 event_uri(short)
             );
             std::fs::write(&path, config(dir.path(), &action)).expect("write config");
-            let out = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
-                .args(["check-config", "--config"])
-                .arg(&path)
-                .output()
-                .expect("run idem");
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(!out.status.success(), "{short} without {missing} accepted");
+            let (passed, stderr) = check_config(&path);
+            assert!(!passed, "{short} without {missing} accepted");
             let key = format!("actions[0].event.{missing}");
             assert!(stderr.contains(&key), "{short} without {missing}: {stderr}");
             refused += 1;
