@@ -16,6 +16,8 @@
 //!    SET is acknowledged; a CloudEvent makes one per (source, id).
 //! 7. The SETs of decisions to the tenant's own streams: see `streams`. A SET delivered was
 //!    answered 2xx by the receiver or acknowledged by a poll.
+//!
+//! The rule each answer names, across a change of the rules mid-run: see `rules`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -98,9 +100,6 @@ pub async fn check(
             });
         }
     }
-
-    // 2b. Every answer names the rule its signal calls for.
-    crate::rules::check(outcome, &mut report);
 
     // 4. Every delivery of every answered decision, to its end.
     let mut deliveries = BTreeSet::new();
