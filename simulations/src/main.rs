@@ -231,7 +231,7 @@ async fn run(args: RunArgs) -> Result<usize, String> {
             Duration::from_millis(args.seconds * 500)
         )
     );
-    let change = change?;
+    let (began, confirmed) = change?;
 
     stop.store(true, Ordering::SeqCst);
     let _ = chaos.join();
@@ -271,6 +271,10 @@ async fn run(args: RunArgs) -> Result<usize, String> {
     if let Some(url) = &database {
         stored::check(url, &outcome, &mut report).await;
     }
+    let change = rules::Change {
+        began,
+        done: confirmed.await.ok().flatten(),
+    };
     let counted = rules::check(&bases[0], &outcome, &change, &mut report).await;
 
     let nodes = nodes.lock().map_err(|_| "poisoned")?;

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tokio::task::JoinHandle;
 
 use crate::clients::{request, ClientOutcome};
 use crate::process::IdemProcess;
@@ -52,14 +53,16 @@ pub struct Change {
 }
 
 /// After `after`, rewrites each config in `configs` with the rule's new decision (each file
-/// replaced whole, so a node starting meanwhile reads one or the other), sends SIGHUP to every
-/// node, and waits (up to a minute) until every node at `bases` answers the new decision.
+/// replaced whole, so a node starting meanwhile reads one or the other) and sends SIGHUP to
+/// every node; when it began, and a task that waits (up to two minutes) until every node at
+/// `bases` answers the new decision, and says when (the load goes on meanwhile: a node waiting
+/// for its database answers late).
 pub async fn change(
     nodes: Arc<Mutex<Vec<IdemProcess>>>,
     configs: Vec<PathBuf>,
     bases: &[String],
     after: Duration,
-) -> Result<Change, String> {
+) -> Result<(Instant, JoinHandle<Option<Instant>>), String> {
     tokio::time::sleep(after).await;
     let began = Instant::now();
     for config in &configs {
@@ -75,23 +78,21 @@ pub async fn change(
     for node in nodes.lock().map_err(|_| "poisoned")?.iter_mut() {
         node.reload();
     }
-    let http = reqwest::Client::new();
-    let deadline = began + Duration::from_secs(60);
-    for base in bases {
-        loop {
-            if evaluates(&http, base).await.as_deref() == Some(AFTER) {
-                break;
+    let bases = bases.to_vec();
+    let confirmed = tokio::spawn(async move {
+        let http = reqwest::Client::new();
+        let deadline = began + Duration::from_secs(120);
+        for base in &bases {
+            while evaluates(&http, base).await.as_deref() != Some(AFTER) {
+                if Instant::now() > deadline {
+                    return None;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            if Instant::now() > deadline {
-                return Ok(Change { began, done: None });
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-    }
-    Ok(Change {
-        began,
-        done: Some(Instant::now()),
-    })
+        Some(Instant::now())
+    });
+    Ok((began, confirmed))
 }
 
 /// The decision the node at `base` would make now for an even subject's `sim_swap`.
