@@ -36,9 +36,11 @@
 //! a provider (`sources`) delivers `--events` events to an Okta source in overlapping batches,
 //! at least once: each mapped event must make exactly one decision, whatever was killed when.
 //! A Shared Signals transmitter (`ssf`) sends `--sets` SETs, pushed, polled or both, re-sent,
-//! rotating its key mid-run: one decision per (iss, jti), every polled SET acknowledged. A
-//! mobile operator (`cloudevents`) sends `--cloudevents` CAMARA SIM swap events in every mode,
-//! re-sent: one decision per (source, id).
+//! rotating its key mid-run: one decision per (iss, jti), every polled SET acknowledged. Another
+//! transmitter (`subscription`) is one idem subscribes to by itself, with OAuth client
+//! credentials: one stream made there across every node and restart, verified, and one
+//! decision per (iss, jti) of the SETs it sends on it. A mobile operator (`cloudevents`) sends
+//! `--cloudevents` CAMARA SIM swap events in every mode, re-sent: one decision per (source, id).
 //! The tenant is a Shared Signals transmitter too (`streams`): each `sim_swap` decision also goes
 //! as a SET to a push stream, a poll stream polled through every node, and a stream paused for a
 //! while (a disabled one must get none): one `jti` and one body per (decision, stream), nothing
@@ -63,6 +65,7 @@ mod sources;
 mod ssf;
 mod stored;
 mod streams;
+mod subscription;
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -117,6 +120,7 @@ async fn run(args: RunArgs) -> Result<usize, String> {
         devtools::transmitter::LoopbackTransmitter::try_start(serde_json::json!({"keys": []}))
             .await
             .map_err(|e| e.to_string())?;
+    let subscribed = subscription::transmitter().await?;
     let database = match args.postgres {
         // `idem_sim_…`, which `scripts/test` drops.
         true => Some(devtools::postgres::fresh_database(
@@ -139,6 +143,7 @@ async fn run(args: RunArgs) -> Result<usize, String> {
         &database,
         &recv,
         &transmitter.base,
+        &subscription::config(&subscribed),
     )
     .await?;
 
@@ -218,7 +223,7 @@ async fn run(args: RunArgs) -> Result<usize, String> {
     let operator_events = cloudevents::plan(args.seed, args.cloudevents);
     let poller = streams::Poller::start(&streams, &bases, args.seed);
     let started = Instant::now();
-    let (outcome, source, mut sets, operator, pause, change) = tokio::join!(
+    let (outcome, source, mut sets, operator, pause, change, on_stream) = tokio::join!(
         clients::run(&bases, plan, args.clients, args.seed, think),
         sources::run(&bases, events, batches, args.seed, source_think),
         ssf::run(&transmitter, &bases, sets, args.seed, args.seconds),
@@ -229,7 +234,8 @@ async fn run(args: RunArgs) -> Result<usize, String> {
             configs,
             &bases,
             Duration::from_millis(args.seconds * 500)
-        )
+        ),
+        subscription::run(&subscribed, args.sets / 2, args.seed, args.seconds)
     );
     let (began, confirmed) = change?;
 
@@ -252,6 +258,7 @@ async fn run(args: RunArgs) -> Result<usize, String> {
         }
     }
     ssf::settle(&transmitter, &mut sets).await;
+    subscription::settle(&subscribed, &on_stream, args.seed).await;
     let mut report = check::check(
         &bases[0],
         &outcome,
@@ -259,6 +266,7 @@ async fn run(args: RunArgs) -> Result<usize, String> {
             okta: &source,
             ssf: &sets,
             cloudevents: &operator,
+            subscribed: (&subscribed, &on_stream),
         },
         streams::Transmitted {
             streams,
@@ -369,6 +377,15 @@ async fn run(args: RunArgs) -> Result<usize, String> {
         sets.errors,
         sets.set_errs,
         sets.unacked.len()
+    );
+    println!(
+        "{}: {} stream made at the transmitter, {} SETs sent on it (half of them again), {} \
+         verifications asked, {} tokens given",
+        subscription::SOURCE,
+        subscribed.streams_made(),
+        on_stream.sets.len(),
+        subscribed.verifications().len(),
+        subscribed.tokens_given()
     );
     println!(
         "cloudevents: {} events, {} requests, {} answered 200, {} errors",
