@@ -225,6 +225,13 @@ impl LoopbackTransmitter {
         self.shared().status.get(id).cloned()
     }
 
+    /// Forgets stream `id`, as a transmitter that deleted it on its own does.
+    pub fn drop_stream(&self, id: &str) {
+        let mut s = self.shared();
+        s.streams.remove(id);
+        s.status.remove(id);
+    }
+
     /// The management calls made so far, as `METHOD /path`.
     pub fn calls(&self) -> Vec<String> {
         self.shared().calls.clone()
@@ -741,7 +748,11 @@ async fn subject_call(
     }
     s.subjects
         .push((id, action.to_string(), body["subject"].clone()));
-    StatusCode::OK.into_response()
+    // SSF §8.1.3.2: an added subject is 200; §8.1.3.3: a removed one 204.
+    match action {
+        "remove" => StatusCode::NO_CONTENT.into_response(),
+        _ => StatusCode::OK.into_response(),
+    }
 }
 
 async fn add_subject(

@@ -28,6 +28,7 @@ pub use wire::{
     DeliveryPage, DeliveryStatus, DeliveryView, EndpointList, EndpointState, EndpointView,
     NamedSource, OAuthError, OktaVerification, PlaybookEvaluation, PollStatus, Problem,
     RedeliverRequest, Redelivered, RuleError, SetError, SignalRequest, SourceList, SourceReceipt,
-    SourceStatus, StreamConfig, StreamDelivery, StreamStatus, StreamStatusBody, SubscriptionStatus,
-    TenantStats, TransmitterMetadata, Verdict, VerificationStatus,
+    SourceStatus, StreamConfig, StreamDelivery, StreamStatus, StreamStatusBody, SubjectChange,
+    SubscriptionChange, SubscriptionStatus, TenantStats, TransmitterMetadata, Verdict,
+    VerificationStatus,
 };

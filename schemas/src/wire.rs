@@ -685,3 +685,30 @@ pub struct StreamStatusBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
+
+/// `POST /v1/sources/{tenant}/{source}/subscription`: the status idem asks the transmitter to
+/// give the source's stream (SSF §8.1.2.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubscriptionChange {
+    /// `enabled`, `paused` or `disabled`.
+    pub status: String,
+    /// Why, passed on to the transmitter (at most 1024 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/sources/{tenant}/{source}/subjects`: a subject idem asks the transmitter to add to
+/// or remove from the source's stream (SSF §§8.1.3.2–8.1.3.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubjectChange {
+    /// `add` or `remove`.
+    pub action: String,
+    /// A subject identifier (RFC 9493), an object with its `format`.
+    #[schema(value_type = Object)]
+    pub subject: serde_json::Value,
+    /// `add` only: whether the subject's identity was verified (passed on as it is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified: Option<bool>,
+}

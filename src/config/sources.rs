@@ -248,8 +248,21 @@ fn ssf(key: &str, raw: &RawSource) -> Result<Ssf, ConfigError> {
         (Some(t), None) => t.issuer.clone(),
         _ => required("issuer", &raw.issuer)?,
     };
-    let audience = required("audience", &raw.audience)?;
-    let jwks = JwksAt::parse(&required("jwks", &raw.jwks)?);
+    // A subscribed source's audience is its stream's `aud`, its keys its transmitter's
+    // `jwks_uri`, unless written.
+    let (audience, jwks) = match &transmitter {
+        Some(t) => (
+            raw.audience.clone().filter(|a| !a.is_empty()),
+            match raw.jwks.as_deref().filter(|j| !j.is_empty()) {
+                Some(written) => JwksAt::parse(written),
+                None => JwksAt::Metadata(t.issuer.clone()),
+            },
+        ),
+        None => (
+            Some(required("audience", &raw.audience)?),
+            JwksAt::parse(&required("jwks", &raw.jwks)?),
+        ),
+    };
     let algorithms = raw
         .algorithms
         .clone()

@@ -123,6 +123,14 @@ fn routes(app: Arc<App>) -> Router {
         .route("/v1/sources", get(sources::list))
         .route("/v1/sources/{tenant}/{source}/status", get(sources::status))
         .route(
+            "/v1/sources/{tenant}/{source}/subscription",
+            post(sources::manage::set_status).delete(sources::manage::delete),
+        )
+        .route(
+            "/v1/sources/{tenant}/{source}/subjects",
+            post(sources::manage::subjects),
+        )
+        .route(
             "/.well-known/ssf-configuration/ssf/{tenant}",
             get(transmitter::discovery::metadata),
         )

@@ -10,8 +10,9 @@ use idem_schemas::{
     DeliveryPage, DeliveryStatus, DeliveryView, EndpointList, EndpointState, EndpointView,
     NamedSource, OAuthError, OktaVerification, PlaybookEvaluation, PollStatus, Problem,
     RedeliverRequest, Redelivered, RuleError, SetError, SignalRequest, SourceList, SourceReceipt,
-    SourceStatus, StreamConfig, StreamDelivery, StreamStatus, StreamStatusBody, SubscriptionStatus,
-    TenantStats, TransmitterMetadata, Verdict, VerificationStatus,
+    SourceStatus, StreamConfig, StreamDelivery, StreamStatus, StreamStatusBody, SubjectChange,
+    SubscriptionChange, SubscriptionStatus, TenantStats, TransmitterMetadata, Verdict,
+    VerificationStatus,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ObjectBuilder, Type};
@@ -310,6 +311,77 @@ fn get_source() {}
 fn source_status() {}
 
 #[utoipa::path(
+    post,
+    path = "/v1/sources/{tenant}/{source}/subscription",
+    tag = "sources",
+    summary = "Ask the transmitter to change the status of a subscribed source's stream (SSF §8.1.2.2)",
+    description = "For an `ssf` source with `transmitter`: idem calls the transmitter's status endpoint with the recorded `stream_id` and the source's token (renewed once on a 401), answers the status the transmitter gave (read back from its status endpoint when its answer carries none), and records it: the source's status shows it as `subscription.status`.",
+    params(
+        ("tenant" = String, Path, description = "The tenant (the caller's own)"),
+        ("source" = String, Path, description = "A subscribed ssf source's name"),
+    ),
+    request_body(content = SubscriptionChange, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The stream's status as the transmitter answered it", body = StreamStatusBody),
+        (status = 400, description = "invalid-stream (not enabled, paused or disabled; an unknown member; a reason over 1024 bytes; a member sent twice) or malformed-json", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found: no such source for this tenant", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "not-subscribed: the source has no transmitter; no-stream: no stream recorded (not made yet, or deleted)", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "transmitter-failed: the transmitter could not be reached or answered an error, named in the detail", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "unavailable: the store", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+fn set_subscription_status() {}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/sources/{tenant}/{source}/subscription",
+    tag = "sources",
+    summary = "Delete a subscribed source's stream at its transmitter (SSF §8.1.1.5)",
+    description = "Deletes the recorded stream at the transmitter (one it no longer has counts as deleted) and clears it from the record: no node polls, verifies or takes pushes for it from then on, and none makes a new one while it runs. The next start of a node, or a change of the source's configuration, makes a new stream. Removing the source from the configuration deletes nothing.",
+    params(
+        ("tenant" = String, Path, description = "The tenant (the caller's own)"),
+        ("source" = String, Path, description = "A subscribed ssf source's name"),
+    ),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found: no such source for this tenant", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "not-subscribed or no-stream", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "transmitter-failed", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "unavailable: the store", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+fn delete_subscription() {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/sources/{tenant}/{source}/subjects",
+    tag = "sources",
+    summary = "Add a subject to, or remove one from, a subscribed source's stream (SSF §§8.1.3.2–8.1.3.3)",
+    description = "Calls the transmitter's add or remove subject endpoint with the recorded `stream_id` and answers with its status code, with no body.",
+    params(
+        ("tenant" = String, Path, description = "The tenant (the caller's own)"),
+        ("source" = String, Path, description = "A subscribed ssf source's name"),
+    ),
+    request_body(content = SubjectChange, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Added (the transmitter's 200)"),
+        (status = 204, description = "Removed (the transmitter's 204)"),
+        (status = 400, description = "invalid-stream (an action other than add or remove; a subject that is not an object with its format; verified with remove; an unknown member) or malformed-json", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not-found: no such source for this tenant", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "not-subscribed or no-stream", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "transmitter-failed", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "unavailable: the store", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+fn change_subjects() {}
+
+#[utoipa::path(
     get,
     path = "/v1/sources",
     tag = "sources",
@@ -597,7 +669,8 @@ fn openapi() {}
     info(title = "idem", description = "Exactly-once trust decisions for identity webhooks"),
     paths(
         post_signals, get_decision, list_decisions, evaluate_playbook, get_delivery, list_deliveries, redeliver,
-        redeliver_matching, list_endpoints, stats, post_source, get_source, source_status, list_sources, console,
+        redeliver_matching, list_endpoints, stats, post_source, get_source, source_status, set_subscription_status, delete_subscription,
+        change_subjects, list_sources, console,
         console_asset, ssf_metadata, ssf_jwks, ssf_token, ssf_create_stream, ssf_read_streams,
         ssf_update_stream, ssf_replace_stream, ssf_delete_stream, ssf_stream_status,
         ssf_set_stream_status, ssf_add_subject, ssf_remove_subject, ssf_verify, ssf_poll, healthz, metrics, openapi
@@ -610,7 +683,8 @@ fn openapi() {}
         RedeliverRequest, Redelivered, SourceReceipt, OktaVerification, TenantStats, SetError,
         SourceStatus, VerificationStatus, StreamStatus, PollStatus, SubscriptionStatus, SourceList, NamedSource,
         TransmitterMetadata, AuthorizationScheme, AccessToken, OAuthError, StreamConfig,
-        StreamDelivery, StreamStatusBody, PlaybookEvaluation, RuleError
+        StreamDelivery, StreamStatusBody, PlaybookEvaluation, RuleError, SubscriptionChange,
+        SubjectChange
     )),
     modifiers(&Extras, &Limits)
 )]

@@ -58,6 +58,12 @@ pub enum Kind {
     InvalidStream,
     /// The receiver has as many streams as it may.
     TooManyStreams,
+    /// A source without `transmitter`: idem manages no stream for it.
+    NotSubscribed,
+    /// A subscribed source with no stream recorded yet (or deleted).
+    NoStream,
+    /// The transmitter did not do what idem asked of it.
+    TransmitterFailed,
     /// The route exists, not with this method.
     MethodNotAllowed,
     /// The service is overloaded or shutting down.
@@ -68,7 +74,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind (for documentation and tests).
-    pub const ALL: [Kind; 28] = [
+    pub const ALL: [Kind; 31] = [
         Kind::InvalidIdempotencyKey,
         Kind::RepeatedHeader,
         Kind::UnsupportedMediaType,
@@ -94,6 +100,9 @@ impl Kind {
         Kind::InvalidEvents,
         Kind::InvalidStream,
         Kind::TooManyStreams,
+        Kind::NotSubscribed,
+        Kind::NoStream,
+        Kind::TransmitterFailed,
         Kind::MethodNotAllowed,
         Kind::Unavailable,
         Kind::Internal,
@@ -203,6 +212,21 @@ impl Kind {
                 S::CONFLICT,
                 "too-many-streams",
                 "Receiver has as many streams as it may",
+            ),
+            Kind::NotSubscribed => (
+                S::CONFLICT,
+                "not-subscribed",
+                "Source is not subscribed at a transmitter",
+            ),
+            Kind::NoStream => (
+                S::CONFLICT,
+                "no-stream",
+                "No stream recorded for the source",
+            ),
+            Kind::TransmitterFailed => (
+                S::BAD_GATEWAY,
+                "transmitter-failed",
+                "The transmitter did not do what was asked",
             ),
             Kind::MethodNotAllowed => (
                 S::METHOD_NOT_ALLOWED,

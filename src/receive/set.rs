@@ -149,7 +149,7 @@ impl SetSource {
     pub async fn check(&self, token: &str) -> Result<Accepted, SetRefusal> {
         let expect = Expect {
             issuer: &self.issuer,
-            audience: &self.audience,
+            audience: std::slice::from_ref(&self.audience),
             algorithms: &self.algorithms,
             now_secs: (idem_schemas::timefmt::now_ms() / 1000) as i64,
             max_age: MAX_AGE,

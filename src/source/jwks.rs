@@ -1,4 +1,5 @@
-//! A transmitter's JWK Set, fetched (an `http(s)` URL) or read (a file) and cached per source.
+//! A transmitter's JWK Set, fetched (an `http(s)` URL, or the `jwks_uri` of a subscribed
+//! source's transmitter's SSF metadata) or read (a file) and cached per source.
 //! A `kid` the cache does not hold fetches the set again, at most once per `refetch` interval
 //! counting every fetch, so a sender who invents `kid`s cannot make idem fetch at will. A fetch
 //! is bounded in time and size, and only the requests of its own source that need a new key wait
@@ -23,6 +24,9 @@ pub enum JwksAt {
     Url(String),
     /// Read from disk.
     File(PathBuf),
+    /// Fetched from the `jwks_uri` of the SSF metadata of the transmitter of this issuer
+    /// (read again at each fetch, so a moved set is followed).
+    Metadata(String),
 }
 
 impl JwksAt {
@@ -126,31 +130,66 @@ impl KeyCache {
                 }
                 Ok(bytes)
             }
-            JwksAt::Url(url) => {
-                let fetch = async {
-                    let mut response = self
-                        .client
-                        .get(url)
-                        .header("accept", "application/jwk-set+json, application/json")
-                        .send()
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    if !response.status().is_success() {
-                        return Err(format!("it answered {}", response.status()));
-                    }
-                    let mut body = Vec::new();
-                    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
-                        if body.len() + chunk.len() > MAX_JWKS {
-                            return Err(format!("over {MAX_JWKS} bytes"));
-                        }
-                        body.extend_from_slice(&chunk);
-                    }
-                    Ok(body)
-                };
-                tokio::time::timeout(FETCH_TIMEOUT, fetch)
-                    .await
-                    .map_err(|_| format!("no answer within {FETCH_TIMEOUT:?}"))?
+            JwksAt::Url(url) => self.fetch_url(url).await,
+            JwksAt::Metadata(issuer) => {
+                let url = self.jwks_uri(issuer).await?;
+                self.fetch_url(&url).await
             }
         }
+    }
+
+    /// The `jwks_uri` of the SSF metadata of `issuer`'s transmitter (SSF §7.1), whose `issuer`
+    /// must be `issuer`.
+    async fn jwks_uri(&self, issuer: &str) -> Result<String, String> {
+        let at =
+            super::upstream::well_known(issuer, "ssf-configuration").map_err(|e| e.to_string())?;
+        let document = self
+            .fetch_url(&at)
+            .await
+            .map_err(|e| format!("the SSF metadata: {e}"))?;
+        #[derive(serde::Deserialize)]
+        struct Metadata {
+            issuer: String,
+            jwks_uri: Option<String>,
+        }
+        let metadata: Metadata = serde_json::from_slice(&document)
+            .map_err(|e| format!("the SSF metadata is not its JSON document: {e}"))?;
+        if metadata.issuer != issuer {
+            return Err(format!(
+                "the SSF metadata names another issuer ({:?})",
+                metadata.issuer
+            ));
+        }
+        metadata
+            .jwks_uri
+            .filter(|u| u.starts_with("https://") || u.starts_with("http://"))
+            .ok_or_else(|| "the SSF metadata has no http(s) jwks_uri".to_string())
+    }
+
+    /// The document at `url`, bounded in time and size.
+    async fn fetch_url(&self, url: &str) -> Result<Vec<u8>, String> {
+        let fetch = async {
+            let mut response = self
+                .client
+                .get(url)
+                .header("accept", "application/jwk-set+json, application/json")
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            if !response.status().is_success() {
+                return Err(format!("it answered {}", response.status()));
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+                if body.len() + chunk.len() > MAX_JWKS {
+                    return Err(format!("over {MAX_JWKS} bytes"));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(body)
+        };
+        tokio::time::timeout(FETCH_TIMEOUT, fetch)
+            .await
+            .map_err(|_| format!("no answer within {FETCH_TIMEOUT:?}"))?
     }
 }

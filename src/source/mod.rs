@@ -108,9 +108,9 @@ pub struct Source {
 pub struct Ssf {
     /// The SETs' `iss`.
     pub issuer: String,
-    /// What must be among their `aud`.
-    pub audience: String,
-    /// Its JWK Set.
+    /// What must be among their `aud`; none (a subscribed source): its stream's `aud`.
+    pub audience: Option<String>,
+    /// Its JWK Set (a subscribed source's default: its transmitter's `jwks_uri`).
     pub jwks: jwks::JwksAt,
     /// The algorithms allowed (public-key ones only).
     pub algorithms: Vec<String>,

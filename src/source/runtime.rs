@@ -91,6 +91,9 @@ pub struct SourceState {
     /// What it calls its transmitter with (`ssf` with `transmitter`), shared by the stream's
     /// management and the poll client so both use one token.
     pub access: Option<Arc<Access>>,
+    /// A subscribed source's stream's `aud` when no `audience` is written, and when it was
+    /// read from the transmitter.
+    audience: Mutex<Option<(Arc<[String]>, std::time::Instant)>>,
     status: Mutex<Status>,
 }
 
@@ -104,6 +107,34 @@ impl SourceState {
             Ok(status) => status,
             Err(poisoned) => poisoned.into_inner(),
         }
+    }
+
+    /// The stream's `aud` as last read, if it was.
+    pub fn audience(&self) -> Option<Arc<[String]>> {
+        let held = match self.audience.lock() {
+            Ok(held) => held,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        held.as_ref().map(|(aud, _)| aud.clone())
+    }
+
+    /// Whether the stream's `aud` was read at least `every` ago (or never): a SET for another
+    /// audience may then read it again.
+    pub fn audience_older_than(&self, every: std::time::Duration) -> bool {
+        let held = match self.audience.lock() {
+            Ok(held) => held,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        held.as_ref().is_none_or(|(_, at)| at.elapsed() >= every)
+    }
+
+    /// Keeps `aud`, the stream's, as read now.
+    pub fn set_audience(&self, aud: Arc<[String]>) {
+        let mut held = match self.audience.lock() {
+            Ok(held) => held,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *held = Some((aud, std::time::Instant::now()));
     }
 
     /// Counts an event.
@@ -234,6 +265,7 @@ impl Sources {
                     ))
                 }),
             ssf: source.ssf.clone(),
+            audience: Mutex::default(),
             status: Mutex::default(),
         });
         states.insert(key, state.clone());

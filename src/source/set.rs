@@ -229,8 +229,8 @@ fn key(raw: &Value) -> Result<(String, VerifyingKey), String> {
 pub struct Expect<'a> {
     /// `iss`, compared exactly.
     pub issuer: &'a str,
-    /// One of `aud`.
-    pub audience: &'a str,
+    /// What one of `aud` must be (any of these).
+    pub audience: &'a [String],
     /// The algorithms allowed.
     pub algorithms: &'a [String],
     /// Now, in Unix seconds.
@@ -409,8 +409,11 @@ fn claims_of(claims: Value, expect: &Expect<'_>) -> Result<Set, SetRefusal> {
         ));
     }
     let audience = match object.get("aud") {
-        Some(Value::String(one)) => one == expect.audience,
-        Some(Value::Array(many)) => many.iter().any(|a| a.as_str() == Some(expect.audience)),
+        Some(Value::String(one)) => expect.audience.iter().any(|e| e == one),
+        Some(Value::Array(many)) => many
+            .iter()
+            .filter_map(Value::as_str)
+            .any(|a| expect.audience.iter().any(|e| e == a)),
         _ => false,
     };
     if !audience {
@@ -503,7 +506,7 @@ mod tests {
         let (algorithms, issuer, audience) = expect();
         let expect = Expect {
             issuer: &issuer,
-            audience: &audience,
+            audience: std::slice::from_ref(&audience),
             algorithms: &algorithms,
             now_secs: 1_000,
             max_age: Duration::from_secs(999),
@@ -547,7 +550,7 @@ mod tests {
         let (algorithms, issuer, audience) = expect();
         let expect = Expect {
             issuer: &issuer,
-            audience: &audience,
+            audience: std::slice::from_ref(&audience),
             algorithms: &algorithms,
             now_secs: 1_000,
             max_age: Duration::from_secs(999),
@@ -589,7 +592,7 @@ mod tests {
         let (algorithms, issuer, audience) = expect();
         let expect = Expect {
             issuer: &issuer,
-            audience: &audience,
+            audience: std::slice::from_ref(&audience),
             algorithms: &algorithms,
             now_secs: 1_000,
             max_age: Duration::from_secs(999),
@@ -656,7 +659,7 @@ mod tests {
         let now = 1_764_000_000;
         let expect = Expect {
             issuer: &issuer,
-            audience: &audience,
+            audience: std::slice::from_ref(&audience),
             algorithms: &algorithms,
             now_secs: now,
             max_age: Duration::from_secs(3600),

@@ -67,6 +67,8 @@ async fn openapi_covers_every_endpoint_and_agrees_with_the_schema_files() {
             "/v1/sources",
             "/v1/sources/{tenant}/{source}",
             "/v1/sources/{tenant}/{source}/status",
+            "/v1/sources/{tenant}/{source}/subjects",
+            "/v1/sources/{tenant}/{source}/subscription",
             "/v1/stats"
         ]
     );

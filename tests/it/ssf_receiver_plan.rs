@@ -540,3 +540,465 @@ async fn oidssf_receiver_stream_verification_by_state() {
     let s = status(&client).await["subscription"].clone();
     assert!(s["verified_at"].is_string(), "{s}");
 }
+
+/// `method` on `path` of `entra` (`/subscription`, `/subjects`) with the tenant's key and
+/// `body`.
+async fn manage(client: &Client, method: &str, path: &str, body: &str) -> Resp {
+    client
+        .send(
+            method,
+            &format!("/v1/sources/acme/entra{path}"),
+            Req::new(body).header("authorization", API_KEY),
+        )
+        .await
+}
+
+#[tokio::test]
+async fn oidssf_receiver_stream_status_update() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let (_dir, _receiver, idem, client, transmitter) =
+        start(&rsa, |t| subscribed(t, "poll"), 3600).await;
+    subscription_when(&client, |s| s["status"] == "enabled").await;
+    // Paused through idem: the transmitter's answer is idem's, and recorded.
+    let r = manage(
+        &client,
+        "POST",
+        "/subscription",
+        r#"{"status": "paused", "reason": "maintenance"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    assert_eq!(
+        r.json(),
+        json!({"stream_id": "stream-1", "status": "paused", "reason": "maintenance"})
+    );
+    assert_eq!(
+        transmitter.stream_status("stream-1"),
+        Some(("paused".into(), Some("maintenance".into())))
+    );
+    assert!(transmitter.calls().contains(&"POST /status".to_string()));
+    assert_eq!(status(&client).await["subscription"]["status"], "paused");
+    // Enabled again.
+    let r = manage(&client, "POST", "/subscription", r#"{"status": "enabled"}"#).await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    assert_eq!(r.json()["status"], "enabled");
+    assert_eq!(
+        transmitter.stream_status("stream-1"),
+        Some(("enabled".into(), None))
+    );
+    assert_eq!(status(&client).await["subscription"]["status"], "enabled");
+    // What is not a status change is refused before the transmitter is asked.
+    let asked = transmitter.calls().len();
+    for (body, slug) in [
+        (r#"{"status": "stopped"}"#, "invalid-stream"),
+        (r#"{"status": "paused", "why": "x"}"#, "invalid-stream"),
+        (r#"{"reason": "x"}"#, "invalid-stream"),
+        (
+            r#"{"status": "paused", "status": "enabled"}"#,
+            "invalid-stream",
+        ),
+        ("paused", "malformed-json"),
+    ] {
+        let r = manage(&client, "POST", "/subscription", body).await;
+        assert_problem(&r, 400, slug, body);
+    }
+    let long = format!(
+        r#"{{"status": "paused", "reason": "{}"}}"#,
+        "x".repeat(1025)
+    );
+    assert_problem(
+        &manage(&client, "POST", "/subscription", &long).await,
+        400,
+        "invalid-stream",
+        "a reason over 1024 bytes",
+    );
+    assert_eq!(
+        transmitter.calls().len(),
+        asked,
+        "{:?}",
+        transmitter.calls()
+    );
+    // Another tenant's key, no key, no such source.
+    let r = client
+        .send(
+            "POST",
+            "/v1/sources/acme/entra/subscription",
+            Req::new(r#"{"status": "paused"}"#).header("authorization", "Bearer sk_nobody"),
+        )
+        .await;
+    assert_eq!(r.status, 401, "{}", text(&r));
+    let r = client
+        .send(
+            "POST",
+            "/v1/sources/acme/nothing/subscription",
+            Req::new(r#"{"status": "paused"}"#).header("authorization", API_KEY),
+        )
+        .await;
+    assert_problem(&r, 404, "not-found", "no such source");
+    // A stream the transmitter no longer has: its refusal, named.
+    transmitter.drop_stream("stream-1");
+    let r = manage(&client, "POST", "/subscription", r#"{"status": "paused"}"#).await;
+    assert_problem(&r, 502, "transmitter-failed", "a stream gone");
+    assert!(text(&r).contains("404"), "{}", text(&r));
+    let log = idem.stderr();
+    assert!(!log.contains("access-token-"), "a token logged: {log}");
+}
+
+#[tokio::test]
+async fn subjects_added_and_removed_through_idem() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let (_dir, _receiver, _idem, client, transmitter) =
+        start(&rsa, |t| subscribed(t, "poll"), 3600).await;
+    subscription_when(&client, |s| s["status"] == "enabled").await;
+    let subject = json!({"format": "email", "email": "ann@example.com"});
+    let r = manage(
+        &client,
+        "POST",
+        "/subjects",
+        &json!({"action": "add", "subject": subject, "verified": true}).to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    let r = manage(
+        &client,
+        "POST",
+        "/subjects",
+        &json!({"action": "remove", "subject": subject}).to_string(),
+    )
+    .await;
+    assert_eq!(r.status, 204, "{}", text(&r));
+    assert_eq!(
+        transmitter.subjects(),
+        vec![
+            ("stream-1".to_string(), "add".to_string(), subject.clone()),
+            (
+                "stream-1".to_string(),
+                "remove".to_string(),
+                subject.clone()
+            ),
+        ]
+    );
+    for body in [
+        json!({"action": "replace", "subject": subject}),
+        json!({"action": "add", "subject": "ann@example.com"}),
+        json!({"action": "add", "subject": {"email": "ann@example.com"}}),
+        json!({"action": "remove", "subject": subject, "verified": true}),
+        json!({"action": "add"}),
+    ] {
+        let r = manage(&client, "POST", "/subjects", &body.to_string()).await;
+        assert_problem(&r, 400, "invalid-stream", &body.to_string());
+    }
+    assert_eq!(
+        transmitter.subjects().len(),
+        2,
+        "refused before the transmitter"
+    );
+}
+
+#[tokio::test]
+async fn a_source_not_subscribed_or_without_a_stream_is_409() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let transmitter = LoopbackTransmitter::start(jose::jwk_set(&[&rsa])).await;
+    // `entra` calls the transmitter with a token it refuses: no stream is ever made.
+    let lines = format!(
+        r#"audience = "{STREAM_AUDIENCE}"
+jwks = "{jwks}"
+transmitter = "{issuer}"
+auth = {{ bearer = "not-a-token-it-takes" }}
+delivery = "poll"
+[tenants.acme.sources.plain]
+kind = "ssf"
+issuer = "{issuer}"
+audience = "{STREAM_AUDIENCE}"
+jwks = "{jwks}""#,
+        issuer = transmitter.issuer(),
+        jwks = transmitter.url("/jwks"),
+    );
+    let (_dir, _receiver, _idem, client) = Harness::new()
+        .tenants(move |r| acme(r, &lines))
+        .start()
+        .await;
+    let s = subscription_when(&client, |s| s["last_error"].is_string()).await;
+    assert!(
+        s["last_error"].as_str().unwrap_or_default().contains("401"),
+        "{s}"
+    );
+    for (method, path, body) in [
+        ("POST", "/subscription", r#"{"status": "paused"}"#),
+        ("DELETE", "/subscription", ""),
+        (
+            "POST",
+            "/subjects",
+            r#"{"action": "add", "subject": {"format": "email", "email": "a@b.c"}}"#,
+        ),
+    ] {
+        let r = manage(&client, method, path, body).await;
+        assert_problem(&r, 409, "no-stream", path);
+        let r = client
+            .send(
+                method,
+                &format!("/v1/sources/acme/plain{path}"),
+                Req::new(body).header("authorization", API_KEY),
+            )
+            .await;
+        assert_problem(&r, 409, "not-subscribed", path);
+    }
+    assert_eq!(transmitter.streams_made(), 0);
+}
+
+#[tokio::test]
+async fn oidssf_receiver_stream_create_delete() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let transmitter = LoopbackTransmitter::start(jose::jwk_set(&[&rsa])).await;
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = devtools::free_port().expect("a free port");
+    let lines = subscribed(&transmitter, "poll").replace("\"1h\"", "\"1s\"");
+    let config = config_on_port(dir.path(), port, &acme(&receiver, &lines));
+    let idem = Idem::start(dir.path(), &config);
+    let client = Client::new(&idem.base);
+    let made = subscription_when(&client, |s| s["status"] == "enabled").await;
+    assert_eq!(made["stream_id"], "stream-1", "{made}");
+
+    // The source dropped from the configuration: its stream is kept.
+    let without = config_on_port(dir.path(), port, &acme_text(&receiver.url("/lock"), "").replace(
+        "[tenants.acme.sources.entra]\nkind = \"ssf\"\n\n[[tenants.acme.sources.entra.map]]\nevent = \"https://schemas.openid.net/secevent/risc/event-type/credential-compromise\"\ntype = \"breach\"\n",
+        "",
+    ));
+    std::fs::write(&idem.config_path, &without).expect("write");
+    idem.signal(libc::SIGHUP);
+    let configured = |want: u16| {
+        let client = &client;
+        async move {
+            eventually(
+                Duration::from_secs(20),
+                || async {
+                    let path = "/v1/sources/acme/entra/status";
+                    let key = Req::new("").header("authorization", API_KEY);
+                    client.send("GET", path, key).await.status
+                },
+                |s| *s == want,
+            )
+            .await
+        }
+    };
+    assert_eq!(configured(404).await, 404, "the source is still configured");
+    // Past a verification interval: nothing deleted, nothing made.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        !transmitter.calls().contains(&"DELETE /streams".to_string()),
+        "{:?}",
+        transmitter.calls()
+    );
+    assert!(transmitter.streams().contains_key("stream-1"));
+    std::fs::write(&idem.config_path, &config).expect("write");
+    idem.signal(libc::SIGHUP);
+    assert_eq!(configured(200).await, 200, "the source is not back");
+    let back = subscription_when(&client, |s| s["stream_id"] == "stream-1").await;
+    assert_eq!(back["stream_id"], "stream-1", "{back}");
+
+    // Deleted when asked: at the transmitter, and in the record.
+    let r = manage(&client, "DELETE", "/subscription", "").await;
+    assert_eq!(r.status, 204, "{}", text(&r));
+    assert!(
+        transmitter.streams().is_empty(),
+        "{:?}",
+        transmitter.streams()
+    );
+    let s = status(&client).await["subscription"].clone();
+    assert_eq!(s["stream_id"], Value::Null, "{s}");
+    assert_eq!(s["status"], Value::Null, "{s}");
+    let r = manage(&client, "DELETE", "/subscription", "").await;
+    assert_problem(&r, 409, "no-stream", "deleted already");
+    // Not made again while idem runs, past its verification interval.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(transmitter.streams_made(), 1, "{:?}", transmitter.calls());
+    idem.kill();
+
+    // The next start makes one new stream.
+    let idem = Idem::start(dir.path(), &config);
+    let client = Client::new(&idem.base);
+    let s = subscription_when(&client, |s| s["status"] == "enabled").await;
+    assert_eq!(s["stream_id"], "stream-2", "{s}");
+    assert_eq!(transmitter.streams_made(), 2, "{:?}", transmitter.calls());
+    assert_eq!(transmitter.streams().len(), 1);
+}
+
+const STREAM_UPDATED: &str = "https://schemas.openid.net/secevent/ssf/event-type/stream-updated";
+
+#[tokio::test]
+async fn a_stream_updated_event_sets_the_status_shown() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let (_dir, _receiver, _idem, client, transmitter) =
+        start(&rsa, |t| subscribed(t, "poll"), 3600).await;
+    subscription_when(&client, |s| s["status"] == "enabled").await;
+    transmitter.sign_with(JwsKey::rsa("rsa-1"));
+    let updated = |jti: &str, stream: &str, status: &str| {
+        let set = transmitter.set_about(
+            stream,
+            json!({STREAM_UPDATED: {"status": status, "reason": "told by the transmitter"}}),
+        );
+        transmitter.queue(jti, &set);
+    };
+    // For another stream: acknowledged, shown as announced, not the subscription's status.
+    updated("u-other", "stream-9", "disabled");
+    let acked = |jti: &'static str| {
+        let t = transmitter.clone();
+        async move {
+            eventually(
+                Duration::from_secs(20),
+                || async { t.acked() },
+                |a| a.iter().any(|j| j == jti),
+            )
+            .await
+        }
+    };
+    assert!(acked("u-other").await.contains(&"u-other".to_string()));
+    let s = status(&client).await;
+    assert_eq!(s["stream"]["status"], "disabled", "{s}");
+    assert_eq!(s["subscription"]["status"], "enabled", "{s}");
+    // For its stream: the subscription's status, on the store.
+    updated("u-paused", "stream-1", "paused");
+    assert!(acked("u-paused").await.contains(&"u-paused".to_string()));
+    let s = status(&client).await;
+    assert_eq!(s["subscription"]["status"], "paused", "{s}");
+    updated("u-enabled", "stream-1", "enabled");
+    assert!(acked("u-enabled").await.contains(&"u-enabled".to_string()));
+    assert_eq!(status(&client).await["subscription"]["status"], "enabled");
+    assert!(
+        transmitter.set_errs().is_empty(),
+        "{:?}",
+        transmitter.set_errs()
+    );
+}
+
+#[tokio::test]
+async fn oidssf_receiver_stream_verification_again_after_verify_every() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let (_dir, _receiver, _idem, client, transmitter) = start(
+        &rsa,
+        |t| subscribed(t, "poll").replace("\"1h\"", "\"1s\""),
+        3600,
+    )
+    .await;
+    transmitter.sign_with(JwsKey::rsa("rsa-1"));
+    let first = subscription_when(&client, |s| s["verified_at"].is_string()).await;
+    // Each interval: a verification with a new random state, which verifies the stream again.
+    let asked = eventually(
+        Duration::from_secs(20),
+        || async { transmitter.verifications() },
+        |v| v.len() >= 3,
+    )
+    .await;
+    assert!(asked.len() >= 3, "{asked:?}");
+    let states: std::collections::BTreeSet<_> = asked.iter().map(|(_, s)| s.clone()).collect();
+    assert_eq!(states.len(), asked.len(), "a state used twice: {asked:?}");
+    assert!(
+        asked
+            .iter()
+            .all(|(stream, s)| stream == "stream-1" && s.as_ref().is_some_and(|s| s.len() >= 32)),
+        "{asked:?}"
+    );
+    let again = subscription_when(&client, |s| s["verified_at"] != first["verified_at"]).await;
+    assert!(again["verified_at"].is_string(), "{again}");
+    assert_ne!(again["verified_at"], first["verified_at"], "{again}");
+    assert_eq!(transmitter.streams_made(), 1);
+    assert!(
+        transmitter.set_errs().is_empty(),
+        "{:?}",
+        transmitter.set_errs()
+    );
+}
+
+#[tokio::test]
+async fn two_nodes_on_one_database_starting_at_once_make_one_stream() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let transmitter = LoopbackTransmitter::start(jose::jwk_set(&[&rsa])).await;
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = test_database();
+    let tenants = acme(&receiver, &subscribed(&transmitter, "poll"));
+    let nodes: Vec<_> = (0..2)
+        .map(|n| {
+            let node_dir = dir.path().join(format!("node{n}"));
+            std::fs::create_dir_all(&node_dir).expect("dir");
+            let config = settings(&on_postgres(&url), &node_dir.join("data"), "", "") + &tenants;
+            let path = node_dir.join("idem.toml");
+            std::fs::write(&path, config).expect("config");
+            std::thread::spawn(move || Idem::start_with(path, &[]))
+        })
+        .collect();
+    let nodes: Vec<Idem> = nodes
+        .into_iter()
+        .map(|n| n.join().expect("node started"))
+        .collect();
+    for node in &nodes {
+        let client = Client::new(&node.base);
+        let s = subscription_when(&client, |s| s["status"] == "enabled").await;
+        assert_eq!(s["stream_id"], "stream-1", "{s}");
+    }
+    // A reconciliation round later on both nodes, still the one stream.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(transmitter.streams_made(), 1, "{:?}", transmitter.calls());
+    // Managed through either node: the one stream.
+    let other = Client::new(&nodes[1].base);
+    let r = manage(&other, "POST", "/subscription", r#"{"status": "paused"}"#).await;
+    assert_eq!(r.status, 200, "{}", text(&r));
+    let first = Client::new(&nodes[0].base);
+    assert_eq!(status(&first).await["subscription"]["status"], "paused");
+}
+
+#[test]
+fn audience_and_jwks_are_optional_only_for_a_subscribed_source() {
+    let subscribed =
+        "transmitter = \"https://t.example/ssf\"\nauth = { bearer = \"b\" }\ndelivery = \"poll\"";
+    let (code, err) = check(subscribed);
+    assert_eq!(code, 0, "{err}");
+    for (lines, key) in [
+        (
+            "issuer = \"https://t.example/ssf\"\njwks = \"https://t.example/jwks\"",
+            "tenants.acme.sources.entra.audience",
+        ),
+        (
+            "issuer = \"https://t.example/ssf\"\naudience = \"https://idem.example/acme\"",
+            "tenants.acme.sources.entra.jwks",
+        ),
+    ] {
+        let (code, err) = check(lines);
+        assert_ne!(code, 0, "accepted: {lines}");
+        assert!(err.contains(key), "{key} not named for {lines}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn audience_and_keys_from_the_transmitter_when_not_written() {
+    let rsa = JwsKey::rsa("rsa-1");
+    let lines = |t: &LoopbackTransmitter| {
+        subscribed(t, "poll")
+            .lines()
+            .filter(|l| !l.starts_with("audience") && !l.starts_with("jwks"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let (_dir, receiver, _idem, client, transmitter) = start(&rsa, lines, 3600).await;
+    transmitter.sign_with(JwsKey::rsa("rsa-1"));
+    subscription_when(&client, |s| s["verified_at"].is_string()).await;
+    // Verified with the key of the metadata's jwks_uri, for the stream's aud.
+    assert!(transmitter.jwks_fetches() >= 1);
+    let set = rsa.sign(&compromise(&transmitter.issuer(), "aud-1", "a@example.com"));
+    transmitter.deliver("stream-1", "aud-1", &set).await;
+    let mut other = compromise(&transmitter.issuer(), "aud-2", "b@example.com");
+    other["aud"] = json!("https://someone-else.example");
+    transmitter
+        .deliver("stream-1", "aud-2", &rsa.sign(&other))
+        .await;
+    let (acked, errs) = eventually(
+        Duration::from_secs(20),
+        || async { (transmitter.acked(), transmitter.set_errs()) },
+        |(a, e)| a.iter().any(|j| j == "aud-1") && e.contains_key("aud-2"),
+    )
+    .await;
+    assert!(acked.iter().any(|j| j == "aud-1"), "{acked:?}");
+    assert_eq!(errs["aud-2"]["err"], "invalid_audience", "{errs:?}");
+    exactly(&receiver, "/lock", 1).await;
+}

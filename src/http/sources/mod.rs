@@ -8,8 +8,10 @@
 //! lasts at least [`idem_actors::signals::EVENT_CLAIM_MIN`], the longest a provider retries.
 //! An `ssf` source's SETs are taken by `ssf` (pushed here, or polled by `poll`); `take` carries
 //! one event into the engine for every kind. Also `GET`, Okta's one-time verification of an
-//! event hook, and `GET …/status`, what became of a source's events on this node.
+//! event hook, and `GET …/status`, what became of a source's events on this node; `manage`
+//! answers what a tenant asks of a subscribed source's stream.
 
+pub mod manage;
 pub mod poll;
 pub mod ssf;
 pub mod subscribe;

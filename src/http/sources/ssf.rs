@@ -1,10 +1,11 @@
 //! An `ssf` source's Security Event Tokens, pushed (RFC 8935) or polled (RFC 8936). [`take`]
 //! checks a SET (`source::set`, its key from the source's cached JWK Set) before anything of it
-//! is stored, records SSF's own events (verification, stream updated) instead of deciding them,
-//! refuses the whole SET if one of its events cannot be taken, and claims it once under (source,
-//! `iss`, `jti`), whatever events it holds: a SET pushed again, or both pushed and polled, or its
-//! `jti` sent again with another event, is a duplicate. [`push`] answers a push: 202 once every claim is durable, RFC
-//! 8935's `{"err","description"}` for a refused SET, 503 when the store or the JWK Set failed.
+//! is stored, records SSF's own events (verification, stream updated; for a subscribed source
+//! in its subscription too) instead of deciding them, refuses the whole SET if one of its events
+//! cannot be taken, and claims it once under (source, `iss`, `jti`), whatever events it holds:
+//! a SET pushed again, or both pushed and polled, or its `jti` sent again with another event, is
+//! a duplicate. [`push`] answers a push: 202 once every claim is durable, RFC 8935's
+//! `{"err","description"}` for a refused SET, 503 when the store or the JWK Set failed.
 
 use axum::http::header::{CONTENT_LANGUAGE, CONTENT_TYPE};
 use axum::http::{HeaderValue, StatusCode};
@@ -33,6 +34,9 @@ pub const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-ty
 /// SSF's stream-updated event.
 pub const STREAM_UPDATED: &str =
     "https://schemas.openid.net/secevent/ssf/event-type/stream-updated";
+
+/// The longest status or reason recorded of a stream-updated SET.
+const MAX_STATUS_TEXT: usize = 256;
 
 /// The media type of a pushed SET.
 pub const SECEVENT_JWT: &str = "application/secevent+jwt";
@@ -75,9 +79,20 @@ pub async fn take(
         .idempotency
         .key_ttl
         .max(idem_actors::signals::EVENT_CLAIM_MIN);
+    let discovered;
+    let audience: &[String] = match &ssf.audience {
+        Some(written) => std::slice::from_ref(written),
+        None => {
+            discovered = match state.audience() {
+                Some(aud) => aud,
+                None => stream_audience(app, tenant, source, state).await?,
+            };
+            &discovered
+        }
+    };
     let expect = Expect {
         issuer: &ssf.issuer,
-        audience: &ssf.audience,
+        audience,
         algorithms: &ssf.algorithms,
         now_secs: (now_ms() / 1000) as i64,
         max_age: ssf.max_age(claim_life, skew),
@@ -98,7 +113,23 @@ pub async fn take(
             ))
         }
     })?;
-    let set = set::verify(token, &header, &key, &expect)?;
+    let set = match set::verify(token, &header, &key, &expect) {
+        // The stream's `aud` may have changed (a new stream): read again, at most once per
+        // `jwks_refetch`, as an unknown key is.
+        Err(refusal)
+            if refusal.err == Err::InvalidAudience
+                && ssf.audience.is_none()
+                && state.audience_older_than(ssf.jwks_refetch) =>
+        {
+            let again = stream_audience(app, tenant, source, state).await?;
+            let expect = Expect {
+                audience: &again,
+                ..expect.clone()
+            };
+            set::verify(token, &header, &key, &expect)?
+        }
+        other => other?,
+    };
     let events = events::of_set(&set);
     let mut ready = Vec::with_capacity(events.len());
     let mut own = 0;
@@ -115,6 +146,17 @@ pub async fn take(
                 own += 1;
             }
             STREAM_UPDATED => {
+                if ssf.transmitter.is_some() {
+                    updated(
+                        app,
+                        tenant,
+                        source,
+                        &set.claims,
+                        text("status"),
+                        text("reason"),
+                    )
+                    .await?;
+                }
                 state.stream_updated(text("status"), text("reason"));
                 own += 1;
             }
@@ -179,24 +221,14 @@ async fn verified(
     let Some(state) = state else {
         return Ok(());
     };
-    let unavailable = |e: idem_actors::StoreError| {
-        tracing::error!(error = %e, "the store failed on a subscription");
-        NotTaken::Later(ApiError::new(
-            Kind::Unavailable,
-            "the store cannot be reached; send the SET again",
-        ))
-    };
+    let unavailable = store_failed;
     let streams = app.engine.streams();
     let record = streams
         .subscription(&tenant.name, &source.name)
         .await
         .map_err(unavailable)?
         .unwrap_or_default();
-    // SSF §8.1.4.1: the verification SET names its stream in `sub_id` (`opaque`, the id).
-    let stream = claims
-        .pointer("/sub_id/id")
-        .or_else(|| claims.pointer("/sub_id/stream_id"))
-        .and_then(Value::as_str);
+    let stream = stream_of(claims);
     let ours = record.stream_id.is_some() && stream == record.stream_id.as_deref();
     if !ours || record.verify_state.as_deref() != Some(state) {
         return Err(NotTaken::Refused(SetRefusal::new(
@@ -220,6 +252,137 @@ async fn verified(
             "the subscription changed meanwhile; send the SET again",
         )));
     }
+    Ok(())
+}
+
+/// The `aud` of the stream recorded for a subscribed source with no `audience` written, read
+/// from the transmitter now and kept; none recorded yet, or the transmitter failing: the SET
+/// is sent again later.
+async fn stream_audience(
+    app: &App,
+    tenant: &Tenant,
+    source: &Source,
+    state: &SourceState,
+) -> Result<std::sync::Arc<[String]>, NotTaken> {
+    let later = |why: String| {
+        tracing::warn!(tenant = %tenant.name, source = %source.name, why, "the stream's aud could not be read");
+        NotTaken::Later(ApiError::new(
+            Kind::Unavailable,
+            "the stream's audience could not be read from the transmitter; send the SET again",
+        ))
+    };
+    let Some(access) = &state.access else {
+        return Err(later("the source is not subscribed".into()));
+    };
+    let record = app
+        .engine
+        .streams()
+        .subscription(&tenant.name, &source.name)
+        .await
+        .map_err(store_failed)?
+        .unwrap_or_default();
+    let Some(id) = record
+        .stream_id
+        .filter(|_| record.transmitter == access.issuer())
+    else {
+        return Err(later("no stream is recorded yet".into()));
+    };
+    let metadata = subscribe::metadata(access)
+        .await
+        .map_err(|e| later(e.to_string()))?;
+    let at = subscribe::endpoint(&metadata.configuration_endpoint, "configuration_endpoint")
+        .map_err(|e| later(e.to_string()))?;
+    let url = subscribe::with_query(at, "stream_id", &id);
+    let (status, stream) = subscribe::call(
+        access,
+        "the stream endpoint",
+        reqwest::Method::GET,
+        &url,
+        None,
+    )
+    .await
+    .map_err(|e| later(e.to_string()))?;
+    if status != 200 {
+        return Err(later(format!("the stream endpoint answered {status}")));
+    }
+    let aud: std::sync::Arc<[String]> = match &stream["aud"] {
+        Value::String(one) => vec![one.clone()].into(),
+        Value::Array(many) => many
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect(),
+        _ => return Err(later("the stream has no aud".into())),
+    };
+    if aud.is_empty() {
+        return Err(later("the stream's aud is empty".into()));
+    }
+    state.set_audience(aud.clone());
+    Ok(aud)
+}
+
+/// The stream a SET of SSF's own names in its `sub_id` (SSF §8.1.4.1: `opaque`, the id).
+fn stream_of(claims: &Value) -> Option<&str> {
+    claims
+        .pointer("/sub_id/id")
+        .or_else(|| claims.pointer("/sub_id/stream_id"))
+        .and_then(Value::as_str)
+}
+
+/// The answer when the store failed on a subscription: the transmitter sends the SET again.
+fn store_failed(e: idem_actors::StoreError) -> NotTaken {
+    tracing::error!(error = %e, "the store failed on a subscription");
+    NotTaken::Later(ApiError::new(
+        Kind::Unavailable,
+        "the store cannot be reached; send the SET again",
+    ))
+}
+
+/// A stream-updated SET of a subscribed source: for its recorded stream, the `status` (and
+/// `reason`) it announces becomes the subscription's (durably); for another stream, or without
+/// a status, it changes nothing.
+async fn updated(
+    app: &App,
+    tenant: &Tenant,
+    source: &Source,
+    claims: &Value,
+    status: Option<&str>,
+    reason: Option<&str>,
+) -> Result<(), NotTaken> {
+    let Some(status) = status else {
+        return Ok(());
+    };
+    let streams = app.engine.streams();
+    let Some(record) = streams
+        .subscription(&tenant.name, &source.name)
+        .await
+        .map_err(store_failed)?
+    else {
+        return Ok(());
+    };
+    if record.stream_id.is_none() || stream_of(claims) != record.stream_id.as_deref() {
+        return Ok(());
+    }
+    let cut = |t: &str| t.chars().take(MAX_STATUS_TEXT).collect::<String>();
+    let mut now = record.clone();
+    now.status = Some(cut(status));
+    now.reason = reason.map(cut);
+    if now == record {
+        return Ok(());
+    }
+    now.version += 1;
+    // Lost to a concurrent write: the transmitter sends it again.
+    if !streams
+        .put_subscription(&tenant.name, &source.name, &now)
+        .await
+        .map_err(store_failed)?
+    {
+        return Err(NotTaken::Later(ApiError::new(
+            Kind::Unavailable,
+            "the subscription changed meanwhile; send the SET again",
+        )));
+    }
+    tracing::info!(tenant = %tenant.name, source = %source.name, status = %now.status.as_deref().unwrap_or_default(), "the transmitter announced the stream's status");
     Ok(())
 }
 

@@ -86,8 +86,10 @@ fn events_of(source: &Source) -> Vec<String> {
 /// Runs until aborted: keeps every subscribed source's stream matching the configuration in
 /// force, and verified.
 pub async fn run(app: Arc<App>) {
-    // What each source's stream was last made to match, and when it is verified next.
-    let mut applied: HashMap<(String, String), (Wanted, tokio::time::Instant)> = HashMap::new();
+    // What each source's stream was last made to match, whether that succeeded, and when it is
+    // verified (or tried) next. Until it succeeds the next attempt is a change still.
+    let mut applied: HashMap<(String, String), (Wanted, bool, tokio::time::Instant)> =
+        HashMap::new();
     loop {
         let live = app.live.load_full();
         let public_url = live.config.public_url.clone().unwrap_or_default();
@@ -111,7 +113,7 @@ pub async fn run(app: Arc<App>) {
                 };
                 let now = tokio::time::Instant::now();
                 let due = match applied.get(&key) {
-                    Some((was, next)) => *was != wanted || now >= *next,
+                    Some((was, _, next)) => *was != wanted || now >= *next,
                     None => true,
                 };
                 if !due {
@@ -130,9 +132,21 @@ pub async fn run(app: Arc<App>) {
                 let Some(access) = state.access.clone() else {
                     continue;
                 };
-                let changed = applied.get(&key).is_none_or(|(was, _)| *was != wanted);
-                let outcome =
-                    reconcile(&app, &access, &tenant.name, &source.name, &wanted, changed).await;
+                let last = applied.get(&key);
+                let changed = last.is_none_or(|(was, _, _)| *was != wanted);
+                // A start, a change, or a retry of either may make a deleted stream anew.
+                let renew = changed || last.is_some_and(|(_, settled, _)| !settled);
+                let outcome = reconcile(
+                    &app,
+                    &access,
+                    &tenant.name,
+                    &source.name,
+                    &wanted,
+                    changed,
+                    renew,
+                )
+                .await;
+                let settled = outcome.is_ok();
                 let next = match outcome {
                     Ok(()) => now + wanted.subscribe.verify_every,
                     Err(e) => {
@@ -144,7 +158,7 @@ pub async fn run(app: Arc<App>) {
                         now + Duration::from_secs(5).min(wanted.subscribe.verify_every)
                     }
                 };
-                applied.insert(key, (wanted, next));
+                applied.insert(key, (wanted, settled, next));
             }
         }
         tokio::time::sleep(RECONCILE).await;
@@ -219,14 +233,18 @@ pub async fn call(
             what,
             why: e.without_url().to_string(),
         })?;
-    let value = if text.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&text).map_err(|e| UpstreamError::Malformed {
-            what,
-            expected: "JSON",
-            why: e.to_string(),
-        })?
+    let value = match serde_json::from_slice(&text) {
+        Ok(value) => value,
+        _ if text.is_empty() => Value::Null,
+        // A refusal's body is read only for its error code, if it has one.
+        Err(_) if !(200..300).contains(&status) => Value::Null,
+        Err(e) => {
+            return Err(SubscribeError::Upstream(UpstreamError::Malformed {
+                what,
+                expected: "JSON",
+                why: e.to_string(),
+            }))
+        }
     };
     Ok((status, value))
 }
@@ -240,7 +258,9 @@ fn failed(what: &'static str, status: u16) -> SubscribeError {
 }
 
 /// Makes the stream of `tenant`'s `source` match `wanted`; with `changed` (or when the stream is
-/// made anew) a verification is asked for whatever else happens, else on the interval.
+/// made anew) a verification is asked for whatever else happens, else on the interval. A
+/// stream deleted through idem is made anew only with `renew` (a start, a change, or a retry of
+/// either).
 async fn reconcile(
     app: &App,
     access: &Access,
@@ -248,6 +268,7 @@ async fn reconcile(
     source: &str,
     wanted: &Wanted,
     changed: bool,
+    renew: bool,
 ) -> Result<(), SubscribeError> {
     let metadata = metadata(access).await?;
     let streams_at = endpoint(&metadata.configuration_endpoint, "configuration_endpoint")?;
@@ -256,6 +277,10 @@ async fn reconcile(
     let read = store.subscription(tenant, source).await?;
     let mut record = read.clone().unwrap_or_default();
     let issuer = access.issuer();
+    if deleted(&record, issuer) && !renew {
+        // Deleted through idem: made anew only at a start or when the source changes.
+        return Ok(());
+    }
     if record.transmitter != issuer {
         // Another transmitter's stream is not this one's.
         record.stream_id = None;
@@ -400,6 +425,23 @@ async fn reconcile(
     }
     read_status(app, access, &metadata, tenant, source, record).await?;
     Ok(())
+}
+
+/// Clears the stream from `record`, as its deletion through idem leaves it: the record stays
+/// at its transmitter with no stream, which [`deleted`] tells apart, so that no node uses the
+/// stream again and none makes a new one until its next start or a change of the source.
+pub fn forget(record: &mut Subscription) {
+    *record = Subscription {
+        version: record.version,
+        transmitter: record.transmitter.clone(),
+        ..Subscription::default()
+    };
+}
+
+/// Whether `record` is a stream at `issuer` deleted through idem ([`forget`]): only a
+/// deletion leaves a record at its transmitter without a stream.
+pub fn deleted(record: &Subscription, issuer: &str) -> bool {
+    record.stream_id.is_none() && record.transmitter == issuer
 }
 
 /// `url` with `name=value` added to its query.
