@@ -235,7 +235,7 @@ async fn run(args: RunArgs) -> Result<usize, String> {
             &bases,
             Duration::from_millis(args.seconds * 500)
         ),
-        subscription::run(&subscribed, args.sets / 2, args.seed, args.seconds)
+        subscription::run(&subscribed, &bases, args.sets / 2, args.seed, args.seconds)
     );
     let (began, confirmed) = change?;
 
@@ -380,10 +380,12 @@ async fn run(args: RunArgs) -> Result<usize, String> {
     );
     println!(
         "{}: {} stream made at the transmitter, {} SETs sent on it (half of them again), {} \
-         verifications asked, {} tokens given",
+         changes through idem (paused, subject added and removed, enabled), {} verifications \
+         asked, {} tokens given",
         subscription::SOURCE,
         subscribed.streams_made(),
         on_stream.sets.len(),
+        on_stream.managed.len(),
         subscribed.verifications().len(),
         subscribed.tokens_given()
     );

@@ -87,7 +87,7 @@ pub async fn change(
                 if Instant::now() > deadline {
                     return None;
                 }
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(250)).await;
             }
         }
         Some(Instant::now())
@@ -99,7 +99,7 @@ pub async fn change(
 async fn evaluates(http: &reqwest::Client, base: &str) -> Option<String> {
     let answer = http
         .post(format!("{base}/v1/playbooks/sim_swap/evaluate"))
-        .timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(15))
         .header("authorization", "Bearer sk_simulation_key")
         .header("content-type", "application/json")
         .body(json!({"type": "sim_swap", "subject": "+447700900002"}).to_string())

@@ -4,10 +4,13 @@
 //! RISC event the source maps) and asks for a verification every `verify_every`, which the
 //! transmitter sends as a SET on the stream. The transmitter then sends `--sets` SETs of its own
 //! on the stream over the run (each about a subject of its own), and sends the first half of
-//! them again once the run is over, as a transmitter that lost their acknowledgements. Whatever
-//! was killed when, the checker finds exactly one stream made at the transmitter across every
-//! node and restart, the stream verified in the source's status, every SET acknowledged and
-//! none refused, and one decision per (iss, jti).
+//! them again once the run is over, as a transmitter that lost their acknowledgements. Through
+//! idem's API, on nodes at random, the run pauses the stream a quarter in and enables it again
+//! three quarters in, and adds a subject half way and removes it then. Whatever was killed when,
+//! the checker finds exactly one stream made at the transmitter across every node and restart,
+//! the stream verified and enabled in the source's status, the transmitter's stream paused once
+//! idem answered the pause and enabled at the end, the subject added and then removed there,
+//! every SET acknowledged and none refused, and one decision per (iss, jti).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -17,6 +20,7 @@ use devtools::transmitter::{LoopbackTransmitter, CLIENT_ID, CLIENT_SECRET, STREA
 use serde_json::{json, Value};
 
 use crate::report::Report;
+use crate::rng::Rng;
 use crate::ssf::{encode, EVENT};
 
 /// The source's name.
@@ -65,6 +69,12 @@ pub struct StreamOutcome {
     pub stream: Option<String>,
     /// Each SET's jti and subject identifier.
     pub sets: Vec<(String, Value)>,
+    /// What was asked of the stream through idem, and answered 2xx.
+    pub managed: Vec<String>,
+    /// The stream's status at the transmitter once idem answered the pause.
+    pub paused: Option<String>,
+    /// The subject added and removed through idem.
+    pub watched: Value,
     pub unexpected: Vec<String>,
 }
 
@@ -83,7 +93,13 @@ fn set(tx: &LoopbackTransmitter, seed: u64, n: usize) -> (String, Value, String)
 
 /// Waits (up to 30 s) for idem to make its stream, then sends `count` SETs on it over about
 /// `seconds`.
-pub async fn run(tx: &LoopbackTransmitter, count: usize, seed: u64, seconds: u64) -> StreamOutcome {
+pub async fn run(
+    tx: &LoopbackTransmitter,
+    bases: &[String],
+    count: usize,
+    seed: u64,
+    seconds: u64,
+) -> StreamOutcome {
     let mut out = StreamOutcome::default();
     let deadline = Instant::now() + Duration::from_secs(30);
     let stream = loop {
@@ -98,7 +114,33 @@ pub async fn run(tx: &LoopbackTransmitter, count: usize, seed: u64, seconds: u64
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let think = Duration::from_millis(seconds * 1000 / count.max(1) as u64);
+    let http = reqwest::Client::new();
+    let mut rng = Rng::new(seed.wrapping_mul(0x5ab));
+    let watched = watched(seed);
+    out.watched = watched.clone();
     for n in 0..count {
+        // Through idem, to nodes at random: the stream paused a quarter in, a subject added
+        // half way and removed three quarters in, and the stream enabled again then.
+        let steps: &[(&str, Value)] = match n {
+            _ if n == count / 4 => {
+                &[("subscription", json!({"status": "paused", "reason": "sim"}))]
+            }
+            _ if n == count / 2 => &[("subjects", json!({"action": "add", "subject": watched}))],
+            _ if n == 3 * count / 4 => &[
+                ("subjects", json!({"action": "remove", "subject": watched})),
+                ("subscription", json!({"status": "enabled"})),
+            ],
+            _ => &[],
+        };
+        for (what, body) in steps {
+            match manage(&http, bases, what, body, &mut rng).await {
+                Ok(()) => out.managed.push(format!("{what} {body}")),
+                Err(e) => out.unexpected.push(e),
+            }
+            if body["status"] == "paused" {
+                out.paused = tx.stream_status(&stream).map(|(status, _)| status);
+            }
+        }
         let (jti, subject, token) = set(tx, seed, n);
         tx.deliver(&stream, &jti, &token).await;
         out.sets.push((jti, subject));
@@ -106,6 +148,47 @@ pub async fn run(tx: &LoopbackTransmitter, count: usize, seed: u64, seconds: u64
     }
     out.stream = Some(stream);
     out
+}
+
+/// The subject added to the stream and removed again.
+fn watched(seed: u64) -> Value {
+    json!({"format": "email", "email": format!("watched{seed}@sim.example")})
+}
+
+/// POSTs `body` to the source's `what` (`subscription` or `subjects`) through a node at random
+/// until it is answered 2xx (again after a 5xx, a broken connection or a stream not recorded
+/// yet), within a minute.
+async fn manage(
+    http: &reqwest::Client,
+    bases: &[String],
+    what: &str,
+    body: &Value,
+    rng: &mut Rng,
+) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let base = &bases[rng.range(0, bases.len() as u64) as usize];
+        let sent = http
+            .post(format!("{base}/v1/sources/sim/{SOURCE}/{what}"))
+            .timeout(Duration::from_secs(5))
+            .header("authorization", "Bearer sk_simulation_key")
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await;
+        if let Ok(r) = sent {
+            let status = r.status().as_u16();
+            if (200..300).contains(&status) {
+                return Ok(());
+            }
+            if status < 500 && status != 409 {
+                let text = r.text().await.unwrap_or_default();
+                return Err(format!("POST {what} {body} answered {status}: {text}"));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.range(50, 300))).await;
+    }
+    Err(format!("POST {what} {body} never answered 2xx"))
 }
 
 /// Sends the first half of the SETs again (each given again on polls until acknowledged
@@ -177,6 +260,31 @@ pub async fn check(
                 "{SOURCE}: the subscription is not the stream enabled and verified: {subscription}"
             )
         },
+    );
+    // What was asked through idem reached the transmitter: paused when answered, enabled again,
+    // the subject added and then removed.
+    let stream = outcome.stream.clone().unwrap_or_default();
+    report.expect(outcome.paused.as_deref() == Some("paused"), || {
+        format!(
+            "{SOURCE}: the transmitter's stream was {:?} once idem answered the pause",
+            outcome.paused
+        )
+    });
+    let status = tx.stream_status(&stream).map(|(status, _)| status);
+    report.expect(status.as_deref() == Some("enabled"), || {
+        format!("{SOURCE}: the transmitter's stream ends {status:?}, not enabled again")
+    });
+    let watched = &outcome.watched;
+    let changes: Vec<String> = tx
+        .subjects()
+        .into_iter()
+        .filter(|(id, _, subject)| *id == stream && subject == watched)
+        .map(|(_, action, _)| action)
+        .collect();
+    report.expect(
+        changes.first().map(String::as_str) == Some("add")
+            && changes.last().map(String::as_str) == Some("remove"),
+        || format!("{SOURCE}: the subject's changes at the transmitter: {changes:?}, not added then removed"),
     );
     for jti in tx.pending_jtis() {
         report.expect(false, || format!("{SOURCE}: {jti} never acknowledged"));
