@@ -308,9 +308,8 @@ impl DeliveryActorState {
                     && !self.its_turn().await? =>
             {
                 if let Some(entry) = entry {
-                    let to_ms = now_ms()
-                        + crate::retry_worker::tick_for(self.ctx.settings.delivery.shortest_step())
-                            .as_millis() as u64;
+                    let to_ms =
+                        now_ms() + self.ctx.settings.delivery.retry_tick().as_millis() as u64;
                     self.ctx.store.move_due(entry, to_ms).await?;
                     self.delivery.placement.due_ms = Some(to_ms);
                 }
