@@ -88,16 +88,22 @@ pub async fn run(
             source,
         })?;
     let addr = listener.local_addr().map_err(ServeError::Http)?;
-    // SIGHUP's handler is in place before idem says it listens: until then the signal's default
-    // action, ending the process, would be what a reload right after the start does.
-    let reloader = reload_from.map(|path| {
-        let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
-        tokio::spawn(reload_on_sighup(
-            path,
-            hangups,
-            live.clone(),
-            config.clone(),
-        ))
+    // SIGHUP is listened for before the address is told: a SIGHUP that came between the two
+    // would end the process (its default action).
+    let reloader = reload_from.and_then(|path| {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::hangup()) {
+            Ok(hangups) => Some(tokio::spawn(reload_on_sighup(
+                hangups,
+                path,
+                live.clone(),
+                config.clone(),
+            ))),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGHUP; reload by restarting");
+                None
+            }
+        }
     });
     // What sources fetch and poll with (JWK Sets, SSF poll endpoints); no redirects followed.
     let outbound = reqwest::Client::builder()
@@ -167,15 +173,11 @@ pub async fn run(
 
 /// Reloads the configuration from `path` on every SIGHUP `hangups` receives.
 async fn reload_on_sighup(
+    mut hangups: tokio::signal::unix::Signal,
     path: PathBuf,
-    hangups: std::io::Result<tokio::signal::unix::Signal>,
     live: Arc<ArcSwap<Live>>,
     started: Config,
 ) {
-    let Ok(mut hangups) = hangups else {
-        tracing::warn!("cannot listen for SIGHUP; reload by restarting");
-        return;
-    };
     while hangups.recv().await.is_some() {
         match Config::load(&path) {
             Err(e) => {

@@ -130,18 +130,17 @@ impl Engine {
                 }
             })
         });
-        let shortest_step = settings.delivery.shortest_step();
         let retry_worker = crate::retry_worker::spawn(
             store.clone(),
             delivery_actors.clone(),
-            crate::retry_worker::tick_for(shortest_step),
+            settings.delivery.retry_tick(),
             wake_retries,
         );
         let refresher = endpoints.spawn_refresh();
         let sweeper = crate::sweeper::spawn(
             store.clone(),
             settings.idempotency.sweep_interval,
-            shortest_step,
+            settings.delivery.shortest_step(),
         );
         Ok(Engine {
             signals: Signals::new(claims.clone(), delivery_actors.clone(), epoch),

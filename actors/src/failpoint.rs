@@ -5,7 +5,9 @@
 //! (no flush, no cleanup); `panic` panics in the actor running the step; `sleep(ms)` pauses.
 //! `bulk.part_way` kills a bulk redelivery once one of its redeliveries is durable;
 //! `store.start_part_way` kills sled's store part-way through a start with queued deliveries,
-//! once those are written to its files and before its claim record is. Two switches
+//! once those are written to its files and before its claim record is;
+//! `subscribe.after_create` kills a subscribed source's reconciler once the transmitter answered
+//! the stream it made, before the stream is recorded. Two switches
 //! are not crash points: `store.sync` makes sled's group commit fail its sync with
 //! an I/O error, as a failing disk would, and `sabotage` (below).
 

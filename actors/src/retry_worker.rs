@@ -17,12 +17,6 @@ use crate::store::Store;
 /// How many due deliveries one tick wakes at most.
 const BATCH: usize = 1000;
 
-/// The worker's tick for a schedule whose shortest step is `step`: a fraction of it, so a
-/// retry is late by little, and at most a second, so a due delivery never waits long.
-pub fn tick_for(step: Duration) -> Duration {
-    (step / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
-}
-
 /// Starts the worker, which also reads the queue once `woken` is notified (wakes while it
 /// reads make one more read); it ends when the returned handle is aborted.
 pub fn spawn(

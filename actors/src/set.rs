@@ -22,15 +22,17 @@ use crate::store::SetKey;
 /// What an event's member must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemberKind {
-    /// A string.
+    /// A non-empty string.
     Text,
     /// One of these strings.
     OneOf(&'static [&'static str]),
-    /// A JSON object.
+    /// A JSON object with at least one member.
     Object,
+    /// An array of strings.
+    TextList,
 }
 
-/// A member an event type's events must carry.
+/// A member an event type's events carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Member {
     /// Its name.
@@ -39,15 +41,18 @@ pub struct Member {
     pub kind: MemberKind,
 }
 
-/// An event type idem sends, and the members its events must carry beyond the subject (and,
-/// for CAEP, `event_timestamp` and `initiating_entity`, which idem gives): a `set` action gives
-/// them in its `event`.
+/// An event type idem sends, the members its events must carry beyond the subject (and, for
+/// CAEP, `event_timestamp` and `initiating_entity`, which idem gives), and those its
+/// specification defines as optional, checked when given: a `set` action gives them in its
+/// `event`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EventType {
     /// Its URI.
     pub uri: &'static str,
     /// Its required members.
     pub required: &'static [Member],
+    /// Its optional members whose form its specification fixes.
+    pub optional: &'static [Member],
 }
 
 const fn text(name: &'static str) -> Member {
@@ -65,11 +70,29 @@ const fn one_of(name: &'static str, values: &'static [&'static str]) -> Member {
 }
 
 const fn event(uri: &'static str, required: &'static [Member]) -> EventType {
-    EventType { uri, required }
+    EventType {
+        uri,
+        required,
+        optional: &[],
+    }
 }
 
-/// CAEP 1.0's credential types (§3.3.1), which RISC's credential-compromise takes too.
-const CREDENTIAL_TYPES: &[&str] = &[
+const fn event_with(
+    uri: &'static str,
+    required: &'static [Member],
+    optional: &'static [Member],
+) -> EventType {
+    EventType {
+        uri,
+        required,
+        optional,
+    }
+}
+
+/// CAEP 1.0's credential types (§3.3.1), which RISC's credential-compromise takes too; the
+/// specification allows any other type the transmitter and receiver agree on, so a
+/// `credential_type` is any non-empty string, these the usual ones.
+pub const CREDENTIAL_TYPES: &[&str] = &[
     "password",
     "pin",
     "x509",
@@ -84,7 +107,9 @@ const CREDENTIAL_TYPES: &[&str] = &[
 const COMPLIANCE: &[&str] = &["compliant", "not-compliant"];
 const RISK_LEVELS: &[&str] = &["LOW", "MEDIUM", "HIGH"];
 
-/// Every CAEP 1.0 and RISC 1.0 event type, with the members its events require.
+/// Every CAEP 1.0 and RISC 1.0 event type, with the members its events require (CAEP 1.0's
+/// "REQUIRED" event-specific claims, RISC 1.0's "REQUIRED" attributes) and the optional ones
+/// whose form the specification fixes.
 pub const EVENT_TYPES: &[EventType] = &[
     event(
         "https://schemas.openid.net/secevent/caep/event-type/session-revoked",
@@ -97,16 +122,26 @@ pub const EVENT_TYPES: &[EventType] = &[
             kind: MemberKind::Object,
         }],
     ),
-    event(
+    event_with(
         "https://schemas.openid.net/secevent/caep/event-type/credential-change",
         &[
-            one_of("credential_type", CREDENTIAL_TYPES),
+            text("credential_type"),
             one_of("change_type", &["create", "revoke", "update", "delete"]),
         ],
+        &[
+            text("friendly_name"),
+            text("x509_issuer"),
+            text("x509_serial"),
+            text("fido2_aaguid"),
+        ],
     ),
-    event(
+    event_with(
         "https://schemas.openid.net/secevent/caep/event-type/assurance-level-change",
         &[text("namespace"), text("current_level")],
+        &[
+            text("previous_level"),
+            one_of("change_direction", &["increase", "decrease"]),
+        ],
     ),
     event(
         "https://schemas.openid.net/secevent/caep/event-type/device-compliance-change",
@@ -115,24 +150,30 @@ pub const EVENT_TYPES: &[EventType] = &[
             one_of("current_status", COMPLIANCE),
         ],
     ),
-    event(
+    event_with(
         "https://schemas.openid.net/secevent/caep/event-type/session-established",
         &[],
+        &[
+            text("fp_ua"),
+            text("acr"),
+            Member {
+                name: "amr",
+                kind: MemberKind::TextList,
+            },
+            text("ext_id"),
+        ],
     ),
-    event(
+    event_with(
         "https://schemas.openid.net/secevent/caep/event-type/session-presented",
         &[],
+        &[text("fp_ua"), text("ext_id")],
     ),
-    event(
+    // `principal` is one of USER, DEVICE, SESSION, TENANT, ORG_UNIT, GROUP "or any other
+    // entity"; `risk_reason` is recommended, not required.
+    event_with(
         "https://schemas.openid.net/secevent/caep/event-type/risk-level-change",
-        &[
-            text("risk_reason"),
-            one_of(
-                "principal",
-                &["USER", "DEVICE", "SESSION", "TENANT", "ORG_UNIT", "GROUP"],
-            ),
-            one_of("current_level", RISK_LEVELS),
-        ],
+        &[text("principal"), one_of("current_level", RISK_LEVELS)],
+        &[text("risk_reason"), one_of("previous_level", RISK_LEVELS)],
     ),
     event(
         "https://schemas.openid.net/secevent/risc/event-type/account-credential-change-required",
@@ -142,17 +183,19 @@ pub const EVENT_TYPES: &[EventType] = &[
         "https://schemas.openid.net/secevent/risc/event-type/account-purged",
         &[],
     ),
-    event(
+    event_with(
         "https://schemas.openid.net/secevent/risc/event-type/account-disabled",
         &[],
+        &[one_of("reason", &["hijacking", "bulk-account"])],
     ),
     event(
         "https://schemas.openid.net/secevent/risc/event-type/account-enabled",
         &[],
     ),
-    event(
+    event_with(
         "https://schemas.openid.net/secevent/risc/event-type/identifier-changed",
         &[],
+        &[text("new-value")],
     ),
     event(
         "https://schemas.openid.net/secevent/risc/event-type/identifier-recycled",
@@ -160,7 +203,7 @@ pub const EVENT_TYPES: &[EventType] = &[
     ),
     event(
         "https://schemas.openid.net/secevent/risc/event-type/credential-compromise",
-        &[one_of("credential_type", CREDENTIAL_TYPES)],
+        &[text("credential_type")],
     ),
     event(
         "https://schemas.openid.net/secevent/risc/event-type/opt-in",
@@ -226,25 +269,11 @@ pub fn check_members(uri: &str, members: &Map<String, Value>) -> Result<(), Inva
         let value = members
             .get(required.name)
             .ok_or_else(|| invalid(required.name, format!("is required by {uri}")))?;
-        match (required.kind, value) {
-            (MemberKind::Text, Value::String(s)) if !s.is_empty() => {}
-            (MemberKind::OneOf(values), Value::String(s)) if values.contains(&s.as_str()) => {}
-            (MemberKind::Object, Value::Object(_)) => {}
-            (MemberKind::Text, _) => {
-                return Err(invalid(required.name, "must be a non-empty string".into()))
-            }
-            (MemberKind::OneOf(values), _) => {
-                return Err(invalid(
-                    required.name,
-                    format!("must be one of {}", values.join(", ")),
-                ))
-            }
-            (MemberKind::Object, _) => {
-                return Err(invalid(
-                    required.name,
-                    "must be a table (a JSON object)".into(),
-                ))
-            }
+        check_member(required, value).map_err(|reason| invalid(required.name, reason))?;
+    }
+    for optional in event.optional {
+        if let Some(value) = members.get(optional.name) {
+            check_member(optional, value).map_err(|reason| invalid(optional.name, reason))?;
         }
     }
     for reason in ["reason_admin", "reason_user"] {
@@ -276,6 +305,22 @@ pub fn check_members(uri: &str, members: &Map<String, Value>) -> Result<(), Inva
         }
     }
     Ok(())
+}
+
+/// Whether `value` is of `member`'s kind; what it must be if not.
+fn check_member(member: &Member, value: &Value) -> Result<(), String> {
+    match (member.kind, value) {
+        (MemberKind::Text, Value::String(s)) if !s.is_empty() => Ok(()),
+        (MemberKind::OneOf(values), Value::String(s)) if values.contains(&s.as_str()) => Ok(()),
+        (MemberKind::Object, Value::Object(o)) if !o.is_empty() => Ok(()),
+        (MemberKind::TextList, Value::Array(a)) if a.iter().all(Value::is_string) => Ok(()),
+        (MemberKind::Text, _) => Err("must be a non-empty string".into()),
+        (MemberKind::OneOf(values), _) => Err(format!("must be one of {}", values.join(", "))),
+        (MemberKind::Object, _) => {
+            Err("must be a table (a JSON object) of one member or more".into())
+        }
+        (MemberKind::TextList, _) => Err("must be a list of strings".into()),
+    }
 }
 
 /// CAEP's event types, whose events carry `event_timestamp` and `initiating_entity`.
@@ -716,6 +761,41 @@ mod tests {
             &members(json!({"claims": {"trusted_network": false}}))
         )
         .is_ok());
+        assert!(
+            check_members(claims, &members(json!({"claims": {}}))).is_err(),
+            "one claim or more"
+        );
+        // Any credential type the two ends agree on.
+        let passkey = json!({"credential_type": "passkey", "change_type": "create"});
+        assert_eq!(check_members(changed, &members(passkey)), Ok(()));
+        // risk_reason is recommended, not required; optional members are checked when given.
+        let risk = "https://schemas.openid.net/secevent/caep/event-type/risk-level-change";
+        let ok = json!({"principal": "APPLICATION", "current_level": "HIGH"});
+        assert_eq!(check_members(risk, &members(ok)), Ok(()));
+        let assurance =
+            "https://schemas.openid.net/secevent/caep/event-type/assurance-level-change";
+        let established = "https://schemas.openid.net/secevent/caep/event-type/session-established";
+        for (uri, bad, member) in [
+            (
+                risk,
+                json!({"principal": "USER", "current_level": "HIGH", "previous_level": "EXTREME"}),
+                "previous_level",
+            ),
+            (
+                risk,
+                json!({"principal": "USER", "current_level": "high"}),
+                "current_level",
+            ),
+            (
+                assurance,
+                json!({"namespace": "NIST-AAL", "current_level": "nist-aal2", "change_direction": "up"}),
+                "change_direction",
+            ),
+            (established, json!({"amr": "pwd"}), "amr"),
+        ] {
+            let e = check_members(uri, &members(bad.clone())).expect_err("refused");
+            assert_eq!(e.member, member, "{bad}");
+        }
         // RISC has no initiating_entity.
         let compromise =
             "https://schemas.openid.net/secevent/risc/event-type/credential-compromise";

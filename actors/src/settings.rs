@@ -217,6 +217,12 @@ impl DeliverySettings {
             .unwrap_or(Duration::from_secs(1))
     }
 
+    /// The retry worker's tick: a fraction of the shortest step, so a retry is late by little,
+    /// and at most a second, so a due delivery never waits long.
+    pub fn retry_tick(&self) -> Duration {
+        (self.shortest_step() / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+    }
+
     /// How long a probe of an open endpoint may run before another may start: a probe whose
     /// node died is followed by another once its deadline has passed.
     pub fn probe_timeout(&self) -> Duration {

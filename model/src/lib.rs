@@ -6,8 +6,9 @@
 //! (`signal::claimed`); the store takes the core's real units and answers with real `Written`s,
 //! decided by `store::rule` as sled and PostgreSQL decide them. The model holds only the
 //! plumbing: which message carries what, and the store's bookkeeping. A sabotage is the same
-//! code with one rule switched off: fencing in the store rule, or the core's answer after the
-//! recovery point.
+//! code with one rule switched off: fencing in the store rule, the core's answer after the
+//! recovery point, or (in the node's plumbing) the stored decision kept when a node starts a
+//! claim's actor from the store, where a sabotaged node evaluates the rules again.
 //!
 //! Each `claims::ClaimScenario` is a path of the service: signals with callbacks attempted inline;
 //! copies that wait for the first request's answer (`Prefer: wait`); keys decided once per

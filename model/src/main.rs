@@ -1,7 +1,7 @@
 //! `cargo run --release -p model -- [--scenario inline|waiting|subject|queued|expiring|bulk]
 //! [--nodes 2] [--keys 1] [--copies 2] [--crashes 1] [--stalls 1]
-//! [--sabotage no-fencing|answer-first|replace-on-expiry|rescan-on-takeover|no-skip|
-//! no-lease-fencing|no-max-hold]`: checks every interleaving of the claim protocol in each
+//! [--sabotage no-fencing|answer-first|replace-on-expiry|decide-again|rescan-on-takeover|
+//! no-skip|no-lease-fencing|no-max-hold]`: checks every interleaving of the claim protocol in each
 //! scenario and of a bulk redelivery (`bulk`), or of the one named, then of the delivery lease
 //! protocol, within the bounds (each scenario's own, unless given); prints the states visited
 //! and each property's result, and exits 0 only when every safety and liveness property holds
@@ -85,6 +85,7 @@ fn parse() -> Result<CommandLine, String> {
                 "no-fencing" => parsed.sabotage = Some(Sabotage::NoFencing),
                 "answer-first" => parsed.sabotage = Some(Sabotage::AnswerBeforeRecoveryPoint),
                 "replace-on-expiry" => parsed.sabotage = Some(Sabotage::ReplaceOnExpiry),
+                "decide-again" => parsed.sabotage = Some(Sabotage::DecideAgainOnRecovery),
                 "rescan-on-takeover" => parsed.bulk_sabotage = Some(BulkSabotage::RescanOnTakeOver),
                 "no-skip" => parsed.bulk_sabotage = Some(BulkSabotage::NoSkip),
                 "no-lease-fencing" => parsed.lease_fencing = Fencing::Off,
@@ -92,7 +93,8 @@ fn parse() -> Result<CommandLine, String> {
                 other => {
                     return Err(format!(
                         "--sabotage {other}: no-fencing, answer-first, replace-on-expiry, \
-                         rescan-on-takeover, no-skip, no-lease-fencing or no-max-hold"
+                         decide-again, rescan-on-takeover, no-skip, no-lease-fencing or \
+                         no-max-hold"
                     ))
                 }
             },

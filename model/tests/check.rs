@@ -334,3 +334,22 @@ fn a_bulk_take_over_that_skips_nothing_is_caught() {
         "redelivered by the holder that crashed and again by the one that took over: {steps:#?}"
     );
 }
+
+#[test]
+fn a_decision_evaluated_again_when_a_claim_is_taken_over_is_caught() {
+    let steps = counterexample(
+        ClaimScenario::Inline,
+        Sabotage::DecideAgainOnRecovery,
+        "every answer names the rule of the decision it names, as stored with its claim",
+    );
+    let at = |what: &str| {
+        steps
+            .iter()
+            .position(|s| s.contains(what))
+            .unwrap_or_else(|| panic!("{what}: {steps:#?}"))
+    };
+    assert!(
+        at("start gen") < at("take over"),
+        "a claim stored, then taken over by a node that decided it again: {steps:#?}"
+    );
+}

@@ -13,9 +13,12 @@
 //! 5. A source's event makes exactly one decision if its type is mapped, none otherwise, and no
 //!    answer counts it accepted twice.
 //! 6. A SET makes exactly one decision per (iss, jti), pushed, polled or both, and every polled
-//!    SET is acknowledged; a CloudEvent makes one per (source, id).
+//!    SET is acknowledged; a CloudEvent makes one per (source, id). The stream idem subscribes
+//!    itself to: see `subscription`.
 //! 7. The SETs of decisions to the tenant's own streams: see `streams`. A SET delivered was
 //!    answered 2xx by the receiver or acknowledged by a poll.
+//!
+//! The rule each answer names, across a change of the rules mid-run: see `rules`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -29,7 +32,9 @@ use crate::report::Report;
 use crate::sources::SourceOutcome;
 use crate::ssf::SetOutcome;
 use crate::streams::Transmitted;
+use crate::subscription::StreamOutcome;
 use crate::MAX_RETRIES;
+use devtools::transmitter::LoopbackTransmitter;
 
 /// The webhook-ids and bodies seen for one (decision, action).
 type Sightings = (BTreeSet<String>, BTreeSet<Vec<u8>>);
@@ -42,6 +47,8 @@ pub struct SenderOutcomes<'a> {
     pub ssf: &'a SetOutcome,
     /// The CloudEvents operator.
     pub cloudevents: &'a EventOutcome,
+    /// The transmitter idem subscribes to, and what it sent on the stream.
+    pub subscribed: (&'a LoopbackTransmitter, &'a StreamOutcome),
 }
 
 /// Checks the run.
@@ -99,9 +106,6 @@ pub async fn check(
         }
     }
 
-    // 2b. Every answer names the rule its signal calls for.
-    crate::rules::check(outcome, &mut report);
-
     // 4. Every delivery of every answered decision, to its end.
     let mut deliveries = BTreeSet::new();
     // Every stream a decision listed a SET to.
@@ -121,6 +125,16 @@ pub async fn check(
     crate::sources::check(&http, base, sources.okta, &mut report, &mut deliveries).await;
     // 6. One decision per SET and per CloudEvent.
     crate::ssf::check(&http, base, sources.ssf, &mut report, &mut deliveries).await;
+    let (subscribed, on_stream) = sources.subscribed;
+    crate::subscription::check(
+        &http,
+        base,
+        subscribed,
+        on_stream,
+        &mut report,
+        &mut deliveries,
+    )
+    .await;
     crate::cloudevents::check(
         &http,
         base,

@@ -29,6 +29,12 @@ pub struct SignalJob {
 pub struct Created {
     pub label: String,
     pub body: Vec<u8>,
+    /// When this copy's first request was sent.
+    pub first_sent: Instant,
+    /// When the request answered was sent.
+    pub sent: Instant,
+    /// When the answer came.
+    pub at: Instant,
 }
 
 /// What the clients saw.
@@ -169,11 +175,13 @@ async fn send_until_answered(
     rng: &mut Rng,
     out: &mut ClientOutcome,
 ) {
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let first_sent = Instant::now();
+    let deadline = first_sent + Duration::from_secs(120);
     let mut attempt = 0;
     while Instant::now() < deadline {
         attempt += 1;
         out.requests += 1;
+        let sent = Instant::now();
         let base = &bases[rng.range(0, bases.len() as u64) as usize];
         match request(http, base, job, attempt).send().await {
             Ok(r) => {
@@ -190,6 +198,9 @@ async fn send_until_answered(
                         out.answers.push(Created {
                             label: job.label.clone(),
                             body,
+                            first_sent,
+                            sent,
+                            at: Instant::now(),
                         });
                         return;
                     }

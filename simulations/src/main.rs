@@ -36,13 +36,17 @@
 //! a provider (`sources`) delivers `--events` events to an Okta source in overlapping batches,
 //! at least once: each mapped event must make exactly one decision, whatever was killed when.
 //! A Shared Signals transmitter (`ssf`) sends `--sets` SETs, pushed, polled or both, re-sent,
-//! rotating its key mid-run: one decision per (iss, jti), every polled SET acknowledged. A
-//! mobile operator (`cloudevents`) sends `--cloudevents` CAMARA SIM swap events in every mode,
-//! re-sent: one decision per (source, id). The tenant is a Shared Signals transmitter too
-//! (`streams`): each `sim_swap` decision also goes as a SET to a push stream, a poll stream
-//! polled through every node, and a stream paused for a while (a disabled one must get none):
-//! one `jti` and one body per (decision, stream), nothing acknowledged handed out again, and
-//! what the pause held sent once it is enabled.
+//! rotating its key mid-run: one decision per (iss, jti), every polled SET acknowledged. Another
+//! transmitter (`subscription`) is one idem subscribes to by itself, with OAuth client
+//! credentials: one stream made there across every node and restart, verified, and one
+//! decision per (iss, jti) of the SETs it sends on it. A mobile operator (`cloudevents`) sends
+//! `--cloudevents` CAMARA SIM swap events in every mode, re-sent: one decision per (source, id).
+//! The tenant is a Shared Signals transmitter too (`streams`): each `sim_swap` decision also goes
+//! as a SET to a push stream, a poll stream polled through every node, and a stream paused for a
+//! while (a disabled one must get none): one `jti` and one body per (decision, stream), nothing
+//! acknowledged handed out again, and what the pause held sent once it is enabled. Half way through, the tenant's `sim_swap` rule
+//! changes its decision and every node is sent SIGHUP (`rules`): a key decided before the change
+//! answers the stored decision ever after, one first sent after it gets the new rule's.
 
 mod args;
 mod chaos;
@@ -61,11 +65,12 @@ mod sources;
 mod ssf;
 mod stored;
 mod streams;
+mod subscription;
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use idem_schemas::signature::Secret;
 
@@ -115,6 +120,7 @@ async fn run(args: RunArgs) -> Result<usize, String> {
         devtools::transmitter::LoopbackTransmitter::try_start(serde_json::json!({"keys": []}))
             .await
             .map_err(|e| e.to_string())?;
+    let subscribed = subscription::transmitter().await?;
     let database = match args.postgres {
         // `idem_sim_…`, which `scripts/test` drops.
         true => Some(devtools::postgres::fresh_database(
@@ -137,6 +143,7 @@ async fn run(args: RunArgs) -> Result<usize, String> {
         &database,
         &recv,
         &transmitter.base,
+        &subscription::config(&subscribed),
     )
     .await?;
 
@@ -186,6 +193,7 @@ async fn run(args: RunArgs) -> Result<usize, String> {
         node.start(&failpoints(&mut rng, args.sabotage))
             .map_err(|e| e.to_string())?;
     }
+    let configs = nodes.iter().map(|n| n.config().to_path_buf()).collect();
     let nodes = Arc::new(Mutex::new(nodes));
     let streams = streams::create(&bases[0], &recv, args.seed).await?;
 
@@ -214,13 +222,22 @@ async fn run(args: RunArgs) -> Result<usize, String> {
     let sets = ssf::plan(args.seed, args.sets, &mut rng);
     let operator_events = cloudevents::plan(args.seed, args.cloudevents);
     let poller = streams::Poller::start(&streams, &bases, args.seed);
-    let (outcome, source, mut sets, operator, pause) = tokio::join!(
+    let started = Instant::now();
+    let (outcome, source, mut sets, operator, pause, change, on_stream) = tokio::join!(
         clients::run(&bases, plan, args.clients, args.seed, think),
         sources::run(&bases, events, batches, args.seed, source_think),
         ssf::run(&transmitter, &bases, sets, args.seed, args.seconds),
         cloudevents::run(&bases, operator_events, args.seed, args.seconds),
-        streams::pause(&streams, &bases, args.seed, args.seconds)
+        streams::pause(&streams, &bases, args.seed, args.seconds),
+        rules::change(
+            nodes.clone(),
+            configs,
+            &bases,
+            Duration::from_millis(args.seconds * 500)
+        ),
+        subscription::run(&subscribed, &bases, args.sets / 2, args.seed, args.seconds)
     );
+    let (began, confirmed) = change?;
 
     stop.store(true, Ordering::SeqCst);
     let _ = chaos.join();
@@ -241,6 +258,7 @@ async fn run(args: RunArgs) -> Result<usize, String> {
         }
     }
     ssf::settle(&transmitter, &mut sets).await;
+    subscription::settle(&subscribed, &on_stream, args.seed).await;
     let mut report = check::check(
         &bases[0],
         &outcome,
@@ -248,6 +266,7 @@ async fn run(args: RunArgs) -> Result<usize, String> {
             okta: &source,
             ssf: &sets,
             cloudevents: &operator,
+            subscribed: (&subscribed, &on_stream),
         },
         streams::Transmitted {
             streams,
@@ -260,6 +279,11 @@ async fn run(args: RunArgs) -> Result<usize, String> {
     if let Some(url) = &database {
         stored::check(url, &outcome, &mut report).await;
     }
+    let change = rules::Change {
+        began,
+        done: confirmed.await.ok().flatten(),
+    };
+    let counted = rules::check(&bases[0], &outcome, &change, &mut report).await;
 
     let nodes = nodes.lock().map_err(|_| "poisoned")?;
     let faults = receiver.faults.lock().map_err(|_| "poisoned")?.clone();
@@ -321,6 +345,20 @@ async fn run(args: RunArgs) -> Result<usize, String> {
         count(receiver::CallbackFault::SlowBody)
     );
     println!(
+        "rules: {} went from {} to {} at {} ms, on every node {} ms later; {} keys answered \
+         before it replayed after it, {} decisions by the new rule",
+        rules::RULE,
+        rules::BEFORE,
+        rules::AFTER,
+        change.began.duration_since(started).as_millis(),
+        change.done.map_or("never".into(), |d| d
+            .duration_since(change.began)
+            .as_millis()
+            .to_string()),
+        counted.replayed_after,
+        counted.new_decisions
+    );
+    println!(
         "clients: {} requests, {} first processings, {} replays, {} 409s, {} errors",
         outcome.requests, outcome.firsts, outcome.replays, outcome.conflicts, outcome.errors
     );
@@ -339,6 +377,17 @@ async fn run(args: RunArgs) -> Result<usize, String> {
         sets.errors,
         sets.set_errs,
         sets.unacked.len()
+    );
+    println!(
+        "{}: {} stream made at the transmitter, {} SETs sent on it (half of them again), {} \
+         changes through idem (paused, subject added and removed, enabled), {} verifications \
+         asked, {} tokens given",
+        subscription::SOURCE,
+        subscribed.streams_made(),
+        on_stream.sets.len(),
+        on_stream.managed.len(),
+        subscribed.verifications().len(),
+        subscribed.tokens_given()
     );
     println!(
         "cloudevents: {} events, {} requests, {} answered 200, {} errors",

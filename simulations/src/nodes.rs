@@ -1,7 +1,8 @@
 //! The nodes of a run: each one's directory and config (the simulated tenant, its playbooks,
-//! its Okta, Shared Signals and CloudEvents sources, and its streams; the store, on sled or on
-//! PostgreSQL, reached straight or through a fault proxy of its own), its port, and its process,
-//! under `faketime` with a clock of its own under `--skew`. Written, not started.
+//! its Okta, Shared Signals (one of them subscribed by idem itself) and CloudEvents sources,
+//! and its streams; the store, on sled or on PostgreSQL, reached straight or through a fault
+//! proxy of its own), its port, and its process, under `faketime` with a clock of its own under
+//! `--skew`. Written, not started.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -23,7 +24,8 @@ pub fn clock_offset(seed: u64, n: usize) -> String {
 }
 
 /// Writes the config of each of `args.nodes` nodes under `dir`, on `database` if there is one,
-/// calling the receiver at `recv` and the transmitter at `tx`; each node's base URL, its process
+/// calling the receiver at `recv` and the transmitter at `tx`, with the source lines
+/// `subscribed` (a source subscribed at another transmitter); each node's base URL, its process
 /// (not started) and, with `--partitions`, its route to the database.
 pub async fn configure(
     args: &RunArgs,
@@ -32,6 +34,7 @@ pub async fn configure(
     database: &Option<String>,
     recv: &str,
     tx: &str,
+    subscribed: &str,
 ) -> Result<(Vec<String>, Vec<IdemProcess>, Vec<Arc<Proxy>>), String> {
     let transmitter_config = streams::config(dir)?;
     let mut bases = Vec::new();
@@ -129,7 +132,7 @@ secret = "{camara}"
 event = "{swapped}"
 type = "sim_swap"
 subject = "/data/phoneNumber"
-{transmitter_config}"#,
+{subscribed}{transmitter_config}"#,
                 okta = sources::OKTA_AUTH,
                 ssf_issuer = ssf::ISSUER,
                 ssf_audience = ssf::AUDIENCE,

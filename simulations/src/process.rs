@@ -76,6 +76,16 @@ impl IdemProcess {
         }
     }
 
+    /// The config file it is started with.
+    pub fn config(&self) -> &Path {
+        &self.config
+    }
+
+    /// SIGHUP: the process reloads its config file.
+    pub fn reload(&mut self) {
+        self.signal(libc::SIGHUP);
+    }
+
     /// SIGSTOP: the process stalls (its heartbeat, its leases and its writes with it) until
     /// [`IdemProcess::resume`].
     pub fn pause(&mut self) {

@@ -474,8 +474,18 @@ const endpointsView = {
 /** What an SSF transmitter last announced, and how polling goes, in a few words. */
 function transmitterCell(st) {
   const parts = [];
+  const sub = st.subscription;
+  if (sub) {
+    parts.push(el('span', { class: `badge subscription stream-${sub.status || 'unknown'}`, title: 'the stream idem made at its transmitter',
+      text: sub.stream_id ? `${sub.stream_id} ${sub.status || '?'}` : 'no stream yet' }));
+    parts.push(sub.verified_at
+      ? el('span', { class: 'badge verified', title: `verified ${sub.verified_at}`, text: 'verified' })
+      : el('span', { class: 'badge unverified', text: 'not verified' }));
+    if (sub.last_error) parts.push(el('span', { class: 'badge status-failed', title: sub.last_error, text: 'subscription failing' }));
+  } else if (st.verification) {
+    parts.push(el('span', { class: 'badge', title: `verified ${st.verification.at}`, text: 'verified' }));
+  }
   if (st.stream) parts.push(el('span', { class: `badge stream stream-${st.stream.status || 'unknown'}`, title: st.stream.reason || '', text: `stream ${st.stream.status || '?'}` }));
-  if (st.verification) parts.push(el('span', { class: 'badge', title: `verified ${st.verification.at}`, text: 'verified' }));
   if (st.poll) {
     parts.push(st.poll.last_error
       ? el('span', { class: 'badge status-failed', title: st.poll.last_error, text: 'poll failing' })

@@ -385,10 +385,11 @@ fn change_subjects() {}
     get,
     path = "/v1/sources",
     tag = "sources",
-    summary = "The tenant's sources, each with its status on this node",
+    summary = "The tenant's sources, each with its status on this node and, when subscribed at its transmitter, its stream",
     responses(
         (status = 200, body = SourceList),
         (status = 401, description = "unauthorized", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "the store cannot be reached", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]

@@ -8,6 +8,7 @@
 
 use std::borrow::Cow;
 
+use axum::http::header::CONTENT_TYPE;
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
@@ -143,6 +144,18 @@ fn cloudevent(event: &Value) -> Event<'_> {
         body: Cow::Borrowed(event),
         claim,
     }
+}
+
+/// Whether the media type of `headers`' `Content-Type`, without parameters, is `expected`
+/// (written in lower case), in any case: [`media_type`] compared, with nothing allocated.
+pub fn has_media_type(headers: &HeaderMap, expected: &str) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            let essence = value.split(';').next().unwrap_or_default().trim();
+            essence.eq_ignore_ascii_case(expected)
+        })
 }
 
 /// The media type of `headers`' `Content-Type`, lower-cased, without parameters.
@@ -340,6 +353,28 @@ mod tests {
             Ok(v) => v,
             Err(e) => panic!("{text}: {e}"),
         }
+    }
+
+    #[test]
+    fn a_media_type_is_compared_in_any_case_without_its_parameters() {
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert("content-type", value.parse().expect("a header value"));
+            headers
+        };
+        let set = "application/secevent+jwt";
+        for value in [
+            set,
+            "Application/SecEvent+JWT",
+            " application/secevent+jwt ; x=1",
+        ] {
+            assert!(has_media_type(&with(value), set), "{value}");
+            assert_eq!(media_type(&with(value)).as_deref(), Some(set), "{value}");
+        }
+        for value in ["application/secevent+jwtx", "application/jwt", ""] {
+            assert!(!has_media_type(&with(value), set), "{value}");
+        }
+        assert!(!has_media_type(&HeaderMap::new(), set));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! A `kid` the cache does not hold fetches the set again, at most once per `refetch` interval
 //! counting every fetch, so a sender who invents `kid`s cannot make idem fetch at will. A fetch
 //! is bounded in time and size, and only the requests of its own source that need a new key wait
-//! for it: a known key is read without waiting, and other sources never wait.
+//! for it: a known key is read without waiting, and other sources never wait. Each key is parsed
+//! once, when its set is read ([`Keys::parse`]): a cached key verifies without parsing again.
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};

@@ -1,21 +1,28 @@
 //! Security Event Tokens (RFC 8417) from a Shared Signals transmitter, checked with no I/O: the
 //! JOSE header read, the key chosen by `kid` from a [`Keys`] set, the `alg` held to the source's
 //! allow-list and to that key's type (so a token can never pick HS256 over an RSA key, nor
-//! `none`), the signature verified by `jsonwebtoken` over the token's bytes, and only then the
-//! claims parsed (strictly: a member named twice is refused) and checked: `typ`, `iss`, `aud`,
-//! `jti`, `iat`, `events`. A header asking for a JWS extension (`crit`, `b64`) is refused: idem
-//! understands none. Each refusal carries RFC 8935's error code, which a push is answered
-//! with and a poll reports in `setErrs`.
+//! `none`), the signature verified over the token's bytes, and only then the claims parsed
+//! (strictly: a member named twice is refused) and checked: `typ`, `iss`, `aud`, `jti`, `iat`,
+//! `events`. A header asking for a JWS extension (`crit`, `b64`) is refused: idem understands
+//! none. Each refusal carries RFC 8935's error code, which a push is answered with and a poll
+//! reports in `setErrs`.
+//!
+//! A JWK is read with `jsonwebtoken`'s JWK model and parsed once, when its set is read, into
+//! `aws-lc-rs` public keys (one for each algorithm the key may verify), which keep what a
+//! verification needs (an RSA modulus's Montgomery constants, an EC point checked on its curve):
+//! a SET's verification parses no key.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_lc_rs::signature::{
+    self as sig, ParsedPublicKey, RsaParameters, RsaPublicKeyComponents, VerificationAlgorithm,
+};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use idem_schemas::canonical;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, PublicKeyUse};
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -108,33 +115,75 @@ pub enum KeyType {
     Ed25519,
 }
 
+/// How an algorithm's signature is checked (RFC 7518 §3.1).
+#[derive(Clone, Copy)]
+enum Scheme {
+    /// RSASSA-PKCS1-v1_5 or RSASSA-PSS, with a key of 2048 to 8192 bits.
+    Rsa(&'static RsaParameters),
+    /// ECDSA (the signature `R || S`, as JWS writes it) or Ed25519.
+    Point(&'static dyn VerificationAlgorithm),
+}
+
 /// The signing algorithms a source may allow: public-key ones only (`none` and HS* never).
-pub const ALGORITHMS: [(&str, Algorithm, KeyType); 9] = [
-    ("RS256", Algorithm::RS256, KeyType::Rsa),
-    ("RS384", Algorithm::RS384, KeyType::Rsa),
-    ("RS512", Algorithm::RS512, KeyType::Rsa),
-    ("PS256", Algorithm::PS256, KeyType::Rsa),
-    ("PS384", Algorithm::PS384, KeyType::Rsa),
-    ("PS512", Algorithm::PS512, KeyType::Rsa),
-    ("ES256", Algorithm::ES256, KeyType::P256),
-    ("ES384", Algorithm::ES384, KeyType::P384),
-    ("EdDSA", Algorithm::EdDSA, KeyType::Ed25519),
+static ALGORITHMS: [(&str, KeyType, Scheme); 9] = [
+    (
+        "RS256",
+        KeyType::Rsa,
+        Scheme::Rsa(&sig::RSA_PKCS1_2048_8192_SHA256),
+    ),
+    (
+        "RS384",
+        KeyType::Rsa,
+        Scheme::Rsa(&sig::RSA_PKCS1_2048_8192_SHA384),
+    ),
+    (
+        "RS512",
+        KeyType::Rsa,
+        Scheme::Rsa(&sig::RSA_PKCS1_2048_8192_SHA512),
+    ),
+    (
+        "PS256",
+        KeyType::Rsa,
+        Scheme::Rsa(&sig::RSA_PSS_2048_8192_SHA256),
+    ),
+    (
+        "PS384",
+        KeyType::Rsa,
+        Scheme::Rsa(&sig::RSA_PSS_2048_8192_SHA384),
+    ),
+    (
+        "PS512",
+        KeyType::Rsa,
+        Scheme::Rsa(&sig::RSA_PSS_2048_8192_SHA512),
+    ),
+    (
+        "ES256",
+        KeyType::P256,
+        Scheme::Point(&sig::ECDSA_P256_SHA256_FIXED),
+    ),
+    (
+        "ES384",
+        KeyType::P384,
+        Scheme::Point(&sig::ECDSA_P384_SHA384_FIXED),
+    ),
+    ("EdDSA", KeyType::Ed25519, Scheme::Point(&sig::ED25519)),
 ];
 
-/// The algorithm named `name`, if a source may allow it.
-pub fn algorithm(name: &str) -> Option<(Algorithm, KeyType)> {
+/// The kind of key the algorithm named `name` needs, if a source may allow it.
+pub fn algorithm(name: &str) -> Option<KeyType> {
     ALGORITHMS
         .iter()
         .find(|(n, _, _)| *n == name)
-        .map(|(_, a, t)| (*a, *t))
+        .map(|(_, kind, _)| *kind)
 }
 
-/// One verification key of a transmitter's JWK Set.
+/// One verification key of a transmitter's JWK Set, parsed once.
 pub struct VerifyingKey {
-    decoding: DecodingKey,
     kind: KeyType,
     /// The `alg` the JWK names, if it names one: then no other is accepted with it.
     alg: Option<String>,
+    /// The key parsed for each algorithm it may verify, by the algorithm's name.
+    parsed: Vec<(&'static str, ParsedPublicKey)>,
 }
 
 /// A transmitter's verification keys by `kid`.
@@ -182,46 +231,87 @@ impl Keys {
     }
 }
 
+/// A JWK's public key material, decoded.
+enum Material {
+    /// An RSA modulus and exponent, big-endian.
+    Rsa { n: Vec<u8>, e: Vec<u8> },
+    /// An uncompressed EC point (`0x04 || x || y`), or an Ed25519 key.
+    Point(Vec<u8>),
+}
+
 fn key(raw: &Value) -> Result<(String, VerifyingKey), String> {
     let jwk: Jwk = serde_json::from_value(raw.clone()).map_err(|e| e.to_string())?;
     let kid = jwk.common.key_id.clone().ok_or("no kid")?;
     if matches!(jwk.common.public_key_use, Some(ref u) if *u != PublicKeyUse::Signature) {
         return Err(format!("{kid:?} is not a signing key"));
     }
-    let kind = match &jwk.algorithm {
+    let decode = |name: &str, value: &str| {
+        URL_SAFE_NO_PAD
+            .decode(value.as_bytes())
+            .map_err(|_| format!("{kid:?}: its {name} is not base64url"))
+    };
+    let (kind, material) = match &jwk.algorithm {
         AlgorithmParameters::RSA(rsa) => {
-            let n = URL_SAFE_NO_PAD
-                .decode(rsa.n.as_bytes())
-                .map_err(|_| format!("{kid:?}: its n is not base64url"))?;
-            let bits = n.iter().skip_while(|b| **b == 0).count() * 8;
-            if bits < MIN_RSA_BITS {
+            let n = decode("n", &rsa.n)?;
+            let e = decode("e", &rsa.e)?;
+            // RFC 7518 §6.3.1: each in the fewest octets.
+            if n.first() == Some(&0) || e.first() == Some(&0) {
+                return Err(format!("{kid:?}: its n or e has a leading zero octet"));
+            }
+            if n.len() * 8 < MIN_RSA_BITS {
                 return Err(format!("{kid:?}: RSA under {MIN_RSA_BITS} bits"));
             }
-            KeyType::Rsa
+            (KeyType::Rsa, Material::Rsa { n, e })
         }
-        AlgorithmParameters::EllipticCurve(ec) => match ec.curve {
-            EllipticCurve::P256 => KeyType::P256,
-            EllipticCurve::P384 => KeyType::P384,
-            _ => return Err(format!("{kid:?}: an unsupported curve")),
-        },
+        AlgorithmParameters::EllipticCurve(ec) => {
+            let (kind, size) = match ec.curve {
+                EllipticCurve::P256 => (KeyType::P256, 32),
+                EllipticCurve::P384 => (KeyType::P384, 48),
+                _ => return Err(format!("{kid:?}: an unsupported curve")),
+            };
+            let (x, y) = (decode("x", &ec.x)?, decode("y", &ec.y)?);
+            // RFC 7518 §6.2.1.2 and §6.2.1.3: each coordinate the full size of the curve's.
+            if x.len() != size || y.len() != size {
+                return Err(format!("{kid:?}: its x and y are not {size} octets each"));
+            }
+            let mut point = Vec::with_capacity(1 + 2 * size);
+            point.push(0x04);
+            point.extend_from_slice(&x);
+            point.extend_from_slice(&y);
+            (kind, Material::Point(point))
+        }
         AlgorithmParameters::OctetKeyPair(okp) if okp.curve == EllipticCurve::Ed25519 => {
-            KeyType::Ed25519
+            let x = decode("x", &okp.x)?;
+            if x.len() != 32 {
+                return Err(format!("{kid:?}: its x is not 32 octets"));
+            }
+            (KeyType::Ed25519, Material::Point(x))
         }
         AlgorithmParameters::OctetKeyPair(_) => return Err(format!("{kid:?}: not Ed25519")),
         AlgorithmParameters::OctetKey(_) => {
             return Err(format!("{kid:?}: a symmetric key is never used"))
         }
     };
-    let decoding = DecodingKey::from_jwk(&jwk).map_err(|e| format!("{kid:?}: {e}"))?;
     let alg = jwk.common.key_algorithm.map(|a| format!("{a:?}"));
-    Ok((
-        kid,
-        VerifyingKey {
-            decoding,
-            kind,
-            alg,
-        },
-    ))
+    // Parsed here, once, for each algorithm the key may verify: an EC point is checked on its
+    // curve, an RSA key's Montgomery constants are kept after its first verification.
+    let mut parsed = Vec::new();
+    for (name, _, scheme) in ALGORITHMS
+        .iter()
+        .filter(|(name, k, _)| *k == kind && alg.as_deref().is_none_or(|a| a == *name))
+    {
+        let key = match (scheme, &material) {
+            (Scheme::Rsa(params), Material::Rsa { n, e }) => {
+                RsaPublicKeyComponents { n, e }.to_parsed_public_key(params)
+            }
+            (Scheme::Point(algorithm), Material::Point(bytes)) => {
+                ParsedPublicKey::new(*algorithm, bytes)
+            }
+            _ => continue,
+        };
+        parsed.push((*name, key.map_err(|e| format!("{kid:?}: {e}"))?));
+    }
+    Ok((kid, VerifyingKey { kind, alg, parsed }))
 }
 
 /// What a source checks a SET against.
@@ -250,6 +340,9 @@ pub struct Header {
     pub kid: Option<String>,
     /// Its type: `secevent+jwt`.
     pub typ: Option<String>,
+    /// Every member, as read.
+    #[serde(skip)]
+    members: Value,
 }
 
 /// Reads the header of a compact JWS and checks what needs no key: three parts, `typ`, an
@@ -270,8 +363,9 @@ pub fn header(token: &str, expect: &Expect<'_>) -> Result<Header, SetRefusal> {
         .map_err(|_| invalid("the JOSE header is not base64url"))?;
     let raw = canonical::parse(&bytes).map_err(|e| invalid(format!("the JOSE header: {e}")))?;
     no_extensions(&raw)?;
-    let header: Header =
-        serde_json::from_slice(&bytes).map_err(|e| invalid(format!("the JOSE header: {e}")))?;
+    let mut header =
+        Header::deserialize(&raw).map_err(|e| invalid(format!("the JOSE header: {e}")))?;
+    header.members = raw;
     let typ = header.typ.as_deref().unwrap_or_default();
     if !typ.eq_ignore_ascii_case("secevent+jwt")
         && !typ.eq_ignore_ascii_case("application/secevent+jwt")
@@ -354,7 +448,7 @@ pub fn verify(
     key: &VerifyingKey,
     expect: &Expect<'_>,
 ) -> Result<Set, SetRefusal> {
-    let (alg, kind) =
+    let kind =
         algorithm(&header.alg).ok_or_else(|| bad_key("the algorithm is not a public-key one"))?;
     if kind != key.kind {
         return Err(bad_key(format!(
@@ -368,24 +462,26 @@ pub fn verify(
             header.alg
         )));
     }
-    let mut validation = Validation::new(alg);
-    validation.required_spec_claims.clear();
-    validation.validate_exp = false;
-    validation.validate_nbf = false;
-    validation.validate_aud = false;
-    jsonwebtoken::decode::<serde::de::IgnoredAny>(token, &key.decoding, &validation).map_err(
-        |e| match e.kind() {
-            jsonwebtoken::errors::ErrorKind::InvalidSignature => {
-                bad_key("the signature does not verify")
-            }
-            jsonwebtoken::errors::ErrorKind::InvalidAlgorithm => {
-                bad_key("the algorithm does not fit the key")
-            }
-            _ => invalid(format!("not a valid JWS: {e}")),
-        },
-    )?;
+    let parsed = key
+        .parsed
+        .iter()
+        .find(|(name, _)| *name == header.alg)
+        .map(|(_, parsed)| parsed)
+        .ok_or_else(|| bad_key("the algorithm does not fit the key"))?;
+    // The header's registered members (RFC 7515 §4.1) as `jsonwebtoken` types them.
+    jsonwebtoken::Header::deserialize(&header.members)
+        .map_err(|e| invalid(format!("not a valid JWS: {e}")))?;
+    let (signed, signature) = token
+        .rsplit_once('.')
+        .ok_or_else(|| invalid("not a compact JWS: a SET is three base64url parts"))?;
+    let signature = URL_SAFE_NO_PAD
+        .decode(signature.as_bytes())
+        .map_err(|_| invalid("not a valid JWS: its signature is not base64url"))?;
+    parsed
+        .verify_sig(signed.as_bytes(), &signature)
+        .map_err(|_| bad_key("the signature does not verify"))?;
     // The signature holds: the claims are read from the verified bytes, strictly.
-    let payload = token.split('.').nth(1).unwrap_or_default();
+    let payload = signed.split_once('.').map(|(_, p)| p).unwrap_or_default();
     let bytes = URL_SAFE_NO_PAD
         .decode(payload.as_bytes())
         .map_err(|_| invalid("the claims are not base64url"))?;
@@ -714,5 +810,238 @@ mod tests {
         assert_eq!(skipped.len(), 4, "{skipped:?}");
         assert!(Keys::parse(b"{}").is_err());
         assert!(Keys::parse(br#"{"keys":[],"keys":[]}"#).is_err());
+    }
+
+    /// A SET of `claims` under `header`, signed by `sign` over its signing input.
+    fn signed(header: &Value, claims: &Value, sign: impl Fn(&[u8]) -> Vec<u8>) -> String {
+        let input = format!(
+            "{}.{}",
+            encode(&header.to_string()),
+            encode(&claims.to_string())
+        );
+        let signature = sign(input.as_bytes());
+        format!("{input}.{}", URL_SAFE_NO_PAD.encode(signature))
+    }
+
+    #[test]
+    fn a_key_parsed_once_verifies_every_set_of_its_algorithms_and_nothing_else() {
+        use devtools::jose::JwsKey;
+        use ring::signature::{RSA_PKCS1_SHA256, RSA_PSS_SHA256};
+
+        let (_, issuer, audience) = expect();
+        let algorithms: Vec<String> = ["RS256", "PS256", "ES256"].map(String::from).into();
+        let now = 1_764_000_000;
+        let expect = Expect {
+            issuer: &issuer,
+            audience: std::slice::from_ref(&audience),
+            algorithms: &algorithms,
+            now_secs: now,
+            max_age: Duration::from_secs(3600),
+            skew: Duration::from_secs(300),
+        };
+        let claims = |jti: &str| {
+            serde_json::json!({"iss": issuer, "aud": audience, "jti": jti, "iat": now,
+                "events": {"https://schemas.openid.net/secevent/risc/event-type/account-disabled": {}}})
+        };
+        let rsa = JwsKey::rsa("rsa");
+        let ec = JwsKey::ec("ec");
+        // The RSA key's JWK names no alg, so it verifies RS256 and PS256 alike.
+        let mut rsa_jwk = rsa.jwk();
+        if let Some(members) = rsa_jwk.as_object_mut() {
+            members.remove("alg");
+        }
+        let document = serde_json::json!({"keys": [rsa_jwk, ec.jwk()]}).to_string();
+        let (keys, skipped) = Keys::parse(document.as_bytes()).expect("a JWK Set");
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let JwsKey::Rsa { key: pair, .. } = &rsa else {
+            panic!("an RSA key")
+        };
+        let rsa_with = |padding: &'static dyn ring::signature::RsaEncoding| {
+            move |input: &[u8]| {
+                let mut out = vec![0; pair.public().modulus_len()];
+                let rng = ring::rand::SystemRandom::new();
+                pair.sign(padding, &rng, input, &mut out).expect("RSA");
+                out
+            }
+        };
+        let header = |alg: &str, kid: &str| serde_json::json!({"alg": alg, "kid": kid, "typ": "secevent+jwt"});
+        let check = |token: &str| {
+            let read = super::header(token, &expect)?;
+            let key = keys
+                .get(read.kid.as_deref().unwrap_or_default())
+                .ok_or_else(|| bad_key("no such kid"))?;
+            verify(token, &read, key, &expect).map(|set| set.jti)
+        };
+        for round in 0..2 {
+            let rs256 = signed(
+                &header("RS256", "rsa"),
+                &claims("rs"),
+                rsa_with(&RSA_PKCS1_SHA256),
+            );
+            assert_eq!(check(&rs256), Ok("rs".to_string()), "round {round}");
+            let ps256 = signed(
+                &header("PS256", "rsa"),
+                &claims("ps"),
+                rsa_with(&RSA_PSS_SHA256),
+            );
+            assert_eq!(check(&ps256), Ok("ps".to_string()), "round {round}");
+            assert_eq!(
+                check(&ec.sign(&claims("es"))),
+                Ok("es".to_string()),
+                "round {round}"
+            );
+        }
+        // A signature of RS256 presented as PS256, one altered, one of other claims.
+        let rs256 = signed(
+            &header("PS256", "rsa"),
+            &claims("x"),
+            rsa_with(&RSA_PKCS1_SHA256),
+        );
+        assert_eq!(check(&rs256).map_err(|r| r.err), Err(Err::InvalidKey));
+        let good = ec.sign(&claims("x"));
+        let (input, signature) = good.rsplit_once('.').expect("a JWS");
+        let mut bytes = URL_SAFE_NO_PAD.decode(signature).expect("base64url");
+        bytes[5] ^= 1;
+        let altered = format!("{input}.{}", URL_SAFE_NO_PAD.encode(&bytes));
+        assert_eq!(check(&altered).map_err(|r| r.err), Err(Err::InvalidKey));
+        let other = ec.sign(&claims("y"));
+        let spliced = format!("{}.{}", other.rsplit_once('.').expect("a JWS").0, signature);
+        assert_eq!(check(&spliced).map_err(|r| r.err), Err(Err::InvalidKey));
+        let unreadable = format!("{input}.{signature}!");
+        assert_eq!(
+            check(&unreadable).map_err(|r| r.err),
+            Err(Err::InvalidRequest)
+        );
+        // The RSA key under ES256, the EC key under RS256.
+        let confused = ec.sign_with_header(&header("ES256", "rsa"), &claims("x"));
+        assert_eq!(check(&confused).map_err(|r| r.err), Err(Err::InvalidKey));
+        let confused = rsa.sign_with_header(&header("RS256", "ec"), &claims("x"));
+        assert_eq!(check(&confused).map_err(|r| r.err), Err(Err::InvalidKey));
+        // A JWK that names RS256 verifies no PS256.
+        let document = serde_json::json!({"keys": [rsa.jwk()]}).to_string();
+        let (named, _) = Keys::parse(document.as_bytes()).expect("a JWK Set");
+        let ps256 = signed(
+            &header("PS256", "rsa"),
+            &claims("ps"),
+            rsa_with(&RSA_PSS_SHA256),
+        );
+        let read = super::header(&ps256, &expect).expect("a header");
+        let refused = verify(&ps256, &read, named.get("rsa").expect("the key"), &expect);
+        assert_eq!(
+            refused.map(|s| s.jti).map_err(|r| r.err),
+            Err(Err::InvalidKey)
+        );
+    }
+
+    #[test]
+    fn es384_and_eddsa_sets_verify_with_their_keys_parsed_once() {
+        use ring::rand::SystemRandom;
+        use ring::signature::{
+            EcdsaKeyPair, Ed25519KeyPair, KeyPair, ECDSA_P384_SHA384_FIXED_SIGNING,
+        };
+
+        let (_, issuer, audience) = expect();
+        let algorithms: Vec<String> = ["ES384", "EdDSA"].map(String::from).into();
+        let now = 1_764_000_000;
+        let expect = Expect {
+            issuer: &issuer,
+            audience: std::slice::from_ref(&audience),
+            algorithms: &algorithms,
+            now_secs: now,
+            max_age: Duration::from_secs(3600),
+            skew: Duration::from_secs(300),
+        };
+        let claims = serde_json::json!({"iss": issuer, "aud": audience, "jti": "j", "iat": now,
+            "events": {"https://schemas.openid.net/secevent/caep/event-type/session-revoked": {}}});
+        let rng = SystemRandom::new();
+        let p384 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P384_SHA384_FIXED_SIGNING, &rng)
+            .ok()
+            .and_then(|pkcs8| {
+                let alg = &ECDSA_P384_SHA384_FIXED_SIGNING;
+                EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng).ok()
+            })
+            .expect("a P-384 key");
+        let ed = Ed25519KeyPair::generate_pkcs8(&rng)
+            .ok()
+            .and_then(|pkcs8| Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).ok())
+            .expect("an Ed25519 key");
+        let point = p384.public_key().as_ref();
+        let document = serde_json::json!({"keys": [
+            {"kty": "EC", "crv": "P-384", "kid": "p384",
+                "x": URL_SAFE_NO_PAD.encode(&point[1..49]), "y": URL_SAFE_NO_PAD.encode(&point[49..97])},
+            {"kty": "OKP", "crv": "Ed25519", "kid": "ed",
+                "x": URL_SAFE_NO_PAD.encode(ed.public_key().as_ref())},
+        ]})
+        .to_string();
+        let (keys, skipped) = Keys::parse(document.as_bytes()).expect("a JWK Set");
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let header = |alg: &str, kid: &str| serde_json::json!({"alg": alg, "kid": kid, "typ": "secevent+jwt"});
+        let check = |token: &str| {
+            let read = super::header(token, &expect)?;
+            let key = keys
+                .get(read.kid.as_deref().unwrap_or_default())
+                .ok_or_else(|| bad_key("no such kid"))?;
+            verify(token, &read, key, &expect).map(|set| set.jti)
+        };
+        let es384 = signed(&header("ES384", "p384"), &claims, |input| {
+            p384.sign(&rng, input).expect("ECDSA").as_ref().to_vec()
+        });
+        let eddsa = signed(&header("EdDSA", "ed"), &claims, |input| {
+            ed.sign(input).as_ref().to_vec()
+        });
+        for _ in 0..2 {
+            assert_eq!(check(&es384), Ok("j".to_string()));
+            assert_eq!(check(&eddsa), Ok("j".to_string()));
+        }
+        // Each under the other's kid: the algorithm does not fit the key.
+        let crossed = signed(&header("EdDSA", "p384"), &claims, |input| {
+            ed.sign(input).as_ref().to_vec()
+        });
+        assert_eq!(check(&crossed).map_err(|r| r.err), Err(Err::InvalidKey));
+        // EdDSA's signature of other claims.
+        let mut other = claims.clone();
+        other["jti"] = "k".into();
+        let other = signed(&header("EdDSA", "ed"), &other, |input| {
+            ed.sign(input).as_ref().to_vec()
+        });
+        let (input, _) = eddsa.rsplit_once('.').expect("a JWS");
+        let (_, signature) = other.rsplit_once('.').expect("a JWS");
+        let spliced = format!("{input}.{signature}");
+        assert_eq!(check(&spliced).map_err(|r| r.err), Err(Err::InvalidKey));
+    }
+
+    #[test]
+    fn a_jwk_that_is_no_valid_public_key_is_left_out_when_its_set_is_read() {
+        let x = "MKBCTNIcKUSDii11ySs3526iDZ8AiTo7Tu6KPAqv7D4";
+        let y = "4Etl6SRW2YiLUrN5vfvVHuhp7x8PxltmWWlbbM4IFyM";
+        let off_curve = "4Etl6SRW2YiLUrN5vfvVHuhp7x8PxltmWWlbbM4IFyA";
+        let short = URL_SAFE_NO_PAD.encode([7u8; 31]);
+        let mut n = vec![0u8];
+        n.extend([0xc5u8; 256]);
+        let n = URL_SAFE_NO_PAD.encode(n);
+        let doc = serde_json::json!({"keys": [
+            {"kty": "EC", "crv": "P-256", "kid": "good", "x": x, "y": y},
+            {"kty": "EC", "crv": "P-256", "kid": "off-curve", "x": x, "y": off_curve},
+            {"kty": "EC", "crv": "P-256", "kid": "short", "x": short, "y": y},
+            {"kty": "EC", "crv": "P-384", "kid": "p256-as-p384", "x": x, "y": y},
+            {"kty": "RSA", "kid": "leading-zero", "n": n, "e": "AQAB"},
+            {"kty": "OKP", "crv": "Ed25519", "kid": "ed-short", "x": short},
+        ]})
+        .to_string();
+        let (keys, skipped) = Keys::parse(doc.as_bytes()).expect("a JWK Set");
+        assert_eq!(keys.len(), 1, "{skipped:?}");
+        assert!(keys.get("good").is_some());
+        for kid in [
+            "off-curve",
+            "short",
+            "p256-as-p384",
+            "leading-zero",
+            "ed-short",
+        ] {
+            assert!(
+                skipped.iter().any(|s| s.contains(kid)),
+                "{kid} not named in {skipped:?}"
+            );
+        }
     }
 }

@@ -5,7 +5,8 @@
 //! receiver stopped, a signal's callback goes queued and then dead; with it started again, the
 //! redeliver button on one and "redeliver all dead" for the other deliver each once, and the
 //! decision's timeline shows the failed attempts and the 2xx; the endpoint shows its failures;
-//! the sources view counts the source's event; sign-out forgets the key; with tracing on, a
+//! the sources view counts the source's event and shows a subscribed source's stream, enabled
+//! and verified; sign-out forgets the key; with tracing on, a
 //! decision names its trace. The page loads nothing from another origin and breaks no rule of
 //! its Content-Security-Policy. With `IDEM_CONSOLE_SCREENSHOTS=<dir>` the test also saves
 //! screenshots of the main views there (`scripts/screenshots` refreshes those in `docs/`).
@@ -16,18 +17,36 @@ use std::time::Duration;
 use fantoccini::elements::Element;
 use serde_json::json;
 
+use devtools::jose::{self, JwsKey};
+use devtools::transmitter::LoopbackTransmitter;
+
 use crate::support::browser::Browser;
 use crate::support::*;
 
 const API_KEY: &str = "sk_acme_console_key";
+const RISC_COMPROMISE: &str =
+    "https://schemas.openid.net/secevent/risc/event-type/credential-compromise";
 const OKTA_AUTH: &str = "Basic b2t0YS1ob29rLWZvci10aGUtY29uc29sZQ==";
 
 /// Callbacks retried twice, five seconds apart: a dead one within the test's patience.
 const DELIVERY: &str =
     "inline_timeout = \"1s\"\nschedule = [\"5s\", \"5s\"]\nbreaker_threshold = 10";
 
-fn console_config(data_dir: &Path, receiver: &str) -> String {
+/// The console's tenants; with `transmitter`, acme also has the `ssf` source `entra`, subscribed
+/// there and polled.
+fn console_config(
+    data_dir: &Path,
+    receiver: &str,
+    transmitter: Option<&LoopbackTransmitter>,
+) -> String {
+    let subscribed = transmitter.map_or(String::new(), |t| {
+        format!(
+            "[tenants.acme.sources.entra]\nkind = \"ssf\"\n{}\n[[tenants.acme.sources.entra.map]]\nevent = \"{RISC_COMPROMISE}\"\ntype = \"sim_swap\"\n",
+            crate::ssf_receiver_plan::subscribed(t, "poll")
+        )
+    });
     settings(&store_section(), data_dir, "", DELIVERY)
+        + &subscribed
         + &format!(
             r#"
 [tenants.acme]
@@ -127,7 +146,12 @@ async fn an_engineer_follows_a_dead_callback_to_its_redelivery_in_the_console() 
     let dir = tempfile::tempdir().expect("tempdir");
     let seen = dir.path().join("receive.seen");
     let receiver = ReceiveProc::start("127.0.0.1:0", &seen);
-    let idem = Idem::start(dir.path(), &console_config(dir.path(), receiver.addr()));
+    let transmitter = LoopbackTransmitter::start(jose::jwk_set(&[&JwsKey::rsa("rsa-1")])).await;
+    transmitter.sign_with(JwsKey::rsa("rsa-1"));
+    let idem = Idem::start(
+        dir.path(),
+        &console_config(dir.path(), receiver.addr(), Some(&transmitter)),
+    );
     let api = Client::new(&idem.base);
     let browser = Browser::start().await;
     let console = format!("{}/console", idem.base);
@@ -297,6 +321,21 @@ async fn an_engineer_follows_a_dead_callback_to_its_redelivery_in_the_console() 
         .text("#sources tr[data-source=okta_prod] td:nth-child(2)")
         .await;
     assert_eq!(kind.as_deref(), Some("okta"));
+    // The source subscribed at its transmitter: its stream, enabled and verified.
+    browser
+        .wait_text(
+            "#sources tr[data-source=entra] .subscription",
+            "the subscribed stream",
+            |t| t == "stream-1 enabled",
+        )
+        .await;
+    browser
+        .wait_text(
+            "#sources tr[data-source=entra] .verified",
+            "the stream verified",
+            |t| t == "verified",
+        )
+        .await;
 
     // The receiver is back: one delivery redelivered from its row, the other by "redeliver all
     // dead"; each is delivered once, under its own webhook-id.
@@ -406,7 +445,7 @@ async fn an_engineer_follows_a_dead_callback_to_its_redelivery_in_the_console() 
 #[tokio::test]
 async fn the_console_is_served_from_the_binary_under_a_strict_policy() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let idem = Idem::start(dir.path(), &console_config(dir.path(), "127.0.0.1:9"));
+    let idem = Idem::start(dir.path(), &console_config(dir.path(), "127.0.0.1:9", None));
     let client = Client::new(&idem.base);
     let page = client.send("GET", "/console", Req::new("")).await;
     assert_eq!(page.status, 200);
@@ -604,8 +643,8 @@ async fn a_traced_decision_names_its_trace() {
     let collector = crate::support::collector::Collector::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
-    let config =
-        console_config(&dir.path().join("data"), &receiver.addr.to_string()) + &collector.section();
+    let config = console_config(&dir.path().join("data"), &receiver.addr.to_string(), None)
+        + &collector.section();
     let idem = Idem::start(dir.path(), &config);
     let api = Client::new(&idem.base);
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -634,7 +673,7 @@ async fn a_traced_decision_names_its_trace() {
 async fn a_decision_names_the_rule_that_made_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
-    let config = console_config(&dir.path().join("data"), &receiver.addr.to_string());
+    let config = console_config(&dir.path().join("data"), &receiver.addr.to_string(), None);
     let idem = Idem::start(dir.path(), &config);
     let api = Client::new(&idem.base);
     let body =

@@ -8,7 +8,9 @@
 //! callback still waits until its claim is durable, and one killed part-way through its write
 //! sends no callback of a decision never made. A bulk redelivery killed part-way and taken
 //! over redelivers what it matched when it was claimed, each delivery once. A decision made by a
-//! rule and killed before its actions runs as it was stored, even once the rules changed.
+//! rule and killed before its actions runs as it was stored, even once the rules changed. A
+//! subscribed source killed after its stream was made at the transmitter and before it was
+//! recorded uses that stream once started again.
 
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
@@ -532,4 +534,45 @@ async fn killed_between_a_rules_decision_and_its_actions_the_stored_decision_run
         )
         .await;
     assert_eq!(fresh.json()["decision"], "allow", "{}", text(&fresh));
+}
+
+/// Killed after its stream was made at the transmitter and before the stream was recorded, idem
+/// started again finds the stream it made among the transmitter's streams and uses it: one
+/// stream, its push credential given anew (the old one died with the process), verified.
+#[tokio::test]
+async fn killed_between_making_its_stream_and_recording_it_the_restart_uses_that_stream() {
+    use crate::ssf_receiver_plan::{acme, config_on_port, subscribed, subscription_when};
+    use devtools::jose::{self, JwsKey};
+    use devtools::transmitter::LoopbackTransmitter;
+
+    let rsa = JwsKey::rsa("rsa-1");
+    let transmitter = LoopbackTransmitter::start(jose::jwk_set(&[&rsa])).await;
+    transmitter.sign_with(JwsKey::rsa("rsa-1"));
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = devtools::free_port().expect("a free port");
+    let tenants = acme(&receiver, &subscribed(&transmitter, "push"));
+    let config = config_on_port(dir.path(), port, &tenants);
+    let failpoint = [("FAILPOINTS", "subscribe.after_create=return")];
+    let idem = Idem::start_env(dir.path(), &config, &failpoint);
+    let (status, config) = idem.wait_exit().await;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "killed on the spot");
+    assert_eq!(transmitter.streams_made(), 1, "{:?}", transmitter.calls());
+
+    let idem = Idem::start_with(config, &[]);
+    let client = Client::new(&idem.base);
+    let s = subscription_when(&client, |s| !s["verified_at"].is_null()).await;
+    assert_eq!(s["stream_id"], "stream-1", "{s}");
+    assert_eq!(transmitter.streams_made(), 1, "{:?}", transmitter.calls());
+    assert_eq!(
+        transmitter.streams().len(),
+        1,
+        "{:?}",
+        transmitter.streams()
+    );
+    assert!(
+        transmitter.calls().contains(&"PUT /streams".to_string()),
+        "the credential is given anew: {:?}",
+        transmitter.calls()
+    );
 }

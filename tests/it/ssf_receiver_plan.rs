@@ -22,7 +22,7 @@ const RISC_COMPROMISE: &str =
     "https://schemas.openid.net/secevent/risc/event-type/credential-compromise";
 
 /// Tenant `acme` with the `ssf` source `entra` whose lines beneath its `kind` are `source`.
-fn acme(receiver: &Receiver, source: &str) -> String {
+pub(crate) fn acme(receiver: &Receiver, source: &str) -> String {
     acme_text(&receiver.url("/lock"), source)
 }
 
@@ -284,7 +284,7 @@ jwks = "https://t.example/jwks""#;
 
 /// The lines of a source subscribed at `transmitter` with client credentials, delivered by
 /// `delivery`, its issuer and stream from the transmitter.
-fn subscribed(transmitter: &LoopbackTransmitter, delivery: &str) -> String {
+pub(crate) fn subscribed(transmitter: &LoopbackTransmitter, delivery: &str) -> String {
     format!(
         r#"audience = "{STREAM_AUDIENCE}"
 jwks = "{jwks}"
@@ -299,7 +299,7 @@ verify_every = "1h""#,
 }
 
 /// A config of idem listening on `port`, reached there (`public_url`), on the test store.
-fn config_on_port(dir: &std::path::Path, port: u16, tenants: &str) -> String {
+pub(crate) fn config_on_port(dir: &std::path::Path, port: u16, tenants: &str) -> String {
     format!("public_url = \"http://127.0.0.1:{port}\"\n")
         + &settings(&store_section(), &dir.join("data"), "", "").replace(
             "listen = \"127.0.0.1:0\"",
@@ -309,7 +309,7 @@ fn config_on_port(dir: &std::path::Path, port: u16, tenants: &str) -> String {
 }
 
 /// The subscription of `entra` once `done` holds for it (or the last one seen).
-async fn subscription_when(client: &Client, done: impl Fn(&Value) -> bool) -> Value {
+pub(crate) async fn subscription_when(client: &Client, done: impl Fn(&Value) -> bool) -> Value {
     eventually(
         Duration::from_secs(20),
         || async { status(client).await["subscription"].clone() },

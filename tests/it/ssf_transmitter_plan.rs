@@ -26,9 +26,14 @@ const DELIVERY: &str = "inline_timeout = \"2s\"\nschedule = [\"300ms\", \"300ms\
 /// `acme`, a transmitter with receivers `okta` (every scope) and `auditor` (`ssf.read` only),
 /// whose `sim_swap` playbook sends `actions`; its key written to `dir`.
 fn config(dir: &Path, actions: &str) -> String {
+    config_with(dir, actions, DELIVERY)
+}
+
+/// As [`config`], with `delivery` as the `[delivery]` section.
+fn config_with(dir: &Path, actions: &str, delivery: &str) -> String {
     let key = dir.join("acme-rsa.pem");
     std::fs::write(&key, devtools::jose::rsa_pem()).expect("write key");
-    let settings = settings(&store_section(), &dir.join("data"), "", DELIVERY);
+    let settings = settings(&store_section(), &dir.join("data"), "", delivery);
     format!(
         r#"public_url = "{PUBLIC_URL}"
 {settings}
@@ -523,6 +528,50 @@ async fn oidssf_stream_control_happy_path_update_stream_status_is_quiet() {
     assert_eq!(told.len(), 3, "nothing announced: {told:?}");
 }
 
+/// What a paused push stream held goes out on enabling oldest first, one attempt at a time:
+/// the receiver sees the SETs of twenty decisions in the order they were decided, the
+/// verification asked for after them last, though the endpoint admits many attempts at once.
+#[tokio::test]
+async fn held_sets_go_out_oldest_first_once_a_paused_push_stream_is_enabled() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let delivery = "inline_timeout = \"2s\"\nschedule = [\"300ms\", \"300ms\"]\nbreaker_cooldown = \"60s\"\nmax_in_flight_per_endpoint = 16";
+    let idem = Idem::start(dir.path(), &config_with(dir.path(), REVOKE, delivery));
+    let client = Client::new(&idem.base);
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    let r = call(
+        &client,
+        "POST",
+        "streams",
+        &okta,
+        push_to(&receiver.url("/in-order")),
+    )
+    .await;
+    let id = r.json()["stream_id"].as_str().expect("id").to_string();
+    set_status(&client, &okta, &id, "paused").await;
+    let mut decided = Vec::new();
+    for n in 0..20 {
+        let r = sim_swap_signal(&client, &format!("+155500041{n:02}"), &unique("in-order")).await;
+        let ids = set_ids(&r);
+        assert_eq!(ids.len(), 1, "one SET: {}", text(&r));
+        decided.push(ids[0].clone());
+    }
+    let body = json!({"stream_id": id, "state": "last"});
+    let r = call(&client, "POST", "streams/verify", &okta, body).await;
+    assert_eq!(r.status, 204, "{}", text(&r));
+    assert!(
+        receiver.seen_on("/in-order").is_empty(),
+        "sent while paused"
+    );
+
+    set_status(&client, &okta, &id, "enabled").await;
+    let sent = exactly(&receiver, "/in-order", 21).await;
+    let told = events(&client, &sent).await;
+    let revokes: Vec<&str> = told[..20].iter().map(|(_, jti)| jti.as_str()).collect();
+    assert_eq!(revokes, decided, "in the order decided: {told:?}");
+    assert_eq!(told[20].0, VERIFICATION, "asked for last, sent last");
+}
+
 /// As [`oidssf_stream_control_happy_path_update_stream_status_is_quiet`], for a poll stream
 /// (the plan's OIDSSFTransmitterStreamVerificationPollOnlyTest polls its verification): a
 /// paused poll stream hands out nothing, its verification neither, until it is enabled.
@@ -636,19 +685,7 @@ async fn oidssf_transmitter_stream_caep_interop_test() {
     let signal = sim_swap_signal(&client, "+15550005656", &unique("interop")).await;
     assert_eq!(signal.status, 201, "{}", text(&signal));
     let sent = exactly(&receiver, "/interop", 4).await;
-    let mut events = serde_json::Map::new();
-    for received in &sent {
-        let (_, claims) = verified(&client, received).await;
-        assert_eq!(
-            claims["sub_id"],
-            json!({"format": "phone_number", "phone_number": "+15550005656"})
-        );
-        let (uri, event) = claims["events"]
-            .as_object()
-            .and_then(|e| e.iter().next())
-            .expect("an event");
-        events.insert(uri.clone(), event.clone());
-    }
+    let events = by_event_type(&client, &sent, "+15550005656").await;
     let caep = |uri: &str| {
         let event = events[uri].clone();
         assert!(event["event_timestamp"].is_u64(), "{uri}: {event}");
@@ -682,6 +719,28 @@ async fn oidssf_transmitter_stream_caep_interop_test() {
     );
 }
 
+/// The event of each SET `received` (verified, about the phone number `subject`), by type.
+async fn by_event_type(
+    client: &Client,
+    received: &[Received],
+    subject: &str,
+) -> serde_json::Map<String, Value> {
+    let mut events = serde_json::Map::new();
+    for r in received {
+        let (_, claims) = verified(client, r).await;
+        assert_eq!(
+            claims["sub_id"],
+            json!({"format": "phone_number", "phone_number": subject})
+        );
+        let (uri, event) = claims["events"]
+            .as_object()
+            .and_then(|e| e.iter().next())
+            .expect("an event");
+        events.insert(uri.clone(), event.clone());
+    }
+    events
+}
+
 /// A `set` action's event is checked against its type's required members when the config is
 /// read: `idem check-config` names the key of what is missing or wrong, and the playbook never
 /// sends an event its receivers would refuse.
@@ -695,7 +754,7 @@ async fn oidssf_validate_caep_credential_change_event_members_are_checked_in_the
             "event.change_type",
         ),
         (
-            "{ credential_type = \"carrier-pigeon\", change_type = \"revoke\" }",
+            "{ credential_type = \"\", change_type = \"revoke\" }",
             "event.credential_type",
         ),
         (
@@ -711,13 +770,177 @@ async fn oidssf_validate_caep_credential_change_event_members_are_checked_in_the
             format!("  {{ name = \"password\", set = \"{CREDENTIAL_CHANGE}\", event = {event} }},");
         let path = dir.path().join("idem.toml");
         std::fs::write(&path, config(dir.path(), &action)).expect("write config");
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
-            .args(["check-config", "--config"])
-            .arg(&path)
-            .output()
-            .expect("run idem");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{event} accepted");
+        let (passed, stderr) = check_config(&path);
+        assert!(!passed, "{event} accepted");
         assert!(stderr.contains(key), "{event}: {stderr}");
     }
+}
+
+const CAEP_TYPE: &str = "https://schemas.openid.net/secevent/caep/event-type/";
+const RISC_TYPE: &str = "https://schemas.openid.net/secevent/risc/event-type/";
+
+/// Every CAEP 1.0 and RISC 1.0 event type (`caep/…` or `risc/…`), with the members CAEP 1.0
+/// final and RISC 1.0 require of its events, as a TOML table.
+const EVERY_EVENT: &[(&str, &str)] = &[
+    ("caep/session-revoked", "{}"),
+    (
+        "caep/token-claims-change",
+        "{ claims = { role = \"ro-admin\" } }",
+    ),
+    (
+        "caep/credential-change",
+        "{ credential_type = \"passkey\", change_type = \"create\" }",
+    ),
+    (
+        "caep/assurance-level-change",
+        "{ namespace = \"NIST-AAL\", current_level = \"nist-aal1\" }",
+    ),
+    (
+        "caep/device-compliance-change",
+        "{ previous_status = \"compliant\", current_status = \"not-compliant\" }",
+    ),
+    ("caep/session-established", "{}"),
+    ("caep/session-presented", "{}"),
+    (
+        "caep/risk-level-change",
+        "{ principal = \"USER\", current_level = \"HIGH\" }",
+    ),
+    ("risc/account-credential-change-required", "{}"),
+    ("risc/account-purged", "{}"),
+    ("risc/account-disabled", "{}"),
+    ("risc/account-enabled", "{}"),
+    ("risc/identifier-changed", "{}"),
+    ("risc/identifier-recycled", "{}"),
+    (
+        "risc/credential-compromise",
+        "{ credential_type = \"password\" }",
+    ),
+    ("risc/opt-in", "{}"),
+    ("risc/opt-out-initiated", "{}"),
+    ("risc/opt-out-cancelled", "{}"),
+    ("risc/opt-out-effective", "{}"),
+    ("risc/recovery-activated", "{}"),
+    ("risc/recovery-information-changed", "{}"),
+    ("risc/sessions-revoked", "{}"),
+];
+
+/// The URI of `short` (`caep/…` or `risc/…`).
+fn event_uri(short: &str) -> String {
+    match short.split_once('/') {
+        Some(("caep", name)) => format!("{CAEP_TYPE}{name}"),
+        Some(("risc", name)) => format!("{RISC_TYPE}{name}"),
+        _ => panic!("not an event type: {short}"),
+    }
+}
+
+/// `members` as JSON, from the TOML table it is written as.
+fn members_json(members: &str) -> Value {
+    let doc: toml::Table = toml::from_str(&format!("m = {members}")).expect("a TOML table");
+    serde_json::to_value(&doc["m"]).expect("as JSON")
+}
+
+/// Every CAEP 1.0 and RISC 1.0 event type can be sent with just its required members (a
+/// credential type beyond CAEP's list, a risk level change without its recommended
+/// `risk_reason`), and each reaches the stream with them.
+/// (A playbook has at most 16 actions: CAEP's and RISC's go from two servers.)
+#[tokio::test]
+async fn every_caep_and_risc_event_type_is_sent_with_its_required_members() {
+    let (caep, risc) = EVERY_EVENT.split_at(8);
+    assert!(
+        caep.iter().all(|(s, _)| s.starts_with("caep/")),
+        "CAEP's 8 first"
+    );
+    sent_with_their_members(caep).await;
+    sent_with_their_members(risc).await;
+}
+
+/// A playbook sends each of `events` with its members; a stream asking for them gets each once,
+/// with those members.
+async fn sent_with_their_members(events: &[(&str, &str)]) {
+    let actions: Vec<String> = events
+        .iter()
+        .enumerate()
+        .map(|(n, (short, members))| {
+            format!(
+                "  {{ name = \"e{n}\", set = \"{}\", subject_format = \"phone_number\", event = {members} }},",
+                event_uri(short)
+            )
+        })
+        .collect();
+    let (_dir, receiver, _idem, client) = start(&actions.join("\n")).await;
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    let uris: Vec<String> = events.iter().map(|(s, _)| event_uri(s)).collect();
+    let mut body = push_to(&receiver.url("/every"));
+    body["events_requested"] = json!(uris);
+    let r = call(&client, "POST", "streams", &okta, body).await;
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let mut delivered: Vec<&str> = r.json()["events_delivered"]
+        .as_array()
+        .expect("events_delivered")
+        .iter()
+        .filter_map(Value::as_str)
+        .map(|s| uris.iter().find(|u| *u == s).expect("asked for").as_str())
+        .collect();
+    delivered.sort();
+    let mut every: Vec<&str> = uris.iter().map(String::as_str).collect();
+    every.sort();
+    assert_eq!(delivered, every, "each is delivered");
+
+    let signal = sim_swap_signal(&client, "+15550007878", &unique("every")).await;
+    assert_eq!(signal.status, 201, "{}", text(&signal));
+    let sent = exactly(&receiver, "/every", events.len()).await;
+    let got = by_event_type(&client, &sent, "+15550007878").await;
+    for (short, members) in events {
+        let uri = event_uri(short);
+        let mut event = got
+            .get(&uri)
+            .cloned()
+            .unwrap_or_else(|| panic!("{uri} not sent"));
+        let event = event.as_object_mut().expect("an object");
+        if short.starts_with("caep/") {
+            assert!(
+                event.remove("event_timestamp").is_some_and(|t| t.is_u64()),
+                "{uri}"
+            );
+            assert_eq!(
+                event.remove("initiating_entity"),
+                Some(json!("policy")),
+                "{uri}"
+            );
+        }
+        assert_eq!(Value::Object(event.clone()), members_json(members), "{uri}");
+    }
+}
+
+/// For each CAEP 1.0 and RISC 1.0 event type with a required member, a `set` action without
+/// it is refused when the config is read, naming the key.
+#[tokio::test]
+async fn a_set_action_missing_a_required_member_is_refused_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("idem.toml");
+    let mut refused = 0;
+    for (short, members) in EVERY_EVENT {
+        let all = members_json(members);
+        for missing in all.as_object().expect("a table").keys() {
+            let rest: Vec<String> = all
+                .as_object()
+                .expect("a table")
+                .iter()
+                .filter(|(k, _)| *k != missing)
+                .map(|(k, v)| format!("{k} = {v}"))
+                .collect();
+            let event = format!("{{ {} }}", rest.join(", "));
+            let action = format!(
+                "  {{ name = \"missing\", set = \"{}\", event = {event} }},",
+                event_uri(short)
+            );
+            std::fs::write(&path, config(dir.path(), &action)).expect("write config");
+            let (passed, stderr) = check_config(&path);
+            assert!(!passed, "{short} without {missing} accepted");
+            let key = format!("actions[0].event.{missing}");
+            assert!(stderr.contains(&key), "{short} without {missing}: {stderr}");
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 10, "every required member of every event type");
 }

@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use idem_schemas::timefmt::now_ms;
-use idem_schemas::{DeliveryEvent, DeliveryStatus, DeliveryView, PlannedDelivery};
+use idem_schemas::{
+    DeliveryEvent, DeliveryStatus, DeliveryView, PlannedDelivery, StreamMethod, StreamState,
+};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::attempt::{Attempting, Attempts, Readiness};
@@ -135,6 +137,9 @@ pub enum DeliveryMsg {
         at_ms: u64,
         reply: RpcReplyPort<bool>,
     },
+    /// Its push stream was enabled, and every SET it held before this one has had its
+    /// attempt: if it is still held, its attempt now (see [`Sent`]).
+    SendHeld { reply: RpcReplyPort<Sent> },
     /// Time to check whether the actor has been idle long enough to stop.
     IdleCheck,
 }
@@ -216,6 +221,60 @@ impl DeliveryActorState {
         // The entry that woke it is its place in the queue now (a hold may have moved it past
         // the time its log says): what it records next moves it from there.
         self.delivery.placement.due_ms = Some(due_ms);
+        self.go(Some(&entry), lease).await.map(drop)
+    }
+
+    /// Sends this SET, held while its push stream was paused, now that the stream is enabled
+    /// and every SET held before it has had its attempt: whether the attempt was made (and
+    /// its answer recorded), or the SET is no longer held, or it still waits.
+    async fn send_held(&mut self) -> Result<Sent, DeliveryError> {
+        if self.ctx.store.leases_due() {
+            self.reread().await?;
+        }
+        if !self.delivery.unsent() {
+            return Ok(Sent::NotHeld);
+        }
+        // Its recovery point is its record as held: a crash before the answer is recorded
+        // sends it again, with the same bytes, at its next look.
+        Ok(match self.go(None, None).await? {
+            true => Sent::Sent,
+            false => Sent::Waits,
+        })
+    }
+
+    /// Whether this SET, not sent yet (held while its push stream was paused or its endpoint
+    /// open), may go now that it can: no SET queued to the stream before it still waits for
+    /// its first attempt (first attempts go out one at a time, oldest first). Only the
+    /// [`HELD_AHEAD`] oldest queued to the stream are looked at.
+    async fn its_turn(&self) -> Result<bool, DeliveryError> {
+        let record = &self.delivery.record;
+        if !self.delivery.unsent() {
+            return Ok(true);
+        }
+        let queued = self
+            .ctx
+            .store
+            .queued_to(&record.tenant, &record.url, HELD_AHEAD)
+            .await?;
+        for id in queued {
+            if id == record.id {
+                return Ok(true);
+            }
+            if self.ctx.load(&id).await?.is_some_and(|d| d.unsent()) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Makes the attempt if its endpoint (and its stream, for a SET) admits it, and records
+    /// the answer; otherwise it waits: woken by `entry`, its place in the retry queue moves,
+    /// and with none (sent as a held SET) it stays as it is. Whether the attempt was made.
+    async fn go(
+        &mut self,
+        entry: Option<&Timed>,
+        lease: Option<u64>,
+    ) -> Result<bool, DeliveryError> {
         let record = &self.delivery.record;
         // Under a lease, the wait for a place leaves the lease room for the attempt and its
         // record (a lease lasts two attempt deadlines and a second).
@@ -242,33 +301,48 @@ impl DeliveryActorState {
             // A SET to a poll stream: held until the receiver acknowledges it, or dead after
             // `max_hold` (one record, not a look every cooldown).
             Readiness::Polled => Admission::Held(u64::MAX),
+            // A SET not sent yet to an enabled push stream waits for those queued before it.
+            Readiness::Go(Some(read))
+                if read.method == StreamMethod::Push
+                    && read.state == StreamState::Enabled
+                    && !self.its_turn().await? =>
+            {
+                if let Some(entry) = entry {
+                    let to_ms =
+                        now_ms() + self.ctx.settings.delivery.retry_tick().as_millis() as u64;
+                    self.ctx.store.move_due(entry, to_ms).await?;
+                    self.delivery.placement.due_ms = Some(to_ms);
+                }
+                return Ok(false);
+            }
             Readiness::Go(read) => {
                 stream = read;
                 let endpoints = attempts.endpoints();
                 endpoints.admit(&record.tenant, &record.url, wait).await
             }
         };
-        let permit = match admission {
-            Admission::Go(permit) => permit,
+        let permit = match (admission, entry) {
+            (Admission::Go(permit), _) => permit,
             // Its endpoint is open (or its stream paused): it waits until a probe may go, using
             // up no attempt, and for no longer than `max_hold` since its first hold.
-            Admission::Held(until_ms) => {
+            (Admission::Held(until_ms), Some(entry)) => {
                 let max_hold = self.ctx.settings.delivery.max_hold();
-                return match self.delivery.hold(until_ms, now_ms(), max_hold) {
-                    Hold::Record(event, to) => self.record(event, to, lease).await,
+                match self.delivery.hold(until_ms, now_ms(), max_hold) {
+                    Hold::Record(event, to) => self.record(event, to, lease).await?,
                     Hold::Move(to_ms) => {
-                        self.ctx.store.move_due(&entry, to_ms).await?;
+                        self.ctx.store.move_due(entry, to_ms).await?;
                         self.delivery.placement.due_ms = Some(to_ms);
-                        Ok(())
                     }
                     Hold::GiveUp(event, to) => {
                         tracing::warn!(delivery = %entry.id, ?max_hold, "delivery dead: its endpoint stayed open (or its stream paused) longer than max_hold");
-                        self.record(event, to, lease).await
+                        self.record(event, to, lease).await?
                     }
                 };
+                return Ok(false);
             }
-            // No place among its endpoint's attempts at once: still due, woken again.
-            Admission::Busy => return Ok(()),
+            // No place among its endpoint's attempts at once: still due, woken again (a held
+            // SET sent at its stream's enabling waits as it is held).
+            (Admission::Held(_) | Admission::Busy, _) => return Ok(false),
         };
         let of = Attempting {
             tenant: &record.tenant,
@@ -302,9 +376,25 @@ impl DeliveryActorState {
             placement(next),
             lease,
         )
-        .await
+        .await?;
+        Ok(true)
     }
 }
+
+/// What sending a held SET came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// Its attempt was made and its answer recorded.
+    Sent,
+    /// It is not waiting for its first attempt (sent or ended meanwhile): nothing to do.
+    NotHeld,
+    /// It still waits (its endpoint admits no attempt now, or its stream is not enabled):
+    /// it goes at its next look.
+    Waits,
+}
+
+/// How many of a stream's queued SETs ahead of a held one are looked at for one still held.
+const HELD_AHEAD: usize = 1000;
 
 /// What a delivery actor starts from.
 pub struct DeliveryArgs {
@@ -354,7 +444,9 @@ impl Actor for DeliveryActor {
                 return Ok(());
             }
             DeliveryMsg::Attempt { due_ms, lease } => {
-                let attempted = state.attempt(due_ms, lease).await;
+                // On the heap: an attempt's future (the request's) is large, and the runtime
+                // moves this handler's future, whatever message it handles, several times.
+                let attempted = Box::pin(state.attempt(due_ms, lease)).await;
                 state.ctx.pending().remove(&state.delivery.record.id);
                 attempted?
             }
@@ -397,6 +489,10 @@ impl Actor for DeliveryActor {
                         let _ = reply.send(false);
                     }
                 }
+            }
+            DeliveryMsg::SendHeld { reply } => {
+                let sent = state.send_held().await?;
+                let _ = reply.send(sent);
             }
             DeliveryMsg::Polled { url, answer, reply } => {
                 if state.ctx.store.leases_due() {
@@ -566,6 +662,23 @@ impl DeliveryActors {
             match actor.call(release, None).await {
                 Ok(ractor::rpc::CallResult::Success(released)) => return Ok(released),
                 // Stopped before handling it (a second release moves nothing).
+                _ => tokio::task::yield_now().await,
+            }
+        }
+        Err(RegistryError::Unavailable)
+    }
+
+    /// Sends the SET `id`, held while its push stream was paused, now that it is enabled
+    /// (see [`Sent`]); returns once its answer is recorded.
+    pub async fn send_held(&self, id: &str) -> Result<Sent, RegistryError> {
+        for _ in 0..MAX_ROUNDS {
+            let actor = self.actor(id).await?;
+            match actor
+                .call(|reply| DeliveryMsg::SendHeld { reply }, None)
+                .await
+            {
+                Ok(ractor::rpc::CallResult::Success(sent)) => return Ok(sent),
+                // Stopped before handling it (one sent meanwhile is no longer held).
                 _ => tokio::task::yield_now().await,
             }
         }

@@ -308,6 +308,12 @@ impl DeliveryState {
         Hold::Move(until_ms.min(deadline))
     }
 
+    /// Whether it is queued and waits for the first attempt of its series (held since it was
+    /// made, or made while its endpoint or stream held it back).
+    pub fn unsent(&self) -> bool {
+        self.placement.status == DeliveryStatus::Queued && self.series_attempts == 0
+    }
+
     /// What releasing this delivery, held while its stream was paused or disabled, does: made
     /// due at `at_ms` (a hold until then, recorded), if it is held until later; none otherwise.
     pub fn released(&self, at_ms: u64) -> Option<(DeliveryEvent, Placement)> {
@@ -943,6 +949,32 @@ mod tests {
             next: NextStep::Dead,
         }]);
         assert_eq!(ended.released(T + 10), None);
+    }
+
+    #[test]
+    fn a_delivery_is_unsent_until_the_first_attempt_of_its_series() {
+        let fold = |events: &[DeliveryEvent]| {
+            let mut log = vec![DeliveryEvent::Created(record())];
+            log.extend_from_slice(events);
+            DeliveryState::fold(log).expect("fold")
+        };
+        let held = DeliveryEvent::Held { until_ms: T + 60 };
+        assert!(fold(&[]).unsent(), "made, never attempted");
+        assert!(fold(std::slice::from_ref(&held)).unsent(), "held");
+        let retry = DeliveryEvent::Answered {
+            attempt: attempt(None, None),
+            next: NextStep::RetryAt(T + 90),
+        };
+        assert!(
+            !fold(std::slice::from_ref(&retry)).unsent(),
+            "attempted, to be retried"
+        );
+        assert!(!fold(&[retry, held]).unsent(), "held after an attempt");
+        let dead = DeliveryEvent::Answered {
+            attempt: attempt(None, None),
+            next: NextStep::Dead,
+        };
+        assert!(!fold(&[dead]).unsent(), "ended");
     }
 
     #[test]

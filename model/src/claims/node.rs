@@ -12,7 +12,7 @@ use idem_actors::claim::effect::{Effect, Effects};
 use idem_actors::claim::{ClaimError, Reply};
 use idem_actors::store::{ClaimLog, ClaimWrite};
 use idem_schemas::{
-    ActionOutcome, ActionStatus, AttemptRecord, Decision, PlannedDelivery, Verdict,
+    ActionOutcome, ActionStatus, AttemptRecord, ClaimEvent, Decision, PlannedDelivery, Verdict,
 };
 
 use super::scenario::{Sabotage, IN_FLIGHT_TIMEOUT};
@@ -42,7 +42,10 @@ impl ClaimModel {
         let n = &mut s.nodes[node];
         if n.claims[claim].is_none() {
             let log = s.rows[claim].as_ref().map(|row| ClaimLog {
-                events: row.events.clone(),
+                events: match self.sabotage {
+                    Some(Sabotage::DecideAgainOnRecovery) => decided_again(&row.events, n.epoch),
+                    _ => row.events.clone(),
+                },
                 head: head_of(&self.claims[claim], &row.current),
             });
             let core = Core::new(self.claims[claim].clone(), log).ok()?;
@@ -353,6 +356,24 @@ fn decision(key: usize, generation: u64) -> Decision {
         rule: Some(format!("rule_{generation}")),
         rule_errors: Vec::new(),
     }
+}
+
+/// `events` with their claim's decision evaluated again by a node of epoch `epoch` (the
+/// [`Sabotage::DecideAgainOnRecovery`] sabotage): the same id and callbacks, another verdict
+/// and the rule in force there, as after a reload that changed the rule.
+fn decided_again(events: &[ClaimEvent], epoch: u64) -> Vec<ClaimEvent> {
+    events
+        .iter()
+        .cloned()
+        .map(|event| match event {
+            ClaimEvent::Claimed(mut claim) => {
+                claim.decision.verdict = Verdict::Review;
+                claim.decision.rule = Some(format!("rule_reloaded_on_{epoch}"));
+                ClaimEvent::Claimed(claim)
+            }
+            other => other,
+        })
+        .collect()
 }
 
 /// Tells the nodes other than `node` that claim `claim` has a durable answer.

@@ -111,4 +111,9 @@ pub enum Sabotage {
     /// The core and the store replace an expired claim whether or not its decision still runs
     /// (`rule::replaceable` with no time kept).
     ReplaceOnExpiry,
+    /// A node that starts a claim's actor from the store evaluates the playbook's rules again,
+    /// as they are in force there now (reloaded since, or another node's), instead of keeping
+    /// the decision its claim stored: a take-over runs and answers another decision than the
+    /// one recorded.
+    DecideAgainOnRecovery,
 }

@@ -50,7 +50,16 @@ pub const UNAUTHENTICATED: &str = "not authenticated as this source's sender (or
 /// Whether a request is a pushed SET, whose refusals take RFC 8935's form: by its media type,
 /// not by its source, so that the form shows nothing of the source either.
 fn is_set_push(headers: &HeaderMap) -> bool {
-    events::media_type(headers).as_deref() == Some(ssf::SECEVENT_JWT)
+    events::has_media_type(headers, ssf::SECEVENT_JWT)
+}
+
+/// Where `source`'s sender reaches idem, as its check reads it: only Twilio's signature covers
+/// the URL it posted to, so for any other kind nothing is made.
+fn base_url(app: &App, live: &Live, source: &Source) -> String {
+    match source.kind {
+        SourceKind::Twilio => app.base_url(live),
+        _ => String::new(),
+    }
 }
 
 /// The largest body read of a request: a SET's, or a provider's delivery's.
@@ -197,7 +206,7 @@ async fn handle(
             body: &bytes,
             now_secs: (now_ms() / 1000) as i64,
             tolerance_secs: live.config.signatures.tolerance.as_secs(),
-            base_url: &app.base_url(live),
+            base_url: &base_url(app, live, source),
         },
     )
     .map_err(|refused| Failed {
@@ -205,7 +214,7 @@ async fn handle(
         why: Some(refused),
     })?;
     if source.kind == SourceKind::Cloudevents
-        && events::media_type(headers).as_deref() == Some(events::CLOUDEVENTS_BATCH)
+        && events::has_media_type(headers, events::CLOUDEVENTS_BATCH)
     {
         let over = events::array_len(&bytes).filter(|n| *n > events::MAX_CLOUDEVENTS_BATCH);
         if let Some(n) = over {
@@ -339,7 +348,7 @@ pub async fn verify_hook(
                 body: &[],
                 now_secs: 0,
                 tolerance_secs: 0,
-                base_url: &app.base_url(&live),
+                base_url: &base_url(&app, &live, source),
             },
         )
         .map_err(unauthenticated)?;
@@ -383,42 +392,54 @@ pub async fn status(
         return Err(ApiError::new(Kind::NotFound, "no such tenant or source"));
     }
     let mut status = app.sources.of(&tenant.name, source).view(source.kind);
-    if source.ssf.as_ref().is_some_and(|s| s.transmitter.is_some()) {
-        let record = app
-            .engine
-            .streams()
-            .subscription(&tenant.name, &source.name)
-            .await
-            .map_err(|e| {
-                tracing::error!(error = %e, "the store failed on a subscription");
-                ApiError::new(Kind::Unavailable, "the store cannot be reached; retry")
-            })?
-            .unwrap_or_default();
-        status.subscription = Some(SubscriptionStatus {
-            stream_id: record.stream_id,
-            status: record.status,
-            events_delivered: record.events_delivered,
-            verified_at: record.verified_at_ms.map(rfc3339_millis),
-            last_error: record.last_error,
-        });
-    }
+    status.subscription = subscription(&app, &tenant.name, source).await?;
     Ok(Json(status).into_response())
 }
 
+/// The stream of a source subscribed at its transmitter, as the store records it (none for a
+/// source wired by hand).
+async fn subscription(
+    app: &App,
+    tenant: &str,
+    source: &Source,
+) -> Result<Option<SubscriptionStatus>, ApiError> {
+    let Some(_) = source.ssf.as_ref().and_then(|s| s.transmitter.as_ref()) else {
+        return Ok(None);
+    };
+    let record = app
+        .engine
+        .streams()
+        .subscription(tenant, &source.name)
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "the store failed on a subscription");
+            ApiError::new(Kind::Unavailable, "the store cannot be reached; retry")
+        })?
+        .unwrap_or_default();
+    Ok(Some(SubscriptionStatus {
+        stream_id: record.stream_id,
+        status: record.status,
+        events_delivered: record.events_delivered,
+        verified_at: record.verified_at_ms.map(rfc3339_millis),
+        last_error: record.last_error,
+    }))
+}
+
 /// `GET /v1/sources`, with the tenant's Bearer key: the tenant's sources by name, each with its
-/// status on this node.
+/// status on this node and, when subscribed, its stream as recorded.
 pub async fn list(
     State(app): State<Arc<App>>,
     TenantAuth { tenant, .. }: TenantAuth,
-) -> Json<SourceList> {
-    let mut data: Vec<NamedSource> = tenant
-        .sources
-        .values()
-        .map(|source| NamedSource {
+) -> Result<Json<SourceList>, ApiError> {
+    let mut data = Vec::with_capacity(tenant.sources.len());
+    for source in tenant.sources.values() {
+        let mut status = app.sources.of(&tenant.name, source).view(source.kind);
+        status.subscription = subscription(&app, &tenant.name, source).await?;
+        data.push(NamedSource {
             name: source.name.clone(),
-            status: app.sources.of(&tenant.name, source).view(source.kind),
-        })
-        .collect();
+            status,
+        });
+    }
     data.sort_by(|a, b| a.name.cmp(&b.name));
-    Json(SourceList { data })
+    Ok(Json(SourceList { data }))
 }

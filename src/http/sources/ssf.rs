@@ -415,7 +415,7 @@ pub async fn push(
                 body: &bytes,
                 now_secs: (now_ms() / 1000) as i64,
                 tolerance_secs: 0,
-                base_url: &app.base_url(live),
+                base_url: &super::base_url(app, live, source),
             },
         )
         .map_err(|refused| {

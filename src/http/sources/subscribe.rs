@@ -319,12 +319,21 @@ async fn reconcile(
         None => None,
     };
     let mut made = false;
+    let description = format!("idem: {tenant}/{source}");
+    if stream.is_none() {
+        // A stream made before a crash that came before its record: found by its description
+        // and used, so a source has one stream whatever the crash.
+        stream = made_earlier(access, streams_at, &description).await;
+        made = stream.is_some();
+    }
+    // An adopted push stream's authorization_header was never recorded: it is given anew.
+    let unknown_credential = made && wanted.subscribe.delivery == Delivery::Push;
     match &stream {
         None => {
             let body = json!({
                 "delivery": delivery,
                 "events_requested": wanted.events,
-                "description": format!("idem: {tenant}/{source}"),
+                "description": description,
             });
             let (status, answer) = call(
                 access,
@@ -338,12 +347,20 @@ async fn reconcile(
                 return Err(failed("the stream endpoint", status));
             }
             tracing::info!(tenant, source, stream_id = %answer["stream_id"], "a stream was made at the transmitter");
+            idem_actors::failpoint::hit("subscribe.after_create");
             stream = Some(answer);
             made = true;
         }
         Some(had) => {
-            let id = record.stream_id.clone().unwrap_or_default();
-            let change = subscription::change(had, &delivery, &wanted.events);
+            let id = had["stream_id"]
+                .as_str()
+                .map(str::to_string)
+                .or_else(|| record.stream_id.clone())
+                .unwrap_or_default();
+            let change = match unknown_credential {
+                true => Change::Replace,
+                false => subscription::change(had, &delivery, &wanted.events),
+            };
             let (method, body) = match change {
                 Change::Keep => (None, Value::Null),
                 Change::Events => (
@@ -355,7 +372,7 @@ async fn reconcile(
                     json!({
                         "stream_id": id, "delivery": delivery,
                         "events_requested": wanted.events,
-                        "description": format!("idem: {tenant}/{source}"),
+                        "description": description,
                     }),
                 ),
             };
@@ -422,6 +439,32 @@ async fn reconcile(
     }
     read_status(app, access, &metadata, tenant, source, record).await?;
     Ok(())
+}
+
+/// The receiver's stream at the transmitter described as `description` (idem's own words for
+/// a source's stream), read from the list of its streams (SSF §8.1.1.2 without `stream_id`);
+/// none when there is none, or when the transmitter does not list them.
+async fn made_earlier(access: &Access, streams_at: &str, description: &str) -> Option<Value> {
+    let (status, body) = call(
+        access,
+        "the stream endpoint",
+        reqwest::Method::GET,
+        streams_at,
+        None,
+    )
+    .await
+    .ok()?;
+    if status != 200 {
+        return None;
+    }
+    let streams = match body {
+        Value::Array(streams) => streams,
+        one @ Value::Object(_) => vec![one],
+        _ => return None,
+    };
+    streams
+        .into_iter()
+        .find(|s| s["description"] == description && s["stream_id"].is_string())
 }
 
 /// Clears the stream from `record`, as its deletion through idem leaves it: the record stays

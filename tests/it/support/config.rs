@@ -139,3 +139,17 @@ pub fn with_okta_hook(config: &str) -> String {
          subject = \"/target/0/alternateId\"\n"
     )
 }
+
+/// `idem check-config` on the config at `path`: whether it passed, and its stderr.
+pub fn check_config(path: &Path) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["check-config", "--config"])
+        .arg(path)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run idem");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
