@@ -960,15 +960,12 @@ mod tests {
         };
         let held = DeliveryEvent::Held { until_ms: T + 60 };
         assert!(fold(&[]).unsent(), "made, never attempted");
-        assert!(fold(std::slice::from_ref(&held)).unsent(), "held");
+        assert!(fold(&[held.clone()]).unsent(), "held");
         let retry = DeliveryEvent::Answered {
             attempt: attempt(None, None),
             next: NextStep::RetryAt(T + 90),
         };
-        assert!(
-            !fold(std::slice::from_ref(&retry)).unsent(),
-            "attempted, to be retried"
-        );
+        assert!(!fold(&[retry.clone()]).unsent(), "attempted, to be retried");
         assert!(!fold(&[retry, held]).unsent(), "held after an attempt");
         let dead = DeliveryEvent::Answered {
             attempt: attempt(None, None),
