@@ -952,29 +952,6 @@ mod tests {
     }
 
     #[test]
-    fn a_delivery_is_unsent_until_the_first_attempt_of_its_series() {
-        let fold = |events: &[DeliveryEvent]| {
-            let mut log = vec![DeliveryEvent::Created(record())];
-            log.extend_from_slice(events);
-            DeliveryState::fold(log).expect("fold")
-        };
-        let held = DeliveryEvent::Held { until_ms: T + 60 };
-        assert!(fold(&[]).unsent(), "made, never attempted");
-        assert!(fold(&[held.clone()]).unsent(), "held");
-        let retry = DeliveryEvent::Answered {
-            attempt: attempt(None, None),
-            next: NextStep::RetryAt(T + 90),
-        };
-        assert!(!fold(&[retry.clone()]).unsent(), "attempted, to be retried");
-        assert!(!fold(&[retry, held]).unsent(), "held after an attempt");
-        let dead = DeliveryEvent::Answered {
-            attempt: attempt(None, None),
-            next: NextStep::Dead,
-        };
-        assert!(!fold(&[dead]).unsent(), "ended");
-    }
-
-    #[test]
     fn a_set_whose_delivery_ended_is_not_redelivered_its_bytes_being_erased() {
         let set = DeliveryRecord {
             url: "ssf:st_1".into(),
