@@ -10,7 +10,7 @@ use idem_schemas::timefmt::now_ms;
 use idem_schemas::{DeliveryStatus, Stream, StreamState, Subscription};
 
 use crate::delivery::RedeliverError;
-use crate::delivery::{queued_log, record_of, DeliveryActors, DeliveryError, PollAnswer, Sent};
+use crate::delivery::{queued_log, record_of, DeliveryActors, DeliveryError, PollAnswer};
 use crate::digest::Digester;
 use crate::metrics::Metric;
 use crate::seal::Sealer;
@@ -220,33 +220,11 @@ impl Streams {
         }
     }
 
-    /// Sends the SETs held for `tenant`'s push stream `stream_id` while it was paused, now
-    /// that it is enabled: oldest first, one attempt at a time, each once the one before it
-    /// has its answer recorded (up to [`DROPPED_AT_ONCE`] of them; any more go at their next
-    /// look, in the same order). If one must wait (its endpoint admits no attempt), the rest
-    /// are released to go in turn behind it. How many were sent.
-    pub async fn send_held(&self, tenant: &str, stream_id: &str) -> Result<usize, StreamsError> {
-        let url = format!("{STREAM_SCHEME}{stream_id}");
-        let ids = self.store.queued_to(tenant, &url, DROPPED_AT_ONCE).await?;
-        let mut sent = 0;
-        for id in ids {
-            match self.deliveries.send_held(&id).await? {
-                Sent::Sent => sent += 1,
-                Sent::NotHeld => {}
-                Sent::Waits => {
-                    self.release(tenant, stream_id).await?;
-                    break;
-                }
-            }
-        }
-        Ok(sent)
-    }
-
     /// Makes the SETs held for `tenant`'s push stream `stream_id` while it was paused or
     /// disabled due at once, in the order they were queued, rather than at their next look
     /// (up to [`DROPPED_AT_ONCE`] of them; any more go at their next look). The stream was
-    /// enabled (they go one at a time, oldest first: see [`Streams::send_held`]) or disabled
-    /// (its decisions' SETs are dropped, its own events held again). How many it moved.
+    /// enabled (they are sent) or disabled (its decisions' SETs are dropped, its own events
+    /// held again). How many it moved.
     pub async fn release(&self, tenant: &str, stream_id: &str) -> Result<usize, StreamsError> {
         let url = format!("{STREAM_SCHEME}{stream_id}");
         let ids = self.store.queued_to(tenant, &url, DROPPED_AT_ONCE).await?;

@@ -528,50 +528,6 @@ async fn oidssf_stream_control_happy_path_update_stream_status_is_quiet() {
     assert_eq!(told.len(), 3, "nothing announced: {told:?}");
 }
 
-/// What a paused push stream held goes out on enabling oldest first, one attempt at a time:
-/// the receiver sees the SETs of twenty decisions in the order they were decided, the
-/// verification asked for after them last, though the endpoint admits many attempts at once.
-#[tokio::test]
-async fn held_sets_go_out_oldest_first_once_a_paused_push_stream_is_enabled() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let receiver = Receiver::start().await;
-    let delivery = "inline_timeout = \"2s\"\nschedule = [\"300ms\", \"300ms\"]\nbreaker_cooldown = \"60s\"\nmax_in_flight_per_endpoint = 16";
-    let idem = Idem::start(dir.path(), &config_with(dir.path(), REVOKE, delivery));
-    let client = Client::new(&idem.base);
-    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
-    let r = call(
-        &client,
-        "POST",
-        "streams",
-        &okta,
-        push_to(&receiver.url("/in-order")),
-    )
-    .await;
-    let id = r.json()["stream_id"].as_str().expect("id").to_string();
-    set_status(&client, &okta, &id, "paused").await;
-    let mut decided = Vec::new();
-    for n in 0..20 {
-        let r = sim_swap_signal(&client, &format!("+155500041{n:02}"), &unique("in-order")).await;
-        let ids = set_ids(&r);
-        assert_eq!(ids.len(), 1, "one SET: {}", text(&r));
-        decided.push(ids[0].clone());
-    }
-    let body = json!({"stream_id": id, "state": "last"});
-    let r = call(&client, "POST", "streams/verify", &okta, body).await;
-    assert_eq!(r.status, 204, "{}", text(&r));
-    assert!(
-        receiver.seen_on("/in-order").is_empty(),
-        "sent while paused"
-    );
-
-    set_status(&client, &okta, &id, "enabled").await;
-    let sent = exactly(&receiver, "/in-order", 21).await;
-    let told = events(&client, &sent).await;
-    let revokes: Vec<&str> = told[..20].iter().map(|(_, jti)| jti.as_str()).collect();
-    assert_eq!(revokes, decided, "in the order decided: {told:?}");
-    assert_eq!(told[20].0, VERIFICATION, "asked for last, sent last");
-}
-
 /// As [`oidssf_stream_control_happy_path_update_stream_status_is_quiet`], for a poll stream
 /// (the plan's OIDSSFTransmitterStreamVerificationPollOnlyTest polls its verification): a
 /// paused poll stream hands out nothing, its verification neither, until it is enabled.

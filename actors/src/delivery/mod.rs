@@ -15,9 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use idem_schemas::timefmt::now_ms;
-use idem_schemas::{
-    DeliveryEvent, DeliveryStatus, DeliveryView, PlannedDelivery, StreamMethod, StreamState,
-};
+use idem_schemas::{DeliveryEvent, DeliveryStatus, DeliveryView, PlannedDelivery};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::attempt::{Attempting, Attempts, Readiness};
@@ -137,9 +135,6 @@ pub enum DeliveryMsg {
         at_ms: u64,
         reply: RpcReplyPort<bool>,
     },
-    /// Its push stream was enabled, and every SET it held before this one has had its
-    /// attempt: if it is still held, its attempt now (see [`Sent`]).
-    SendHeld { reply: RpcReplyPort<Sent> },
     /// Time to check whether the actor has been idle long enough to stop.
     IdleCheck,
 }
@@ -224,49 +219,6 @@ impl DeliveryActorState {
         self.go(Some(&entry), lease).await.map(drop)
     }
 
-    /// Sends this SET, held while its push stream was paused, now that the stream is enabled
-    /// and every SET held before it has had its attempt: whether the attempt was made (and
-    /// its answer recorded), or the SET is no longer held, or it still waits.
-    async fn send_held(&mut self) -> Result<Sent, DeliveryError> {
-        if self.ctx.store.leases_due() {
-            self.reread().await?;
-        }
-        if !self.delivery.unsent() {
-            return Ok(Sent::NotHeld);
-        }
-        // Its recovery point is its record as held: a crash before the answer is recorded
-        // sends it again, with the same bytes, at its next look.
-        Ok(match self.go(None, None).await? {
-            true => Sent::Sent,
-            false => Sent::Waits,
-        })
-    }
-
-    /// Whether this SET, not sent yet (held while its push stream was paused or its endpoint
-    /// open), may go now that it can: no SET queued to the stream before it still waits for
-    /// its first attempt (first attempts go out one at a time, oldest first). Only the
-    /// [`HELD_AHEAD`] oldest queued to the stream are looked at.
-    async fn its_turn(&self) -> Result<bool, DeliveryError> {
-        let record = &self.delivery.record;
-        if !self.delivery.unsent() {
-            return Ok(true);
-        }
-        let queued = self
-            .ctx
-            .store
-            .queued_to(&record.tenant, &record.url, HELD_AHEAD)
-            .await?;
-        for id in queued {
-            if id == record.id {
-                return Ok(true);
-            }
-            if self.ctx.load(&id).await?.is_some_and(|d| d.unsent()) {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
     /// Makes the attempt if its endpoint (and its stream, for a SET) admits it, and records
     /// the answer; otherwise it waits: woken by `entry`, its place in the retry queue moves,
     /// and with none (sent as a held SET) it stays as it is. Whether the attempt was made.
@@ -301,20 +253,6 @@ impl DeliveryActorState {
             // A SET to a poll stream: held until the receiver acknowledges it, or dead after
             // `max_hold` (one record, not a look every cooldown).
             Readiness::Polled => Admission::Held(u64::MAX),
-            // A SET not sent yet to an enabled push stream waits for those queued before it.
-            Readiness::Go(Some(read))
-                if read.method == StreamMethod::Push
-                    && read.state == StreamState::Enabled
-                    && !self.its_turn().await? =>
-            {
-                if let Some(entry) = entry {
-                    let to_ms =
-                        now_ms() + self.ctx.settings.delivery.retry_tick().as_millis() as u64;
-                    self.ctx.store.move_due(entry, to_ms).await?;
-                    self.delivery.placement.due_ms = Some(to_ms);
-                }
-                return Ok(false);
-            }
             Readiness::Go(read) => {
                 stream = read;
                 let endpoints = attempts.endpoints();
@@ -380,21 +318,6 @@ impl DeliveryActorState {
         Ok(true)
     }
 }
-
-/// What sending a held SET came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sent {
-    /// Its attempt was made and its answer recorded.
-    Sent,
-    /// It is not waiting for its first attempt (sent or ended meanwhile): nothing to do.
-    NotHeld,
-    /// It still waits (its endpoint admits no attempt now, or its stream is not enabled):
-    /// it goes at its next look.
-    Waits,
-}
-
-/// How many of a stream's queued SETs ahead of a held one are looked at for one still held.
-const HELD_AHEAD: usize = 1000;
 
 /// What a delivery actor starts from.
 pub struct DeliveryArgs {
@@ -489,10 +412,6 @@ impl Actor for DeliveryActor {
                         let _ = reply.send(false);
                     }
                 }
-            }
-            DeliveryMsg::SendHeld { reply } => {
-                let sent = state.send_held().await?;
-                let _ = reply.send(sent);
             }
             DeliveryMsg::Polled { url, answer, reply } => {
                 if state.ctx.store.leases_due() {
@@ -662,23 +581,6 @@ impl DeliveryActors {
             match actor.call(release, None).await {
                 Ok(ractor::rpc::CallResult::Success(released)) => return Ok(released),
                 // Stopped before handling it (a second release moves nothing).
-                _ => tokio::task::yield_now().await,
-            }
-        }
-        Err(RegistryError::Unavailable)
-    }
-
-    /// Sends the SET `id`, held while its push stream was paused, now that it is enabled
-    /// (see [`Sent`]); returns once its answer is recorded.
-    pub async fn send_held(&self, id: &str) -> Result<Sent, RegistryError> {
-        for _ in 0..MAX_ROUNDS {
-            let actor = self.actor(id).await?;
-            match actor
-                .call(|reply| DeliveryMsg::SendHeld { reply }, None)
-                .await
-            {
-                Ok(ractor::rpc::CallResult::Success(sent)) => return Ok(sent),
-                // Stopped before handling it (one sent meanwhile is no longer held).
                 _ => tokio::task::yield_now().await,
             }
         }

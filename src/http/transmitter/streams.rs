@@ -431,18 +431,8 @@ pub async fn set_status(
                 streams.drop_waiting(&caller.tenant, &id).await.map(drop)
             }
             // What a push stream held goes at once, not at its next look: sent once it is
-            // enabled (oldest first, one attempt at a time, after this answer), dropped (its
-            // own events held again) once it is disabled.
-            (StreamState::Enabled, StreamMethod::Push) => {
-                let (streams, tenant, id) = (streams.clone(), caller.tenant.clone(), id.clone());
-                tokio::spawn(async move {
-                    if let Err(e) = streams.send_held(&tenant, &id).await {
-                        tracing::error!(error = %e, stream = %id, "a stream's held SETs go at their next look");
-                    }
-                });
-                Ok(())
-            }
-            (StreamState::Disabled, StreamMethod::Push) => {
+            // enabled, dropped (its own events held again) once it is disabled.
+            (StreamState::Enabled | StreamState::Disabled, StreamMethod::Push) => {
                 streams.release(&caller.tenant, &id).await.map(drop)
             }
             _ => Ok(()),
