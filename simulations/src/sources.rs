@@ -244,14 +244,14 @@ pub async fn check(
     }
 }
 
-/// The decisions a page of the decisions API at `url` lists (none if it cannot be read).
-pub async fn decisions(http: &reqwest::Client, url: &str) -> Vec<Value> {
-    let found = http
+/// The JSON body `url` answers with the simulation tenant's key (null if it cannot be read).
+pub async fn get_json(http: &reqwest::Client, url: &str) -> Value {
+    let read = http
         .get(url)
         .header("authorization", "Bearer sk_simulation_key")
         .send()
         .await;
-    let page: Value = match found {
+    match read {
         Ok(r) => r
             .bytes()
             .await
@@ -259,7 +259,12 @@ pub async fn decisions(http: &reqwest::Client, url: &str) -> Vec<Value> {
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default(),
         Err(_) => Value::Null,
-    };
+    }
+}
+
+/// The decisions a page of the decisions API at `url` lists (none if it cannot be read).
+pub async fn decisions(http: &reqwest::Client, url: &str) -> Vec<Value> {
+    let page = get_json(http, url).await;
     page["data"].as_array().cloned().unwrap_or_default()
 }
 

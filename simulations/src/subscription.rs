@@ -211,20 +211,8 @@ pub async fn settle(tx: &LoopbackTransmitter, out: &StreamOutcome, seed: u64) {
 async fn subscription(http: &reqwest::Client, base: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let read = http
-            .get(format!("{base}/v1/sources/sim/{SOURCE}/status"))
-            .header("authorization", "Bearer sk_simulation_key")
-            .send()
-            .await;
-        let status: Value = match read {
-            Ok(r) => r
-                .bytes()
-                .await
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .unwrap_or_default(),
-            Err(_) => Value::Null,
-        };
+        let status =
+            crate::sources::get_json(http, &format!("{base}/v1/sources/sim/{SOURCE}/status")).await;
         let subscription = status["subscription"].clone();
         if subscription["verified_at"].is_string() || Instant::now() > deadline {
             return subscription;

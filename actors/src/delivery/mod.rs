@@ -216,17 +216,12 @@ impl DeliveryActorState {
         // The entry that woke it is its place in the queue now (a hold may have moved it past
         // the time its log says): what it records next moves it from there.
         self.delivery.placement.due_ms = Some(due_ms);
-        self.go(Some(&entry), lease).await.map(drop)
+        self.go(&entry, lease).await
     }
 
     /// Makes the attempt if its endpoint (and its stream, for a SET) admits it, and records
-    /// the answer; otherwise it waits: woken by `entry`, its place in the retry queue moves,
-    /// and with none (sent as a held SET) it stays as it is. Whether the attempt was made.
-    async fn go(
-        &mut self,
-        entry: Option<&Timed>,
-        lease: Option<u64>,
-    ) -> Result<bool, DeliveryError> {
+    /// the answer; otherwise it waits, and its place in the retry queue (`entry`) moves.
+    async fn go(&mut self, entry: &Timed, lease: Option<u64>) -> Result<(), DeliveryError> {
         let record = &self.delivery.record;
         // Under a lease, the wait for a place leaves the lease room for the attempt and its
         // record (a lease lasts two attempt deadlines and a second).
@@ -259,28 +254,27 @@ impl DeliveryActorState {
                 endpoints.admit(&record.tenant, &record.url, wait).await
             }
         };
-        let permit = match (admission, entry) {
-            (Admission::Go(permit), _) => permit,
+        let permit = match admission {
+            Admission::Go(permit) => permit,
             // Its endpoint is open (or its stream paused): it waits until a probe may go, using
             // up no attempt, and for no longer than `max_hold` since its first hold.
-            (Admission::Held(until_ms), Some(entry)) => {
+            Admission::Held(until_ms) => {
                 let max_hold = self.ctx.settings.delivery.max_hold();
-                match self.delivery.hold(until_ms, now_ms(), max_hold) {
-                    Hold::Record(event, to) => self.record(event, to, lease).await?,
+                return match self.delivery.hold(until_ms, now_ms(), max_hold) {
+                    Hold::Record(event, to) => self.record(event, to, lease).await,
                     Hold::Move(to_ms) => {
                         self.ctx.store.move_due(entry, to_ms).await?;
                         self.delivery.placement.due_ms = Some(to_ms);
+                        Ok(())
                     }
                     Hold::GiveUp(event, to) => {
                         tracing::warn!(delivery = %entry.id, ?max_hold, "delivery dead: its endpoint stayed open (or its stream paused) longer than max_hold");
-                        self.record(event, to, lease).await?
+                        self.record(event, to, lease).await
                     }
                 };
-                return Ok(false);
             }
-            // No place among its endpoint's attempts at once: still due, woken again (a held
-            // SET sent at its stream's enabling waits as it is held).
-            (Admission::Held(_) | Admission::Busy, _) => return Ok(false),
+            // No place among its endpoint's attempts at once: still due, woken again.
+            Admission::Busy => return Ok(()),
         };
         let of = Attempting {
             tenant: &record.tenant,
@@ -314,8 +308,7 @@ impl DeliveryActorState {
             placement(next),
             lease,
         )
-        .await?;
-        Ok(true)
+        .await
     }
 }
 
