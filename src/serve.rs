@@ -64,6 +64,15 @@ impl Keyring for ConfigKeyring {
             .and_then(|ssf| ssf.receivers.get(receiver))
             .is_some_and(|r| r.names_host(host))
     }
+
+    fn transmitters(&self) -> Vec<String> {
+        let live = self.0.load();
+        let tenants = live.config.tenants.iter();
+        tenants
+            .filter(|(_, t)| t.ssf.is_some())
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
 }
 
 /// Runs the service until `shutdown` completes. `on_listen` is told the bound address. With

@@ -40,6 +40,10 @@ pub trait Keyring: Send + Sync + 'static {
     /// Whether `tenant`'s receiver `receiver` names `host` (as a URL's `host_str`) among its
     /// `endpoints`: only then may its streams push inside idem's own network.
     fn names_host(&self, tenant: &str, receiver: &str, host: &str) -> bool;
+
+    /// The tenants that are Shared Signals transmitters: at start, what their push streams
+    /// still hold is sent before the retry worker looks at it.
+    fn transmitters(&self) -> Vec<String>;
 }
 
 /// One attempt of a delivery: whose, of which decision, in which trace, and which attempt of
@@ -617,6 +621,10 @@ mod tests {
 
         fn names_host(&self, _: &str, _: &str, _: &str) -> bool {
             false
+        }
+
+        fn transmitters(&self) -> Vec<String> {
+            Vec::new()
         }
     }
 

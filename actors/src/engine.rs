@@ -87,7 +87,7 @@ impl Engine {
         let digester = Digester::new(&settings.idempotency.key_secret);
         let sealer = Arc::new(Sealer::new(digester.derived_key(SEAL_PURPOSE)));
         let attempts = Arc::new(Attempts::new(
-            keyring,
+            keyring.clone(),
             settings.delivery.inline_timeout,
             endpoints.clone(),
             store.clone(),
@@ -130,6 +130,17 @@ impl Engine {
                 }
             })
         });
+        let streams = Streams::new(
+            store.clone(),
+            delivery_actors.clone(),
+            (digester.clone(), sealer),
+            settings.clone(),
+        );
+        // What a push stream held when a node stopped part-way through sending it goes now, in
+        // order: its walk is begun before the retry worker's first look.
+        for tenant in keyring.transmitters() {
+            streams.send_all_held(&tenant).await?;
+        }
         let retry_worker = crate::retry_worker::spawn(
             store.clone(),
             delivery_actors.clone(),
@@ -146,12 +157,7 @@ impl Engine {
             signals: Signals::new(claims.clone(), delivery_actors.clone(), epoch),
             deliveries: Deliveries::new(store.clone(), delivery_actors.clone(), endpoints),
             decisions: Decisions::new(store.clone(), delivery_actors.clone(), digester.clone()),
-            streams: Streams::new(
-                store.clone(),
-                delivery_actors.clone(),
-                (digester.clone(), sealer),
-                settings.clone(),
-            ),
+            streams,
             node: Node::new(
                 store.clone(),
                 claims.clone(),

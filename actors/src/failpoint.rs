@@ -7,7 +7,8 @@
 //! `store.start_part_way` kills sled's store part-way through a start with queued deliveries,
 //! once those are written to its files and before its claim record is;
 //! `subscribe.after_create` kills a subscribed source's reconciler once the transmitter answered
-//! the stream it made, before the stream is recorded. Two switches
+//! the stream it made, before the stream is recorded; `held.after_send` kills a push stream's
+//! walk through what it held once one held SET's answer is recorded. Two switches
 //! are not crash points: `store.sync` makes sled's group commit fail its sync with
 //! an I/O error, as a failing disk would, and `sabotage` (below).
 

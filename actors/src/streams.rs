@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use idem_schemas::stored::STREAM_SCHEME;
 use idem_schemas::timefmt::now_ms;
-use idem_schemas::{DeliveryStatus, Stream, StreamState, Subscription};
+use idem_schemas::{DeliveryStatus, Stream, StreamMethod, StreamState, Subscription};
 
 use crate::delivery::RedeliverError;
-use crate::delivery::{queued_log, record_of, DeliveryActors, DeliveryError, PollAnswer};
+use crate::delivery::{queued_log, record_of, DeliveryActors, DeliveryError, PollAnswer, Sent};
 use crate::digest::Digester;
 use crate::metrics::Metric;
 use crate::seal::Sealer;
@@ -220,11 +220,48 @@ impl Streams {
         }
     }
 
+    /// Begins a walk through what `tenant`'s push stream `stream_id` held while it was paused:
+    /// from now, the retry worker leaves what the stream holds to the walk, which
+    /// [`HeldWalk::run`] makes once the stream is enabled (dropped unrun, it ends). Begun
+    /// before the stream is enabled, so nothing it held goes out of turn in between.
+    pub fn walk_held(&self, tenant: &str, stream_id: &str) -> HeldWalk {
+        let url = format!("{STREAM_SCHEME}{stream_id}");
+        let runs = self.deliveries.walks().begin(tenant, &url, now_ms());
+        HeldWalk {
+            streams: self.clone(),
+            tenant: tenant.to_string(),
+            url,
+            runs,
+        }
+    }
+
+    /// Begins and runs a walk (see [`HeldWalk::run`]) for each of `tenant`'s enabled push
+    /// streams with SETs queued: what a walk cut short by a crash left held goes now, in
+    /// order, rather than at its next look.
+    pub async fn send_all_held(&self, tenant: &str) -> Result<(), StoreError> {
+        for stream in self.store.streams(tenant).await? {
+            if stream.state != StreamState::Enabled || stream.method != StreamMethod::Push {
+                continue;
+            }
+            let url = format!("{STREAM_SCHEME}{}", stream.id);
+            if self.store.queued_to(tenant, &url, 1).await?.is_empty() {
+                continue;
+            }
+            let walk = self.walk_held(tenant, &stream.id);
+            tokio::spawn(async move {
+                if let Err(e) = walk.run().await {
+                    tracing::error!(error = %e, stream = %stream.id, "a stream's held SETs go at their next look");
+                }
+            });
+        }
+        Ok(())
+    }
+
     /// Makes the SETs held for `tenant`'s push stream `stream_id` while it was paused or
     /// disabled due at once, in the order they were queued, rather than at their next look
-    /// (up to [`DROPPED_AT_ONCE`] of them; any more go at their next look). The stream was
-    /// enabled (they are sent) or disabled (its decisions' SETs are dropped, its own events
-    /// held again). How many it moved.
+    /// (up to [`DROPPED_AT_ONCE`] of them; any more go at their next look): the stream was
+    /// disabled, so its decisions' SETs are dropped and its own events held again. How many
+    /// it moved.
     pub async fn release(&self, tenant: &str, stream_id: &str) -> Result<usize, StreamsError> {
         let url = format!("{STREAM_SCHEME}{stream_id}");
         let ids = self.store.queued_to(tenant, &url, DROPPED_AT_ONCE).await?;
@@ -257,5 +294,62 @@ impl Streams {
             dropped += usize::from(self.answer(tenant, stream_id, &id, answer).await?);
         }
         Ok(dropped)
+    }
+}
+
+/// A walk through what a push stream held while it was paused, begun by
+/// [`Streams::walk_held`].
+pub struct HeldWalk {
+    streams: Streams,
+    tenant: String,
+    url: String,
+    /// Whether this one runs it (not one running already, asked to go round once more).
+    runs: bool,
+}
+
+impl HeldWalk {
+    /// Sends what the stream held, now that it is enabled: oldest first, one attempt at a
+    /// time, each once the one before it has its answer recorded (up to [`DROPPED_AT_ONCE`] a
+    /// round, rounds until one sends nothing). Only SETs made before the walk began are its:
+    /// those made since go as any other. If one must wait (its endpoint admits no attempt), it
+    /// and the rest go at their next look. The queue is the walk's cursor: what was sent is no
+    /// longer held, so a walk cut short by a crash is taken up when the node starts again
+    /// ([`Streams::send_all_held`]). How many it sent.
+    pub async fn run(self) -> Result<usize, StreamsError> {
+        if !self.runs {
+            return Ok(0);
+        }
+        let (streams, tenant, url) = (&self.streams, &self.tenant, &self.url);
+        let walks = streams.deliveries.walks();
+        let mut sent = 0;
+        loop {
+            let ids = streams
+                .store
+                .queued_to(tenant, url, DROPPED_AT_ONCE)
+                .await?;
+            let mut this_round = 0;
+            for id in ids {
+                match streams.deliveries.send_held(&id).await? {
+                    Sent::Sent => {
+                        this_round += 1;
+                        crate::failpoint::hit("held.after_send");
+                    }
+                    Sent::NotHeld => {}
+                    Sent::Waits => return Ok(sent + this_round),
+                }
+            }
+            sent += this_round;
+            if this_round == 0 && !walks.again(tenant, url) {
+                return Ok(sent);
+            }
+        }
+    }
+}
+
+impl Drop for HeldWalk {
+    fn drop(&mut self) {
+        if self.runs {
+            self.streams.deliveries.walks().end(&self.tenant, &self.url);
+        }
     }
 }

@@ -576,3 +576,48 @@ async fn killed_between_making_its_stream_and_recording_it_the_restart_uses_that
         transmitter.calls()
     );
 }
+
+/// Killed part-way through sending what a paused push stream held (once the fourth held SET's
+/// answer is recorded), idem started again takes the walk up where the queue says it stopped:
+/// the receiver gets each of the twelve SETs once, in the order they were decided, long before
+/// their next look (`breaker_cooldown`).
+#[tokio::test]
+async fn killed_part_way_through_sending_held_sets_the_restart_sends_the_rest_in_order() {
+    use crate::ssf_transmitter_plan::{config_with, events, push_to, set_ids, set_status, REVOKE};
+    use crate::transmitter::{call, sim_swap_signal, token, OKTA_SECRET};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let delivery = "inline_timeout = \"2s\"\nschedule = [\"300ms\", \"300ms\"]\nbreaker_cooldown = \"600s\"\nmax_in_flight_per_endpoint = 16";
+    let config = config_with(dir.path(), REVOKE, delivery);
+    let failpoint = [("FAILPOINTS", "held.after_send=3*off->return")];
+    let idem = Idem::start_env(dir.path(), &config, &failpoint);
+    let client = Client::new(&idem.base);
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    let stream = push_to(&receiver.url("/held"));
+    let r = call(&client, "POST", "streams", &okta, stream).await;
+    let id = r.json()["stream_id"].as_str().expect("id").to_string();
+    set_status(&client, &okta, &id, "paused").await;
+    let mut decided = Vec::new();
+    for n in 0..12 {
+        let r = sim_swap_signal(&client, &format!("+155500042{n:02}"), &unique("walk")).await;
+        let ids = set_ids(&r);
+        assert_eq!(ids.len(), 1, "one SET: {}", text(&r));
+        decided.push(ids[0].clone());
+    }
+    set_status(&client, &okta, &id, "enabled").await;
+    let (status, config) = idem.wait_exit().await;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "killed on the spot");
+    let before = receiver.seen_on("/held").len();
+    assert_eq!(before, 4, "four sent before the kill");
+
+    let idem = Idem::start_with(config, &[]);
+    let client = Client::new(&idem.base);
+    let sent = exactly(&receiver, "/held", 12).await;
+    let told: Vec<String> = events(&client, &sent)
+        .await
+        .into_iter()
+        .map(|(_, jti)| jti)
+        .collect();
+    assert_eq!(told, decided, "each once, in the order decided");
+}

@@ -30,7 +30,7 @@ fn config(dir: &Path, actions: &str) -> String {
 }
 
 /// As [`config`], with `delivery` as the `[delivery]` section.
-fn config_with(dir: &Path, actions: &str, delivery: &str) -> String {
+pub(crate) fn config_with(dir: &Path, actions: &str, delivery: &str) -> String {
     let key = dir.join("acme-rsa.pem");
     std::fs::write(&key, devtools::jose::rsa_pem()).expect("write key");
     let settings = settings(&store_section(), &dir.join("data"), "", delivery);
@@ -64,7 +64,7 @@ scopes = ["ssf.read"]
     )
 }
 
-const REVOKE: &str = r#"  { name = "revoke", set = "https://schemas.openid.net/secevent/caep/event-type/session-revoked", subject_format = "phone_number" },"#;
+pub(crate) const REVOKE: &str = r#"  { name = "revoke", set = "https://schemas.openid.net/secevent/caep/event-type/session-revoked", subject_format = "phone_number" },"#;
 
 async fn start(actions: &str) -> (tempfile::TempDir, Receiver, Idem, Client) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -103,7 +103,7 @@ async fn scoped_token(client: &Client, client_id: &str, secret: &str, scope: &st
         .to_string()
 }
 
-fn push_to(url: &str) -> Value {
+pub(crate) fn push_to(url: &str) -> Value {
     json!({
         "delivery": {"method": "urn:ietf:rfc:8935", "endpoint_url": url},
         "events_requested": [REVOKED],
@@ -408,7 +408,7 @@ async fn oidssf_handle_stream_create_request_validation_without_delivery_is_poll
 const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-type/verification";
 
 /// Each received SET's (verified) event type and `jti`.
-async fn events(client: &Client, received: &[Received]) -> Vec<(String, String)> {
+pub(crate) async fn events(client: &Client, received: &[Received]) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for r in received {
         let (_, claims) = verified(client, r).await;
@@ -423,7 +423,7 @@ async fn events(client: &Client, received: &[Received]) -> Vec<(String, String)>
 }
 
 /// `POST streams/status` of `id` to `status`, answered 200 with that status.
-async fn set_status(client: &Client, token: &str, id: &str, status: &str) {
+pub(crate) async fn set_status(client: &Client, token: &str, id: &str, status: &str) {
     let body = json!({"stream_id": id, "status": status, "reason": "maintenance"});
     let r = call(client, "POST", "streams/status", token, body).await;
     assert_eq!(r.status, 200, "{}", text(&r));
@@ -431,7 +431,7 @@ async fn set_status(client: &Client, token: &str, id: &str, status: &str) {
 }
 
 /// The SET delivery ids of a sim swap's response (after its callback).
-fn set_ids(r: &Resp) -> Vec<String> {
+pub(crate) fn set_ids(r: &Resp) -> Vec<String> {
     let actions = r.json()["actions"].as_array().cloned().unwrap_or_default();
     actions
         .iter()
@@ -526,6 +526,50 @@ async fn oidssf_stream_control_happy_path_update_stream_status_is_quiet() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let told = events(&client, &receiver.seen_on("/held")).await;
     assert_eq!(told.len(), 3, "nothing announced: {told:?}");
+}
+
+/// What a paused push stream held goes out on enabling oldest first, one attempt at a time:
+/// the receiver sees the SETs of twenty decisions in the order they were decided, the
+/// verification asked for after them last, though the endpoint admits many attempts at once.
+#[tokio::test]
+async fn held_sets_go_out_oldest_first_once_a_paused_push_stream_is_enabled() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start().await;
+    let delivery = "inline_timeout = \"2s\"\nschedule = [\"300ms\", \"300ms\"]\nbreaker_cooldown = \"60s\"\nmax_in_flight_per_endpoint = 16";
+    let idem = Idem::start(dir.path(), &config_with(dir.path(), REVOKE, delivery));
+    let client = Client::new(&idem.base);
+    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
+    let r = call(
+        &client,
+        "POST",
+        "streams",
+        &okta,
+        push_to(&receiver.url("/in-order")),
+    )
+    .await;
+    let id = r.json()["stream_id"].as_str().expect("id").to_string();
+    set_status(&client, &okta, &id, "paused").await;
+    let mut decided = Vec::new();
+    for n in 0..20 {
+        let r = sim_swap_signal(&client, &format!("+155500041{n:02}"), &unique("in-order")).await;
+        let ids = set_ids(&r);
+        assert_eq!(ids.len(), 1, "one SET: {}", text(&r));
+        decided.push(ids[0].clone());
+    }
+    let body = json!({"stream_id": id, "state": "last"});
+    let r = call(&client, "POST", "streams/verify", &okta, body).await;
+    assert_eq!(r.status, 204, "{}", text(&r));
+    assert!(
+        receiver.seen_on("/in-order").is_empty(),
+        "sent while paused"
+    );
+
+    set_status(&client, &okta, &id, "enabled").await;
+    let sent = exactly(&receiver, "/in-order", 21).await;
+    let told = events(&client, &sent).await;
+    let revokes: Vec<&str> = told[..20].iter().map(|(_, jti)| jti.as_str()).collect();
+    assert_eq!(revokes, decided, "in the order decided: {told:?}");
+    assert_eq!(told[20].0, VERIFICATION, "asked for last, sent last");
 }
 
 /// As [`oidssf_stream_control_happy_path_update_stream_status_is_quiet`], for a poll stream

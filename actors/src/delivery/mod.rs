@@ -42,6 +42,72 @@ pub struct DeliveryContext {
     /// Deliveries woken on this node whose attempt has not ended yet, since when: the retry
     /// worker does not wake them again meanwhile.
     pending: Mutex<HashMap<String, Instant>>,
+    /// The walks through what push streams held running on this node.
+    pub walks: Walks,
+}
+
+/// The walks through what enabled push streams held (see `crate::streams::HeldWalk::run`) running on this
+/// node, by (tenant, stream destination): a SET to the stream made before its walk began, not
+/// sent yet, is the walk's to send, and the retry worker leaves it to the walk.
+#[derive(Default)]
+pub struct Walks(Mutex<HashMap<(String, String), Walk>>);
+
+#[derive(Debug, Clone, Copy)]
+struct Walk {
+    since_ms: u64,
+    again: bool,
+}
+
+impl Walks {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Walk>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Begins a walk of `tenant`'s stream at `url` covering what was made up to `now_ms`:
+    /// true if the caller is to run it, false if one runs already (it goes round once more and
+    /// covers up to `now_ms`).
+    pub fn begin(&self, tenant: &str, url: &str, now_ms: u64) -> bool {
+        let mut walks = self.lock();
+        let key = (tenant.to_string(), url.to_string());
+        if let Some(walk) = walks.get_mut(&key) {
+            walk.since_ms = walk.since_ms.max(now_ms);
+            walk.again = true;
+            return false;
+        }
+        walks.insert(
+            key,
+            Walk {
+                since_ms: now_ms,
+                again: false,
+            },
+        );
+        true
+    }
+
+    /// The walk's round is over: whether it was asked to go round once more meanwhile (it
+    /// forgets the asking).
+    pub fn again(&self, tenant: &str, url: &str) -> bool {
+        let key = (tenant.to_string(), url.to_string());
+        self.lock()
+            .get_mut(&key)
+            .is_some_and(|w| std::mem::take(&mut w.again))
+    }
+
+    /// Ends the walk of `tenant`'s stream at `url`.
+    pub fn end(&self, tenant: &str, url: &str) {
+        self.lock().remove(&(tenant.to_string(), url.to_string()));
+    }
+
+    /// Whether a SET of `tenant`'s to `url` made at `created_ms` is a running walk's to send.
+    pub fn covers(&self, tenant: &str, url: &str, created_ms: u64) -> bool {
+        let walks = self.lock();
+        if walks.is_empty() {
+            return false;
+        }
+        walks
+            .get(&(tenant.to_string(), url.to_string()))
+            .is_some_and(|w| created_ms <= w.since_ms)
+    }
 }
 
 /// Why a delivery could not be read or moved on.
@@ -69,6 +135,7 @@ impl DeliveryContext {
             attempts,
             settings,
             pending: Mutex::new(HashMap::new()),
+            walks: Walks::default(),
         }
     }
 
@@ -135,6 +202,9 @@ pub enum DeliveryMsg {
         at_ms: u64,
         reply: RpcReplyPort<bool>,
     },
+    /// Its push stream was enabled, and the SETs held before this one have had their
+    /// attempts: if it still waits for its first, its attempt now (see [`Sent`]).
+    SendHeld { reply: RpcReplyPort<Sent> },
     /// Time to check whether the actor has been idle long enough to stop.
     IdleCheck,
 }
@@ -216,12 +286,40 @@ impl DeliveryActorState {
         // The entry that woke it is its place in the queue now (a hold may have moved it past
         // the time its log says): what it records next moves it from there.
         self.delivery.placement.due_ms = Some(due_ms);
-        self.go(&entry, lease).await
+        self.go(Some(&entry), lease).await.map(drop)
+    }
+
+    /// Sends this SET, held while its push stream was paused, now that the stream is enabled:
+    /// whether its attempt was made (and its answer recorded), or it is no longer held, or it
+    /// still waits (see [`Sent`]).
+    async fn send_held(&mut self) -> Result<Sent, DeliveryError> {
+        if self.ctx.store.leases_due() {
+            self.reread().await?;
+        }
+        let record = &self.delivery.record;
+        let walks = &self.ctx.walks;
+        if !self.delivery.unsent()
+            || !walks.covers(&record.tenant, &record.url, record.created_at_ms)
+        {
+            return Ok(Sent::NotHeld);
+        }
+        // Its recovery point is its record as held: a crash before the answer is recorded
+        // sends it again, with the same bytes, by the next walk or at its next look.
+        Ok(match self.go(None, None).await? {
+            true => Sent::Sent,
+            false => Sent::Waits,
+        })
     }
 
     /// Makes the attempt if its endpoint (and its stream, for a SET) admits it, and records
-    /// the answer; otherwise it waits, and its place in the retry queue (`entry`) moves.
-    async fn go(&mut self, entry: &Timed, lease: Option<u64>) -> Result<(), DeliveryError> {
+    /// the answer; otherwise it waits: woken by `entry`, its place in the retry queue moves,
+    /// and with none (a held SET sent in its stream's walk) it stays as it is. Whether the
+    /// attempt was made.
+    async fn go(
+        &mut self,
+        entry: Option<&Timed>,
+        lease: Option<u64>,
+    ) -> Result<bool, DeliveryError> {
         let record = &self.delivery.record;
         // Under a lease, the wait for a place leaves the lease room for the attempt and its
         // record (a lease lasts two attempt deadlines and a second).
@@ -248,6 +346,24 @@ impl DeliveryActorState {
             // A SET to a poll stream: held until the receiver acknowledges it, or dead after
             // `max_hold` (one record, not a look every cooldown).
             Readiness::Polled => Admission::Held(u64::MAX),
+            // Not sent yet, and a walk on this node sends what its stream held oldest first:
+            // left to the walk (looked at again a tick later, once the walk may have ended).
+            Readiness::Go(Some(_))
+                if entry.is_some()
+                    && self.delivery.unsent()
+                    && self
+                        .ctx
+                        .walks
+                        .covers(&record.tenant, &record.url, record.created_at_ms) =>
+            {
+                if let Some(entry) = entry {
+                    let tick = self.ctx.settings.delivery.retry_tick().as_millis() as u64;
+                    let to_ms = now_ms() + tick;
+                    self.ctx.store.move_due(entry, to_ms).await?;
+                    self.delivery.placement.due_ms = Some(to_ms);
+                }
+                return Ok(false);
+            }
             Readiness::Go(read) => {
                 stream = read;
                 let endpoints = attempts.endpoints();
@@ -260,21 +376,23 @@ impl DeliveryActorState {
             // up no attempt, and for no longer than `max_hold` since its first hold.
             Admission::Held(until_ms) => {
                 let max_hold = self.ctx.settings.delivery.max_hold();
-                return match self.delivery.hold(until_ms, now_ms(), max_hold) {
-                    Hold::Record(event, to) => self.record(event, to, lease).await,
+                match self.delivery.hold(until_ms, now_ms(), max_hold) {
+                    Hold::Record(event, to) => self.record(event, to, lease).await?,
                     Hold::Move(to_ms) => {
-                        self.ctx.store.move_due(entry, to_ms).await?;
-                        self.delivery.placement.due_ms = Some(to_ms);
-                        Ok(())
+                        if let Some(entry) = entry {
+                            self.ctx.store.move_due(entry, to_ms).await?;
+                            self.delivery.placement.due_ms = Some(to_ms);
+                        }
                     }
                     Hold::GiveUp(event, to) => {
-                        tracing::warn!(delivery = %entry.id, ?max_hold, "delivery dead: its endpoint stayed open (or its stream paused) longer than max_hold");
-                        self.record(event, to, lease).await
+                        tracing::warn!(delivery = %record.id, ?max_hold, "delivery dead: its endpoint stayed open (or its stream paused) longer than max_hold");
+                        self.record(event, to, lease).await?
                     }
                 };
+                return Ok(false);
             }
             // No place among its endpoint's attempts at once: still due, woken again.
-            Admission::Busy => return Ok(()),
+            Admission::Busy => return Ok(false),
         };
         let of = Attempting {
             tenant: &record.tenant,
@@ -308,8 +426,22 @@ impl DeliveryActorState {
             placement(next),
             lease,
         )
-        .await
+        .await?;
+        Ok(true)
     }
+}
+
+/// What sending a held SET came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// Its attempt was made and its answer recorded.
+    Sent,
+    /// It is not waiting for its first attempt (sent or ended meanwhile), or it was made after
+    /// its stream's walk began: nothing to do.
+    NotHeld,
+    /// It still waits (its endpoint admits no attempt now, or its stream is not enabled): it
+    /// goes at its next look.
+    Waits,
 }
 
 /// What a delivery actor starts from.
@@ -405,6 +537,10 @@ impl Actor for DeliveryActor {
                         let _ = reply.send(false);
                     }
                 }
+            }
+            DeliveryMsg::SendHeld { reply } => {
+                let sent = Box::pin(state.send_held()).await?;
+                let _ = reply.send(sent);
             }
             DeliveryMsg::Polled { url, answer, reply } => {
                 if state.ctx.store.leases_due() {
@@ -578,6 +714,28 @@ impl DeliveryActors {
             }
         }
         Err(RegistryError::Unavailable)
+    }
+
+    /// Sends the SET `id`, held while its push stream was paused, now that it is enabled
+    /// (see [`Sent`]); returns once its answer is recorded.
+    pub async fn send_held(&self, id: &str) -> Result<Sent, RegistryError> {
+        for _ in 0..MAX_ROUNDS {
+            let actor = self.actor(id).await?;
+            match actor
+                .call(|reply| DeliveryMsg::SendHeld { reply }, None)
+                .await
+            {
+                Ok(ractor::rpc::CallResult::Success(sent)) => return Ok(sent),
+                // Stopped before handling it (one sent meanwhile is no longer held).
+                _ => tokio::task::yield_now().await,
+            }
+        }
+        Err(RegistryError::Unavailable)
+    }
+
+    /// The walks through what push streams held running on this node.
+    pub fn walks(&self) -> &Walks {
+        &self.ctx.walks
     }
 
     /// The delivery actors' family (liveness, failures).

@@ -308,6 +308,12 @@ impl DeliveryState {
         Hold::Move(until_ms.min(deadline))
     }
 
+    /// Whether it is queued and waits for the first attempt of its series (held since it was
+    /// made, or made while its endpoint or stream held it back).
+    pub fn unsent(&self) -> bool {
+        self.placement.status == DeliveryStatus::Queued && self.series_attempts == 0
+    }
+
     /// What releasing this delivery, held while its stream was paused or disabled, does: made
     /// due at `at_ms` (a hold until then, recorded), if it is held until later; none otherwise.
     pub fn released(&self, at_ms: u64) -> Option<(DeliveryEvent, Placement)> {

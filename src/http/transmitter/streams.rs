@@ -415,6 +415,9 @@ pub async fn set_status(
         .ok_or_else(|| ApiError::new(Kind::InvalidStream, "status is required"))
         .and_then(|s| stream::state(s).map_err(invalid))?;
     let reason = short_text(&body, "reason")?;
+    let streams = app.engine.streams();
+    // Begun before the stream is enabled: from then on, what it held is the walk's to send.
+    let walk = (state == StreamState::Enabled).then(|| streams.walk_held(&caller.tenant, &id));
     let (was, changed) = caller
         .change(&app, &id, |stored| {
             Ok(Some(stream::with_state(stored, state, reason.clone())))
@@ -423,7 +426,6 @@ pub async fn set_status(
     // The receiver made the change: it is answered, not announced. From now on nothing
     // reaches a paused or disabled stream (readiness reads the stream before each attempt).
     if was.state != state {
-        let streams = app.engine.streams();
         let done = match (state, was.method) {
             // A poll stream's waiting SETs of decisions are dropped now, as a push stream's
             // are at once below.
@@ -431,8 +433,20 @@ pub async fn set_status(
                 streams.drop_waiting(&caller.tenant, &id).await.map(drop)
             }
             // What a push stream held goes at once, not at its next look: sent once it is
-            // enabled, dropped (its own events held again) once it is disabled.
-            (StreamState::Enabled | StreamState::Disabled, StreamMethod::Push) => {
+            // enabled (oldest first, one at a time, after this answer), dropped (its own
+            // events held again) once it is disabled.
+            (StreamState::Enabled, StreamMethod::Push) => {
+                if let Some(walk) = walk {
+                    let id = id.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = walk.run().await {
+                            tracing::error!(error = %e, stream = %id, "a stream's held SETs go at their next look");
+                        }
+                    });
+                }
+                Ok(())
+            }
+            (StreamState::Disabled, StreamMethod::Push) => {
                 streams.release(&caller.tenant, &id).await.map(drop)
             }
             _ => Ok(()),
