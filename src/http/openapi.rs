@@ -561,7 +561,7 @@ fn ssf_stream_status() {}
     path = "/ssf/{tenant}/streams/status",
     tag = "shared signals out",
     summary = "Set a stream's status (SSF §8.1.2.2)",
-    description = "The change is answered, not announced (no stream-updated SET). Once a change to `paused` or `disabled` is answered nothing reaches the stream, push or poll, until it is enabled: its decisions' SETs are held (paused) or dropped (disabled), a verification waits. Enabling it sends what it held at once.",
+    description = "The change is answered, not announced (no stream-updated SET). Once a change to `paused` or `disabled` is answered nothing reaches the stream, push or poll, until it is enabled: its decisions' SETs are held (paused) or dropped (disabled), a verification waits. Enabling a push stream sends what it held at once, oldest first, one at a time.",
     params(("tenant" = String, Path, description = "The tenant")),
     request_body(content = StreamStatusBody, content_type = "application/json"),
     responses(

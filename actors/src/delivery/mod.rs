@@ -748,3 +748,38 @@ impl DeliveryActors {
         self.family.shutdown().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Walks;
+
+    #[test]
+    fn a_walk_covers_what_its_stream_held_before_it_began_and_ends_when_told() {
+        let walks = Walks::default();
+        assert!(
+            !walks.covers("t", "stream:a", 10),
+            "no walk, nothing covered"
+        );
+        assert!(walks.begin("t", "stream:a", 100), "the first begins it");
+        assert!(walks.covers("t", "stream:a", 100));
+        assert!(
+            !walks.covers("t", "stream:a", 101),
+            "made since: not the walk's"
+        );
+        assert!(!walks.covers("t", "stream:b", 50), "another stream's");
+        assert!(!walks.covers("u", "stream:a", 50), "another tenant's");
+        assert!(!walks.again("t", "stream:a"), "not asked again");
+
+        assert!(!walks.begin("t", "stream:a", 200), "one runs: asked again");
+        assert!(
+            walks.covers("t", "stream:a", 150),
+            "it covers up to the second asking"
+        );
+        assert!(walks.again("t", "stream:a"), "one more round");
+        assert!(!walks.again("t", "stream:a"), "the asking is forgotten");
+
+        walks.end("t", "stream:a");
+        assert!(!walks.covers("t", "stream:a", 50), "ended");
+        assert!(walks.begin("t", "stream:a", 300), "a new one begins");
+    }
+}
