@@ -204,6 +204,7 @@ fn say(effect: &Effect<u32>) -> Option<String> {
         Effect::AnnounceAnswer => "announce".into(),
         Effect::Reread => "reread".into(),
         Effect::WakeRetries => "wake retries".into(),
+        Effect::StartQueued => "start queued".into(),
         Effect::TookOver => "took over".into(),
         Effect::Stop(_) => "stop".into(),
         Effect::Count(_) | Effect::Failpoint(_) => return None,
