@@ -16,6 +16,7 @@ use crate::delivery::{DeliveryActors, DeliveryContext};
 use crate::digest::Digester;
 use crate::endpoint::Endpoints;
 use crate::node::Node;
+use crate::retry_worker::Retries;
 use crate::seal::Sealer;
 use crate::settings::Settings;
 use crate::signals::Signals;
@@ -106,7 +107,7 @@ impl Engine {
             )
             .await?,
         );
-        let wake_retries = Arc::new(tokio::sync::Notify::new());
+        let (retries, listening) = Retries::new();
         let claims = Arc::new(
             Claims::start(
                 &instance,
@@ -116,7 +117,7 @@ impl Engine {
                     (digester.clone(), sealer.clone()),
                     settings.clone(),
                     epoch,
-                    wake_retries.clone(),
+                    retries,
                 )),
             )
             .await?,
@@ -145,7 +146,7 @@ impl Engine {
             store.clone(),
             delivery_actors.clone(),
             settings.delivery.retry_tick(),
-            wake_retries,
+            listening,
         );
         let refresher = endpoints.spawn_refresh();
         let sweeper = crate::sweeper::spawn(

@@ -18,6 +18,7 @@ use super::core::{Core, Heard};
 use super::effect::{Effect, Effects, Offer};
 use super::phase::Invariant;
 use super::{submit, ClaimContext, ClaimError, Decide, Reply, Submission};
+use crate::delivery::new_logs;
 use crate::failpoint;
 use crate::idle::IdleTimer;
 use crate::playbook::{DecideError, Decider};
@@ -98,6 +99,9 @@ pub(super) struct ClaimState {
     effects: Effects<Port>,
     /// The request being handled, whose decision the core may ask for.
     submitted: Option<Arc<Submission>>,
+    /// The retry worker's count of queue reads before the last claim start went to the store
+    /// (handed over with the queued deliveries it wrote).
+    reads_before_start: u64,
 }
 
 /// A result the core takes at once, within the message that led to it.
@@ -130,6 +134,7 @@ impl Actor for ClaimActor {
             idle: IdleTimer::start(&myself, idle_timeout, || ClaimMsg::IdleCheck),
             effects: Vec::new(),
             submitted: None,
+            reads_before_start: 1,
         })
     }
 
@@ -261,6 +266,9 @@ impl ClaimState {
         match effect {
             Effect::Decide { generation } => return Ok(self.decide(myself, generation)),
             Effect::Commit { generation, unit } => {
+                if let Some(ClaimWrite::Start(..)) = unit.claim_write() {
+                    self.reads_before_start = ctx.retries.reads();
+                }
                 let me = myself.clone();
                 let span = self.commit_span(&unit);
                 ctx.store.commit_then(
@@ -328,7 +336,16 @@ impl ClaimState {
                     }
                 });
             }
-            Effect::WakeRetries => ctx.wake_retries.notify_one(),
+            Effect::WakeRetries => ctx.retries.wake(),
+            Effect::StartQueued => match self.core.phase().claim() {
+                // A store that leases due deliveries has the retry worker take the lease first,
+                // by reading the queue.
+                Some(claim) if !ctx.store.leases_due() => {
+                    let logs = new_logs(&claim.decision, &[], &ctx.core.settings);
+                    ctx.retries.hand_over(logs.writes, self.reads_before_start);
+                }
+                _ => ctx.retries.wake(),
+            },
             Effect::Count(metric) => metric.count(),
             Effect::TookOver => {
                 tracing::info!(tenant = %self.core.id().tenant, "took over a claim whose holder is gone")

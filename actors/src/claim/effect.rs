@@ -79,6 +79,10 @@ pub enum Effect<P> {
     Reread,
     /// Wake the retry worker: queued callbacks are due now.
     WakeRetries,
+    /// Start the first attempts of the claim's queued callbacks, due now, whose logs the unit
+    /// just made durable wrote new: the retry worker is handed those logs, and starts each
+    /// delivery's actor from its log as written, reading neither the retry queue nor the log.
+    StartQueued,
     /// Count this.
     Count(Metric),
     /// Say that a claim whose holder is gone was taken over.

@@ -33,6 +33,7 @@ use ractor::ActorRef;
 use crate::attempt::Attempts;
 use crate::digest::Digester;
 use crate::playbook::{DecideError, Decider};
+use crate::retry_worker::Retries;
 use crate::seal::Sealer;
 use crate::settings::Settings;
 use crate::store::{ClaimId, ClaimNews, Store, StoreError};
@@ -53,8 +54,9 @@ pub(crate) struct ClaimContext {
     pub sealer: Arc<Sealer>,
     /// What the claim core reads: the settings and this process's epoch.
     pub core: core::Context,
-    /// Wakes the retry worker at once: a queued decision's callbacks are due now.
-    pub wake_retries: Arc<tokio::sync::Notify>,
+    /// The retry worker, woken (or handed the logs written) when a queued decision's callbacks
+    /// are due.
+    pub retries: Retries,
 }
 
 impl ClaimContext {
@@ -65,7 +67,7 @@ impl ClaimContext {
         (digester, sealer): (Digester, Arc<Sealer>),
         settings: Arc<Settings>,
         holder: u64,
-        wake_retries: Arc<tokio::sync::Notify>,
+        retries: Retries,
     ) -> Self {
         ClaimContext {
             store,
@@ -77,7 +79,7 @@ impl ClaimContext {
                 holder,
                 sabotage: None,
             },
-            wake_retries,
+            retries,
         }
     }
 }

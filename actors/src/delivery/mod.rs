@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use idem_schemas::stored::stream_of;
 use idem_schemas::timefmt::now_ms;
 use idem_schemas::{DeliveryEvent, DeliveryStatus, DeliveryView, PlannedDelivery};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -450,6 +451,9 @@ pub struct DeliveryArgs {
     pub id: String,
     /// Shared context.
     pub ctx: Arc<DeliveryContext>,
+    /// Its log as a unit just made durable wrote it, new: the actor starts from it instead of
+    /// reading the log. (Boxed: it is moved several times on its way to the actor.)
+    pub written: Option<Box<DeliveryState>>,
 }
 
 impl Actor for DeliveryActor {
@@ -462,11 +466,14 @@ impl Actor for DeliveryActor {
         myself: ActorRef<DeliveryMsg>,
         args: DeliveryArgs,
     ) -> Result<DeliveryActorState, ActorProcessingErr> {
-        let delivery = args
-            .ctx
-            .load(&args.id)
-            .await?
-            .ok_or(DeliveryError::Missing(args.id))?;
+        let delivery = match args.written {
+            Some(written) => *written,
+            None => args
+                .ctx
+                .load(&args.id)
+                .await?
+                .ok_or(DeliveryError::Missing(args.id))?,
+        };
         Ok(DeliveryActorState {
             delivery,
             idle: IdleTimer::start(
@@ -608,9 +615,23 @@ impl DeliveryActors {
     }
 
     async fn actor(&self, id: &str) -> Result<ActorRef<DeliveryMsg>, RegistryError> {
+        self.actor_from(id, None).await
+    }
+
+    /// The actor of delivery `id`: the running one, or a new one started from `written` (its
+    /// log as just written) if given, or else from the log it reads.
+    async fn actor_from(
+        &self,
+        id: &str,
+        written: Option<Box<DeliveryState>>,
+    ) -> Result<ActorRef<DeliveryMsg>, RegistryError> {
+        // Handed to the first actor started (another, started after a registry race, reads
+        // the log).
+        let written = Mutex::new(written);
         let args = || DeliveryArgs {
             id: id.to_string(),
             ctx: self.ctx.clone(),
+            written: written.lock().ok().and_then(|mut w| w.take()),
         };
         self.family
             .actor(&self.family.name(id), || DeliveryActor, args)
@@ -623,11 +644,51 @@ impl DeliveryActors {
         if !self.ctx.mark_pending(&due.id) {
             return Ok(());
         }
-        let woken = self.cast_attempt(due).await;
+        let woken = self.cast_attempt(due, None).await;
         if woken.is_err() {
             self.ctx.pending().remove(&due.id);
         }
         woken
+    }
+
+    /// Starts the first attempt of each delivery of `written`: new logs, queued and due, that a
+    /// unit just made durable wrote (a decision's callbacks queued with its claim), without
+    /// reading the retry queue. With `unread` (no read of the queue could have shown them
+    /// since), a callback's actor starts from its log as written, since no attempt can have
+    /// been made; a SET's log may have been answered by its poll stream's receiver meanwhile,
+    /// and is read, as is any log without `unread`. One being woken already (by the retry
+    /// worker) is left to that wake. For a store that does not lease due deliveries (a lease
+    /// is taken by reading the queue).
+    pub async fn start_written(
+        &self,
+        written: Vec<DeliveryWrite>,
+        unread: bool,
+    ) -> Result<(), RegistryError> {
+        let mut result = Ok(());
+        for write in written {
+            let Some(due_ms) = write.to.due_ms else {
+                continue;
+            };
+            if !self.ctx.mark_pending(&write.id) {
+                continue;
+            }
+            let as_written = unread && stream_of(&write.url).is_none();
+            let state = match as_written {
+                true => DeliveryState::fold(write.events).ok().map(Box::new),
+                false => None,
+            };
+            let due = Timed {
+                at_ms: due_ms,
+                id: write.id,
+                lease: None,
+            };
+            let woken = self.cast_attempt(&due, state).await;
+            if woken.is_err() {
+                self.ctx.pending().remove(&due.id);
+                result = woken;
+            }
+        }
+        result
     }
 
     /// How many deliveries are woken and not done.
@@ -635,9 +696,15 @@ impl DeliveryActors {
         self.ctx.pending().len()
     }
 
-    async fn cast_attempt(&self, due: &Timed) -> Result<(), RegistryError> {
+    /// Casts the attempt `due` to its delivery's actor, started from `written` if it is not
+    /// running (and `written` is given).
+    async fn cast_attempt(
+        &self,
+        due: &Timed,
+        mut written: Option<Box<DeliveryState>>,
+    ) -> Result<(), RegistryError> {
         for _ in 0..MAX_ROUNDS {
-            let actor = self.actor(&due.id).await?;
+            let actor = self.actor_from(&due.id, written.take()).await?;
             let attempt = DeliveryMsg::Attempt {
                 due_ms: due.at_ms,
                 lease: due.lease,

@@ -169,11 +169,13 @@ impl ClaimModel {
                 }
                 Effect::AnnounceAnswer => announce(s, at.node, claim),
                 Effect::Reread => s.net.push(Message::Reread { at, claim }),
-                // The retry worker is always ready (see `ClaimAction::Retry`); counts, logs and
-                // failpoints change nothing here.
+                // The retry worker, and the delivery actors a queued decision starts, are always
+                // ready (see `ClaimAction::Retry`); counts, logs and failpoints change nothing
+                // here.
                 // Made within the request's step (see `Message::Request`).
                 Effect::Decide { .. }
                 | Effect::WakeRetries
+                | Effect::StartQueued
                 | Effect::Count(_)
                 | Effect::TookOver
                 | Effect::Failpoint(_) => {}

@@ -4,7 +4,8 @@
 //! routed by its type and claimed under the provider's event id, all at once, so one group
 //! commit makes the batch durable; the answer counts what became of each event once every
 //! accepted one's claim and decision are on disk. Callbacks are queued in the same write and
-//! made by the retry worker after the answer: providers time out in seconds. An event's claim
+//! their first attempts start after the answer (the retry worker is handed their logs), never
+//! inside the request: providers time out in seconds. An event's claim
 //! lasts at least [`idem_actors::signals::EVENT_CLAIM_MIN`], the longest a provider retries.
 //! An `ssf` source's SETs are taken by `ssf` (pushed here, or polled by `poll`); `take` carries
 //! one event into the engine for every kind. Also `GET`, Okta's one-time verification of an

@@ -62,40 +62,50 @@ impl<P> Core<P> {
             }
             Written::Nothing => return Err(Invariant::NoClaim("commit").into()),
         }
-        let response = match self.phase.after_commit()? {
+        // With the answer, the unit just durable holds the claim's one write: its queued
+        // callbacks' logs (if any) are in it.
+        let (response, in_this_unit) = match self.phase.after_commit()? {
             AfterCommit::RunActions => {
                 out.push(Effect::Failpoint("claim.after_persist"));
                 return self.start_dispatch(self.may_have_run, out);
             }
             AfterCommit::Complete => {
                 out.push(Effect::Failpoint("dispatch.after_recovery_point"));
-                self.complete(out)?
+                (self.complete(out)?, false)
             }
             AfterCommit::Answer(response) => {
                 out.push(Effect::Failpoint("claim.after_persist"));
-                response
+                (response, true)
             }
         };
-        self.answer_first(response, out);
+        self.answer_first(response, in_this_unit, out);
         Ok(())
     }
 
     /// Answers the first request and the waiters with `response`, now durable (in the
-    /// recovery point) before it leaves: a replay can never differ.
-    fn answer_first(&mut self, response: StoredResponse, out: &mut Effects<P>) {
+    /// recovery point) before it leaves: a replay can never differ. `in_this_unit`: the unit
+    /// just durable was the claim's one write, with its queued callbacks' logs.
+    fn answer_first(&mut self, response: StoredResponse, in_this_unit: bool, out: &mut Effects<P>) {
         let answer = self.answer_of(response);
         self.release_waiters(&answer, out);
         match self.deduplicated {
             true => self.answer(Reply::Deduplicated(answer), out),
             false => self.answer(Reply::First(answer), out),
         }
-        // Queued callbacks are due now: the retry worker makes them once the answer is out.
+        // Queued callbacks are due now: their first attempts start once the answer is out.
         let has_callbacks = self
             .phase
             .claim()
             .is_some_and(|c| !c.decision.deliveries.is_empty());
-        if self.queued && has_callbacks {
-            out.push(Effect::WakeRetries);
+        if !self.queued || !has_callbacks {
+            return;
+        }
+        // Their logs as this unit wrote them, new, are what the store holds: their actors start
+        // from them. Otherwise (logs that may have existed before the unit, which left them as
+        // they were, or written by the subject's claim) the retry worker reads the queue.
+        match in_this_unit && !self.may_have_run {
+            true => out.push(Effect::StartQueued),
+            false => out.push(Effect::WakeRetries),
         }
     }
 

@@ -204,6 +204,7 @@ fn say(effect: &Effect<u32>) -> Option<String> {
         Effect::AnnounceAnswer => "announce".into(),
         Effect::Reread => "reread".into(),
         Effect::WakeRetries => "wake retries".into(),
+        Effect::StartQueued => "start queued".into(),
         Effect::TookOver => "took over".into(),
         Effect::Stop(_) => "stop".into(),
         Effect::Count(_) | Effect::Failpoint(_) => return None,
@@ -517,6 +518,30 @@ fn committed() {
     out.clear();
     core.committed(&cx, T - 1, Ok(Written::Fenced), T, &mut out);
     assert_eq!(said(&out), Vec::<String>::new());
+}
+
+/// A decision whose callbacks are queued is answered once its one write is durable, and then
+/// their first attempts start: from the logs that write made new, or from the retry queue when
+/// it may have left the logs of an earlier run as they were.
+#[test]
+fn queued_callbacks_start_after_the_answer() {
+    let cx = cx(None);
+    for (may_have_run, start) in [(false, "start queued"), (true, "wake retries")] {
+        let request = Request {
+            queued: true,
+            may_have_run,
+            ..Request::new(BODY)
+        };
+        let mut core = core(Vec::new());
+        let mut out = Vec::new();
+        core.submit(&cx, &request, 1, T, &mut out);
+        core.decided(&cx, T, Ok(decision("a", &["lock"], &[])), &mut out);
+        out.clear();
+        let written = Written::Claimed(head(T, 3), completed("a"));
+        core.committed(&cx, T, Ok(written), T, &mut out);
+        let expected = ["reply 1 first dec_a", start];
+        assert_eq!(said(&out), expected, "may have run: {may_have_run}");
+    }
 }
 
 #[test]
