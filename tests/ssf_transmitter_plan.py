@@ -650,6 +650,9 @@ def quiet_status_tests(plan):
     check(f"{m}: enabling sends what was held at once (not at breaker_cooldown)",
           len(got) == 2 and time.time() - started < 10
           and sorted(k[0] for k in kinds) == sorted([REVOKED, VERIFICATION]), str(kinds))
+    check(f"{m}: what was held arrives in the order it was held (the decision's SET, then the "
+          "verification asked for after it)",
+          [k[0] for k in kinds if k] == [REVOKED, VERIFICATION], str(kinds))
     check(f"{m}: no stream-updated SET for the receiver's own changes",
           not any(k and k[0] == SSF + "stream-updated" for k in kinds), str(kinds))
     plan.call("POST", "status_endpoint", {"stream_id": sid, "status": "disabled"})
