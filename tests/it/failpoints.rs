@@ -583,8 +583,7 @@ async fn killed_between_making_its_stream_and_recording_it_the_restart_uses_that
 /// their next look (`breaker_cooldown`).
 #[tokio::test]
 async fn killed_part_way_through_sending_held_sets_the_restart_sends_the_rest_in_order() {
-    use crate::ssf_transmitter_plan::{config_with, events, push_to, set_ids, set_status, REVOKE};
-    use crate::transmitter::{call, sim_swap_signal, token, OKTA_SECRET};
+    use crate::ssf_transmitter_plan::{config_with, events, paused_with_held, set_status, REVOKE};
 
     let dir = tempfile::tempdir().expect("tempdir");
     let receiver = Receiver::start().await;
@@ -593,18 +592,8 @@ async fn killed_part_way_through_sending_held_sets_the_restart_sends_the_rest_in
     let failpoint = [("FAILPOINTS", "held.after_send=3*off->return")];
     let idem = Idem::start_env(dir.path(), &config, &failpoint);
     let client = Client::new(&idem.base);
-    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
-    let stream = push_to(&receiver.url("/held"));
-    let r = call(&client, "POST", "streams", &okta, stream).await;
-    let id = r.json()["stream_id"].as_str().expect("id").to_string();
-    set_status(&client, &okta, &id, "paused").await;
-    let mut decided = Vec::new();
-    for n in 0..12 {
-        let r = sim_swap_signal(&client, &format!("+155500042{n:02}"), &unique("walk")).await;
-        let ids = set_ids(&r);
-        assert_eq!(ids.len(), 1, "one SET: {}", text(&r));
-        decided.push(ids[0].clone());
-    }
+    let url = receiver.url("/held");
+    let (okta, id, decided) = paused_with_held(&client, &url, 12, "+155500042").await;
     set_status(&client, &okta, &id, "enabled").await;
     let (status, config) = idem.wait_exit().await;
     assert_eq!(status.signal(), Some(libc::SIGKILL), "killed on the spot");

@@ -103,7 +103,7 @@ async fn scoped_token(client: &Client, client_id: &str, secret: &str, scope: &st
         .to_string()
 }
 
-pub(crate) fn push_to(url: &str) -> Value {
+fn push_to(url: &str) -> Value {
     json!({
         "delivery": {"method": "urn:ietf:rfc:8935", "endpoint_url": url},
         "events_requested": [REVOKED],
@@ -430,8 +430,31 @@ pub(crate) async fn set_status(client: &Client, token: &str, id: &str, status: &
     assert_eq!(r.json()["status"], status);
 }
 
+/// A push stream of `okta`'s to `url`, paused, then holding the SETs of `n` sim swaps (of
+/// `phones` and two digits): `okta`'s token, the stream's id and the SETs' delivery ids, in
+/// the order decided.
+pub(crate) async fn paused_with_held(
+    client: &Client,
+    url: &str,
+    n: usize,
+    phones: &str,
+) -> (String, String, Vec<String>) {
+    let okta = token(client, "acme", "okta", OKTA_SECRET).await;
+    let r = call(client, "POST", "streams", &okta, push_to(url)).await;
+    let id = r.json()["stream_id"].as_str().expect("id").to_string();
+    set_status(client, &okta, &id, "paused").await;
+    let mut decided = Vec::new();
+    for n in 0..n {
+        let r = sim_swap_signal(client, &format!("{phones}{n:02}"), &unique("held")).await;
+        let ids = set_ids(&r);
+        assert_eq!(ids.len(), 1, "one SET: {}", text(&r));
+        decided.push(ids[0].clone());
+    }
+    (okta, id, decided)
+}
+
 /// The SET delivery ids of a sim swap's response (after its callback).
-pub(crate) fn set_ids(r: &Resp) -> Vec<String> {
+fn set_ids(r: &Resp) -> Vec<String> {
     let actions = r.json()["actions"].as_array().cloned().unwrap_or_default();
     actions
         .iter()
@@ -538,24 +561,8 @@ async fn held_sets_go_out_oldest_first_once_a_paused_push_stream_is_enabled() {
     let delivery = "inline_timeout = \"2s\"\nschedule = [\"300ms\", \"300ms\"]\nbreaker_cooldown = \"60s\"\nmax_in_flight_per_endpoint = 16";
     let idem = Idem::start(dir.path(), &config_with(dir.path(), REVOKE, delivery));
     let client = Client::new(&idem.base);
-    let okta = token(&client, "acme", "okta", OKTA_SECRET).await;
-    let r = call(
-        &client,
-        "POST",
-        "streams",
-        &okta,
-        push_to(&receiver.url("/in-order")),
-    )
-    .await;
-    let id = r.json()["stream_id"].as_str().expect("id").to_string();
-    set_status(&client, &okta, &id, "paused").await;
-    let mut decided = Vec::new();
-    for n in 0..20 {
-        let r = sim_swap_signal(&client, &format!("+155500041{n:02}"), &unique("in-order")).await;
-        let ids = set_ids(&r);
-        assert_eq!(ids.len(), 1, "one SET: {}", text(&r));
-        decided.push(ids[0].clone());
-    }
+    let url = receiver.url("/in-order");
+    let (okta, id, decided) = paused_with_held(&client, &url, 20, "+155500041").await;
     let body = json!({"stream_id": id, "state": "last"});
     let r = call(&client, "POST", "streams/verify", &okta, body).await;
     assert_eq!(r.status, 204, "{}", text(&r));
