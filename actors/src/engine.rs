@@ -140,7 +140,9 @@ impl Engine {
         // What a push stream held when a node stopped part-way through sending it goes now, in
         // order: its walk is begun before the retry worker's first look.
         for tenant in keyring.transmitters() {
-            streams.send_all_held(&tenant).await?;
+            if let Err(e) = streams.send_all_held(&tenant).await {
+                tracing::warn!(%tenant, error = %e, "cannot read the streams: what they held goes at its next look");
+            }
         }
         let retry_worker = crate::retry_worker::spawn(
             store.clone(),
