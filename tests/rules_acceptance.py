@@ -261,8 +261,7 @@ def served(binary, tmp, recv):
               line in metrics.decode(), [m for m in metrics.decode().splitlines() if "rule_errors" in m])
 
         # A reload that changes the rules: a replay answers what was stored.
-        with open(path, "w") as f:
-            f.write(f'listen = "127.0.0.1:0"\ndata_dir = "{tmp}/data"\n' + SETTINGS + playbooks(recv, "allow"))
+        write_config(tmp, SETTINGS + playbooks(recv, "allow"))
         idem.send_signal(signal.SIGHUP)
         deadline = time.time() + 10
         while time.time() < deadline:
@@ -285,9 +284,8 @@ def served(binary, tmp, recv):
         check("the replay sent no second callback", len(callbacks_of(risky_id)) == 1, str(callbacks_of(risky_id)))
 
         # A reload with a bad rule is refused; the running rules stay.
-        with open(path, "w") as f:
-            f.write(f'listen = "127.0.0.1:0"\ndata_dir = "{tmp}/data"\n' + SETTINGS
-                    + playbooks(recv, "allow").replace("signal.metadata.risk >= 90", "signal.metadata.risk >= "))
+        write_config(tmp, SETTINGS + playbooks(recv, "allow").replace("signal.metadata.risk >= 90",
+                                                                      "signal.metadata.risk >= "))
         idem.send_signal(signal.SIGHUP)
         time.sleep(1)
         status, _, _, r = post(base, "/v1/signals", signal_body("sim_swap", "+447700900208", {"risk": 95}),

@@ -27,7 +27,7 @@ import time
 import urllib.parse
 import uuid
 
-from conformance_http import fresh_database, free_port, request, serve, start_idem, write_config
+from conformance_http import fresh_database, free_port, request, serve, start_idem, wait_for, write_config
 from jwcrypto import jwk, jws
 
 API_KEY = "sk_ssf_receiver_plan_key"
@@ -414,9 +414,7 @@ def subscription(base):
 
 def decided(n, timeout=10):
     """How many callbacks there are once there are `n`, then a moment more for any extra."""
-    deadline = time.time() + timeout
-    while len(callbacks) < n and time.time() < deadline:
-        time.sleep(0.05)
+    wait_for(callbacks, n, timeout)
     time.sleep(0.5)
     return len(callbacks)
 
@@ -536,7 +534,8 @@ def run(binary, mode, store, interop):
                   str(asked))
             check(f"{m}: idem reads the stream's status (GET /status)",
                   "GET /status" in eventually(lambda: list(tx.calls), lambda c: "GET /status" in c), str(tx.calls))
-            check(f"{m}: not verified before the verification SET", sub.get("verified_at") is None, str(sub))
+            now = subscription(base)
+            check(f"{m}: not verified before the verification SET", now.get("verified_at") is None, str(now))
 
             def refused(name, claims, err, token=None, authorization=None):
                 status, answer = tx.deliver(sid, claims, token, authorization)

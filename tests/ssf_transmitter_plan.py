@@ -465,8 +465,9 @@ def happy_path_test(plan, mode, interop):
     check(f"{m}: OIDSSFStreamOptionalFieldsCheck",
           isinstance(stream.get("min_verification_interval", 0), int)
           and isinstance(stream.get("events_supported", []), list), str(stream))
-    check(f"{m}: the push stream keeps its authorization_header out of answers",
-          PUSH_CREDENTIAL not in json.dumps(stream), str(stream))
+    if mode == "push":
+        check(f"{m}: the push stream keeps its authorization_header out of answers",
+              PUSH_CREDENTIAL not in json.dumps(stream), str(stream))
     sid = stream.get("stream_id", "none")
     status, _, read = plan.call("GET", "configuration_endpoint", query={"stream_id": sid})
     read = read or {}
@@ -560,7 +561,6 @@ def push_verification_test(plan, interop, authorization):
     path = f"/verify-{'auth' if authorization else 'noauth'}-{int(interop)}"
     status, _, stream = plan.create(plan.push_delivery(path, authorization))
     check(f"{m}: create 201", status == 201, f"{status} {stream}")
-    time.sleep(stream.get("min_verification_interval", 1))
     status, _, answer = plan.verify(stream["stream_id"], "state-of-the-push-plan")
     check(f"{m}: OIDSSFTriggerVerificationEvent 204", status == 204, f"{status} {answer}")
     got = pushed_to(path, 1)
@@ -580,7 +580,6 @@ def poll_verification_tests(plan, interop):
     m = "OIDSSFTransmitterStreamVerificationPollOnlyTest" + suffix
     _, _, stream = plan.create({"method": POLL})
     sid = stream["stream_id"]
-    time.sleep(stream.get("min_verification_interval", 1))
     status, _, _ = plan.verify(sid, "state-poll-only")
     check(f"{m}: OIDSSFTriggerVerificationEvent 204", status == 204, str(status))
     status, first = plan.poll(stream, immediately=False)
@@ -618,6 +617,7 @@ def poll_verification_tests(plan, interop):
     while time.time() < deadline and not second:
         status, answer = plan.poll(stream, ack=first.keys())
         second = {j: t for j, t in answer.get("sets", {}).items() if j not in first}
+        time.sleep(0.05)
     check(f"{m}: the first acknowledged, the second handed out",
           len(first) == 1 and len(second) == 1 and not set(answer.get("sets", {})) & set(first),
           f"{first.keys()} {answer}")
@@ -637,19 +637,16 @@ def quiet_status_tests(plan):
     status, _, st = plan.call("POST", "status_endpoint", {"stream_id": sid, "status": "paused"})
     check(f"{m}: paused 200", status == 200 and st.get("status") == "paused", f"{status} {st}")
     sim_swap(plan.base, "+15550100101", "paused-1")
-    time.sleep(max(stream.get("min_verification_interval", 1), 1))
     status, _, _ = plan.verify(sid, "while-paused")
     check(f"{m}: a verification may be asked for while paused (204)", status == 204, str(status))
     time.sleep(1.5)
     check(f"{m}: nothing reaches a paused stream, no stream-updated SET either",
           pushed_to(path, 1, 0) == [], str(pushed_to(path, 1, 0)))
     status, _, st = plan.call("POST", "status_endpoint", {"stream_id": sid, "status": "enabled"})
-    started = time.time()
     got = pushed_to(path, 2, 10)
     kinds = [list((plan.verified(p["token"])[1] or {}).get("events", {}))[:1] for p in got]
     check(f"{m}: enabling sends what was held at once (not at breaker_cooldown)",
-          len(got) == 2 and time.time() - started < 10
-          and sorted(k[0] for k in kinds) == sorted([REVOKED, VERIFICATION]), str(kinds))
+          len(got) == 2 and sorted(k[0] for k in kinds) == sorted([REVOKED, VERIFICATION]), str(kinds))
     check(f"{m}: what was held arrives in the order it was held (the decision's SET, then the "
           "verification asked for after it)",
           [k[0] for k in kinds if k] == [REVOKED, VERIFICATION], str(kinds))
@@ -670,7 +667,6 @@ def quiet_status_tests(plan):
     sid = stream["stream_id"]
     plan.call("POST", "status_endpoint", {"stream_id": sid, "status": "paused"})
     sim_swap(plan.base, "+15550100103", "paused-poll-1")
-    time.sleep(max(stream.get("min_verification_interval", 1), 1))
     plan.verify(sid, "while-paused-poll")
     status, answer = plan.poll(stream)
     check(f"{m}: a paused poll stream hands out nothing", status == 200 and answer.get("sets") == {},
@@ -699,7 +695,6 @@ def caep_interop_test(plan, mode):
     check(f"{m}: read 200", status == 200 and read.get("iss") == plan.meta["issuer"], f"{status} {read}")
     status, _, st = plan.call("GET", "status_endpoint", query={"stream_id": sid})
     check(f"{m}: OIDSSFReadStreamStatusCall 200", status == 200 and st.get("status") == "enabled")
-    time.sleep(stream.get("min_verification_interval", 1))
     status, _, _ = plan.verify(sid, f"interop-{mode}")
     check(f"{m}: OIDSSFTriggerVerificationEvent 204", status == 204, str(status))
     status, _, answer = sim_swap(plan.base, f"+1555010020{int(mode == 'poll')}", f"interop-{mode}")

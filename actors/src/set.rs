@@ -70,11 +70,7 @@ const fn one_of(name: &'static str, values: &'static [&'static str]) -> Member {
 }
 
 const fn event(uri: &'static str, required: &'static [Member]) -> EventType {
-    EventType {
-        uri,
-        required,
-        optional: &[],
-    }
+    event_with(uri, required, &[])
 }
 
 const fn event_with(
@@ -89,21 +85,6 @@ const fn event_with(
     }
 }
 
-/// CAEP 1.0's credential types (§3.3.1), which RISC's credential-compromise takes too; the
-/// specification allows any other type the transmitter and receiver agree on, so a
-/// `credential_type` is any non-empty string, these the usual ones.
-pub const CREDENTIAL_TYPES: &[&str] = &[
-    "password",
-    "pin",
-    "x509",
-    "fido2-platform",
-    "fido2-roaming",
-    "fido-u2f",
-    "verifiable-credential",
-    "phone-voice",
-    "phone-sms",
-    "app",
-];
 const COMPLIANCE: &[&str] = &["compliant", "not-compliant"];
 const RISK_LEVELS: &[&str] = &["LOW", "MEDIUM", "HIGH"];
 

@@ -20,7 +20,8 @@ use crate::store::{Created, Store, StoreError, Unit};
 use crate::stream_event::{self, StreamEvent};
 use crate::supervise::RegistryError;
 
-/// How many waiting SETs a poll stream's disabling drops at once.
+/// How many of a stream's queued SETs one read takes: a poll stream's disabling drops at most
+/// these at once, a push stream's releases them, a walk sends them a round.
 pub const DROPPED_AT_ONCE: usize = 1000;
 
 /// Why a stream's SETs could not be made, read or answered.
@@ -247,37 +248,22 @@ impl Streams {
             if self.store.queued_to(tenant, &url, 1).await?.is_empty() {
                 continue;
             }
-            let walk = self.walk_held(tenant, &stream.id);
-            tokio::spawn(async move {
-                if let Err(e) = walk.run().await {
-                    tracing::error!(error = %e, stream = %stream.id, "a stream's held SETs go at their next look");
-                }
-            });
+            self.walk_held(tenant, &stream.id).spawn();
         }
         Ok(())
     }
 
-    /// Makes the SETs held for `tenant`'s push stream `stream_id` while it was paused or
-    /// disabled due at once, in the order they were queued, rather than at their next look
-    /// (up to [`DROPPED_AT_ONCE`] of them; any more go at their next look): the stream was
-    /// disabled, so its decisions' SETs are dropped and its own events held again. How many
+    /// Makes the SETs held for `tenant`'s push stream `stream_id`, which was disabled, due at
+    /// once rather than at their next look (up to [`DROPPED_AT_ONCE`] of them; any more at
+    /// their next look): its decisions' SETs are dropped, its own events held again. How many
     /// it moved.
     pub async fn release(&self, tenant: &str, stream_id: &str) -> Result<usize, StreamsError> {
         let url = format!("{STREAM_SCHEME}{stream_id}");
         let ids = self.store.queued_to(tenant, &url, DROPPED_AT_ONCE).await?;
-        let mut held = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(delivery) = self.deliveries.load(&id).await? {
-                held.push((delivery.record.created_at_ms, id));
-            }
-        }
-        held.sort();
         let now = now_ms();
         let mut released = 0;
-        // One millisecond apart, oldest first: the retry queue wakes them in that order.
-        for (n, (_, id)) in held.iter().enumerate() {
-            let at_ms = now + n as u64;
-            released += usize::from(self.deliveries.release(id, at_ms).await?);
+        for id in ids {
+            released += usize::from(self.deliveries.release(&id, now).await?);
         }
         Ok(released)
     }
@@ -308,6 +294,16 @@ pub struct HeldWalk {
 }
 
 impl HeldWalk {
+    /// Runs it (see [`HeldWalk::run`]) on a task of its own.
+    pub fn spawn(self) {
+        tokio::spawn(async move {
+            let url = self.url.clone();
+            if let Err(e) = self.run().await {
+                tracing::error!(error = %e, stream = %url, "a stream's held SETs go at their next look");
+            }
+        });
+    }
+
     /// Sends what the stream held, now that it is enabled: oldest first, one attempt at a
     /// time, each once the one before it has its answer recorded (up to [`DROPPED_AT_ONCE`] a
     /// round, rounds until one sends nothing). Only SETs made before the walk began are its:

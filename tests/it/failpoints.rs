@@ -562,6 +562,7 @@ async fn killed_between_making_its_stream_and_recording_it_the_restart_uses_that
     let idem = Idem::start_with(config, &[]);
     let client = Client::new(&idem.base);
     let s = subscription_when(&client, |s| !s["verified_at"].is_null()).await;
+    assert!(s["verified_at"].is_string(), "verified: {s}");
     assert_eq!(s["stream_id"], "stream-1", "{s}");
     assert_eq!(transmitter.streams_made(), 1, "{:?}", transmitter.calls());
     assert_eq!(

@@ -7,7 +7,6 @@
 //! decision even after the rules changed. Runs on sled, or PostgreSQL with
 //! `IDEM_TEST_STORE=postgres`.
 
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -68,18 +67,12 @@ fn settings_for(dir: &std::path::Path) -> String {
     settings(&store_section(), &dir.join("data"), "", "")
 }
 
-fn check_config(text: &str) -> (i32, String) {
+/// `idem check-config` on the config `text`: its exit code and stderr.
+fn check_text(text: &str) -> (i32, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("idem.toml");
     std::fs::write(&path, text).expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args(["check-config", "--config", path.to_str().expect("utf8")])
-        .output()
-        .expect("run");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    check_config(&path)
 }
 
 fn signal(subject: &str, metadata: Value) -> String {
@@ -107,7 +100,7 @@ async fn check_config_refuses_a_bad_rule_or_a_failing_test_naming_its_key_and_po
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let good = settings_for(dir.path()) + &tenants(&receiver, "deny");
-    let (code, err) = check_config(&good);
+    let (code, err) = check_text(&good);
     assert_eq!(code, 0, "{err}");
     let rules = "tenants.acme.playbooks.sim_swap.rules";
     for (broken, names) in [
@@ -142,7 +135,7 @@ async fn check_config_refuses_a_bad_rule_or_a_failing_test_naming_its_key_and_po
         ),
     ] {
         assert_ne!(broken, good);
-        let (code, err) = check_config(&broken);
+        let (code, err) = check_text(&broken);
         assert_eq!(code, 2, "{names}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
         assert!(err.contains(&names), "{err} should say {names}");

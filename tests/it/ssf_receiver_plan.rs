@@ -5,7 +5,6 @@
 //! logged; a static bearer is sent as it is; `transmitter` and `auth` are refused when written
 //! half or wrong, naming their key.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use devtools::jose::{self, JwsKey};
@@ -186,16 +185,7 @@ fn check(source: &str) -> (i32, String) {
     let config = settings("", dir.path(), "", "") + &acme_text("http://127.0.0.1:9/lock", source);
     let path = dir.path().join("idem.toml");
     std::fs::write(&path, config).expect("write config");
-    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run idem");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    check_config(&path)
 }
 
 /// Tenant `acme` calling `lock`, with the `ssf` source `entra` of lines `source`.

@@ -197,8 +197,8 @@ pub enum DeliveryMsg {
         answer: PollAnswer,
         reply: RpcReplyPort<bool>,
     },
-    /// Its stream was enabled (or disabled): if it is held, due at `at_ms` instead of at its
-    /// next look; whether that moved it.
+    /// Its stream was disabled: if it is held, due at `at_ms` instead of at its next look;
+    /// whether that moved it.
     Release {
         at_ms: u64,
         reply: RpcReplyPort<bool>,
@@ -287,7 +287,23 @@ impl DeliveryActorState {
         // The entry that woke it is its place in the queue now (a hold may have moved it past
         // the time its log says): what it records next moves it from there.
         self.delivery.placement.due_ms = Some(due_ms);
+        // Not sent yet, and a walk on this node sends what its stream held oldest first: left
+        // to the walk (looked at again a tick later, once the walk may have ended).
+        let record = &self.delivery.record;
+        if self.delivery.unsent()
+            && (self.ctx.walks).covers(&record.tenant, &record.url, record.created_at_ms)
+        {
+            let tick = self.ctx.settings.delivery.retry_tick().as_millis() as u64;
+            return self.move_to(&entry, now + tick).await;
+        }
         self.go(Some(&entry), lease).await.map(drop)
+    }
+
+    /// Moves its place in the retry queue from `entry` to `to_ms`, with no record in its log.
+    async fn move_to(&mut self, entry: &Timed, to_ms: u64) -> Result<(), DeliveryError> {
+        self.ctx.store.move_due(entry, to_ms).await?;
+        self.delivery.placement.due_ms = Some(to_ms);
+        Ok(())
     }
 
     /// Sends this SET, held while its push stream was paused, now that the stream is enabled:
@@ -347,24 +363,6 @@ impl DeliveryActorState {
             // A SET to a poll stream: held until the receiver acknowledges it, or dead after
             // `max_hold` (one record, not a look every cooldown).
             Readiness::Polled => Admission::Held(u64::MAX),
-            // Not sent yet, and a walk on this node sends what its stream held oldest first:
-            // left to the walk (looked at again a tick later, once the walk may have ended).
-            Readiness::Go(Some(_))
-                if entry.is_some()
-                    && self.delivery.unsent()
-                    && self
-                        .ctx
-                        .walks
-                        .covers(&record.tenant, &record.url, record.created_at_ms) =>
-            {
-                if let Some(entry) = entry {
-                    let tick = self.ctx.settings.delivery.retry_tick().as_millis() as u64;
-                    let to_ms = now_ms() + tick;
-                    self.ctx.store.move_due(entry, to_ms).await?;
-                    self.delivery.placement.due_ms = Some(to_ms);
-                }
-                return Ok(false);
-            }
             Readiness::Go(read) => {
                 stream = read;
                 let endpoints = attempts.endpoints();
@@ -381,8 +379,7 @@ impl DeliveryActorState {
                     Hold::Record(event, to) => self.record(event, to, lease).await?,
                     Hold::Move(to_ms) => {
                         if let Some(entry) = entry {
-                            self.ctx.store.move_due(entry, to_ms).await?;
-                            self.delivery.placement.due_ms = Some(to_ms);
+                            self.move_to(entry, to_ms).await?;
                         }
                     }
                     Hold::GiveUp(event, to) => {
@@ -641,10 +638,19 @@ impl DeliveryActors {
     /// Wakes the actor of a delivery whose queue entry `due` is due, unless it was woken
     /// already and has not finished that attempt.
     pub async fn wake(&self, due: &Timed) -> Result<(), RegistryError> {
+        self.wake_from(due, None).await
+    }
+
+    /// [`DeliveryActors::wake`], its actor started from `written` if it is not running.
+    async fn wake_from(
+        &self,
+        due: &Timed,
+        written: Option<Box<DeliveryState>>,
+    ) -> Result<(), RegistryError> {
         if !self.ctx.mark_pending(&due.id) {
             return Ok(());
         }
-        let woken = self.cast_attempt(due, None).await;
+        let woken = self.cast_attempt(due, written).await;
         if woken.is_err() {
             self.ctx.pending().remove(&due.id);
         }
@@ -669,9 +675,6 @@ impl DeliveryActors {
             let Some(due_ms) = write.to.due_ms else {
                 continue;
             };
-            if !self.ctx.mark_pending(&write.id) {
-                continue;
-            }
             let as_written = unread && stream_of(&write.url).is_none();
             let state = match as_written {
                 true => DeliveryState::fold(write.events).ok().map(Box::new),
@@ -682,10 +685,8 @@ impl DeliveryActors {
                 id: write.id,
                 lease: None,
             };
-            let woken = self.cast_attempt(&due, state).await;
-            if woken.is_err() {
-                self.ctx.pending().remove(&due.id);
-                result = woken;
+            if let Err(e) = self.wake_from(&due, state).await {
+                result = Err(e);
             }
         }
         result

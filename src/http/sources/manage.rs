@@ -91,7 +91,7 @@ async fn target(
     })
 }
 
-fn unavailable(e: idem_actors::StoreError) -> ApiError {
+pub(super) fn unavailable(e: idem_actors::StoreError) -> ApiError {
     tracing::error!(error = %e, "the store failed on a subscription");
     ApiError::new(Kind::Unavailable, "the store cannot be reached; retry")
 }

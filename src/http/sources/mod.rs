@@ -404,18 +404,15 @@ async fn subscription(
     tenant: &str,
     source: &Source,
 ) -> Result<Option<SubscriptionStatus>, ApiError> {
-    let Some(_) = source.ssf.as_ref().and_then(|s| s.transmitter.as_ref()) else {
+    if source.ssf.as_ref().is_none_or(|s| s.transmitter.is_none()) {
         return Ok(None);
-    };
+    }
     let record = app
         .engine
         .streams()
         .subscription(tenant, &source.name)
         .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "the store failed on a subscription");
-            ApiError::new(Kind::Unavailable, "the store cannot be reached; retry")
-        })?
+        .map_err(manage::unavailable)?
         .unwrap_or_default();
     Ok(Some(SubscriptionStatus {
         stream_id: record.stream_id,

@@ -415,14 +415,10 @@ async fn reconcile(
             .map(str::to_string),
         Delivery::Push => None,
     };
-    record.authorization = match wanted.subscribe.delivery {
-        Delivery::Push => Some(
-            sealer
-                .seal(&owner(tenant, source), authorization.as_bytes())
-                .map_err(|e| SubscribeError::Unusable(e.to_string()))?,
-        ),
-        Delivery::Poll => None,
-    };
+    // A push stream's credential was recorded above; a poll stream has none.
+    if wanted.subscribe.delivery == Delivery::Poll {
+        record.authorization = None;
+    }
     let iss = stream["iss"].as_str().unwrap_or_default();
     let usable = iss == issuer;
     record.last_error = (!usable).then(|| {

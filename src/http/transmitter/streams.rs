@@ -437,12 +437,7 @@ pub async fn set_status(
             // events held again) once it is disabled.
             (StreamState::Enabled, StreamMethod::Push) => {
                 if let Some(walk) = walk {
-                    let id = id.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = walk.run().await {
-                            tracing::error!(error = %e, stream = %id, "a stream's held SETs go at their next look");
-                        }
-                    });
+                    walk.spawn();
                 }
                 Ok(())
             }

@@ -140,8 +140,9 @@ pub fn with_okta_hook(config: &str) -> String {
     )
 }
 
-/// `idem check-config` on the config at `path`: whether it passed, and its stderr.
-pub fn check_config(path: &Path) -> (bool, String) {
+/// `idem check-config` on the config at `path`: its exit code (-1 if it had none), and its
+/// stderr.
+pub fn check_config(path: &Path) -> (i32, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_idem"))
         .args(["check-config", "--config"])
         .arg(path)
@@ -149,7 +150,7 @@ pub fn check_config(path: &Path) -> (bool, String) {
         .output()
         .expect("run idem");
     (
-        out.status.success(),
+        out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
